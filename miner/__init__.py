@@ -1,0 +1,1 @@
+"""The miner node: fetch the checkpoint, train the assignment, package, commit, serve."""

@@ -1,0 +1,1 @@
+"""What crosses a process boundary: ids, messages, wire codecs, digests, chain and DHT clients."""

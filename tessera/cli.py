@@ -1,0 +1,80 @@
+"""The ``tessera`` command line: one entry point, one subcommand per module in ``tessera.commands``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from tessera import __version__
+from tessera.errors import TesseraError
+
+# Every package's exception root: an error of one of these is a user-facing failure (exit 2, one line),
+# anything else is a bug and keeps its traceback.
+_ERROR_ROOTS: tuple[str, ...] = (
+    "tessera.errors:TesseraError",
+    "training.errors:TrainingError",
+    "protocol.errors:ProtocolError",
+    "attestation.errors:AttestationError",
+    "miner.errors:MinerError",
+    "validator.errors:ValidatorError",
+)
+
+
+def _error_roots() -> tuple[type[BaseException], ...]:
+    roots: list[type[BaseException]] = []
+    for spec in _ERROR_ROOTS:
+        mod, _, name = spec.partition(":")
+        try:
+            roots.append(getattr(importlib.import_module(mod), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(roots)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the parser with every subcommand found in ``tessera.commands``."""
+    parser = argparse.ArgumentParser(
+        prog="tessera",
+        description="Tessera: train one model together, verify the work, pay on-chain.",
+    )
+    parser.add_argument("--version", action="version", version=f"tessera {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    import tessera.commands as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"tessera.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 1
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except _error_roots() as exc:  # noqa: B030 - a tuple of exception classes built at run time
+        print(f"tessera: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

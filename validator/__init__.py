@@ -1,0 +1,1 @@
+"""The validator node: intake, verify, recompute, score, settle, merge, serve the API."""
