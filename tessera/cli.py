@@ -10,7 +10,6 @@ import sys
 from collections.abc import Sequence
 
 from tessera import __version__
-from tessera.errors import TesseraError
 
 # Every package's exception root: an error of one of these is a user-facing failure (exit 2, one line),
 # anything else is a bug and keeps its traceback.
@@ -71,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except _error_roots() as exc:  # noqa: B030 - a tuple of exception classes built at run time
+    except _error_roots() as exc:  # a tuple of exception classes built at run time
         print(f"tessera: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
