@@ -1,0 +1,225 @@
+"""The DHT client: a thin wrapper over a hivemind DHT for discovery of signed node records.
+
+What it adds over hivemind: typed errors with an actionable message when the p2pd daemon does not start
+or no bootstrap peer answers, a timeout on every operation, a retry path with backoff on start, a peer
+count for health checks and a ``rejoin`` for a node that finds itself alone (a DHT split), and strict
+validation of every record read (see :mod:`protocol.records`): bad records are refused one by one and
+returned as typed errors beside the good ones, never raised, so a node keeps running.
+
+Records live under the key ``tessera/{chain_id}/round/{round}`` with the announcing address as subkey.
+Values are bytes (canonical JSON); hivemind serialises them with msgpack; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import ProtocolError
+from protocol.records import NodeRecord, RecordError, decode_record
+
+log = logging.getLogger(__name__)
+
+
+class DHTError(ProtocolError):
+    """Root of DHT failures."""
+
+
+class DHTStartError(DHTError):
+    """The DHT (its p2pd daemon, or the bootstrap to the configured peers) failed to start."""
+
+
+class DHTTimeoutError(DHTError):
+    """A DHT operation did not finish in time."""
+
+
+class DHTNotRunningError(DHTError):
+    """An operation was attempted on a DHT that is not running."""
+
+
+@dataclass(frozen=True)
+class DHTConfig:
+    """How to start a DHT node."""
+
+    #: Multiaddrs of peers to join (``/ip4/1.2.3.4/tcp/31337/p2p/12D3...``); empty starts a new network.
+    initial_peers: tuple[str, ...] = ()
+    #: Addresses to listen on; port 0 picks a free port.
+    host_maddrs: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
+    #: Seconds to wait for the daemon and the bootstrap.
+    start_timeout: float = 30.0
+    #: Start attempts before giving up (p2pd sometimes fails on a busy machine).
+    start_attempts: int = 3
+    #: First backoff between attempts, doubled each time.
+    backoff: float = 1.0
+    #: Seconds per store/get.
+    op_timeout: float = 10.0
+    #: Kademlia RPC timeout.
+    wait_timeout: float = 3.0
+
+
+def record_key(chain_id: int, round: int) -> str:
+    """The DHT key under which round ``round``'s records are stored."""
+    return f"tessera/{chain_id}/round/{round}"
+
+
+async def _peer_count(_dht: Any, node: Any) -> int:
+    """Run inside the DHT process: the number of peers in the routing table."""
+    return len(node.protocol.routing_table.uid_to_peer_id)
+
+
+@dataclass
+class LookupResult:
+    """The outcome of reading one round's records: valid ones and refused ones (subkey, error)."""
+
+    records: list[NodeRecord] = field(default_factory=list)
+    refused: list[tuple[str, RecordError]] = field(default_factory=list)
+
+
+class DHTNode:
+    """A running hivemind DHT node with Tessera's record semantics."""
+
+    def __init__(self, config: DHTConfig) -> None:
+        self.config = config
+        self._dht: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def start(self) -> DHTNode:
+        """Start the node, retrying with backoff; raise :class:`DHTStartError` with the cause on failure."""
+        import hivemind  # heavy: imported on first use
+
+        cfg = self.config
+        last: BaseException | None = None
+        delay = cfg.backoff
+        for attempt in range(1, max(1, cfg.start_attempts) + 1):
+            dht = None
+            try:
+                dht = hivemind.DHT(
+                    initial_peers=list(cfg.initial_peers) or None,
+                    host_maddrs=list(cfg.host_maddrs),
+                    start=False,
+                    wait_timeout=cfg.wait_timeout,
+                    ensure_bootstrap_success=bool(cfg.initial_peers),
+                )
+                dht.run_in_background(await_ready=True, timeout=cfg.start_timeout)
+                self._dht = dht
+                log.info("DHT started at %s", self.visible_maddrs())
+                return self
+            except Exception as exc:  # hivemind raises P2PDaemonError, RuntimeError, TimeoutError, ...
+                last = exc
+                log.warning("DHT start attempt %d/%d failed: %s", attempt, cfg.start_attempts, exc)
+                if dht is not None:
+                    try:
+                        dht.shutdown()
+                    except Exception:
+                        pass
+                if attempt < cfg.start_attempts:
+                    time.sleep(delay)
+                    delay *= 2
+        hint = (
+            "check that the bootstrap peers are reachable and running"
+            if cfg.initial_peers
+            else "check that the p2pd daemon can start (ports free, /tmp writable)"
+        )
+        raise DHTStartError(
+            f"DHT failed to start after {cfg.start_attempts} attempts "
+            f"(peers={list(cfg.initial_peers)}): {type(last).__name__}: {last}; {hint}"
+        ) from last
+
+    def shutdown(self) -> None:
+        """Stop the node (idempotent)."""
+        if self._dht is not None:
+            try:
+                self._dht.shutdown()
+            finally:
+                self._dht = None
+
+    def rejoin(self) -> None:
+        """Restart and re-bootstrap: the retry path for a node that finds itself alone (a DHT split)."""
+        self.shutdown()
+        self.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether the node is started."""
+        return self._dht is not None
+
+    def _require(self) -> Any:
+        if self._dht is None:
+            raise DHTNotRunningError("DHT is not running; call start() first")
+        return self._dht
+
+    def visible_maddrs(self) -> list[str]:
+        """Multiaddrs other nodes can bootstrap from."""
+        return [str(a) for a in self._require().get_visible_maddrs()]
+
+    def peer_count(self) -> int:
+        """Peers in the routing table (0 with bootstrap peers configured means a split)."""
+        fut = self._require().run_coroutine(_peer_count, return_future=True)
+        return int(self._result(fut, "peer_count"))
+
+    def _result(self, fut: Any, what: str) -> Any:
+        try:
+            return fut.result(timeout=self.config.op_timeout)
+        except TimeoutError as exc:
+            raise DHTTimeoutError(f"DHT {what} did not finish in {self.config.op_timeout}s") from exc
+        except Exception as exc:
+            if type(exc).__name__ == "TimeoutError":
+                raise DHTTimeoutError(f"DHT {what} did not finish in {self.config.op_timeout}s") from exc
+            raise DHTError(f"DHT {what} failed: {type(exc).__name__}: {exc}") from exc
+
+    # -- records ---------------------------------------------------------------------------------------
+    def store_raw(self, key: str, subkey: str, value: bytes, expires: float) -> bool:
+        """Store raw bytes (no validation: used by :meth:`announce` and by tests injecting junk)."""
+        from hivemind.utils import get_dht_time
+
+        dht = self._require()
+        # hivemind measures expiry on its own clock; translate from unix time.
+        expiration = get_dht_time() + max(1.0, expires - time.time())
+        fut = dht.store(key, value, expiration, subkey=subkey, return_future=True)
+        return bool(self._result(fut, "store"))
+
+    def announce(self, record: NodeRecord) -> None:
+        """Publish a signed record under its round's key."""
+        ok = self.store_raw(
+            record_key(record.chain_id, record.round), record.address, record.encode(), float(record.expires)
+        )
+        if not ok:
+            raise DHTError(f"DHT refused to store the record for round {record.round}")
+
+    def lookup(self, chain_id: int, round: int, *, now: float | None = None) -> LookupResult:
+        """Read and strictly validate every record of a round; bad records land in ``refused``."""
+        fut = self._require().get(record_key(chain_id, round), latest=True, return_future=True)
+        found = self._result(fut, "get")
+        out = LookupResult()
+        if found is None:
+            return out
+        entries = found.value
+        if not isinstance(entries, dict):
+            out.refused.append(("", RecordError("round key holds a non-dictionary value")))
+            return out
+        for subkey, item in sorted(entries.items(), key=lambda kv: str(kv[0])):
+            value = getattr(item, "value", item)
+            try:
+                if not isinstance(value, bytes):
+                    raise RecordError(f"record value must be bytes, got {type(value).__name__}")
+                rec = decode_record(value, now=now, chain_id=chain_id)
+                if rec.round != round:
+                    raise RecordError(f"record for round {rec.round} stored under round {round}")
+                if str(subkey) != rec.address:
+                    raise RecordError(f"record of {rec.address} stored under subkey {subkey}")
+                out.records.append(rec)
+            except RecordError as exc:
+                log.warning("refused DHT record %s/%s: %s", round, subkey, exc)
+                out.refused.append((str(subkey), exc))
+        return out
+
+
+def start_dht(
+    initial_peers: Sequence[str] = (), *, host: str = "127.0.0.1", port: int = 0, **kwargs: Any
+) -> DHTNode:
+    """Convenience: start a node listening on ``host:port`` joined to ``initial_peers``."""
+    cfg = DHTConfig(initial_peers=tuple(initial_peers), host_maddrs=(f"/ip4/{host}/tcp/{port}",), **kwargs)
+    return DHTNode(cfg).start()

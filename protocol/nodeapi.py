@@ -1,0 +1,169 @@
+"""The HTTP API every node serves (miner and validator alike), built by one factory.
+
+Routes: ``GET /health``, ``GET /status`` (round, phase, what the node did), ``GET /metrics`` (Prometheus),
+``GET /blobs/{digest}`` (bulk bytes by digest, streamed), and FastAPI's OpenAPI docs at ``/docs`` and
+``/openapi.json``. A role adds its own routes on the returned app. :class:`NodeServer` runs the app with
+uvicorn in a background thread on a given or a free port.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import Response, StreamingResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from protocol.errors import ProtocolError
+from protocol.transfer import BadDigestError, BlobStore, check_digest_str
+
+
+class NodeServerError(ProtocolError):
+    """The node's HTTP server could not start."""
+
+
+@dataclass
+class NodeMetrics:
+    """The Prometheus metrics every node exports, on a registry of its own."""
+
+    registry: CollectorRegistry
+    round: Gauge
+    rounds: Counter
+    bytes_sent: Counter
+    bytes_received: Counter
+    phase_seconds: Histogram
+    verifications: Counter
+    rewards: Gauge
+    errors: Counter
+
+    @classmethod
+    def create(cls, role: str) -> NodeMetrics:
+        """Fresh metrics named ``tessera_{role}_*``."""
+        reg = CollectorRegistry()
+        p = f"tessera_{role}"
+        return cls(
+            registry=reg,
+            round=Gauge(f"{p}_round", "Current round", registry=reg),
+            rounds=Counter(f"{p}_rounds", "Rounds completed", registry=reg),
+            bytes_sent=Counter(f"{p}_bytes_sent", "Bytes served over HTTP", ["kind"], registry=reg),
+            bytes_received=Counter(f"{p}_bytes_received", "Bytes fetched over HTTP", ["kind"], registry=reg),
+            phase_seconds=Histogram(
+                f"{p}_phase_seconds",
+                "Wall seconds per phase",
+                ["phase"],
+                buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+                registry=reg,
+            ),
+            verifications=Counter(f"{p}_verifications", "Verification outcomes", ["outcome"], registry=reg),
+            rewards=Gauge(f"{p}_rewards_wei", "Rewards received (wei)", registry=reg),
+            errors=Counter(f"{p}_errors", "Errors by type", ["type"], registry=reg),
+        )
+
+
+def create_node_app(
+    *,
+    role: str,
+    status: Callable[[], dict[str, Any]],
+    store: BlobStore,
+    metrics: NodeMetrics,
+    version: str = "0.1.0",
+) -> FastAPI:
+    """Build the common node API; the caller may add routes to the returned app."""
+    app = FastAPI(
+        title=f"Tessera {role}",
+        version=version,
+        description=f"The {role} node's API: health, status, metrics and blobs by digest.",
+    )
+    started = time.time()
+
+    @app.get("/health", summary="Liveness")
+    def health() -> dict[str, Any]:
+        return {"ok": True, "role": role, "uptime_s": round(time.time() - started, 3)}
+
+    @app.get("/status", summary="Round, phase and what the node did")
+    def get_status() -> dict[str, Any]:
+        return status()
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    def get_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get(
+        "/blobs/{digest}",
+        summary="A blob by digest",
+        response_class=StreamingResponse,
+        responses={404: {"description": "not served here"}, 400: {"description": "not a digest"}},
+    )
+    def get_blob(digest: str) -> StreamingResponse:
+        try:
+            check_digest_str(digest)
+            if not store.has(digest):
+                raise HTTPException(status_code=404, detail="not found")
+            size = store.size(digest)
+        except BadDigestError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from exc
+        metrics.bytes_sent.labels(kind="blob").inc(size)
+        return StreamingResponse(
+            store.iter_chunks(digest),
+            media_type="application/octet-stream",
+            headers={"content-length": str(size)},
+        )
+
+    return app
+
+
+class NodeServer:
+    """Serve an app with uvicorn in a daemon thread; ``port=0`` picks a free port."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        self.app = app
+        self.host = host
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host, port))
+        except OSError as exc:
+            self._sock.close()
+            raise NodeServerError(f"cannot listen on {host}:{port}: {exc}") from exc
+        self.port: int = self._sock.getsockname()[1]
+        cfg = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(cfg)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True, name=f"http-{self.port}"
+        )
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> NodeServer:
+        """Start serving and wait until the server accepts requests."""
+        self._thread.start()
+        deadline = time.time() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.time() > deadline:
+                raise NodeServerError(f"HTTP server on {self.url} did not start within {timeout}s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._sock.close()
