@@ -1,0 +1,448 @@
+"""The update wire format: a canonical JSON header plus the codec's tensors as safetensors.
+
+Layout (all integers little-endian)::
+
+    b"TSRUPD\\0\\0"            8-byte magic
+    u32 header_len            canonical JSON header (protocol.canonical), at most caps.max_header_bytes
+    header bytes
+    u64 payload_len           safetensors bytes, exactly the rest of the message
+    payload bytes             tensors "<param>/idx", "<param>/val", "<param>/scale" (training.codecs)
+
+The header (``UpdateHeader.to_json``) carries: ``version``, ``round``, ``miner``, ``modules`` (module
+ids), ``params`` (``[[name, shape], ...]`` sorted by name), ``codec`` (its wire parameters: name, chunk,
+topk, bits, transform), ``base_checkpoint`` (hex state digest of theta_r), ``transcript`` (interval,
+steps, hex digests) and ``tokens``. The update's digest is SHA-256 over the whole message; decoding
+re-encodes and requires identical bytes, so one update has exactly one digest.
+
+Checks run cheapest first: total size, magic, header size, header JSON, version, codec, field types,
+payload size, the safetensors header size (before the payload is parsed), tensor names, dtypes and
+shapes (from the codec's ``field_specs``, before any value is read), finiteness, then the decode itself.
+Never pickle: safetensors and JSON only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import Tensor
+
+from protocol.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
+from protocol.errors import ProtocolError
+from training.codecs import Encoded, decode, field_specs
+from training.config import CodecConfig
+from training.errors import CodecError, ConfigError, ModuleIdError
+from training.model import module_of
+
+MAGIC = b"TSRUPD\0\0"
+VERSION = 1
+"""Wire format version this module reads and writes."""
+KNOWN_CODECS = ("dense", "topk")
+_ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$|^[A-Za-z0-9_.:-]{1,64}$")
+_HEX32 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class UpdateError(ProtocolError):
+    """Root of the update wire format's errors."""
+
+
+class UpdateTooLarge(UpdateError):
+    """The message, its header or its payload exceeds a size cap."""
+
+
+class TruncatedUpdate(UpdateError):
+    """The message ends before its declared lengths (or has trailing bytes)."""
+
+
+class BadMagic(UpdateError):
+    """The message does not start with the update magic."""
+
+
+class MalformedHeader(UpdateError):
+    """The header is not canonical JSON or a field is missing or of the wrong type."""
+
+
+class UnsupportedVersion(UpdateError):
+    """The header's version is not :data:`VERSION`."""
+
+
+class UnknownCodec(UpdateError):
+    """The header names a codec (or codec parameters) this node does not implement."""
+
+
+class HeaderMismatch(UpdateError):
+    """The tensors do not match the header (names, modules, expected parameters)."""
+
+
+class BadTensorDtype(UpdateError):
+    """A tensor has the wrong dtype for its codec field."""
+
+
+class BadTensorShape(UpdateError):
+    """A tensor has the wrong shape for its codec field."""
+
+
+class NonFiniteValues(UpdateError):
+    """A float field holds NaN or infinity."""
+
+
+class InvalidPayload(UpdateError):
+    """The safetensors payload does not parse, or the encoded values do not decode."""
+
+
+class NonCanonicalUpdate(UpdateError):
+    """The bytes decode but are not the canonical encoding of their content."""
+
+
+@dataclass(frozen=True)
+class UpdateCaps:
+    """Size caps, checked before anything is decoded."""
+
+    max_update_bytes: int = 64 * 1024 * 1024
+    """Whole message."""
+    max_header_bytes: int = 1024 * 1024
+    """Canonical JSON header."""
+    max_params: int = 4096
+    """Parameter tensors listed in the header."""
+    max_param_numel: int = 1 << 28
+    """Values of any one parameter."""
+
+
+@dataclass(frozen=True)
+class UpdateHeader:
+    """The update's metadata (see the module doc for the JSON form)."""
+
+    round: int
+    """Outer round r the update is for."""
+    miner: str
+    """The miner's address."""
+    modules: tuple[str, ...]
+    """Module ids the update carries pseudo-gradients for."""
+    params: tuple[tuple[str, tuple[int, ...]], ...]
+    """(parameter name, shape), sorted by name."""
+    codec: CodecConfig
+    """The codec (only its wire parameters travel; ``ef_beta`` is the miner's business)."""
+    base_checkpoint: str
+    """Hex state digest of theta_r the miner trained from."""
+    transcript_interval: int
+    """k of the transcript."""
+    transcript_steps: tuple[int, ...]
+    """Recorded inner steps."""
+    transcript_digests: tuple[str, ...]
+    """Hex state digests at those steps."""
+    tokens: int
+    """Training tokens the update consumed."""
+    version: int = VERSION
+    """Wire format version."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The header as a canonical-JSON-ready dict."""
+        c = self.codec
+        return {
+            "version": self.version,
+            "round": self.round,
+            "miner": self.miner,
+            "modules": list(self.modules),
+            "params": [[n, list(s)] for n, s in self.params],
+            "codec": {
+                "name": c.name,
+                "chunk": c.chunk,
+                "topk": c.topk,
+                "bits": c.bits,
+                "transform": c.transform,
+            },
+            "base_checkpoint": self.base_checkpoint,
+            "transcript": {
+                "interval": self.transcript_interval,
+                "steps": list(self.transcript_steps),
+                "digests": list(self.transcript_digests),
+            },
+            "tokens": self.tokens,
+        }
+
+
+@dataclass(frozen=True)
+class Update:
+    """A decoded (or to-be-encoded) update: header and one :class:`Encoded` per parameter."""
+
+    header: UpdateHeader
+    tensors: dict[str, Encoded]
+    _decoded: dict[str, Tensor] = field(default_factory=dict, compare=False, repr=False)
+
+    def pseudo_gradient(self) -> dict[str, Tensor]:
+        """Decoded fp32 pseudo-gradients by parameter name (decoded once, then cached)."""
+        if not self._decoded:
+            try:
+                self._decoded.update(
+                    {name: decode(self.tensors[name], self.header.codec) for name, _ in self.header.params}
+                )
+            except CodecError as exc:
+                raise InvalidPayload(str(exc)) from exc
+        return dict(self._decoded)
+
+
+def make_header(
+    round_index: int,
+    miner: str,
+    modules: tuple[str, ...] | list[str],
+    tensors: dict[str, Encoded],
+    codec: CodecConfig,
+    base_checkpoint: bytes,
+    transcript_interval: int,
+    transcript_steps: list[int],
+    transcript_digests: list[bytes],
+    tokens: int,
+) -> UpdateHeader:
+    """Build a header from raw values (digests as bytes)."""
+    return UpdateHeader(
+        round=round_index,
+        miner=miner,
+        modules=tuple(modules),
+        params=tuple((n, tuple(tensors[n].shape)) for n in sorted(tensors)),
+        codec=codec,
+        base_checkpoint=base_checkpoint.hex(),
+        transcript_interval=transcript_interval,
+        transcript_steps=tuple(transcript_steps),
+        transcript_digests=tuple(d.hex() for d in transcript_digests),
+        tokens=tokens,
+    )
+
+
+def encode_update(update: Update) -> bytes:
+    """The canonical bytes of an update."""
+    header = dumps_canonical(update.header.to_json())
+    flat: dict[str, Tensor] = {}
+    for name, _ in update.header.params:
+        for fname, t in update.tensors[name].fields.items():
+            flat[f"{name}/{fname}"] = t.contiguous()
+    payload = st_save(flat)
+    return MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
+
+
+def update_digest(data: bytes) -> bytes:
+    """SHA-256 of an encoded update (what miners commit to)."""
+    return hashlib.sha256(data).digest()
+
+
+def _int(obj: dict[str, Any], key: str, lo: int = 0, hi: int = 1 << 62) -> int:
+    v = obj.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise MalformedHeader(f"{key!r} must be an integer in [{lo}, {hi}]")
+    return v
+
+
+def _str(obj: dict[str, Any], key: str) -> str:
+    v = obj.get(key)
+    if not isinstance(v, str):
+        raise MalformedHeader(f"{key!r} must be a string")
+    return v
+
+
+def _parse_codec(raw: Any) -> CodecConfig:
+    if not isinstance(raw, dict) or set(raw) != {"name", "chunk", "topk", "bits", "transform"}:
+        raise MalformedHeader("codec must be an object with name, chunk, topk, bits, transform")
+    if raw["name"] not in KNOWN_CODECS:
+        raise UnknownCodec(f"unknown codec {raw['name']!r}")
+    try:
+        return CodecConfig(
+            name=raw["name"],
+            chunk=raw["chunk"],
+            topk=raw["topk"],
+            bits=raw["bits"],
+            transform=raw["transform"],
+        )
+    except (ConfigError, TypeError) as exc:
+        raise UnknownCodec(f"unsupported codec parameters: {exc}") from exc
+
+
+def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
+    """Validate a parsed header object (version first, then codec, then the rest)."""
+    if not isinstance(raw, dict):
+        raise MalformedHeader("header must be a JSON object")
+    expected = {
+        "version",
+        "round",
+        "miner",
+        "modules",
+        "params",
+        "codec",
+        "base_checkpoint",
+        "transcript",
+        "tokens",
+    }
+    if "version" in raw and raw["version"] != VERSION:
+        raise UnsupportedVersion(f"update version {raw['version']!r}, this node reads {VERSION}")
+    if set(raw) != expected:
+        raise MalformedHeader(f"header fields {sorted(raw)} != {sorted(expected)}")
+    codec = _parse_codec(raw["codec"])
+    miner = _str(raw, "miner")
+    if not _ADDRESS.match(miner):
+        raise MalformedHeader("miner must be an address")
+    base = _str(raw, "base_checkpoint")
+    if not _HEX32.match(base):
+        raise MalformedHeader("base_checkpoint must be 64 lowercase hex digits")
+    modules = raw["modules"]
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules) or not modules:
+        raise MalformedHeader("modules must be a non-empty list of strings")
+    if len(set(modules)) != len(modules):
+        raise MalformedHeader("duplicate module ids")
+    params_raw = raw["params"]
+    if not isinstance(params_raw, list) or not params_raw:
+        raise MalformedHeader("params must be a non-empty list")
+    if len(params_raw) > caps.max_params:
+        raise UpdateTooLarge(f"{len(params_raw)} params > cap {caps.max_params}")
+    params: list[tuple[str, tuple[int, ...]]] = []
+    for item in params_raw:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], list)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < (1 << 31) for d in item[1])
+            or len(item[1]) > 8
+        ):
+            raise MalformedHeader("each param must be [name, [positive dims]]")
+        if math.prod(item[1]) > caps.max_param_numel:
+            raise UpdateTooLarge(f"param {item[0]!r} has more than {caps.max_param_numel} values")
+        params.append((item[0], tuple(item[1])))
+    names = [n for n, _ in params]
+    if names != sorted(set(names)):
+        raise MalformedHeader("params must be sorted by name without duplicates")
+    try:
+        owners = {module_of(n) for n in names}
+    except ModuleIdError as exc:
+        raise HeaderMismatch(str(exc)) from exc
+    if owners != set(modules):
+        raise HeaderMismatch(f"params belong to modules {sorted(owners)}, header lists {sorted(modules)}")
+    tr = raw["transcript"]
+    if not isinstance(tr, dict) or set(tr) != {"interval", "steps", "digests"}:
+        raise MalformedHeader("transcript must have interval, steps, digests")
+    steps, digests = tr["steps"], tr["digests"]
+    if (
+        not isinstance(steps, list)
+        or not isinstance(digests, list)
+        or len(steps) != len(digests)
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
+        or steps != sorted(set(steps))
+        or not all(isinstance(d, str) and _HEX32.match(d) for d in digests)
+        or len(steps) > 100_000
+    ):
+        raise MalformedHeader("transcript steps must ascend and pair with 64-hex digests")
+    return UpdateHeader(
+        round=_int(raw, "round"),
+        miner=miner,
+        modules=tuple(modules),
+        params=tuple(params),
+        codec=codec,
+        base_checkpoint=base,
+        transcript_interval=_int(tr, "interval", 1),
+        transcript_steps=tuple(steps),
+        transcript_digests=tuple(digests),
+        tokens=_int(raw, "tokens"),
+    )
+
+
+def _safetensors_header_len(payload: bytes, caps: UpdateCaps) -> None:
+    if len(payload) < 8:
+        raise TruncatedUpdate("payload shorter than the safetensors header length")
+    (n,) = struct.unpack("<Q", payload[:8])
+    if n > caps.max_header_bytes:
+        raise UpdateTooLarge(f"safetensors header of {n} bytes > cap {caps.max_header_bytes}")
+    if 8 + n > len(payload):
+        raise TruncatedUpdate("payload ends inside the safetensors header")
+    try:
+        meta = json.loads(payload[8 : 8 + n])
+    except ValueError as exc:
+        raise InvalidPayload("safetensors header is not JSON") from exc
+    if not isinstance(meta, dict):
+        raise InvalidPayload("safetensors header is not an object")
+    end = max((int(v["data_offsets"][1]) for k, v in meta.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > len(payload):
+        raise TruncatedUpdate("payload ends inside the tensor data")
+
+
+def decode_update(
+    data: bytes,
+    caps: UpdateCaps | None = None,
+    expected_shapes: dict[str, tuple[int, ...]] | None = None,
+) -> Update:
+    """Parse and check an encoded update; each failure raises its own :class:`UpdateError` subclass.
+
+    ``expected_shapes`` (parameter name -> shape of the model) adds a check that every parameter exists
+    in the model with the declared shape.
+    """
+    caps = caps or UpdateCaps()
+    if len(data) > caps.max_update_bytes:
+        raise UpdateTooLarge(f"{len(data)} bytes > cap {caps.max_update_bytes}")
+    if len(data) < len(MAGIC) + 4:
+        raise TruncatedUpdate("shorter than magic and header length")
+    if data[: len(MAGIC)] != MAGIC:
+        raise BadMagic("not a Tessera update")
+    pos = len(MAGIC)
+    (hlen,) = struct.unpack_from("<I", data, pos)
+    pos += 4
+    if hlen > caps.max_header_bytes:
+        raise UpdateTooLarge(f"header of {hlen} bytes > cap {caps.max_header_bytes}")
+    if pos + hlen + 8 > len(data):
+        raise TruncatedUpdate("message ends inside the header")
+    try:
+        raw = loads_canonical(data[pos : pos + hlen])
+    except CanonicalJSONError as exc:
+        raise MalformedHeader(str(exc)) from exc
+    header = parse_header(raw, caps)
+    pos += hlen
+    (plen,) = struct.unpack_from("<Q", data, pos)
+    pos += 8
+    if pos + plen < len(data):
+        raise TruncatedUpdate("trailing bytes after the payload")
+    if pos + plen > len(data):
+        raise TruncatedUpdate(f"payload of {plen} bytes declared, {len(data) - pos} present")
+    payload = data[pos:]
+    if expected_shapes is not None:
+        for name, shape in header.params:
+            if name not in expected_shapes:
+                raise HeaderMismatch(f"parameter {name!r} is not in the model")
+            if tuple(expected_shapes[name]) != shape:
+                raise BadTensorShape(
+                    f"parameter {name!r} declared {shape}, model has {expected_shapes[name]}"
+                )
+    _safetensors_header_len(payload, caps)
+    try:
+        flat = st_load(payload)
+    except (SafetensorError, ValueError, RuntimeError) as exc:
+        raise InvalidPayload(f"safetensors payload does not parse: {exc}") from exc
+    tensors: dict[str, Encoded] = {}
+    expected_names: set[str] = set()
+    for name, shape in header.params:
+        fields: dict[str, Tensor] = {}
+        for fname, (dtype, fshape) in field_specs(shape, header.codec).items():
+            key = f"{name}/{fname}"
+            expected_names.add(key)
+            if key not in flat:
+                raise HeaderMismatch(f"missing tensor {key!r}")
+            t = flat[key]
+            if t.dtype != dtype:
+                raise BadTensorDtype(f"{key}: {t.dtype}, expected {dtype}")
+            if tuple(t.shape) != fshape:
+                raise BadTensorShape(f"{key}: {tuple(t.shape)}, expected {fshape}")
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                raise NonFiniteValues(f"{key} holds NaN or infinity")
+            fields[fname] = t
+        tensors[name] = Encoded(shape, fields)
+    extra = set(flat) - expected_names
+    if extra:
+        raise HeaderMismatch(f"tensors not in the header: {sorted(extra)[:5]}")
+    update = Update(header, tensors)
+    if encode_update(update) != data:
+        raise NonCanonicalUpdate("bytes are not the canonical encoding of this update")
+    update.pseudo_gradient()  # raises InvalidPayload on bad indices or scales
+    return update

@@ -1,0 +1,334 @@
+"""Pseudo-gradient codecs (chunked top-k, optional DCT, 2/4/8-bit values, packed indices) and error feedback.
+
+A codec works tensor by tensor. The flattened tensor is cut into chunks of ``chunk`` values; the last,
+partial chunk keeps ``ceil(topk * len / chunk)`` values so small tensors are not over-sent. With
+``transform='dct'`` each chunk is a 64x64 tile (zero-padded) moved to the orthonormal 2-D DCT-II basis
+(as DeMo does) before selection, and back after decoding.
+
+Per chunk, ``topk`` keeps the k largest-magnitude values (indices sorted ascending, packed at
+``ceil(log2(chunk))`` bits each); values are quantised uniformly and symmetrically to ``L = 2**bits``
+levels ``s * (-1 + 2q/(L-1))`` with ``s`` the chunk's largest kept magnitude (one fp32 scale per chunk)
+and packed at ``bits`` bits each; ``bits=32`` sends raw fp32 and no scale. ``dense`` keeps every value.
+
+Error bounds (``error_bound`` computes them; ``tests/training/test_codecs.py`` holds them with hypothesis),
+with ``q = s / (L - 1)`` (0 for 32 bits) and ``tau`` the smallest kept magnitude of a chunk:
+
+- ``dense``: ``|x_hat_i - x_i| <= q`` for every value i of the chunk;
+- ``topk``, no transform: ``|x_hat_i - x_i| <= max(tau, q)``: a dropped value is no larger than ``tau``;
+- ``topk`` with DCT: ``||x_hat - x||_2 <= sqrt(sum of dropped coefficients^2) + sqrt(k) * q`` per chunk
+  (the transform is orthonormal), up to fp32 rounding (``DCT_RTOL`` of the chunk norm).
+
+Error feedback (:class:`ErrorFeedback`, kept by the miner): ``e = ef_beta * e + delta``; send
+``C(e)``; ``e = e - decode(C(e))``. Nothing dropped is lost, only delayed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from training.config import CodecConfig
+from training.errors import CodecError
+
+TILE = 64
+"""Side of a DCT tile (``chunk`` must be ``TILE * TILE`` with the dct transform)."""
+DCT_RTOL = 1e-5
+"""fp32 rounding allowance of the DCT round trip, relative to the chunk's L2 norm."""
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One compressed tensor: its shape and its byte/float fields (``idx``, ``val``, ``scale``)."""
+
+    shape: tuple[int, ...]
+    fields: dict[str, Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes of the fields."""
+        return sum(t.numel() * t.element_size() for t in self.fields.values())
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a tensor of ``numel`` values is chunked and how many values each chunk keeps."""
+
+    numel: int
+    full_chunks: int
+    tail: int
+    k_full: int
+    k_tail: int
+
+    @property
+    def n_chunks(self) -> int:
+        """Chunks including a partial tail."""
+        return self.full_chunks + (1 if self.tail else 0)
+
+    @property
+    def kept(self) -> int:
+        """Values sent."""
+        return self.full_chunks * self.k_full + (self.k_tail if self.tail else 0)
+
+
+def layout(numel: int, cfg: CodecConfig) -> Layout:
+    """The chunk layout of a tensor with ``numel`` values."""
+    full, tail = divmod(numel, cfg.chunk)
+    if cfg.name == "dense":
+        return Layout(numel, full, tail, cfg.chunk, tail)
+    return Layout(
+        numel, full, tail, cfg.topk, min(tail, math.ceil(cfg.topk * tail / cfg.chunk)) if tail else 0
+    )
+
+
+def index_bits(cfg: CodecConfig) -> int:
+    """Bits per packed index."""
+    return max(1, math.ceil(math.log2(cfg.chunk)))
+
+
+def field_specs(shape: tuple[int, ...], cfg: CodecConfig) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """Exact dtype and shape of each field for a tensor of ``shape`` (what a decoder checks first)."""
+    lay = layout(math.prod(shape), cfg)
+    specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+    if cfg.name == "topk":
+        specs["idx"] = (torch.uint8, (math.ceil(lay.kept * index_bits(cfg) / 8),))
+    if cfg.bits == 32:
+        specs["val"] = (torch.float32, (lay.kept,))
+    else:
+        specs["val"] = (torch.uint8, (math.ceil(lay.kept * cfg.bits / 8),))
+        specs["scale"] = (torch.float32, (lay.n_chunks,))
+    return specs
+
+
+def encoded_bits(shape: tuple[int, ...], cfg: CodecConfig) -> int:
+    """Payload bits of one encoded tensor of ``shape``."""
+    return sum(
+        8 * math.prod(s) * torch.empty((), dtype=d).element_size()
+        for d, s in field_specs(shape, cfg).values()
+    )
+
+
+def pack_bits(values: Tensor, width: int) -> Tensor:
+    """Pack non-negative integers ``< 2**width`` into bytes, little-endian bit order."""
+    v = values.reshape(-1).to(torch.int64).numpy()
+    bits = ((v[:, None] >> np.arange(width, dtype=np.int64)) & 1).astype(np.uint8)
+    return torch.from_numpy(np.packbits(bits.reshape(-1), bitorder="little").copy())
+
+
+def unpack_bits(data: Tensor, width: int, count: int) -> Tensor:
+    """Inverse of :func:`pack_bits`: ``count`` integers (``int64``)."""
+    bits = np.unpackbits(data.numpy(), bitorder="little", count=count * width).reshape(count, width)
+    return torch.from_numpy((bits.astype(np.int64) << np.arange(width, dtype=np.int64)).sum(axis=1))
+
+
+_DCT: dict[int, Tensor] = {}
+
+
+def dct_matrix(n: int = TILE) -> Tensor:
+    """Orthonormal DCT-II matrix ``D`` (``D @ D.T = I``), computed in fp64 and rounded to fp32."""
+    if n not in _DCT:
+        k = torch.arange(n, dtype=torch.float64).unsqueeze(1)
+        i = torch.arange(n, dtype=torch.float64).unsqueeze(0)
+        d = torch.cos(math.pi * (2 * i + 1) * k / (2 * n)) * math.sqrt(2.0 / n)
+        d[0] /= math.sqrt(2.0)
+        _DCT[n] = d.float()
+    return _DCT[n]
+
+
+def _to_chunks(x: Tensor, lay: Layout, cfg: CodecConfig) -> list[tuple[Tensor, int]]:
+    """``[(chunks [m, width], k)]`` for the full chunks and the tail, in the codec's basis."""
+    flat = x.reshape(-1).float()
+    groups: list[tuple[Tensor, int]] = []
+    if lay.full_chunks:
+        groups.append((flat[: lay.full_chunks * cfg.chunk].view(lay.full_chunks, cfg.chunk), lay.k_full))
+    if lay.tail:
+        tail = flat[lay.full_chunks * cfg.chunk :].unsqueeze(0)
+        if cfg.transform == "dct":
+            tail = torch.nn.functional.pad(tail, (0, cfg.chunk - lay.tail))
+        groups.append((tail, lay.k_tail))
+    if cfg.transform == "dct":
+        d = dct_matrix()
+        groups = [((d @ c.view(-1, TILE, TILE) @ d.T).reshape(c.shape[0], -1), k) for c, k in groups]
+    return groups
+
+
+def _from_chunks(groups: list[Tensor], lay: Layout, cfg: CodecConfig) -> Tensor:
+    if cfg.transform == "dct":
+        d = dct_matrix()
+        groups = [(d.T @ c.view(-1, TILE, TILE) @ d).reshape(c.shape[0], -1) for c in groups]
+    return torch.cat([g.reshape(-1) for g in groups])[: lay.numel]
+
+
+def _quantise(v: Tensor, bits: int) -> tuple[Tensor, Tensor]:
+    """Codes ``[m, k]`` and per-row scales of ``v`` at ``bits`` bits."""
+    levels = (1 << bits) - 1
+    scale = v.abs().amax(dim=1)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale)).unsqueeze(1)
+    codes = torch.round((v / safe + 1.0) * (levels / 2.0)).clamp_(0, levels).to(torch.int64)
+    return codes, scale
+
+
+def _dequantise(codes: Tensor, scale: Tensor, bits: int) -> Tensor:
+    levels = (1 << bits) - 1
+    return (codes.float() * (2.0 / levels) - 1.0) * scale.unsqueeze(1)
+
+
+def encode(x: Tensor, cfg: CodecConfig) -> Encoded:
+    """Compress one tensor (any shape, cast to fp32)."""
+    if not bool(torch.isfinite(x).all()):
+        raise CodecError("cannot encode non-finite values")
+    x = x.detach().to("cpu")
+    lay = layout(x.numel(), cfg)
+    idx_parts: list[Tensor] = []
+    val_parts: list[Tensor] = []
+    for chunks, k in _to_chunks(x, lay, cfg):
+        if cfg.name == "topk":
+            idx = chunks.abs().topk(k, dim=1, sorted=False).indices.sort(dim=1).values
+            idx_parts.append(idx)
+            val_parts.append(chunks.gather(1, idx))
+        else:
+            val_parts.append(chunks)
+    fields: dict[str, Tensor] = {}
+    if cfg.name == "topk":
+        fields["idx"] = pack_bits(torch.cat([i.reshape(-1) for i in idx_parts]), index_bits(cfg))
+    if cfg.bits == 32:
+        fields["val"] = torch.cat([v.reshape(-1) for v in val_parts]).contiguous()
+    else:
+        quant = [_quantise(v, cfg.bits) for v in val_parts]
+        fields["val"] = pack_bits(torch.cat([c.reshape(-1) for c, _ in quant]), cfg.bits)
+        fields["scale"] = torch.cat([s for _, s in quant]).contiguous()
+    return Encoded(tuple(x.shape), fields)
+
+
+def check_fields(enc: Encoded, cfg: CodecConfig) -> None:
+    """Raise :class:`CodecError` unless the fields have exactly the dtypes and shapes of ``field_specs``."""
+    specs = field_specs(enc.shape, cfg)
+    if set(enc.fields) != set(specs):
+        raise CodecError(f"fields {sorted(enc.fields)} != {sorted(specs)}")
+    for name, (dtype, shape) in specs.items():
+        t = enc.fields[name]
+        if t.dtype != dtype or tuple(t.shape) != shape:
+            raise CodecError(f"field {name}: {t.dtype} {tuple(t.shape)} != {dtype} {shape}")
+
+
+def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
+    """Decompress to an fp32 tensor of ``enc.shape``. Raises :class:`CodecError` on malformed input."""
+    check_fields(enc, cfg)
+    lay = layout(math.prod(enc.shape), cfg)
+    if cfg.bits == 32:
+        values = enc.fields["val"].float()
+    else:
+        codes = unpack_bits(enc.fields["val"], cfg.bits, lay.kept)
+        scales = enc.fields["scale"].float()
+        if not bool(torch.isfinite(scales).all()) or bool((scales < 0).any()):
+            raise CodecError("scales must be finite and non-negative")
+        parts = []
+        if lay.full_chunks:
+            c = codes[: lay.full_chunks * lay.k_full].view(lay.full_chunks, lay.k_full)
+            parts.append(_dequantise(c, scales[: lay.full_chunks], cfg.bits).reshape(-1))
+        if lay.tail:
+            c = codes[lay.full_chunks * lay.k_full :].view(1, lay.k_tail)
+            parts.append(_dequantise(c, scales[lay.full_chunks :], cfg.bits).reshape(-1))
+        values = torch.cat(parts) if parts else torch.zeros(0)
+    if not bool(torch.isfinite(values).all()):
+        raise CodecError("non-finite values")
+    width_tail = cfg.chunk if cfg.transform == "dct" else lay.tail
+    groups: list[Tensor] = []
+    if cfg.name == "topk":
+        idx = unpack_bits(enc.fields["idx"], index_bits(cfg), lay.kept)
+        pos = 0
+        for m, width, k in (
+            (lay.full_chunks, cfg.chunk, lay.k_full),
+            (1 if lay.tail else 0, width_tail, lay.k_tail),
+        ):
+            if m == 0:
+                continue
+            i = idx[pos : pos + m * k].view(m, k)
+            if bool((i >= width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
+                raise CodecError("indices out of range or not strictly increasing")
+            g = torch.zeros(m, width)
+            g.scatter_(1, i, values[pos : pos + m * k].view(m, k))
+            groups.append(g)
+            pos += m * k
+    else:
+        if lay.full_chunks:
+            groups.append(values[: lay.full_chunks * cfg.chunk].view(lay.full_chunks, cfg.chunk))
+        if lay.tail:
+            tail = values[lay.full_chunks * cfg.chunk :].unsqueeze(0)
+            if cfg.transform == "dct":
+                tail = torch.nn.functional.pad(tail, (0, cfg.chunk - lay.tail))
+            groups.append(tail)
+    return _from_chunks(groups, lay, cfg).view(enc.shape)
+
+
+def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
+    """Per-chunk bound on the round-trip error (L-inf without transform, L2 with DCT); see the module doc."""
+    lay = layout(x.numel(), cfg)
+    out = []
+    levels = (1 << cfg.bits) - 1
+    for chunks, k in _to_chunks(x.detach().to("cpu"), lay, cfg):
+        mags = chunks.abs()
+        if cfg.name == "topk":
+            top = mags.topk(k, dim=1).values
+            s, tau = top[:, 0], top[:, -1]
+        else:
+            s, tau = mags.amax(dim=1), torch.zeros(chunks.shape[0])
+        q = torch.zeros_like(s) if cfg.bits == 32 else s / levels
+        if cfg.transform == "dct":
+            dropped = (
+                (mags.pow(2).sum(dim=1) - mags.topk(k, dim=1).values.pow(2).sum(dim=1)).clamp_min(0).sqrt()
+            )
+            out.append(dropped + math.sqrt(k) * q + DCT_RTOL * mags.pow(2).sum(dim=1).sqrt())
+        else:
+            out.append(torch.maximum(tau, q) if cfg.name == "topk" else q)
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def chunk_errors(x: Tensor, x_hat: Tensor, cfg: CodecConfig) -> Tensor:
+    """Measured per-chunk error in the norm :func:`error_bound` bounds."""
+    lay = layout(x.numel(), cfg)
+    diff = (x_hat.float() - x.float()).reshape(-1)
+    out = []
+    for i in range(lay.n_chunks):
+        seg = diff[i * cfg.chunk : (i + 1) * cfg.chunk]
+        out.append(seg.norm() if cfg.transform == "dct" else seg.abs().max())
+    return torch.stack(out) if out else torch.zeros(0)
+
+
+class ErrorFeedback:
+    """The miner's error-feedback memory, one fp32 buffer per parameter name."""
+
+    def __init__(self, cfg: CodecConfig) -> None:
+        self.cfg = cfg
+        self.buffers: dict[str, Tensor] = {}
+
+    def compress(self, delta: Mapping[str, Tensor]) -> tuple[dict[str, Encoded], dict[str, Tensor]]:
+        """Encode ``ef_beta * e + delta`` per tensor; returns the encodings and what they decode to."""
+        encs: dict[str, Encoded] = {}
+        sent: dict[str, Tensor] = {}
+        for name in sorted(delta):
+            d = delta[name].detach().float()
+            prev = self.buffers.get(name)
+            acc = d.clone() if prev is None else prev * self.cfg.ef_beta + d
+            enc = encode(acc, self.cfg)
+            dec = decode(enc, self.cfg)
+            self.buffers[name] = acc - dec
+            encs[name], sent[name] = enc, dec
+        return encs, sent
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Buffers as ``ef/<name>`` (a miner persists them to resume)."""
+        return {f"ef/{k}": v.clone() for k, v in self.buffers.items()}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        """Restore buffers saved by :meth:`state_dict`."""
+        self.buffers = {k.removeprefix("ef/"): v.clone() for k, v in state.items()}
+
+
+def decode_all(encs: Mapping[str, Encoded], cfg: CodecConfig) -> dict[str, Tensor]:
+    """Decode every tensor of an update."""
+    return {name: decode(e, cfg) for name, e in encs.items()}

@@ -1,0 +1,174 @@
+"""Typed configurations of the training core: model, inner loop, outer step and codec.
+
+Every field has a docstring; every config is a frozen dataclass so that it can be hashed, compared and
+written into a run's record. ``to_dict``/``from_dict`` give a JSON-safe form for the wire and reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from training.errors import ConfigError
+
+Mode = Literal["dense", "moe", "dipaco"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the modular byte-level transformer (see ``training.model``)."""
+
+    mode: Mode = "moe"
+    """``dense`` (one trunk), ``moe`` (each trunk layer's MLP is a routed mixture of experts) or
+    ``dipaco`` (each level is a choice between alternative blocks; a path picks one per level)."""
+    vocab_size: int = 256
+    """Token vocabulary; 256 for the byte-level tokenizer of ``training.data``."""
+    seq_len: int = 64
+    """Context length in tokens (positions are learned, so this is also the maximum)."""
+    d_model: int = 64
+    """Width of the residual stream."""
+    n_heads: int = 4
+    """Attention heads per block (``d_model`` must be divisible by it)."""
+    n_layers: int = 2
+    """Trunk blocks (``dense``/``moe``) or DiPaCo levels (``dipaco``)."""
+    d_ff: int = 128
+    """Hidden width of each MLP (of each expert in ``moe`` mode)."""
+    n_experts: int = 4
+    """Experts per MoE layer (``moe`` mode only)."""
+    top_k: int = 2
+    """Experts each token is routed to (``moe`` mode only)."""
+    aux_loss_coef: float = 0.01
+    """Weight of the Switch-style load-balancing loss (``moe`` mode only)."""
+    n_choices: int = 2
+    """Alternative blocks per DiPaCo level (``dipaco`` mode only); there are ``n_choices ** n_layers``
+    paths."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("dense", "moe", "dipaco"):
+            raise ConfigError(f"unknown model mode {self.mode!r}")
+        if self.d_model % self.n_heads:
+            raise ConfigError("d_model must be divisible by n_heads")
+        if self.mode == "moe" and not 1 <= self.top_k <= self.n_experts:
+            raise ConfigError("top_k must lie in [1, n_experts]")
+        if min(self.vocab_size, self.seq_len, self.d_model, self.n_layers, self.d_ff) < 1:
+            raise ConfigError("model dimensions must be positive")
+        if self.mode == "dipaco" and self.n_choices < 1:
+            raise ConfigError("n_choices must be positive")
+
+
+@dataclass(frozen=True)
+class InnerConfig:
+    """The miner's inner loop: H AdamW steps on its assigned modules (see ``training.inner``)."""
+
+    steps: int = 30
+    """H: inner steps per outer round."""
+    batch_size: int = 8
+    """Sequences per inner step."""
+    lr: float = 3e-3
+    """Peak AdamW learning rate."""
+    warmup_steps: int = 100
+    """Linear warm-up, counted in global inner steps (round * H + step)."""
+    total_steps: int = 3000
+    """Global inner steps of the run; the learning rate decays with a cosine to ``min_lr_ratio * lr``."""
+    min_lr_ratio: float = 0.1
+    """Floor of the cosine schedule as a fraction of ``lr``."""
+    weight_decay: float = 0.1
+    """AdamW decoupled weight decay."""
+    beta1: float = 0.9
+    """AdamW first-moment decay."""
+    beta2: float = 0.95
+    """AdamW second-moment decay."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (0 disables)."""
+    transcript_interval: int = 10
+    """k: the transcript records the state digest (and a snapshot) every k inner steps."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.transcript_interval < 1:
+            raise ConfigError("steps, batch_size and transcript_interval must be positive")
+        if self.lr <= 0:
+            raise ConfigError("lr must be positive")
+
+
+@dataclass(frozen=True)
+class OuterConfig:
+    """The DiLoCo outer step applied per module to the merged pseudo-gradients (see ``training.diloco``)."""
+
+    lr: float = 0.7
+    """Outer learning rate (DiLoCo default 0.7)."""
+    momentum: float = 0.9
+    """Outer momentum (DiLoCo default 0.9); 0 with lr 1 is plain averaging."""
+    nesterov: bool = True
+    """Nesterov momentum (DiLoCo default) rather than heavy-ball."""
+
+    @classmethod
+    def plain_average(cls) -> OuterConfig:
+        """theta_{r+1} = mean of the miners' local models (FedAvg)."""
+        return cls(lr=1.0, momentum=0.0, nesterov=False)
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    """How a miner compresses each pseudo-gradient tensor (see ``training.codecs``)."""
+
+    name: Literal["dense", "topk"] = "topk"
+    """``dense`` sends every value (quantised to ``bits``); ``topk`` sends k values per chunk."""
+    chunk: int = 4096
+    """Values per chunk (a 64x64 tile when ``transform='dct'``; must then be 4096)."""
+    topk: int = 32
+    """Values kept per chunk (``topk`` codec)."""
+    bits: int = 2
+    """Bits per kept value: 2, 4, 8 (uniform, one fp16 scale per chunk) or 32 (raw fp32)."""
+    transform: Literal["none", "dct"] = "none"
+    """``dct``: select and quantise in the 2-D DCT-II basis of 64x64 tiles (DeMo); ``none``: as is."""
+    ef_beta: float = 1.0
+    """Error-feedback decay: the miner accumulates ``e = ef_beta * e + delta`` and sends C(e)."""
+
+    def __post_init__(self) -> None:
+        if self.name not in ("dense", "topk"):
+            raise ConfigError(f"unknown codec {self.name!r}")
+        if self.bits not in (2, 4, 8, 32):
+            raise ConfigError("bits must be 2, 4, 8 or 32")
+        if self.chunk < 1 or not 1 <= self.topk <= self.chunk:
+            raise ConfigError("need 1 <= topk <= chunk")
+        if self.transform not in ("none", "dct"):
+            raise ConfigError(f"unknown transform {self.transform!r}")
+        if self.transform == "dct" and self.name != "topk":
+            raise ConfigError("the dct transform needs the topk codec")
+        if self.transform == "dct" and self.chunk != 4096:
+            raise ConfigError("the dct transform works on 64x64 tiles: chunk must be 4096")
+        if not 0.0 <= self.ef_beta <= 1.0:
+            raise ConfigError("ef_beta must lie in [0, 1]")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A JSON-safe dict of a config dataclass."""
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build ``cls`` from a dict, rejecting unknown fields with :class:`ConfigError`."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = set(data) - names
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} fields: {sorted(unknown)}")
+    return cls(**data)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that fixes a training run's math (handy for simulate/bench)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The model."""
+    inner: InnerConfig = field(default_factory=InnerConfig)
+    """The miners' inner loop."""
+    outer: OuterConfig = field(default_factory=OuterConfig)
+    """The outer step."""
+    codec: CodecConfig = field(default_factory=CodecConfig)
+    """The pseudo-gradient codec."""

@@ -1,0 +1,257 @@
+"""The miner's inner loop (H AdamW steps on its modules) and the transcript validators spot-check.
+
+Determinism: given (checkpoint, assignment, batches, round index, configs) the loop is a fixed sequence
+of torch ops: fresh AdamW state each round (``torch.optim.AdamW``, single-tensor CPU path), learning rate
+``lr_at(global_step)``, gradient clipping over the trained parameters, no dropout. Frozen modules take
+part in the forward pass but are never updated. On one platform and torch build, a replay is
+bit-identical; across platforms, compare with :data:`REPLAY_REL_TOL`.
+
+Transcript: the *state* at inner step s is the trained parameters plus AdamW's moments and step count,
+named ``param/<name>``, ``exp_avg/<name>``, ``exp_avg_sq/<name>`` and ``step``. The transcript holds
+``state_digest(state)`` at s = 0, k, 2k, ... and at s = H, and (if asked) the states themselves, which
+the miner serves so a validator can :func:`replay_segment` from s to the next recorded step and compare.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from training.assignment import Assignment
+from training.config import InnerConfig, ModelConfig
+from training.digest import state_digest
+from training.errors import ReplayError
+from training.model import TesseraModel, build_model, lm_loss, load_params, module_params
+
+REPLAY_REL_TOL = 1e-4
+"""Cross-platform replay tolerance: every tensor of a replayed state must satisfy
+``||a - b||_2 <= REPLAY_REL_TOL * max(||b||_2, 1e-12)`` (the same platform gives 0)."""
+
+
+def lr_at(cfg: InnerConfig, global_step: int) -> float:
+    """Inner learning rate at a global step: linear warm-up, then cosine decay to ``min_lr_ratio * lr``."""
+    if global_step < cfg.warmup_steps:
+        return cfg.lr * (global_step + 1) / cfg.warmup_steps
+    span = max(1, cfg.total_steps - cfg.warmup_steps)
+    t = min(1.0, (global_step - cfg.warmup_steps) / span)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+@dataclass
+class Transcript:
+    """State digests every k inner steps (and optionally the states) of one miner's round."""
+
+    interval: int
+    """k."""
+    steps: list[int] = field(default_factory=list)
+    """Inner steps at which the state was recorded (0, k, 2k, ..., H)."""
+    digests: list[bytes] = field(default_factory=list)
+    """``state_digest`` of the state at each recorded step."""
+    states: dict[int, dict[str, Tensor]] = field(default_factory=dict)
+    """The recorded states by step (empty unless ``keep_states``)."""
+
+    def segment_end(self, start: int) -> int:
+        """The recorded step after ``start``."""
+        i = self.steps.index(start)
+        if i + 1 >= len(self.steps):
+            raise ReplayError(f"no recorded step after {start}")
+        return self.steps[i + 1]
+
+
+@dataclass
+class InnerResult:
+    """What the inner loop returns."""
+
+    params: dict[str, Tensor]
+    """theta_local of the trained modules (detached copies)."""
+    transcript: Transcript
+    """Digests (and states) every k steps."""
+    losses: list[float]
+    """Training loss (cross-entropy, without aux) of each step."""
+    tokens: int
+    """Tokens consumed (steps * batch * seq)."""
+
+
+def _optimizer(cfg: InnerConfig, params: dict[str, torch.nn.Parameter]) -> torch.optim.AdamW:
+    decay = [p for n, p in params.items() if p.dim() >= 2]
+    no_decay = [p for n, p in params.items() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        [g for g in groups if g["params"]],
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.eps,
+        foreach=False,
+    )
+
+
+def _capture(params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, step: int) -> dict[str, Tensor]:
+    state: dict[str, Tensor] = {"step": torch.tensor(step, dtype=torch.int64)}
+    for name, p in params.items():
+        state[f"param/{name}"] = p.detach().clone()
+        st = opt.state.get(p)
+        state[f"exp_avg/{name}"] = st["exp_avg"].clone() if st else torch.zeros_like(p)
+        state[f"exp_avg_sq/{name}"] = st["exp_avg_sq"].clone() if st else torch.zeros_like(p)
+    return state
+
+
+def _restore(
+    params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, state: Mapping[str, Tensor]
+) -> int:
+    expected = {"step"} | {f"{k}/{n}" for n in params for k in ("param", "exp_avg", "exp_avg_sq")}
+    if set(state) != expected:
+        raise ReplayError("snapshot names do not match the assignment's parameters")
+    step = int(state["step"])
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(state[f"param/{name}"])
+            if step > 0:
+                opt.state[p] = {
+                    "step": torch.tensor(float(step)),
+                    "exp_avg": state[f"exp_avg/{name}"].clone(),
+                    "exp_avg_sq": state[f"exp_avg_sq/{name}"].clone(),
+                }
+    return step
+
+
+def _setup(
+    model_cfg: ModelConfig,
+    inner_cfg: InnerConfig,
+    checkpoint: Mapping[str, Tensor],
+    assignment: Assignment,
+    model: TesseraModel | None,
+) -> tuple[TesseraModel, dict[str, torch.nn.Parameter], torch.optim.AdamW]:
+    if model is None:
+        model = build_model(model_cfg)
+    load_params(model, checkpoint)
+    trained = set(module_params(dict(model.named_parameters()), assignment.module_ids))
+    params: dict[str, torch.nn.Parameter] = {}
+    for name, p in model.named_parameters():
+        p.requires_grad_(name in trained)
+        if name in trained:
+            params[name] = p
+    model.train()
+    return model, params, _optimizer(inner_cfg, params)
+
+
+def _steps(
+    model: TesseraModel,
+    params: dict[str, torch.nn.Parameter],
+    opt: torch.optim.AdamW,
+    inner_cfg: InnerConfig,
+    assignment: Assignment,
+    batches: Tensor,
+    first: int,
+    last: int,
+    round_index: int,
+    transcript: Transcript | None,
+    keep_states: bool,
+) -> list[float]:
+    losses: list[float] = []
+    plist = list(params.values())
+    for s in range(first, last):
+        lr = lr_at(inner_cfg, round_index * inner_cfg.steps + s)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ce, total = lm_loss(model, batches[s], assignment.path)
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        if inner_cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(plist, inner_cfg.grad_clip, foreach=False)
+        opt.step()
+        losses.append(ce.item())
+        done = s + 1
+        if transcript is not None and (done % inner_cfg.transcript_interval == 0 or done == inner_cfg.steps):
+            state = _capture(params, opt, done)
+            transcript.steps.append(done)
+            transcript.digests.append(state_digest(state))
+            if keep_states:
+                transcript.states[done] = state
+    return losses
+
+
+def train_inner(
+    model_cfg: ModelConfig,
+    inner_cfg: InnerConfig,
+    checkpoint: Mapping[str, Tensor],
+    assignment: Assignment,
+    batches: Tensor,
+    round_index: int,
+    keep_states: bool = False,
+    model: TesseraModel | None = None,
+) -> InnerResult:
+    """Run ``inner_cfg.steps`` AdamW steps on the assigned modules from ``checkpoint`` (all parameters).
+
+    ``batches`` is ``[H, B, T+1]`` (see ``training.data.miner_batches``); ``model`` may be passed to reuse
+    its storage (its parameters are overwritten with the checkpoint).
+    """
+    if batches.shape[0] < inner_cfg.steps:
+        raise ReplayError(f"need {inner_cfg.steps} batches, got {batches.shape[0]}")
+    model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model)
+    transcript = Transcript(inner_cfg.transcript_interval)
+    state0 = _capture(params, opt, 0)
+    transcript.steps.append(0)
+    transcript.digests.append(state_digest(state0))
+    if keep_states:
+        transcript.states[0] = state0
+    losses = _steps(
+        model,
+        params,
+        opt,
+        inner_cfg,
+        assignment,
+        batches,
+        0,
+        inner_cfg.steps,
+        round_index,
+        transcript,
+        keep_states,
+    )
+    out = {n: p.detach().clone() for n, p in params.items()}
+    tokens = inner_cfg.steps * batches.shape[1] * (batches.shape[2] - 1)
+    return InnerResult(out, transcript, losses, tokens)
+
+
+def replay_segment(
+    model_cfg: ModelConfig,
+    inner_cfg: InnerConfig,
+    checkpoint: Mapping[str, Tensor],
+    assignment: Assignment,
+    batches: Tensor,
+    round_index: int,
+    start_state: Mapping[str, Tensor],
+    end_step: int,
+    model: TesseraModel | None = None,
+) -> dict[str, Tensor]:
+    """Recompute the transcript state at ``end_step`` from the served state at its ``step``.
+
+    A validator calls it with the round's checkpoint, the miner's assignment and batches (which it
+    recomputes), a served start state whose digest is in the transcript, and the next recorded step; it
+    then checks ``state_digest(result)`` against the transcript (or :func:`states_close` across platforms).
+    """
+    model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model)
+    start = _restore(params, opt, start_state)
+    if not 0 <= start < end_step <= inner_cfg.steps:
+        raise ReplayError(f"bad segment {start}..{end_step} for H={inner_cfg.steps}")
+    _steps(model, params, opt, inner_cfg, assignment, batches, start, end_step, round_index, None, False)
+    return _capture(params, opt, end_step)
+
+
+def states_close(a: Mapping[str, Tensor], b: Mapping[str, Tensor], rel_tol: float = REPLAY_REL_TOL) -> bool:
+    """Whether two states have the same names and shapes and every tensor is within ``rel_tol`` (L2)."""
+    if set(a) != set(b):
+        return False
+    for k in a:
+        x, y = a[k].double(), b[k].double()
+        if x.shape != y.shape:
+            return False
+        if torch.linalg.vector_norm(x - y) > rel_tol * max(float(torch.linalg.vector_norm(y)), 1e-12):
+            return False
+    return True

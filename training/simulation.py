@@ -1,0 +1,227 @@
+"""One-process rounds of N miners and the synchronous data-parallel baseline, for simulate and bench.
+
+Pure math like the rest of ``training``: no clock, no files. What crosses the wire is left to the caller
+through ``transport``: a function that receives each miner's encoded update and returns what arrives
+(``tessera simulate`` passes one that goes through ``protocol.update``'s bytes and counts them).
+
+A round of :class:`Simulation`: the round seed fixes the assignments; each miner (in address order) draws
+its batches, runs the inner loop from theta_r, takes its pseudo-gradient, compresses it with its error
+feedback (or sends fp32 when the codec is ``None``); the merge averages each parameter over the miners
+that trained it; the outer optimizer steps. :class:`Baseline` runs the same model on the same batches
+synchronously: at every inner step one AdamW step on the concatenation of all miners' batches, which is
+what data-parallel training with an fp32 gradient all-reduce computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from training.assignment import Assignment, assign
+from training.codecs import Encoded, ErrorFeedback, encoded_bits
+from training.config import RunConfig
+from training.data import Dataset, eval_windows, miner_batches
+from training.diloco import OuterOptimizer, merge, pseudo_gradient
+from training.inner import InnerResult, lr_at, train_inner
+from training.model import TesseraModel, all_paths, build_model, lm_loss, load_params, param_state
+
+Transport = Callable[
+    [int, Assignment, dict[str, Encoded] | None, dict[str, Tensor], InnerResult],
+    tuple[dict[str, Tensor], int],
+]
+"""``(round, assignment, encodings or None, decoded delta, inner result) -> (delta received, bytes sent)``."""
+
+
+def round_seed(run_seed: int, round_index: int) -> bytes:
+    """The simulated chain's seed of a round."""
+    return hashlib.sha256(b"tessera.sim.round\0" + struct.pack("<QQ", run_seed, round_index)).digest()
+
+
+def evaluate(
+    model: TesseraModel, ds: Dataset, seq_len: int, max_windows: int = 256, batch: int = 64
+) -> float:
+    """Mean held-out cross-entropy (nats/byte); in ``dipaco`` mode each path on its routed documents."""
+    cfg = model.cfg
+    if cfg.mode == "dipaco":
+        paths = all_paths(cfg)
+        sets: list[tuple[tuple[int, ...] | None, Tensor]] = [
+            (p, eval_windows(ds.path_heldout[g], seq_len, max(1, max_windows // len(paths))))
+            for g, p in enumerate(paths)
+        ]
+    else:
+        sets = [(None, eval_windows(ds.heldout, seq_len, max_windows))]
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for path, win in sets:
+            for i in range(0, win.shape[0], batch):
+                b = win[i : i + batch]
+                ce, _ = lm_loss(model, b, path)
+                total += float(ce) * b.shape[0]
+                count += b.shape[0]
+    model.train(was_training)
+    return total / count
+
+
+def fp32_bits(delta: dict[str, Tensor]) -> int:
+    """Bits of an uncompressed fp32 pseudo-gradient."""
+    return 32 * sum(t.numel() for t in delta.values())
+
+
+@dataclass
+class RoundStats:
+    """Figures of one outer round."""
+
+    round: int
+    """Round index."""
+    eval_loss: float
+    """Held-out loss of theta_{r+1} (NaN when not evaluated this round)."""
+    train_loss: float
+    """Mean inner-loop loss over miners and steps."""
+    bytes_sent: int
+    """Bytes all miners sent this round (as counted by the transport)."""
+    payload_bits_per_param_step: float
+    """Codec payload bits per trained parameter per inner step, averaged over miners."""
+    tokens: int
+    """Training tokens this round (all miners)."""
+
+
+class Simulation:
+    """N miners training one model with compressed DiLoCo, in one process."""
+
+    def __init__(
+        self,
+        run: RunConfig,
+        ds: Dataset,
+        miners: Sequence[str],
+        run_seed: int = 0,
+        compress: bool = True,
+        experts_per_miner: int | None = None,
+        transport: Transport | None = None,
+    ) -> None:
+        self.run = run
+        self.ds = ds
+        self.miners = sorted(miners)
+        self.run_seed = run_seed
+        self.compress = compress
+        self.experts_per_miner = experts_per_miner
+        self.transport = transport
+        self.model = build_model(run.model, run_seed)
+        self.params = param_state(self.model)
+        self.outer = OuterOptimizer(run.outer)
+        self.feedback = {m: ErrorFeedback(run.codec) for m in self.miners}
+
+    def assignments(self, round_index: int) -> dict[str, Assignment]:
+        """The round's assignments."""
+        return assign(
+            round_seed(self.run_seed, round_index), self.miners, self.run.model, self.experts_per_miner
+        )
+
+    def batches(self, round_index: int, a: Assignment) -> Tensor:
+        """A miner's batches for a round."""
+        inner = self.run.inner
+        seed = round_seed(self.run_seed, round_index)
+        return miner_batches(self.ds, seed, a, inner.steps, inner.batch_size, self.run.model.seq_len)
+
+    def step(self, round_index: int, evaluate_after: bool = True) -> RoundStats:
+        """Run one outer round and move ``self.params`` to theta_{r+1}."""
+        contributions: list[tuple[float, dict[str, Tensor]]] = []
+        sent_bytes, bits, losses, tokens = 0, [], [], 0
+        for miner, a in sorted(self.assignments(round_index).items()):
+            res = train_inner(
+                self.run.model,
+                self.run.inner,
+                self.params,
+                a,
+                self.batches(round_index, a),
+                round_index,
+                model=self.model,
+            )
+            delta = pseudo_gradient(self.params, res.params)
+            encs: dict[str, Encoded] | None = None
+            if self.compress:
+                encs, delta = self.feedback[miner].compress(delta)
+                payload = sum(encoded_bits(e.shape, self.run.codec) for e in encs.values())
+            else:
+                payload = fp32_bits(delta)
+            numel = sum(t.numel() for t in delta.values())
+            bits.append(payload / numel / self.run.inner.steps)
+            if self.transport is not None:
+                delta, nbytes = self.transport(round_index, a, encs, delta, res)
+            else:
+                nbytes = payload // 8
+            sent_bytes += nbytes
+            contributions.append((1.0, delta))
+            losses.extend(res.losses)
+            tokens += res.tokens
+        self.params = self.outer.step(self.params, merge(contributions))
+        loss = float("nan")
+        if evaluate_after:
+            load_params(self.model, self.params)
+            loss = evaluate(self.model, self.ds, self.run.model.seq_len)
+        return RoundStats(
+            round_index, loss, sum(losses) / len(losses), sent_bytes, sum(bits) / len(bits), tokens
+        )
+
+
+class Baseline:
+    """Synchronous data-parallel training on exactly the batches the simulation's miners draw."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.model = build_model(sim.run.model, sim.run_seed)
+        inner = sim.run.inner
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        rest = [p for p in self.model.parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": inner.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+            lr=inner.lr,
+            betas=(inner.beta1, inner.beta2),
+            eps=inner.eps,
+            foreach=False,
+        )
+
+    def step(self, round_index: int, evaluate_after: bool = True) -> RoundStats:
+        """H synchronous steps on the round's batches of all miners."""
+        sim, inner = self.sim, self.sim.run.inner
+        groups = [
+            (a.path, sim.batches(round_index, a)) for _, a in sorted(sim.assignments(round_index).items())
+        ]
+        n_total = sum(b.shape[1] for _, b in groups)
+        losses, tokens = [], 0
+        params = list(self.model.parameters())
+        for s in range(inner.steps):
+            for g in self.opt.param_groups:
+                g["lr"] = lr_at(inner, round_index * inner.steps + s)
+            self.opt.zero_grad(set_to_none=True)
+            merged = _merge_by_path(groups, s)
+            loss_sum = 0.0
+            total = torch.zeros(())
+            for path, batch in merged:
+                ce, tot = lm_loss(self.model, batch, path)
+                total = total + tot * (batch.shape[0] / n_total)
+                loss_sum += float(ce.detach()) * batch.shape[0] / n_total
+            total.backward()
+            if inner.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, inner.grad_clip, foreach=False)
+            self.opt.step()
+            losses.append(loss_sum)
+            tokens += n_total * (sim.run.model.seq_len)
+        numel = sum(p.numel() for p in params)
+        loss = evaluate(self.model, sim.ds, sim.run.model.seq_len) if evaluate_after else float("nan")
+        return RoundStats(round_index, loss, sum(losses) / len(losses), 4 * numel * inner.steps, 32.0, tokens)
+
+
+def _merge_by_path(
+    groups: list[tuple[tuple[int, ...] | None, Tensor]], step: int
+) -> list[tuple[tuple[int, ...] | None, Tensor]]:
+    by_path: dict[tuple[int, ...] | None, list[Tensor]] = {}
+    for path, b in groups:
+        by_path.setdefault(path, []).append(b[step])
+    return [(p, torch.cat(bs)) for p, bs in by_path.items()]
