@@ -1,5 +1,21 @@
-"""Exception root of the miner package."""
+"""Exception root of the miner package and its typed failures."""
 
 
 class MinerError(Exception):
     """Root of every error raised by ``miner``."""
+
+
+class MinerConfigError(MinerError):
+    """The miner's configuration (file, environment, flags, key) is unusable."""
+
+
+class MinerStateError(MinerError):
+    """The on-disk state is unreadable or inconsistent."""
+
+
+class CheckpointUnavailableError(MinerError):
+    """The round's checkpoint could not be fetched from any peer, or did not match its certified digest."""
+
+
+class CommitDeadlineMissedError(MinerError):
+    """The update was ready after the commit phase had closed."""

@@ -187,9 +187,9 @@ class BlobStore:
         """Where the blob ``digest`` lives."""
         return self.root / check_digest_str(digest).removeprefix("0x")
 
-    def put(self, data: bytes, digest: str | None = None) -> str:
+    def put(self, data: bytes, digest: str | None = None, digest_fn: DigestFn | None = None) -> str:
         """Store ``data`` (under ``digest`` if given, which is checked) and return its digest."""
-        d = self.digest_fn(data)
+        d = (digest_fn or self.digest_fn)(data)
         if digest is not None and digest.removeprefix("0x") != d.removeprefix("0x"):
             raise DigestMismatchError(f"blob hashes to {d}, not {digest}")
         key = digest or d

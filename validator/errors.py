@@ -1,5 +1,21 @@
-"""Exception root of the validator package."""
+"""Exception root of the validator package and its typed failures."""
 
 
 class ValidatorError(Exception):
     """Root of every error raised by ``validator``."""
+
+
+class ValidatorConfigError(ValidatorError):
+    """The validator's configuration (file, environment, flags, key) is unusable."""
+
+
+class ValidatorStateError(ValidatorError):
+    """The on-disk state is unreadable or inconsistent."""
+
+
+class MergeFailedError(ValidatorError):
+    """The accepted updates could not be merged into a checkpoint."""
+
+
+class CertificationError(ValidatorError):
+    """The new checkpoint could not be certified (too few signatures, bad signature)."""

@@ -1,0 +1,86 @@
+"""Miner behaviours: the honest default and the hook adversarial modes plug into.
+
+A :class:`Behaviour` is consulted at each decision of a round; every method's default is the honest
+action, so a mode overrides only what it changes (issue 6 adds free riders, lazy miners, copiers,
+replayers, poisoners and forgers as subclasses and registers them with :func:`register`). The hook points,
+in round order:
+
+- ``batches``: the token batches the miner trains on (a lazy miner trains on other data);
+- ``pseudo_gradient``: the per-parameter delta before compression (poisoners scale or flip it);
+- ``update_bytes``: the encoded update before its digest is committed (a copier substitutes another's);
+- ``should_commit``: whether to commit at all;
+- ``served_update``: the bytes served after the deadline (a replayer serves something else);
+- ``evidence``: the TEE evidence served (a forger tampers with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from miner.errors import MinerConfigError
+
+
+@dataclass
+class RoundContext:
+    """What a behaviour may look at when deciding."""
+
+    round: int
+    miner: str
+    modules: tuple[str, ...]
+    inner_steps: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Behaviour:
+    """The honest miner. Subclass and override to build an adversarial mode."""
+
+    name = "honest"
+
+    def batches(self, ctx: RoundContext, batches: Tensor) -> Tensor:
+        """The batches to train on (honest: the assigned ones)."""
+        return batches
+
+    def pseudo_gradient(self, ctx: RoundContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The delta to compress and send (honest: the true one)."""
+        return delta
+
+    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+        """The encoded update to commit (honest: as built)."""
+        return data
+
+    def should_commit(self, ctx: RoundContext) -> bool:
+        """Whether to commit this round (honest: yes)."""
+        return True
+
+    def served_update(self, ctx: RoundContext, data: bytes) -> bytes:
+        """The update bytes served after the deadline (honest: the committed ones)."""
+        return data
+
+    def evidence(self, ctx: RoundContext, evidence: bytes | None) -> bytes | None:
+        """TEE evidence to serve (honest: as produced)."""
+        return evidence
+
+
+_REGISTRY: dict[str, Callable[[], Behaviour]] = {"honest": Behaviour}
+
+
+def register(name: str, factory: Callable[[], Behaviour]) -> None:
+    """Make a behaviour selectable by name (``--behaviour NAME``)."""
+    _REGISTRY[name] = factory
+
+
+def available() -> list[str]:
+    """Registered behaviour names."""
+    return sorted(_REGISTRY)
+
+
+def make_behaviour(name: str) -> Behaviour:
+    """Instantiate a registered behaviour."""
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise MinerConfigError(f"unknown miner behaviour {name!r}; choose from {available()}") from None

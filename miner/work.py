@@ -1,0 +1,137 @@
+"""One round of a miner's work, with no I/O: assignment, batches, inner loop, pseudo-gradient, codec, update.
+
+:func:`build_update` is called by the node with the checkpoint it fetched and the residual it stored; it
+returns the encoded update, its digest and what the miner must keep to serve (transcript snapshots) and
+to persist (the new error-feedback residual). :func:`transcript_state` regenerates any transcript state
+from the nearest kept snapshot, so a miner need not store every step's state to answer a validator.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from miner.behaviour import Behaviour, RoundContext
+from protocol.runspec import RunSpec
+from protocol.update import Update, encode_update, make_header, update_digest
+from training.assignment import Assignment, assign
+from training.codecs import ErrorFeedback
+from training.data import Dataset, miner_batches
+from training.diloco import pseudo_gradient
+from training.inner import replay_segment, train_inner
+
+
+@dataclass
+class BuiltUpdate:
+    """The result of a round's work."""
+
+    round: int
+    assignment: Assignment
+    update: bytes
+    """Encoded update (protocol.update)."""
+    digest: bytes
+    """SHA-256 of ``update`` (32 bytes): what the miner commits to."""
+    transcript_steps: list[int]
+    transcript_digests: list[bytes]
+    snapshots: dict[int, dict[str, Tensor]]
+    """Transcript states kept (every ``snapshot_every`` recorded steps, plus the first and last)."""
+    ef_state: dict[str, Tensor]
+    """The error-feedback residual after this update (persist before committing)."""
+    losses: list[float]
+    tokens: int
+    train_seconds: float
+
+
+def assignment_for(spec: RunSpec, assign_seed: bytes, registry: Sequence[str], miner: str) -> Assignment:
+    """This miner's assignment for the round."""
+    return assign(assign_seed, list(registry), spec.model, spec.experts_per_miner)[miner]
+
+
+def round_batches(spec: RunSpec, ds: Dataset, assign_seed: bytes, a: Assignment) -> Tensor:
+    """The miner's batches for the round."""
+    return miner_batches(ds, assign_seed, a, spec.inner.steps, spec.inner.batch_size, spec.model.seq_len)
+
+
+def build_update(
+    spec: RunSpec,
+    ds: Dataset,
+    *,
+    round: int,
+    miner: str,
+    checkpoint: Mapping[str, Tensor],
+    checkpoint_digest: bytes,
+    assign_seed: bytes,
+    registry: Sequence[str],
+    ef_state: Mapping[str, Tensor],
+    behaviour: Behaviour,
+    snapshot_every: int = 10,
+) -> BuiltUpdate:
+    """Train the round's assignment and package the compressed update."""
+    a = assignment_for(spec, assign_seed, registry, miner)
+    ctx = RoundContext(round, miner, a.module_ids, spec.inner.steps)
+    batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
+    t0 = time.perf_counter()
+    res = train_inner(spec.model, spec.inner, checkpoint, a, batches, round, keep_states=True)
+    train_s = time.perf_counter() - t0
+    tr = res.transcript
+    keep = {s for i, s in enumerate(tr.steps) if i % max(1, snapshot_every) == 0} | {
+        tr.steps[0],
+        tr.steps[-1],
+    }
+    snapshots = {s: tr.states[s] for s in sorted(keep)}
+    delta = behaviour.pseudo_gradient(ctx, pseudo_gradient(checkpoint, res.params))
+    ef = ErrorFeedback(spec.codec)
+    ef.load_state_dict(ef_state)
+    encs, _sent = ef.compress(delta)
+    header = make_header(
+        round,
+        miner,
+        a.module_ids,
+        encs,
+        spec.codec,
+        checkpoint_digest,
+        tr.interval,
+        tr.steps,
+        tr.digests,
+        res.tokens,
+    )
+    data = behaviour.update_bytes(ctx, encode_update(Update(header, encs)))
+    return BuiltUpdate(
+        round=round,
+        assignment=a,
+        update=data,
+        digest=update_digest(data),
+        transcript_steps=list(tr.steps),
+        transcript_digests=list(tr.digests),
+        snapshots=snapshots,
+        ef_state=ef.state_dict(),
+        losses=res.losses,
+        tokens=res.tokens,
+        train_seconds=train_s,
+    )
+
+
+def transcript_state(
+    spec: RunSpec,
+    ds: Dataset,
+    *,
+    round: int,
+    checkpoint: Mapping[str, Tensor],
+    assign_seed: bytes,
+    assignment: Assignment,
+    snapshots: Mapping[int, Mapping[str, Tensor]],
+    step: int,
+) -> dict[str, Tensor]:
+    """The transcript state at ``step``: a kept snapshot, or a replay from the nearest earlier one."""
+    if step in snapshots:
+        return {k: v.clone() for k, v in snapshots[step].items()}
+    base = max((s for s in snapshots if s < step), default=None)
+    if base is None:
+        raise KeyError(step)
+    batches = round_batches(spec, ds, assign_seed, assignment)
+    return replay_segment(
+        spec.model, spec.inner, checkpoint, assignment, batches, round, snapshots[base], step
+    )

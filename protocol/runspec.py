@@ -1,0 +1,115 @@
+"""The run specification both roles must share to compute identically: configs, corpus, genesis.
+
+A ``run.json`` (written by ``tessera devnet`` or by whoever launches a run) fixes the model, inner loop,
+outer step and codec (``training.config``), the corpus, and the seed of the genesis checkpoint theta_0.
+Miners and validators load it once at start; its digest (:meth:`RunSpec.digest`) identifies the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from protocol.canonical import dumps_canonical
+from protocol.errors import ProtocolError
+from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, from_dict, to_dict
+from training.errors import TrainingError
+
+
+class RunSpecError(ProtocolError):
+    """A run specification is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that fixes a run's math."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    inner: InnerConfig = field(default_factory=InnerConfig)
+    outer: OuterConfig = field(default_factory=OuterConfig)
+    codec: CodecConfig = field(default_factory=CodecConfig)
+    experts_per_miner: int | None = None
+    """MoE experts per miner per layer (None: the model's top_k)."""
+    corpus: str = "bundled"
+    """``bundled`` or a path to a JSONL corpus."""
+    genesis_seed: int = 0
+    """Seed of theta_0 (``training.model.build_model``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "model": to_dict(self.model),
+            "inner": to_dict(self.inner),
+            "outer": to_dict(self.outer),
+            "codec": to_dict(self.codec),
+            "experts_per_miner": self.experts_per_miner,
+            "corpus": self.corpus,
+            "genesis_seed": self.genesis_seed,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> RunSpec:
+        """Parse; :class:`RunSpecError` on unknown or invalid fields."""
+        try:
+            extra = set(doc) - {
+                "model",
+                "inner",
+                "outer",
+                "codec",
+                "experts_per_miner",
+                "corpus",
+                "genesis_seed",
+            }
+            if extra:
+                raise RunSpecError(f"unknown run spec fields {sorted(extra)}")
+            return cls(
+                model=from_dict(ModelConfig, doc.get("model", {})),
+                inner=from_dict(InnerConfig, doc.get("inner", {})),
+                outer=from_dict(OuterConfig, doc.get("outer", {})),
+                codec=from_dict(CodecConfig, doc.get("codec", {})),
+                experts_per_miner=doc.get("experts_per_miner"),
+                corpus=str(doc.get("corpus", "bundled")),
+                genesis_seed=int(doc.get("genesis_seed", 0)),
+            )
+        except (TrainingError, TypeError, ValueError) as exc:
+            raise RunSpecError(f"invalid run spec: {exc}") from exc
+
+    def digest(self) -> str:
+        """SHA-256 over the canonical JSON (floats as their repr)."""
+        return hashlib.sha256(
+            dumps_canonical(json.loads(json.dumps(self.to_json()), parse_float=repr))
+        ).hexdigest()
+
+    def save(self, path: str | Path) -> None:
+        """Write as JSON."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=1, sort_keys=True))
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunSpec:
+        """Read a ``run.json``."""
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as exc:
+            raise RunSpecError(f"cannot read run spec {path}: {exc}") from exc
+
+    def genesis_params(self) -> dict[str, Tensor]:
+        """theta_0."""
+        from training.model import build_model, param_state
+
+        return param_state(build_model(self.model, seed=self.genesis_seed))
+
+    def load_corpus(self) -> Any:
+        """The run's corpus (``training.corpus.Corpus``)."""
+        from training.corpus import load_bundled_corpus, parse_corpus
+
+        if self.corpus == "bundled":
+            return load_bundled_corpus()
+        try:
+            return parse_corpus(Path(self.corpus).read_bytes(), "jsonl", Path(self.corpus).stem)
+        except OSError as exc:
+            raise RunSpecError(f"cannot read corpus {self.corpus}: {exc}") from exc

@@ -1,0 +1,117 @@
+"""Loading a node's typed config: defaults < TOML file < environment < command-line flags.
+
+A role's config is a frozen dataclass of plain fields (str, int, float, bool, Path, tuple of str and
+``X | None`` of those). :func:`load_settings` fills it from, in increasing priority, the dataclass
+defaults, a TOML table, ``{PREFIX}{FIELD}`` environment variables (upper case), and explicit overrides
+(the CLI flags that were given). Unknown TOML keys and unparsable values are :class:`SettingsError`.
+Secrets are never read from the TOML file: fields named in ``secret_fields`` come from the environment
+only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from protocol.errors import ProtocolError
+
+T = TypeVar("T")
+
+
+class SettingsError(ProtocolError):
+    """A config file, environment variable or flag is invalid."""
+
+
+def _coerce(name: str, tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or value == "":
+            return None
+        return _coerce(name, args[0], value)
+    if origin is tuple:
+        (inner, *_rest) = typing.get_args(tp) or (str,)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise SettingsError(f"{name}: expected a list, got {value!r}")
+        return tuple(_coerce(name, inner, v) for v in value)
+    try:
+        if tp is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if tp is int:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if tp is float:
+            return float(value)
+        if tp is Path:
+            return Path(str(value)).expanduser()
+        if tp is str:
+            if not isinstance(value, str | int | float):
+                raise ValueError(value)
+            return str(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{name}: cannot read {value!r} as {getattr(tp, '__name__', tp)}") from exc
+    return value
+
+
+def load_settings(
+    cls: type[T],
+    *,
+    toml_path: str | Path | None = None,
+    table: str | None = None,
+    env: Mapping[str, str] | None = None,
+    env_prefix: str = "",
+    overrides: Mapping[str, Any] | None = None,
+    secret_fields: tuple[str, ...] = (),
+) -> T:
+    """Build ``cls`` from defaults, a TOML file (optionally one ``[table]`` of it), env and overrides."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    if toml_path is not None:
+        try:
+            doc = tomllib.loads(Path(toml_path).read_text())
+        except OSError as exc:
+            raise SettingsError(f"cannot read config file {toml_path}: {exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {toml_path} is not valid TOML: {exc}") from exc
+        if table is not None:
+            doc = doc.get(table, {})
+            if not isinstance(doc, dict):
+                raise SettingsError(f"[{table}] in {toml_path} must be a table")
+        unknown = set(doc) - set(fields)
+        if unknown:
+            raise SettingsError(f"unknown keys in {toml_path}: {sorted(unknown)}")
+        secret = set(doc) & set(secret_fields)
+        if secret:
+            raise SettingsError(f"{sorted(secret)} must come from the environment, not a file")
+        values.update(doc)
+    environ = os.environ if env is None else env
+    for name in fields:
+        key = f"{env_prefix}{name.upper()}"
+        if key in environ:
+            values[name] = environ[key]
+    for name, value in (overrides or {}).items():
+        if name not in fields:
+            raise SettingsError(f"unknown setting {name!r}")
+        if value is not None:
+            values[name] = value
+    out = {name: _coerce(name, hints[name], v) for name, v in values.items()}
+    try:
+        return cls(**out)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"invalid {cls.__name__}: {exc}") from exc

@@ -1,0 +1,76 @@
+"""The validator's on-disk state: verdicts, score salts, what was committed/revealed/certified, checkpoints.
+
+Layout under ``data_dir``::
+
+    state.json   per round: verdicts (with evidence), scores, salt, score_committed, score_revealed,
+                 merged checkpoint digest, certified
+    blobs/       checkpoints (params + outer momentum, safetensors) by digest, served to peers
+
+Rules: verdicts are written as soon as they are reached (a restart does not re-fetch what it judged);
+scores and their salt are written *before* the score commitment is sent, so a restart reveals exactly
+what was committed; ``score_revealed`` is checked against the chain before any reveal, so nothing is
+revealed twice. Every write is atomic.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from protocol.transfer import BlobStore, atomic_write
+from validator.errors import ValidatorStateError
+
+
+class ValidatorState:
+    """Durable per-round records and the checkpoint store."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.dir = Path(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.blobs = BlobStore(self.dir / "blobs")
+        self._file = self.dir / "state.json"
+        self._doc: dict[str, Any] = {"version": 1, "rounds": {}, "checkpoints": {}}
+        if self._file.exists():
+            try:
+                doc = json.loads(self._file.read_text())
+            except (OSError, ValueError) as exc:
+                raise ValidatorStateError(f"cannot read {self._file}: {exc}") from exc
+            if not isinstance(doc, dict) or doc.get("version") != 1:
+                raise ValidatorStateError(f"{self._file} is not a validator state file")
+            self._doc = doc
+
+    def _save(self) -> None:
+        atomic_write(self._file, json.dumps(self._doc, sort_keys=True, indent=1).encode())
+
+    def round(self, r: int) -> dict[str, Any]:
+        """The round's record (created empty on first use)."""
+        return self._doc["rounds"].setdefault(str(r), {"verdicts": {}})
+
+    def rounds(self) -> dict[int, dict[str, Any]]:
+        """All round records."""
+        return {int(k): v for k, v in self._doc["rounds"].items()}
+
+    def set(self, r: int, **fields: Any) -> None:
+        """Store fields on a round's record, durably."""
+        self.round(r).update(fields)
+        self._save()
+
+    def verdict(self, r: int, miner: str) -> dict[str, Any] | None:
+        """A stored verdict."""
+        v = self.round(r)["verdicts"].get(miner)
+        return dict(v) if v is not None else None
+
+    def put_verdict(self, r: int, miner: str, verdict: dict[str, Any]) -> None:
+        """Store a verdict durably."""
+        self.round(r)["verdicts"][miner] = verdict
+        self._save()
+
+    def put_checkpoint(self, round: int, digest: str) -> None:
+        """Remember that ``digest`` (stored in blobs) is theta_round."""
+        self._doc["checkpoints"][str(round)] = digest
+        self._save()
+
+    def checkpoint(self, round: int) -> str | None:
+        """The digest of theta_round if this validator holds it."""
+        return self._doc["checkpoints"].get(str(round))
