@@ -1,0 +1,1 @@
+"""AMD SEV-SNP attestation reports: parsing and verification against the VCEK chain."""

@@ -1,0 +1,217 @@
+"""X.509 certificate chains to pinned vendor roots, with typed errors for every way they fail."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import warnings
+from collections.abc import Sequence
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.verification import ExtensionPolicy, PolicyBuilder, Store, VerificationError
+
+from attestation.errors import (
+    BadChainError,
+    CollateralExpiredError,
+    CollateralNotYetValidError,
+    MalformedCollateralError,
+    MalformedError,
+    MalformedEvidenceError,
+)
+
+
+def _quiet_load(loader, data):  # type: ignore[no-untyped-def]
+    # AMD's VCEKs carry serial number 0, which cryptography reports with a deprecation warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return loader(data)
+
+
+def load_pem_chain(pem: bytes, what: str, *, evidence: bool = True) -> list[x509.Certificate]:
+    """Load the concatenated PEM certificates in ``pem`` (trailing NUL bytes tolerated), leaf first."""
+    err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
+    body = pem.rstrip(b"\x00")
+    try:
+        certs = _quiet_load(x509.load_pem_x509_certificates, body)
+    except (ValueError, TypeError) as exc:
+        raise err(f"{what}: the PEM certificate chain cannot be decoded ({exc})") from None
+    if not certs:
+        raise err(f"{what}: no certificate found")
+    return list(certs)
+
+
+@functools.lru_cache(maxsize=256)
+def load_der_cert(der: bytes, what: str = "certificate") -> x509.Certificate:
+    """Load one DER certificate (cached: pinned roots are loaded once)."""
+    try:
+        return _quiet_load(x509.load_der_x509_certificate, der)  # type: ignore[no-any-return]
+    except (ValueError, TypeError) as exc:
+        raise MalformedCollateralError(f"{what}: the DER certificate cannot be decoded ({exc})") from None
+
+
+def load_cert_any(data: bytes, what: str, *, evidence: bool = False) -> x509.Certificate:
+    """Load one certificate given as PEM or DER."""
+    if data.lstrip().startswith(b"-----BEGIN"):
+        chain = load_pem_chain(data, what, evidence=evidence)
+        if len(chain) != 1:
+            raise MalformedCollateralError(f"{what}: expected one certificate, found {len(chain)}")
+        return chain[0]
+    try:
+        return _quiet_load(x509.load_der_x509_certificate, data)  # type: ignore[no-any-return]
+    except (ValueError, TypeError) as exc:
+        err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
+        raise err(f"{what}: the certificate cannot be decoded ({exc})") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _spki(cert: x509.Certificate) -> bytes:
+    return cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def spki_of(cert: x509.Certificate) -> bytes:
+    """The DER SubjectPublicKeyInfo of ``cert`` (what a pinned root is identified by)."""
+    return _spki(cert)
+
+
+def subject_of(cert: x509.Certificate) -> str:
+    """A readable subject for messages."""
+    return cert.subject.rfc4514_string()
+
+
+def check_window(
+    not_before: dt.datetime | None, not_after: dt.datetime | None, now: dt.datetime, what: str, fix: str
+) -> None:
+    """Raise the typed validity error when ``now`` is outside [not_before, not_after]."""
+    if not_before is not None and now < not_before:
+        raise CollateralNotYetValidError(
+            f"{what} is not valid before {not_before.isoformat()} (verification time {now.isoformat()}); "
+            f"{fix}"
+        )
+    if not_after is not None and now > not_after:
+        raise CollateralExpiredError(
+            f"{what} expired at {not_after.isoformat()} (verification time {now.isoformat()}); {fix}"
+        )
+
+
+def check_cert_window(cert: x509.Certificate, now: dt.datetime, what: str) -> None:
+    """Raise the typed validity error when ``cert`` is not valid at ``now``."""
+    check_window(
+        cert.not_valid_before_utc,
+        cert.not_valid_after_utc,
+        now,
+        f"{what} certificate '{subject_of(cert)}'",
+        "fetch current certificates and collateral from the vendor and attest again",
+    )
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        bc = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        return False
+    except ValueError:
+        return False
+    return bool(bc.ca)
+
+
+def verify_chain(
+    chain: Sequence[x509.Certificate],
+    roots: Sequence[x509.Certificate],
+    now: dt.datetime,
+    what: str,
+    *,
+    require_ca: bool = True,
+) -> x509.Certificate:
+    """Check ``chain`` (leaf first) signature by signature up to one of the pinned ``roots``.
+
+    The top of the chain is either a pinned root (same subject and public key) or a certificate
+    issued directly by one. Every certificate must be valid at ``now``. Returns the pinned root.
+    """
+    if not chain:
+        raise BadChainError(f"{what}: empty certificate chain")
+    if not roots:
+        raise BadChainError(
+            f"{what}: the policy pins no root for this vendor; add the vendor root to the policy"
+        )
+    for cert in chain:
+        check_cert_window(cert, now, what)
+    root = _chain_root(tuple(chain), tuple(roots), what, require_ca)
+    check_cert_window(root, now, what)
+    return root
+
+
+@functools.lru_cache(maxsize=512)
+def _chain_root(
+    chain: tuple[x509.Certificate, ...], roots: tuple[x509.Certificate, ...], what: str, require_ca: bool
+) -> x509.Certificate:
+    """The signature checks of ``verify_chain`` (time-independent, so memoized per exact chain)."""
+    for child, issuer in zip(chain, chain[1:], strict=False):
+        _check_issued(child, issuer, what, require_ca=require_ca)
+    top = chain[-1]
+    for root in roots:
+        if top.subject == root.subject and spki_of(top) == spki_of(root):
+            return root
+    for root in roots:
+        if top.issuer == root.subject:
+            try:
+                _check_issued(top, root, what, require_ca=require_ca)
+            except BadChainError:
+                continue
+            return root
+    raise BadChainError(
+        f"{what}: the chain ends at '{subject_of(top)}', which is not a pinned root "
+        f"(pinned: {', '.join(subject_of(r) for r in roots)}); evidence made by a simulated enclave or "
+        f"another vendor is refused by this policy"
+    )
+
+
+def _check_issued(child: x509.Certificate, issuer: x509.Certificate, what: str, *, require_ca: bool) -> None:
+    if require_ca and not _is_ca(issuer):
+        raise BadChainError(f"{what}: '{subject_of(issuer)}' is not a CA certificate")
+    try:
+        child.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature) as exc:
+        raise BadChainError(
+            f"{what}: '{subject_of(child)}' is not signed by '{subject_of(issuer)}' ({exc or 'bad signature'})"
+        ) from None
+
+
+def verify_path_rfc5280(
+    leaf: x509.Certificate,
+    intermediates: Sequence[x509.Certificate],
+    root: x509.Certificate,
+    now: dt.datetime,
+    what: str,
+) -> None:
+    """Full RFC 5280 path validation with cryptography's verifier (CA profile strict, leaf permissive).
+
+    Intel's PCK leaf carries Intel-specific extensions the default end-entity profile refuses, hence the
+    permissive leaf policy; the CA certificates still get the full WebPKI CA checks.
+    """
+    _rfc5280(leaf, tuple(intermediates), root, what)
+
+
+@functools.lru_cache(maxsize=512)
+def _rfc5280(
+    leaf: x509.Certificate, intermediates: tuple[x509.Certificate, ...], root: x509.Certificate, what: str
+) -> None:
+    # Validity at ``now`` is checked (with typed errors) by verify_chain; the path itself does not depend
+    # on time, so it is validated once at an instant inside every certificate's window and memoized.
+    certs = (leaf, *intermediates, root)
+    at = max(c.not_valid_before_utc for c in certs)
+    builder = (
+        PolicyBuilder()
+        .store(Store([root]))
+        .time(at)
+        .extension_policies(
+            ca_policy=ExtensionPolicy.webpki_defaults_ca(), ee_policy=ExtensionPolicy.permit_all()
+        )
+    )
+    try:
+        builder.build_client_verifier().verify(leaf, list(intermediates))
+    except (VerificationError, ValueError) as exc:
+        raise BadChainError(f"{what}: path validation to '{subject_of(root)}' failed ({exc})") from None

@@ -1,0 +1,97 @@
+"""One entry point for every format: detect it, check the collateral matches, run the format's verify."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from attestation.binding import Binding
+from attestation.collateral import (
+    FORMAT_INTEL,
+    FORMAT_NVIDIA,
+    FORMAT_SNP,
+    Collateral,
+    IntelCollateral,
+    NvidiaCollateral,
+    SnpCollateral,
+)
+from attestation.errors import MalformedCollateralError, MalformedEvidenceError
+from attestation.policy import Policy
+from attestation.verdict import Verdict
+
+
+def detect_format(evidence: bytes) -> str:
+    """Guess the format of evidence bytes: ``intel-dcap``, ``amd-sev-snp`` or ``nvidia-h100``.
+
+    Intel quotes start with a u16 version 3..5 and key type 2; SEV-SNP reports with a u32 version 2..5
+    and are at least 0x4A0 bytes; H100 reports start with an SPDM version byte and 0xE0.
+    """
+    if not isinstance(evidence, bytes | bytearray | memoryview):
+        raise MalformedEvidenceError("evidence must be bytes")
+    b = bytes(evidence[:8])
+    if len(b) >= 2 and b[1] == 0xE0 and b[0] >> 4 == 1:
+        return FORMAT_NVIDIA
+    if len(b) >= 4 and b[1] == 0 and b[3] == 0 and b[0] in (3, 4, 5) and b[2] in (2, 3):
+        return FORMAT_INTEL
+    if len(evidence) >= 0x4A0 and len(b) >= 4 and int.from_bytes(b[:4], "little") in range(2, 6):
+        return FORMAT_SNP
+    if len(b) >= 2 and b[1] == 0 and b[0] in range(1, 16):
+        return FORMAT_INTEL  # an Intel header with an unsupported version or key type: let it explain
+    raise MalformedEvidenceError(
+        "the evidence is not an Intel DCAP quote, an SEV-SNP report or an H100 SPDM report; send the raw "
+        "bytes the TEE produced"
+    )
+
+
+def verify(
+    evidence: bytes,
+    collateral: Collateral,
+    policy: Policy,
+    now: dt.datetime,
+    expected: Binding | bytes | None = None,
+) -> Verdict:
+    """Verify TEE evidence of any supported format. Pure: no clock, no network, no global trust store.
+
+    ``evidence``: raw quote/report bytes (NVIDIA: binary, see ``nvidia.spdm.decode_report_text``).
+    ``collateral``: the matching :class:`IntelCollateral`, :class:`SnpCollateral` or
+    :class:`NvidiaCollateral`. ``policy``: roots, allow-lists, debug, TCB floor, freshness.
+    ``now``: the verification instant (timezone-aware; naive means UTC). ``expected``: the
+    :class:`Binding` the report data must carry (a replay raises ReplayError), raw expected report-data
+    bytes, or None to skip the binding check (for inspection only; validators always pass a Binding).
+
+    Returns a :class:`Verdict`; raises a subclass of ``AttestationError`` on any refusal.
+    """
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.UTC)
+    fmt = detect_format(evidence)
+    want = {FORMAT_INTEL: IntelCollateral, FORMAT_SNP: SnpCollateral, FORMAT_NVIDIA: NvidiaCollateral}[fmt]
+    if not isinstance(collateral, want):
+        raise MalformedCollateralError(
+            f"the evidence is {fmt} but the collateral is {getattr(collateral, 'format', type(collateral).__name__)}"
+        )
+    if isinstance(collateral, IntelCollateral):
+        from attestation.intel.verify import verify_intel
+
+        return verify_intel(evidence, collateral, policy, now, expected)
+    if isinstance(collateral, SnpCollateral):
+        from attestation.amd.verify import verify_snp
+
+        return verify_snp(evidence, collateral, policy, now, expected)
+    from attestation.nvidia.verify import verify_nvidia
+
+    return verify_nvidia(evidence, collateral, policy, now, expected)
+
+
+def parse_evidence(evidence: bytes) -> object:
+    """Parse evidence of any supported format into its parsed object (Quote, SnpReport, GpuReport)."""
+    fmt = detect_format(evidence)
+    if fmt == FORMAT_INTEL:
+        from attestation.intel.quote import Quote
+
+        return Quote.parse(evidence)
+    if fmt == FORMAT_SNP:
+        from attestation.amd.report import SnpReport
+
+        return SnpReport.parse(evidence)
+    from attestation.nvidia.spdm import GpuReport
+
+    return GpuReport.parse(evidence)

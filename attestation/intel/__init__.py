@@ -1,0 +1,1 @@
+"""Intel DCAP ECDSA quotes (SGX and TDX): parsing, collateral, TCB matching, verification."""
