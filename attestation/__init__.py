@@ -17,7 +17,13 @@ from attestation.collateral import (
     load_collateral,
     loads_collateral,
 )
-from attestation.dispatch import detect_format, parse_evidence, verify
+from attestation.dispatch import (
+    describe_evidence,
+    describe_evidence_safe,
+    detect_format,
+    parse_evidence,
+    verify,
+)
 from attestation.errors import AttestationError
 from attestation.policy import Policy, TcbStatus, load_policy
 from attestation.verdict import Verdict
@@ -32,6 +38,8 @@ __all__ = [
     "SnpCollateral",
     "TcbStatus",
     "Verdict",
+    "describe_evidence",
+    "describe_evidence_safe",
     "detect_format",
     "load_collateral",
     "load_policy",

@@ -95,3 +95,73 @@ def parse_evidence(evidence: bytes) -> object:
     from attestation.nvidia.spdm import GpuReport
 
     return GpuReport.parse(evidence)
+
+
+def describe_evidence(evidence: bytes) -> dict[str, object]:
+    """The fields of evidence that matter, parsed but NOT verified (for printing next to a refusal)."""
+    parsed = parse_evidence(evidence)
+    from attestation.amd.report import SnpReport
+    from attestation.intel.quote import Quote, TdReport
+    from attestation.nvidia.spdm import GpuReport
+
+    if isinstance(parsed, Quote):
+        out: dict[str, object] = {
+            "format": "intel-tdx" if parsed.is_tdx else "intel-sgx",
+            "quote_version": parsed.version,
+            "tee_type": f"0x{parsed.header.tee_type:x}",
+            "qe_vendor_id": parsed.header.qe_vendor_id.hex(),
+            "report_data": parsed.report_data.hex(),
+            "debug": parsed.body.debug,
+            "certification_data_type": parsed.pck_certification.cert_type,
+            "trailing_bytes": len(parsed.trailing),
+        }
+        body = parsed.body
+        if isinstance(body, TdReport):
+            out.update(
+                mrtd=body.mr_td.hex(),
+                rtmr0=body.rtmr0.hex(),
+                rtmr1=body.rtmr1.hex(),
+                rtmr2=body.rtmr2.hex(),
+                rtmr3=body.rtmr3.hex(),
+                td_attributes=body.td_attributes.hex(),
+                tee_tcb_svn=body.tee_tcb_svn.hex(),
+            )
+        else:
+            out.update(
+                mrenclave=body.mr_enclave.hex(),
+                mrsigner=body.mr_signer.hex(),
+                attributes=body.attributes.hex(),
+            )
+        return out
+    if isinstance(parsed, SnpReport):
+        return {
+            "format": "amd-sev-snp",
+            "report_version": parsed.version,
+            "policy": f"0x{parsed.policy:016x}",
+            "debug": parsed.debug,
+            "vmpl": parsed.vmpl,
+            "measurement": parsed.measurement.hex(),
+            "report_data": parsed.report_data.hex(),
+            "reported_tcb": parsed.reported.as_dict(),
+            "chip_id": parsed.chip_id.hex(),
+            "trailing_bytes": len(parsed.trailing),
+        }
+    assert isinstance(parsed, GpuReport)
+    return {
+        "format": "nvidia-h100",
+        "spdm_version": f"0x{parsed.request.version:02x}",
+        "nonce": parsed.nonce.hex(),
+        "blocks": len(parsed.response.blocks),
+        "opaque_bytes": len(parsed.response.opaque),
+        "trailing_bytes": len(parsed.trailing),
+    }
+
+
+def describe_evidence_safe(evidence: bytes) -> dict[str, object]:
+    """:func:`describe_evidence`, or ``{"error": ...}`` when the evidence cannot be parsed."""
+    from attestation.errors import AttestationError
+
+    try:
+        return describe_evidence(evidence)
+    except AttestationError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}

@@ -284,7 +284,7 @@ def _check_revocation(
             raise RevokedError(f"'{subject_of(cert)}' is revoked by the Intel root CA CRL")
     if _revoked(pck_crl, pck_chain[0]):
         raise RevokedError(
-            f"the PCK certificate (serial {pck_chain[0].serial_number:x}) is revoked by Intel: this "
+            f"the PCK certificate (serial {pck_chain[0].serial_number:x}) is revoked by its CA: this "
             f"platform's keys are no longer trusted; the operator must replace or re-provision it"
         )
 
