@@ -41,6 +41,7 @@ from protocol.errors import ProtocolError
 from training.codecs import Encoded, decode, field_specs
 from training.config import CodecConfig
 from training.errors import CodecError, ConfigError, ModuleIdError
+from training.inner import Transcript
 from training.model import module_of
 
 MAGIC = b"TSRUPD\0\0"
@@ -215,6 +216,32 @@ def make_header(
         transcript_digests=tuple(d.hex() for d in transcript_digests),
         tokens=tokens,
     )
+
+
+def build_update(
+    round_index: int,
+    miner: str,
+    modules: tuple[str, ...] | list[str],
+    tensors: dict[str, Encoded],
+    codec: CodecConfig,
+    base_checkpoint: bytes,
+    transcript: Transcript,
+    tokens: int,
+) -> Update:
+    """An :class:`Update` from a miner's round: its encoded pseudo-gradient and inner-loop transcript."""
+    header = make_header(
+        round_index,
+        miner,
+        modules,
+        tensors,
+        codec,
+        base_checkpoint,
+        transcript.interval,
+        transcript.steps,
+        transcript.digests,
+        tokens,
+    )
+    return Update(header, tensors)
 
 
 def encode_update(update: Update) -> bytes:

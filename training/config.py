@@ -87,6 +87,8 @@ class InnerConfig:
     """Global gradient-norm clip (0 disables)."""
     transcript_interval: int = 10
     """k: the transcript records the state digest (and a snapshot) every k inner steps."""
+    carry_optimizer: bool = True
+    """Miners carry AdamW's moments from round to round (DiLoCo does); False restarts them each round."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.transcript_interval < 1:
@@ -105,6 +107,10 @@ class OuterConfig:
     """Outer momentum (DiLoCo default 0.9); 0 with lr 1 is plain averaging."""
     nesterov: bool = True
     """Nesterov momentum (DiLoCo default) rather than heavy-ball."""
+    merge: Literal["mean", "sender_mean"] = "mean"
+    """How contributions combine per value: ``mean`` divides by the weight of every miner that trained
+    the parameter; ``sender_mean`` divides by the weight of the miners whose decoded value is non-zero
+    there (for sparse codecs: a value one miner sent is not shrunk by the miners that sent nothing)."""
 
     @classmethod
     def plain_average(cls) -> OuterConfig:

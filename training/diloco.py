@@ -32,10 +32,19 @@ def pseudo_gradient(base: Mapping[str, Tensor], local: Mapping[str, Tensor]) -> 
     return out
 
 
-def merge(contributions: Sequence[tuple[float, Mapping[str, Tensor]]]) -> dict[str, Tensor]:
-    """Per-parameter weighted mean over the contributions that include it, accumulated in the given order."""
+def merge(
+    contributions: Sequence[tuple[float, Mapping[str, Tensor]]], mode: str = "mean"
+) -> dict[str, Tensor]:
+    """Per-parameter weighted mean over the contributions that include it, accumulated in the given order.
+
+    ``mode='sender_mean'`` divides each value by the weight of the contributions that are non-zero there
+    (values nobody sent stay 0).
+    """
+    if mode not in ("mean", "sender_mean"):
+        raise MergeError(f"unknown merge mode {mode!r}")
     sums: dict[str, Tensor] = {}
     weights: dict[str, float] = {}
+    senders: dict[str, Tensor] = {}
     shapes: dict[str, torch.Size] = {}
     for w, delta in contributions:
         if not (w >= 0.0) or w == float("inf"):
@@ -51,6 +60,13 @@ def merge(contributions: Sequence[tuple[float, Mapping[str, Tensor]]]) -> dict[s
             term = t.float() * w
             sums[name] = sums[name] + term if name in sums else term
             weights[name] = weights.get(name, 0.0) + w
+            if mode == "sender_mean":
+                mask = (t != 0).float() * w
+                senders[name] = senders[name] + mask if name in senders else mask
+    if mode == "sender_mean":
+        return {
+            n: sums[n] / torch.where(senders[n] > 0, senders[n], torch.ones_like(senders[n])) for n in sums
+        }
     return {name: sums[name] / weights[name] for name in sums}
 
 

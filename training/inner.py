@@ -1,13 +1,15 @@
 """The miner's inner loop (H AdamW steps on its modules) and the transcript validators spot-check.
 
-Determinism: given (checkpoint, assignment, batches, round index, configs) the loop is a fixed sequence
-of torch ops: fresh AdamW state each round (``torch.optim.AdamW``, single-tensor CPU path), learning rate
+Determinism: given (checkpoint, assignment, batches, round index, configs, the step-0 state) the loop is
+a fixed sequence of torch ops (``torch.optim.AdamW``, single-tensor CPU path; its moments start fresh
+or carried from the miner's previous round), learning rate
 ``lr_at(global_step)``, gradient clipping over the trained parameters, no dropout. Frozen modules take
 part in the forward pass but are never updated. On one platform and torch build, a replay is
 bit-identical; across platforms, compare with :data:`REPLAY_REL_TOL`.
 
-Transcript: the *state* at inner step s is the trained parameters plus AdamW's moments and step count,
-named ``param/<name>``, ``exp_avg/<name>``, ``exp_avg_sq/<name>`` and ``step``. The transcript holds
+Transcript: the *state* at inner step s is the trained parameters plus AdamW's moments and step counts,
+named ``param/<name>``, ``exp_avg/<name>``, ``exp_avg_sq/<name>``, ``step`` (s) and ``adam_step`` (AdamW's
+own count, which includes steps carried from earlier rounds). The transcript holds
 ``state_digest(state)`` at s = 0, k, 2k, ... and at s = H, and (if asked) the states themselves, which
 the miner serves so a validator can :func:`replay_segment` from s to the next recorded step and compare.
 """
@@ -74,6 +76,8 @@ class InnerResult:
     """Training loss (cross-entropy, without aux) of each step."""
     tokens: int
     """Tokens consumed (steps * batch * seq)."""
+    optimizer_state: dict[str, Tensor]
+    """AdamW's moments and ``adam_step`` after the last step, to carry into the next round."""
 
 
 def _optimizer(cfg: InnerConfig, params: dict[str, torch.nn.Parameter]) -> torch.optim.AdamW:
@@ -92,8 +96,13 @@ def _optimizer(cfg: InnerConfig, params: dict[str, torch.nn.Parameter]) -> torch
     )
 
 
-def _capture(params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, step: int) -> dict[str, Tensor]:
-    state: dict[str, Tensor] = {"step": torch.tensor(step, dtype=torch.int64)}
+def _capture(
+    params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, step: int, adam_step: int
+) -> dict[str, Tensor]:
+    state: dict[str, Tensor] = {
+        "step": torch.tensor(step, dtype=torch.int64),
+        "adam_step": torch.tensor(adam_step, dtype=torch.int64),
+    }
     for name, p in params.items():
         state[f"param/{name}"] = p.detach().clone()
         st = opt.state.get(p)
@@ -104,21 +113,54 @@ def _capture(params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, step
 
 def _restore(
     params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, state: Mapping[str, Tensor]
-) -> int:
-    expected = {"step"} | {f"{k}/{n}" for n in params for k in ("param", "exp_avg", "exp_avg_sq")}
+) -> tuple[int, int]:
+    expected = {"step", "adam_step"} | {
+        f"{k}/{n}" for n in params for k in ("param", "exp_avg", "exp_avg_sq")
+    }
     if set(state) != expected:
         raise ReplayError("snapshot names do not match the assignment's parameters")
-    step = int(state["step"])
+    step, adam_step = int(state["step"]), int(state["adam_step"])
+    if step < 0 or adam_step < step:
+        raise ReplayError("snapshot step counters are inconsistent")
+    opt.state.clear()
     with torch.no_grad():
         for name, p in params.items():
+            for kind in ("param", "exp_avg", "exp_avg_sq"):
+                if state[f"{kind}/{name}"].shape != p.shape:
+                    raise ReplayError(f"snapshot shape of {kind}/{name} does not match the model")
             p.copy_(state[f"param/{name}"])
-            if step > 0:
+            if adam_step > 0:
                 opt.state[p] = {
-                    "step": torch.tensor(float(step)),
+                    "step": torch.tensor(float(adam_step)),
                     "exp_avg": state[f"exp_avg/{name}"].clone(),
                     "exp_avg_sq": state[f"exp_avg_sq/{name}"].clone(),
                 }
-    return step
+    return step, adam_step
+
+
+def start_state(
+    checkpoint: Mapping[str, Tensor], trained: list[str], carried: Mapping[str, Tensor] | None = None
+) -> dict[str, Tensor]:
+    """The state at inner step 0: the checkpoint's trained parameters and AdamW moments.
+
+    ``carried`` is the miner's optimizer state from an earlier round (``InnerResult.optimizer_state``):
+    its ``adam_step`` and the moments of the parameters it has; other parameters start with zero
+    moments. Without it the optimizer starts fresh (``adam_step`` 0). A validator checks that the
+    ``param/*`` entries of a served step-0 state equal theta_r; the moments are the miner's choice.
+    """
+    adam_step = int(carried["adam_step"]) if carried is not None else 0
+    state: dict[str, Tensor] = {
+        "step": torch.tensor(0, dtype=torch.int64),
+        "adam_step": torch.tensor(adam_step, dtype=torch.int64),
+    }
+    for name in trained:
+        p = checkpoint[name]
+        state[f"param/{name}"] = p.detach().clone()
+        for kind in ("exp_avg", "exp_avg_sq"):
+            key = f"{kind}/{name}"
+            c = carried.get(key) if carried is not None else None
+            state[key] = c.clone() if c is not None and c.shape == p.shape else torch.zeros_like(p)
+    return state
 
 
 def _setup(
@@ -153,6 +195,7 @@ def _steps(
     round_index: int,
     transcript: Transcript | None,
     keep_states: bool,
+    adam_offset: int,
 ) -> list[float]:
     losses: list[float] = []
     plist = list(params.values())
@@ -169,7 +212,7 @@ def _steps(
         losses.append(ce.item())
         done = s + 1
         if transcript is not None and (done % inner_cfg.transcript_interval == 0 or done == inner_cfg.steps):
-            state = _capture(params, opt, done)
+            state = _capture(params, opt, done, adam_offset + done)
             transcript.steps.append(done)
             transcript.digests.append(state_digest(state))
             if keep_states:
@@ -186,17 +229,20 @@ def train_inner(
     round_index: int,
     keep_states: bool = False,
     model: TesseraModel | None = None,
+    optimizer_state: Mapping[str, Tensor] | None = None,
 ) -> InnerResult:
     """Run ``inner_cfg.steps`` AdamW steps on the assigned modules from ``checkpoint`` (all parameters).
 
     ``batches`` is ``[H, B, T+1]`` (see ``training.data.miner_batches``); ``model`` may be passed to reuse
-    its storage (its parameters are overwritten with the checkpoint).
+    its storage (its parameters are overwritten with the checkpoint); ``optimizer_state`` carries AdamW's
+    moments from the miner's previous round (see :func:`start_state`).
     """
     if batches.shape[0] < inner_cfg.steps:
         raise ReplayError(f"need {inner_cfg.steps} batches, got {batches.shape[0]}")
     model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model)
+    _, adam_offset = _restore(params, opt, start_state(checkpoint, list(params), optimizer_state))
     transcript = Transcript(inner_cfg.transcript_interval)
-    state0 = _capture(params, opt, 0)
+    state0 = _capture(params, opt, 0, adam_offset)
     transcript.steps.append(0)
     transcript.digests.append(state_digest(state0))
     if keep_states:
@@ -213,10 +259,13 @@ def train_inner(
         round_index,
         transcript,
         keep_states,
+        adam_offset,
     )
-    out = {n: p.detach().clone() for n, p in params.items()}
+    final = _capture(params, opt, inner_cfg.steps, adam_offset + inner_cfg.steps)
+    out = {n: final[f"param/{n}"] for n in params}
+    carried = {k: v for k, v in final.items() if not k.startswith("param/") and k != "step"}
     tokens = inner_cfg.steps * batches.shape[1] * (batches.shape[2] - 1)
-    return InnerResult(out, transcript, losses, tokens)
+    return InnerResult(out, transcript, losses, tokens, carried)
 
 
 def replay_segment(
@@ -226,7 +275,7 @@ def replay_segment(
     assignment: Assignment,
     batches: Tensor,
     round_index: int,
-    start_state: Mapping[str, Tensor],
+    state: Mapping[str, Tensor],
     end_step: int,
     model: TesseraModel | None = None,
 ) -> dict[str, Tensor]:
@@ -237,11 +286,14 @@ def replay_segment(
     then checks ``state_digest(result)`` against the transcript (or :func:`states_close` across platforms).
     """
     model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model)
-    start = _restore(params, opt, start_state)
+    start, adam_step = _restore(params, opt, state)
     if not 0 <= start < end_step <= inner_cfg.steps:
         raise ReplayError(f"bad segment {start}..{end_step} for H={inner_cfg.steps}")
-    _steps(model, params, opt, inner_cfg, assignment, batches, start, end_step, round_index, None, False)
-    return _capture(params, opt, end_step)
+    offset = adam_step - start
+    _steps(
+        model, params, opt, inner_cfg, assignment, batches, start, end_step, round_index, None, False, offset
+    )
+    return _capture(params, opt, end_step, offset + end_step)
 
 
 def states_close(a: Mapping[str, Tensor], b: Mapping[str, Tensor], rel_tol: float = REPLAY_REL_TOL) -> bool:

@@ -26,15 +26,17 @@ from training.assignment import Assignment, assign
 from training.codecs import Encoded, ErrorFeedback, encoded_bits
 from training.config import RunConfig
 from training.data import Dataset, eval_windows, miner_batches
+from training.digest import state_digest
 from training.diloco import OuterOptimizer, merge, pseudo_gradient
 from training.inner import InnerResult, lr_at, train_inner
 from training.model import TesseraModel, all_paths, build_model, lm_loss, load_params, param_state
 
 Transport = Callable[
-    [int, Assignment, dict[str, Encoded] | None, dict[str, Tensor], InnerResult],
+    [int, Assignment, dict[str, Encoded] | None, dict[str, Tensor], InnerResult, bytes],
     tuple[dict[str, Tensor], int],
 ]
-"""``(round, assignment, encodings or None, decoded delta, inner result) -> (delta received, bytes sent)``."""
+"""``(round, assignment, encodings or None, decoded delta, inner result, base checkpoint digest)
+-> (delta received, bytes sent)``."""
 
 
 def round_seed(run_seed: int, round_index: int) -> bytes:
@@ -116,6 +118,7 @@ class Simulation:
         self.params = param_state(self.model)
         self.outer = OuterOptimizer(run.outer)
         self.feedback = {m: ErrorFeedback(run.codec) for m in self.miners}
+        self.optimizer_states: dict[str, dict[str, Tensor]] = {}
 
     def assignments(self, round_index: int) -> dict[str, Assignment]:
         """The round's assignments."""
@@ -132,6 +135,7 @@ class Simulation:
     def step(self, round_index: int, evaluate_after: bool = True) -> RoundStats:
         """Run one outer round and move ``self.params`` to theta_{r+1}."""
         contributions: list[tuple[float, dict[str, Tensor]]] = []
+        base_digest = state_digest(self.params) if self.transport is not None else b""
         sent_bytes, bits, losses, tokens = 0, [], [], 0
         for miner, a in sorted(self.assignments(round_index).items()):
             res = train_inner(
@@ -142,7 +146,10 @@ class Simulation:
                 self.batches(round_index, a),
                 round_index,
                 model=self.model,
+                optimizer_state=self.optimizer_states.get(miner),
             )
+            if self.run.inner.carry_optimizer:
+                self.optimizer_states[miner] = {**self.optimizer_states.get(miner, {}), **res.optimizer_state}
             delta = pseudo_gradient(self.params, res.params)
             encs: dict[str, Encoded] | None = None
             if self.compress:
@@ -153,14 +160,14 @@ class Simulation:
             numel = sum(t.numel() for t in delta.values())
             bits.append(payload / numel / self.run.inner.steps)
             if self.transport is not None:
-                delta, nbytes = self.transport(round_index, a, encs, delta, res)
+                delta, nbytes = self.transport(round_index, a, encs, delta, res, base_digest)
             else:
                 nbytes = payload // 8
             sent_bytes += nbytes
             contributions.append((1.0, delta))
             losses.extend(res.losses)
             tokens += res.tokens
-        self.params = self.outer.step(self.params, merge(contributions))
+        self.params = self.outer.step(self.params, merge(contributions, self.run.outer.merge))
         loss = float("nan")
         if evaluate_after:
             load_params(self.model, self.params)

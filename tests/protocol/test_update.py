@@ -1,0 +1,212 @@
+"""The update wire format: round trip, canonical digest, and one typed error per kind of bad input."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+from safetensors.torch import save as st_save
+
+from protocol import update as wire
+from protocol.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
+from protocol.errors import ProtocolError
+from training.codecs import Encoded, encode
+from training.config import CodecConfig, ModelConfig
+from training.model import build_model, module_params, param_state
+
+CODEC = CodecConfig(chunk=64, topk=4, bits=2)
+MINER = "0x" + "ab" * 20
+
+
+def _update(codec: CodecConfig = CODEC) -> wire.Update:
+    cfg = ModelConfig(mode="moe", d_model=16, n_heads=2, n_layers=1, d_ff=16, seq_len=8, n_experts=2, top_k=1)
+    params = module_params(param_state(build_model(cfg)), ["moe.0.expert.1", "head"])
+    g = torch.Generator().manual_seed(0)
+    tensors = {n: encode(torch.randn(p.shape, generator=g), codec) for n, p in params.items()}
+    header = wire.make_header(
+        3,
+        MINER,
+        ["moe.0.expert.1", "head"],
+        tensors,
+        codec,
+        b"\x11" * 32,
+        2,
+        [0, 2],
+        [b"\x01" * 32, b"\x02" * 32],
+        512,
+    )
+    return wire.Update(header, tensors)
+
+
+def _frame(header: bytes, payload: bytes) -> bytes:
+    return wire.MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
+
+
+def _parts(data: bytes) -> tuple[dict, bytes]:  # type: ignore[type-arg]
+    (hlen,) = struct.unpack_from("<I", data, 8)
+    return loads_canonical(data[12 : 12 + hlen]), data[12 + hlen + 8 :]
+
+
+def test_round_trip_and_digest() -> None:
+    up = _update()
+    data = wire.encode_update(up)
+    back = wire.decode_update(data)
+    assert back.header == up.header
+    assert wire.encode_update(back) == data
+    assert wire.update_digest(data) == wire.update_digest(wire.encode_update(_update()))
+    assert len(wire.update_digest(data)) == 32
+    grads = back.pseudo_gradient()
+    assert set(grads) == {n for n, _ in up.header.params}
+    shapes = {n: s for n, s in up.header.params}
+    wire.decode_update(data, expected_shapes=shapes)
+
+
+def test_other_codecs_round_trip() -> None:
+    for codec in (CodecConfig(chunk=64, topk=4, bits=32), CodecConfig(name="dense", chunk=64, bits=8)):
+        data = wire.encode_update(_update(codec))
+        assert wire.decode_update(data).header.codec == codec
+
+
+def test_truncated() -> None:
+    data = wire.encode_update(_update())
+    for cut in (4, 20, len(data) // 2, len(data) - 1):
+        with pytest.raises(wire.TruncatedUpdate):
+            wire.decode_update(data[:cut])
+    with pytest.raises(wire.TruncatedUpdate):
+        wire.decode_update(data + b"\0")
+
+
+def test_oversize_checked_before_decoding() -> None:
+    data = wire.encode_update(_update())
+    with pytest.raises(wire.UpdateTooLarge):
+        wire.decode_update(data, wire.UpdateCaps(max_update_bytes=len(data) - 1))
+    huge_header = wire.MAGIC + struct.pack("<I", 1 << 30) + b"{}"
+    with pytest.raises(wire.UpdateTooLarge):
+        wire.decode_update(huge_header)
+    header, payload = _parts(data)
+    header["params"][0][1] = [1 << 30, 1 << 30]
+    with pytest.raises(wire.UpdateTooLarge):
+        wire.decode_update(_frame(dumps_canonical(header), payload))
+
+
+def test_bad_magic() -> None:
+    data = wire.encode_update(_update())
+    with pytest.raises(wire.BadMagic):
+        wire.decode_update(b"X" + data[1:])
+
+
+def test_wrong_version() -> None:
+    header, payload = _parts(wire.encode_update(_update()))
+    header["version"] = 2
+    with pytest.raises(wire.UnsupportedVersion):
+        wire.decode_update(_frame(dumps_canonical(header), payload))
+
+
+def test_unknown_codec() -> None:
+    header, payload = _parts(wire.encode_update(_update()))
+    header["codec"]["name"] = "zstd"
+    with pytest.raises(wire.UnknownCodec):
+        wire.decode_update(_frame(dumps_canonical(header), payload))
+    header["codec"]["name"] = "topk"
+    header["codec"]["bits"] = 3
+    with pytest.raises(wire.UnknownCodec):
+        wire.decode_update(_frame(dumps_canonical(header), payload))
+
+
+def test_malformed_header() -> None:
+    header, payload = _parts(wire.encode_update(_update()))
+    for mutate in (
+        lambda h: h.pop("tokens"),
+        lambda h: h.update(miner="not an address!"),
+        lambda h: h.update(base_checkpoint="zz"),
+        lambda h: h.update(round=-1),
+        lambda h: h["transcript"].update(steps=[2, 0]),
+    ):
+        h = loads_canonical(dumps_canonical(header))
+        mutate(h)
+        with pytest.raises(wire.MalformedHeader):
+            wire.decode_update(_frame(dumps_canonical(h), payload))
+    with pytest.raises(wire.MalformedHeader):  # not canonical JSON (spaces)
+        wire.decode_update(_frame(b'{"version": 1}', payload))
+
+
+def test_header_mismatch() -> None:
+    up = _update()
+    header, payload = _parts(wire.encode_update(up))
+    h = loads_canonical(dumps_canonical(header))
+    h["modules"] = ["moe.0.expert.1", "head", "embed"]
+    with pytest.raises(wire.HeaderMismatch):
+        wire.decode_update(_frame(dumps_canonical(h), payload))
+    extra = {f"{n}/{f}": t for n in up.tensors for f, t in up.tensors[n].fields.items()}
+    extra["head.out.weight/bonus"] = torch.zeros(1)
+    with pytest.raises(wire.HeaderMismatch):
+        wire.decode_update(_frame(dumps_canonical(header), st_save(extra)))
+    with pytest.raises(wire.HeaderMismatch):
+        wire.decode_update(wire.encode_update(up), expected_shapes={})
+
+
+def _with_field(up: wire.Update, name: str, field: str, t: torch.Tensor) -> bytes:
+    tensors = dict(up.tensors)
+    tensors[name] = Encoded(up.tensors[name].shape, {**up.tensors[name].fields, field: t})
+    flat = {f"{n}/{f}": v for n in tensors for f, v in tensors[n].fields.items()}
+    return _frame(dumps_canonical(up.header.to_json()), st_save(flat))
+
+
+def test_wrong_dtype_shape_and_nan() -> None:
+    up = _update()
+    name = up.header.params[0][0]
+    scale = up.tensors[name].fields["scale"]
+    with pytest.raises(wire.BadTensorDtype):
+        wire.decode_update(_with_field(up, name, "scale", scale.double()))
+    with pytest.raises(wire.BadTensorShape):
+        wire.decode_update(_with_field(up, name, "scale", torch.cat([scale, scale])))
+    bad = scale.clone()
+    bad[0] = float("nan")
+    with pytest.raises(wire.NonFiniteValues):
+        wire.decode_update(_with_field(up, name, "scale", bad))
+    bad[0] = float("inf")
+    with pytest.raises(wire.NonFiniteValues):
+        wire.decode_update(_with_field(up, name, "scale", bad))
+    with pytest.raises(wire.BadTensorShape):
+        wire.decode_update(wire.encode_update(up), expected_shapes={n: (1,) for n, _ in up.header.params})
+
+
+def test_invalid_payload() -> None:
+    up = _update()
+    name = max(up.header.params, key=lambda p: p[1][0] * (p[1][1] if len(p[1]) > 1 else 1))[0]
+    idx = up.tensors[name].fields["idx"]
+    with pytest.raises(wire.InvalidPayload):  # all-equal indices are not strictly increasing
+        wire.decode_update(_with_field(up, name, "idx", torch.zeros_like(idx)))
+    header, _ = _parts(wire.encode_update(up))
+    with pytest.raises(wire.InvalidPayload):
+        wire.decode_update(_frame(dumps_canonical(header), struct.pack("<Q", 2) + b"[]"))
+
+
+def test_errors_are_protocol_errors() -> None:
+    for cls in (
+        wire.UpdateTooLarge,
+        wire.TruncatedUpdate,
+        wire.BadMagic,
+        wire.MalformedHeader,
+        wire.UnsupportedVersion,
+        wire.UnknownCodec,
+        wire.HeaderMismatch,
+        wire.BadTensorDtype,
+        wire.BadTensorShape,
+        wire.NonFiniteValues,
+        wire.InvalidPayload,
+        wire.NonCanonicalUpdate,
+        CanonicalJSONError,
+    ):
+        assert issubclass(cls, ProtocolError)
+
+
+def test_canonical_json() -> None:
+    assert dumps_canonical({"b": [1, "x"], "a": None}) == b'{"a":null,"b":[1,"x"]}'
+    with pytest.raises(CanonicalJSONError):
+        dumps_canonical({"x": 1.5})
+    with pytest.raises(CanonicalJSONError):
+        loads_canonical(b'{"x":1.5}')
+    with pytest.raises(CanonicalJSONError):
+        loads_canonical(b'{"b":1,"a":2}')

@@ -1,0 +1,117 @@
+"""Regenerate tests/training/golden/golden.json (run: .venv/bin/python tests/training/make_golden.py).
+
+The golden values pin what miners and validators must agree on bit for bit: state digests, codec
+outputs, assignments, batch offsets, the bundled corpus split, a model's initial weights, one inner loop's
+pseudo-gradient and one outer step. Regenerate only for an intended change of that math, and say so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from training_fixtures import tiny_inner, tiny_model
+
+from training.assignment import assign
+from training.codecs import decode, encode
+from training.config import CodecConfig, OuterConfig
+from training.corpus import load_bundled_corpus
+from training.data import miner_batches, prepare, window_offsets
+from training.digest import state_digest
+from training.diloco import OuterOptimizer, merge, pseudo_gradient
+from training.inner import train_inner
+from training.model import build_model, param_state
+
+OUT = Path(__file__).resolve().parent / "golden" / "golden.json"
+
+CODECS = {
+    "topk2": CodecConfig(chunk=256, topk=8, bits=2),
+    "topk4": CodecConfig(chunk=256, topk=16, bits=4),
+    "topk8": CodecConfig(chunk=256, topk=8, bits=8),
+    "topk32": CodecConfig(chunk=256, topk=8, bits=32),
+    "dense8": CodecConfig(name="dense", chunk=256, bits=8),
+    "dct2": CodecConfig(chunk=4096, topk=32, bits=2, transform="dct"),
+}
+MINERS = [f"0x{i:040x}" for i in range(1, 6)]
+
+
+def exact_input(n: int = 5000) -> torch.Tensor:
+    """A tensor whose values are exact in fp32 (no platform-dependent math)."""
+    return ((torch.arange(n, dtype=torch.int64) * 7919 % 2001) - 1000).float() / 512
+
+
+def digest_inputs() -> dict[str, torch.Tensor]:
+    return {
+        "a": torch.arange(6, dtype=torch.float32).view(2, 3),
+        "b": torch.tensor([1, -2, 3], dtype=torch.int64),
+        "c": torch.tensor([0.5, -0.25], dtype=torch.bfloat16),
+        "empty": torch.zeros(0, 4),
+    }
+
+
+def pseudo_gradient_case() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
+    cfg, inner = tiny_model("moe"), tiny_inner(steps=4, k=2)
+    ds = prepare(load_bundled_corpus(), cfg)
+    a = assign(b"golden", MINERS[:2], cfg)[MINERS[0]]
+    batches = miner_batches(ds, b"golden", a, inner.steps, inner.batch_size, cfg.seq_len)
+    theta = param_state(build_model(cfg, 0))
+    res = train_inner(cfg, inner, theta, a, batches, round_index=0)
+    delta = pseudo_gradient(theta, res.params)
+    info = {
+        "batches_sha256": hashlib.sha256(batches.numpy().tobytes()).hexdigest(),
+        "transcript": [d.hex() for d in res.transcript.digests],
+    }
+    return theta, delta, info
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    x = exact_input()
+    golden: dict[str, Any] = {"state_digest": state_digest(digest_inputs()).hex(), "codecs": {}}
+    for name, cfg in CODECS.items():
+        enc = encode(x, cfg)
+        dec = decode(enc, cfg)
+        golden["codecs"][name] = {
+            "fields": {k: hashlib.sha256(v.numpy().tobytes()).hexdigest() for k, v in enc.fields.items()},
+            "decoded_digest": state_digest({"x": dec}).hex(),
+            "decoded_l2": float(dec.norm()),
+        }
+    golden["model_init"] = {
+        m: state_digest(param_state(build_model(tiny_model(m), 0))).hex() for m in ("dense", "moe", "dipaco")
+    }
+    golden["assignment"] = {
+        m: {k: [list(v.module_ids), v.shard] for k, v in assign(b"golden", MINERS, tiny_model(m)).items()}
+        for m in ("moe", "dipaco")
+    }
+    golden["window_offsets"] = window_offsets(b"golden", 9, 100_000)
+    ds = prepare(load_bundled_corpus(), tiny_model("dipaco"))
+    assert ds.router is not None
+    golden["corpus_split"] = {
+        "train_sha256": hashlib.sha256(ds.train.numpy().tobytes()).hexdigest(),
+        "heldout_sha256": hashlib.sha256(ds.heldout.numpy().tobytes()).hexdigest(),
+        "router_cuts": list(ds.router.cuts),
+    }
+    theta, delta, info = pseudo_gradient_case()
+    golden["pseudo_gradient"] = {
+        **info,
+        "digest": state_digest(delta).hex(),
+        "norms": {k: float(v.norm()) for k, v in sorted(delta.items())},
+    }
+    opt = OuterOptimizer(OuterConfig())
+    new = opt.step(theta, merge([(1.0, delta), (2.0, {k: v * 0.5 for k, v in delta.items()})]))
+    golden["outer_step"] = state_digest(new).hex()
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Assignment: pure, deterministic, balanced."""
+
+from __future__ import annotations
+
+import pytest
+from training_fixtures import tiny_model
+
+from training.assignment import assign, trainers_per_module
+from training.config import ModelConfig
+from training.errors import AssignmentError
+
+MINERS = [f"0x{i:040x}" for i in range(1, 8)]
+
+
+def test_same_inputs_same_assignment(mode: str) -> None:
+    cfg = tiny_model(mode)
+    assert assign(b"s" * 32, MINERS, cfg) == assign(b"s" * 32, MINERS, cfg)
+    assert assign(b"s" * 32, MINERS, cfg) != assign(b"t" * 32, MINERS, cfg)
+
+
+def test_registry_order_does_not_matter() -> None:
+    cfg = tiny_model("moe")
+    assert assign(b"x", MINERS, cfg) == assign(b"x", list(reversed(MINERS)), cfg)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7])
+def test_moe_experts_balanced(n: int) -> None:
+    cfg = ModelConfig(mode="moe", n_experts=8, top_k=2, n_layers=2)
+    a = assign(b"seed", MINERS[:n], cfg, experts_per_miner=3)
+    counts = trainers_per_module(a)
+    for layer in range(2):
+        c = [counts.get(f"moe.{layer}.expert.{e}", 0) for e in range(8)]
+        assert max(c) - min(c) <= 1 and sum(c) == 3 * n
+    for x in a.values():
+        assert {"embed", "trunk.0", "trunk.1", "head"} <= set(x.module_ids)
+        assert sum(m.startswith("moe.0.") for m in x.module_ids) == 3
+    assert sorted(x.shard for x in a.values()) == list(range(n))
+
+
+def test_dipaco_paths_round_robin() -> None:
+    cfg = tiny_model("dipaco")
+    a = assign(b"seed", MINERS, cfg)
+    paths = [x.path for x in a.values()]
+    assert all(paths.count(p) in (1, 2) for p in set(paths)) and len(set(paths)) == 4
+    for x in a.values():
+        assert x.path is not None
+        assert x.module_ids == ("embed", f"path.0.{x.path[0]}", f"path.1.{x.path[1]}", "head")
+        assert x.n_shards == 4
+
+
+def test_errors() -> None:
+    with pytest.raises(AssignmentError):
+        assign(b"", [], tiny_model())
+    with pytest.raises(AssignmentError):
+        assign(b"", ["a", "a"], tiny_model())
+    with pytest.raises(AssignmentError):
+        assign(b"", ["a"], tiny_model("moe"), experts_per_miner=9)

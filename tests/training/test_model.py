@@ -1,0 +1,93 @@
+"""The modular model: module ids, ownership of parameters, determinism of init, forward shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from training_fixtures import tiny_model
+
+from training.digest import state_digest
+from training.errors import ModuleIdError
+from training.model import (
+    all_paths,
+    build_model,
+    group_by_module,
+    lm_loss,
+    module_ids,
+    module_of,
+    param_state,
+    shared_module_ids,
+)
+
+
+def test_module_ids_per_mode() -> None:
+    assert module_ids(tiny_model("dense")) == ["embed", "trunk.0", "trunk.1", "head"]
+    moe = module_ids(tiny_model("moe"))
+    assert moe[:3] == ["embed", "trunk.0", "trunk.1"] and moe[-1] == "head"
+    assert [m for m in moe if m.startswith("moe.")] == [
+        f"moe.{i}.expert.{e}" for i in range(2) for e in range(4)
+    ]
+    assert module_ids(tiny_model("dipaco")) == [
+        "embed",
+        "path.0.0",
+        "path.0.1",
+        "path.1.0",
+        "path.1.1",
+        "head",
+    ]
+    assert shared_module_ids(tiny_model("dipaco")) == ["embed", "head"]
+    assert all_paths(tiny_model("dipaco")) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_every_parameter_belongs_to_a_listed_module(mode: str) -> None:
+    cfg = tiny_model(mode)
+    groups = group_by_module(param_state(build_model(cfg)))
+    assert list(groups) == module_ids(cfg)
+
+
+def test_module_of() -> None:
+    assert module_of("moe.1.expert.3.fc.weight") == "moe.1.expert.3"
+    assert module_of("path.0.1.attn.qkv.weight") == "path.0.1"
+    assert module_of("trunk.1.router.weight") == "trunk.1"
+    for bad in ("bogus.weight", "moe.1", "embed"):
+        with pytest.raises(ModuleIdError):
+            module_of(bad)
+
+
+def test_init_is_deterministic_and_seeded(mode: str) -> None:
+    cfg = tiny_model(mode)
+    a, b, c = (state_digest(param_state(build_model(cfg, s))) for s in (0, 0, 1))
+    assert a == b != c
+
+
+def test_forward_shapes_and_aux(mode: str) -> None:
+    cfg = tiny_model(mode)
+    model = build_model(cfg)
+    tokens = torch.randint(0, 256, (3, cfg.seq_len + 1), generator=torch.Generator().manual_seed(0))
+    path = (0, 1) if mode == "dipaco" else None
+    logits, aux = model(tokens[:, :-1], path)
+    assert logits.shape == (3, cfg.seq_len, 256)
+    assert (float(aux.detach()) > 0) == (mode == "moe")
+    ce, total = lm_loss(model, tokens, path)
+    assert abs(float(ce) - 5.545) < 0.2  # ~ln(256) at init
+    assert float(total) >= float(ce)
+
+
+def test_dipaco_needs_a_full_path() -> None:
+    model = build_model(tiny_model("dipaco"))
+    with pytest.raises(ModuleIdError):
+        model(torch.zeros(1, 4, dtype=torch.long), (0,))
+
+
+def test_moe_gradients_reach_only_routed_experts() -> None:
+    cfg = tiny_model("moe")
+    model = build_model(cfg)
+    tokens = torch.randint(0, 256, (2, cfg.seq_len + 1), generator=torch.Generator().manual_seed(1))
+    _, total = lm_loss(model, tokens)
+    total.backward()
+    touched = {
+        n.split(".fc")[0].split(".proj")[0]
+        for n, p in model.named_parameters()
+        if n.startswith("moe.") and p.grad is not None
+    }
+    assert touched  # some experts got tokens
