@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.30;
+
+import {Consensus} from "../src/Consensus.sol";
+import {TestBase} from "./utils/Vm.sol";
+
+/// @notice Replays the vectors written by the Python reference (protocol/consensus.py): medians and
+///         payouts must agree to the wei. Regenerate with `npm run vectors`.
+contract VectorsTest is TestBase {
+    function _key(uint256 i, string memory field) internal pure returns (string memory) {
+        return string.concat(".cases[", vm.toString(i), "].", field);
+    }
+
+    function test_pythonVectors_agreeToTheWei() public view {
+        string memory json = vm.readFile("test/vectors/consensus.json");
+        uint256 count = vm.parseJsonUint(json, ".count");
+        assertTrue(count >= 40, "too few vectors");
+        for (uint256 c; c < count; ++c) {
+            uint256 nv = vm.parseJsonUint(json, _key(c, "n_validators"));
+            uint256 nm = vm.parseJsonUint(json, _key(c, "n_miners"));
+            uint256[] memory flat = vm.parseJsonUintArray(json, _key(c, "scores"));
+            uint256[] memory weights = vm.parseJsonUintArray(json, _key(c, "weights"));
+            uint256[] memory medians = vm.parseJsonUintArray(json, _key(c, "medians"));
+            uint256[] memory minerPay = vm.parseJsonUintArray(json, _key(c, "miner_pay"));
+            uint256[] memory valPay = vm.parseJsonUintArray(json, _key(c, "validator_pay"));
+            uint256 budget = vm.parseJsonUint(json, _key(c, "budget"));
+            uint256 bps = vm.parseJsonUint(json, _key(c, "validator_share_bps"));
+            assertEq(flat.length, nv * nm, "shape");
+            uint256[] memory col = new uint256[](nv);
+            for (uint256 j; j < nm; ++j) {
+                for (uint256 i; i < nv; ++i) {
+                    col[i] = flat[i * nm + j];
+                }
+                assertTrue(Consensus.isWeightedMedian(col, weights, medians[j]), "median rejected");
+                if (medians[j] > 0) assertTrue(!Consensus.isWeightedMedian(col, weights, medians[j] - 1), "lower");
+            }
+            uint256 vBudget = budget * bps / Consensus.BPS;
+            uint256[] memory mp = Consensus.minerPayouts(medians, budget - vBudget);
+            for (uint256 j; j < nm; ++j) {
+                assertEq(mp[j], minerPay[j], "miner pay");
+            }
+            uint256[] memory closeness = new uint256[](nv);
+            uint256[] memory row = new uint256[](nm);
+            for (uint256 i; i < nv; ++i) {
+                for (uint256 j; j < nm; ++j) {
+                    row[j] = flat[i * nm + j];
+                }
+                closeness[i] = Consensus.closeness(row, medians);
+            }
+            uint256[] memory vp = Consensus.validatorPayouts(weights, closeness, vBudget);
+            for (uint256 i; i < nv; ++i) {
+                assertEq(vp[i], valPay[i], "validator pay");
+            }
+        }
+    }
+}
