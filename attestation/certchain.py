@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import functools
+import re
 import warnings
 from collections.abc import Sequence
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.verification import ExtensionPolicy, PolicyBuilder, Store, VerificationError
 
@@ -29,26 +32,80 @@ def _quiet_load(loader, data):  # type: ignore[no-untyped-def]
         return loader(data)
 
 
+def _force(cert: x509.Certificate, what: str, err: type[MalformedError]) -> x509.Certificate:
+    """Decode every lazily parsed field we use, so later accesses cannot raise untyped errors."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cert.subject.rfc4514_string()
+            cert.issuer.rfc4514_string()
+            _ = (cert.not_valid_before_utc, cert.not_valid_after_utc, cert.serial_number)
+            cert.public_key()
+            _ = cert.signature_hash_algorithm
+            for _ext in cert.extensions:
+                pass
+    except (ValueError, TypeError, UnsupportedAlgorithm, x509.DuplicateExtension) as exc:
+        raise err(f"{what}: a certificate cannot be decoded ({exc})") from None
+    return cert
+
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n([A-Za-z0-9+/=\r\n]*?)-----END CERTIFICATE-----")
+_PEM_GAP = re.compile(rb"[\r\n\x00]*")
+
+
+def split_pem(pem: bytes, what: str, err: type[MalformedError] = MalformedEvidenceError) -> list[bytes]:
+    """Strictly split concatenated PEM certificates into DER blobs.
+
+    Only CERTIFICATE blocks separated by line breaks (and NUL padding at the end) are allowed, and each
+    block must be canonical base64 (so no two different texts carry the same certificates).
+    """
+    ders: list[bytes] = []
+    pos = 0
+    for m in _PEM_BLOCK.finditer(pem):
+        if not _PEM_GAP.fullmatch(pem, pos, m.start()):
+            raise err(f"{what}: unexpected bytes between PEM certificates at offset {pos}")
+        body = m.group(1)
+        lines = body.split(b"\n")
+        if lines[-1] != b"":
+            raise err(f"{what}: a PEM certificate does not end its base64 with a line break")
+        b64 = b"".join(line[:-1] if line.endswith(b"\r") else line for line in lines)
+        try:
+            der = base64.b64decode(b64, validate=True)
+        except (ValueError, binascii.Error):
+            raise err(f"{what}: a PEM certificate is not valid base64") from None
+        if base64.b64encode(der) != b64:
+            raise err(f"{what}: a PEM certificate is not canonical base64")
+        ders.append(der)
+        pos = m.end()
+    if not _PEM_GAP.fullmatch(pem, pos):
+        raise err(f"{what}: unexpected bytes after the last PEM certificate (offset {pos})")
+    return ders
+
+
 def load_pem_chain(pem: bytes, what: str, *, evidence: bool = True) -> list[x509.Certificate]:
     """Load the concatenated PEM certificates in ``pem`` (trailing NUL bytes tolerated), leaf first."""
     err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
-    body = pem.rstrip(b"\x00")
-    try:
-        certs = _quiet_load(x509.load_pem_x509_certificates, body)
-    except (ValueError, TypeError) as exc:
-        raise err(f"{what}: the PEM certificate chain cannot be decoded ({exc})") from None
-    if not certs:
+    ders = split_pem(pem, what, err)
+    if not ders:
         raise err(f"{what}: no certificate found")
-    return list(certs)
+    out = []
+    for der in ders:
+        try:
+            cert = _quiet_load(x509.load_der_x509_certificate, der)
+        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+            raise err(f"{what}: a certificate cannot be decoded ({exc})") from None
+        out.append(_force(cert, what, err))
+    return out
 
 
 @functools.lru_cache(maxsize=256)
 def load_der_cert(der: bytes, what: str = "certificate") -> x509.Certificate:
     """Load one DER certificate (cached: pinned roots are loaded once)."""
     try:
-        return _quiet_load(x509.load_der_x509_certificate, der)  # type: ignore[no-any-return]
-    except (ValueError, TypeError) as exc:
+        cert = _quiet_load(x509.load_der_x509_certificate, der)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise MalformedCollateralError(f"{what}: the DER certificate cannot be decoded ({exc})") from None
+    return _force(cert, what, MalformedCollateralError)
 
 
 def load_cert_any(data: bytes, what: str, *, evidence: bool = False) -> x509.Certificate:
@@ -58,11 +115,12 @@ def load_cert_any(data: bytes, what: str, *, evidence: bool = False) -> x509.Cer
         if len(chain) != 1:
             raise MalformedCollateralError(f"{what}: expected one certificate, found {len(chain)}")
         return chain[0]
+    err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
     try:
-        return _quiet_load(x509.load_der_x509_certificate, data)  # type: ignore[no-any-return]
-    except (ValueError, TypeError) as exc:
-        err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
+        cert = _quiet_load(x509.load_der_x509_certificate, data)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise err(f"{what}: the certificate cannot be decoded ({exc})") from None
+    return _force(cert, what, err)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -154,6 +212,10 @@ def _chain_root(
     top = chain[-1]
     for root in roots:
         if top.subject == root.subject and spki_of(top) == spki_of(root):
+            if top != root:
+                raise BadChainError(
+                    f"{what}: the chain's copy of the root '{subject_of(top)}' differs from the pinned one"
+                )
             return root
     for root in roots:
         if top.issuer == root.subject:
@@ -174,7 +236,7 @@ def _check_issued(child: x509.Certificate, issuer: x509.Certificate, what: str, 
         raise BadChainError(f"{what}: '{subject_of(issuer)}' is not a CA certificate")
     try:
         child.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature) as exc:
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm) as exc:
         raise BadChainError(
             f"{what}: '{subject_of(child)}' is not signed by '{subject_of(issuer)}' ({exc or 'bad signature'})"
         ) from None
@@ -215,3 +277,11 @@ def _rfc5280(
         builder.build_client_verifier().verify(leaf, list(intermediates))
     except (VerificationError, ValueError) as exc:
         raise BadChainError(f"{what}: path validation to '{subject_of(root)}' failed ({exc})") from None
+
+
+def crl_signed_by(crl: x509.CertificateRevocationList, cert: x509.Certificate) -> bool:
+    """Whether ``crl`` carries a valid signature by ``cert``'s key (False for any unusable key)."""
+    try:
+        return bool(crl.is_signature_valid(cert.public_key()))  # type: ignore[arg-type]
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        return False

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 
 from attestation.certchain import load_cert_any, load_pem_chain
 from attestation.errors import MalformedCollateralError
@@ -55,9 +56,14 @@ _INTEL_KEYS = (
 
 def _load_crl(der: bytes, what: str) -> x509.CertificateRevocationList:
     try:
-        return x509.load_der_x509_crl(der)
-    except ValueError as exc:
+        crl = x509.load_der_x509_crl(der)
+        crl.issuer.rfc4514_string()
+        _ = (crl.last_update_utc, crl.next_update_utc, crl.signature_hash_algorithm)
+        for revoked in crl:
+            _ = revoked.serial_number
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise MalformedCollateralError(f"{what}: the CRL cannot be decoded ({exc})") from None
+    return crl
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from attestation.amd.report import SnpReport, SnpTcb
 from attestation.binding import Binding, check_raw, check_report_data
-from attestation.certchain import check_window, load_der_cert, subject_of, verify_chain
+from attestation.certchain import check_window, crl_signed_by, load_der_cert, subject_of, verify_chain
 from attestation.collateral import SnpCollateral
 from attestation.der import TAG_INTEGER, TAG_OCTET_STRING, decode_integer, read_one, read_tlvs
 from attestation.errors import (
@@ -124,7 +124,7 @@ def verify_snp(
         ) from None
     if collateral.crl_parsed is not None:
         crl = collateral.crl_parsed
-        if crl.issuer != root.subject or not crl.is_signature_valid(root.public_key()):  # type: ignore[arg-type]
+        if crl.issuer != root.subject or not crl_signed_by(crl, root):
             raise RevocationUnknownError("the AMD CRL is not issued and signed by the pinned ARK")
         check_window(
             crl.last_update_utc, crl.next_update_utc, now, "the AMD CRL", "fetch it again from AMD KDS"

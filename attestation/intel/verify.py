@@ -24,6 +24,7 @@ from attestation.certchain import (
     _chain_root,
     check_cert_window,
     check_window,
+    crl_signed_by,
     load_der_cert,
     load_pem_chain,
     subject_of,
@@ -266,7 +267,7 @@ def _check_revocation(
             f"the root CA CRL is issued by '{root_crl.issuer.rfc4514_string()}', not by a pinned root: "
             f"revocation of the intermediate CAs is unknown; {_REFRESH}"
         )
-    if not root_crl.is_signature_valid(root.public_key()):  # type: ignore[arg-type]
+    if not crl_signed_by(root_crl, root):
         raise CollateralSignatureError(f"the root CA CRL is not signed by the pinned root; {_REFRESH}")
     pck_ca = pck_chain[1]
     if pck_crl.issuer != pck_ca.subject:
@@ -275,7 +276,7 @@ def _check_revocation(
             f"issued by '{subject_of(pck_ca)}': revocation status unknown; ship the CRL of the PCK's CA "
             f"(Intel PCS /pckcrl?ca={'platform' if 'Platform' in subject_of(pck_ca) else 'processor'})"
         )
-    if not pck_crl.is_signature_valid(pck_ca.public_key()):  # type: ignore[arg-type]
+    if not crl_signed_by(pck_crl, pck_ca):
         raise CollateralSignatureError(f"the PCK CRL is not signed by the PCK CA; {_REFRESH}")
     crl_chain = c.pck_crl_chain
     verify_chain(crl_chain, roots, now, "PCK CRL issuer chain")
