@@ -196,7 +196,9 @@ def test_snp_measurement_and_tcb_policy() -> None:
     with pytest.raises(TcbNotAcceptableError):
         verify(snp_report(), snp_collateral(), pol, SNP_TIME)
     with pytest.raises(BindingMismatchError):
-        verify(snp_report(), snp_collateral(), Policy(dangerous_allow_debug=True), SNP_TIME, expected=bytes(64))
+        verify(
+            snp_report(), snp_collateral(), Policy(dangerous_allow_debug=True), SNP_TIME, expected=bytes(64)
+        )
 
 
 # --- NVIDIA H100 ---------------------------------------------------------------------------------------------
