@@ -1,0 +1,165 @@
+"""``tessera contracts build|deploy``: compile the Foundry project and deploy a Tessera run.
+
+``deploy`` is resumable: every completed step is written to the deployment file at once (atomically), and a
+re-run skips each step whose result is already on chain. A run whose file is complete and whose contracts
+exist leaves the file untouched. Keys come from an encrypted keystore (``--keystore``; password from
+``$TESSERA_KEYSTORE_PASSWORD`` or a prompt) or a named environment variable (``--key-env``), never from a
+plain file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+CONTRACTS_DIR = Path(__file__).resolve().parents[2] / "contracts"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``tessera contracts``."""
+    parser = subparsers.add_parser("contracts", help="build and deploy the settlement contracts")
+    sub = parser.add_subparsers(dest="contracts_command", metavar="ACTION")
+
+    b = sub.add_parser(
+        "build", help="forge build + export protocol/contracts.json (needs `npm ci` in contracts/)"
+    )
+    b.set_defaults(handler=_build)
+
+    d = sub.add_parser("deploy", help="deploy TesseraNetwork (and its token) and write the deployment file")
+    d.add_argument("--rpc-url", required=True, help="JSON-RPC endpoint, e.g. http://127.0.0.1:8545")
+    key = d.add_mutually_exclusive_group(required=True)
+    key.add_argument("--keystore", type=Path, help="encrypted keystore JSON of the deployer")
+    key.add_argument(
+        "--key-env", help="name of an environment variable holding the deployer's 0x private key"
+    )
+    d.add_argument(
+        "--password-env", default="TESSERA_KEYSTORE_PASSWORD", help="variable with the keystore password"
+    )
+    d.add_argument("--out", type=Path, default=Path("deployment.json"), help="deployment file to write")
+    d.add_argument(
+        "--params", type=Path, help="JSON object of NetworkParams fields (overridden by flags below)"
+    )
+    from protocol.deployment import NetworkParams  # light: dataclass only
+
+    for f in fields(NetworkParams):
+        flag = "--" + f.name.replace("_", "-")
+        typ = str if f.name == "genesis_checkpoint" else int
+        d.add_argument(flag, type=typ, default=None, help=f"NetworkParams.{f.name} (default {f.default})")
+    d.add_argument(
+        "--fund",
+        action="append",
+        default=[],
+        metavar="ADDR=WEI",
+        help="after deploying, transfer WEI tokens from the genesis allocation to ADDR (repeatable; skipped "
+        "if ADDR already holds at least WEI)",
+    )
+    d.set_defaults(handler=_deploy)
+    parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
+
+
+def _build(args: argparse.Namespace) -> int:
+    from tessera.errors import TesseraError
+
+    if not (CONTRACTS_DIR / "node_modules").is_dir():
+        raise TesseraError(f"{CONTRACTS_DIR}/node_modules missing: run `cd contracts && npm ci`")
+    r = subprocess.run(["npm", "run", "--silent", "build"], cwd=CONTRACTS_DIR, check=False)
+    return 0 if r.returncode == 0 else 2
+
+
+def _params(args: argparse.Namespace) -> Any:
+    from protocol.deployment import DeploymentError, NetworkParams
+
+    values: dict[str, Any] = {}
+    if args.params:
+        try:
+            loaded = json.loads(args.params.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DeploymentError(f"cannot read --params {args.params}: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise DeploymentError("--params must hold a JSON object")
+        values.update(loaded)
+    for f in fields(NetworkParams):
+        v = getattr(args, f.name)
+        if v is not None:
+            values[f.name] = v
+    try:
+        params = NetworkParams(**values)
+    except TypeError as exc:
+        raise DeploymentError(f"bad parameters: {exc}") from exc
+    params.validate()
+    return params
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from eth_utils import to_checksum_address
+    from web3 import Web3
+
+    from protocol.chain import Chain, deploy_network, retrying
+    from protocol.deployment import Deployment, DeploymentError
+    from protocol.keys import load_account
+
+    params = _params(args)
+    account = load_account(keystore=args.keystore, key_env=args.key_env, password_env=args.password_env)
+    w3 = Web3(Web3.HTTPProvider(args.rpc_url, request_kwargs={"timeout": 60}))
+    chain_id = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
+
+    existing: Deployment | None = None
+    if args.out.exists():
+        existing = Deployment.load(args.out)
+        if existing.chain_id != chain_id:
+            raise DeploymentError(
+                f"{args.out} is for chain {existing.chain_id}, {args.rpc_url} is chain {chain_id}"
+            )
+        at = to_checksum_address(existing.network)
+        code = retrying(lambda: w3.eth.get_code(at), "eth_getCode")
+        if len(code) == 0:
+            raise DeploymentError(
+                f"{args.out} names network {at} but chain {chain_id} has no code there "
+                "(a reset devnet?): move the file away to deploy afresh"
+            )
+        if existing.params != params:
+            print(f"note: {args.out} exists; keeping its deployed parameters", file=sys.stderr)
+
+    if existing is None:
+        network, token, block, tx = deploy_network(w3, account, params)
+        existing = Deployment(
+            chain_id=chain_id,
+            network=network,
+            token=token,
+            block=block,
+            deployer=account.address,
+            params=params,
+            rpc_url=args.rpc_url,
+            tx={"network": tx},
+        )
+        existing.save(args.out)
+        print(f"deployed TesseraNetwork at {network} (token {token}) in block {block}", file=sys.stderr)
+    else:
+        print(f"TesseraNetwork already deployed at {existing.network}: skipped", file=sys.stderr)
+
+    chain = Chain(w3, existing, account)
+    changed = False
+    for item in args.fund:
+        addr, _, wei = item.partition("=")
+        try:
+            target, amount = to_checksum_address(addr), int(wei)
+        except ValueError as exc:
+            raise DeploymentError(f"--fund expects ADDR=WEI, got {item!r}") from exc
+        if chain.balance_of(target) >= amount:
+            print(f"{target} already funded: skipped", file=sys.stderr)
+            continue
+        res = chain.transfer(target, amount)
+        existing = replace(existing, tx={**existing.tx, f"fund:{target}": res.tx_hash})
+        changed = True
+        print(f"funded {target} with {amount} wei", file=sys.stderr)
+    if changed:
+        existing.save(args.out)
+    print(args.out)
+    return 0
