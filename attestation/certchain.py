@@ -24,6 +24,16 @@ from attestation.errors import (
     MalformedEvidenceError,
 )
 
+X509_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    UnsupportedAlgorithm,
+    x509.DuplicateExtension,
+    x509.InvalidVersion,
+    x509.UnsupportedGeneralNameType,
+)
+"""Everything cryptography raises on malformed certificates, CRLs and keys."""
+
 
 def _quiet_load(loader, data):  # type: ignore[no-untyped-def]
     # AMD's VCEKs carry serial number 0, which cryptography reports with a deprecation warning.
@@ -44,7 +54,7 @@ def _force(cert: x509.Certificate, what: str, err: type[MalformedError]) -> x509
             _ = cert.signature_hash_algorithm
             for _ext in cert.extensions:
                 pass
-    except (ValueError, TypeError, UnsupportedAlgorithm, x509.DuplicateExtension) as exc:
+    except X509_ERRORS as exc:
         raise err(f"{what}: a certificate cannot be decoded ({exc})") from None
     return cert
 
@@ -92,7 +102,7 @@ def load_pem_chain(pem: bytes, what: str, *, evidence: bool = True) -> list[x509
     for der in ders:
         try:
             cert = _quiet_load(x509.load_der_x509_certificate, der)
-        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        except X509_ERRORS as exc:
             raise err(f"{what}: a certificate cannot be decoded ({exc})") from None
         out.append(_force(cert, what, err))
     return out
@@ -103,7 +113,7 @@ def load_der_cert(der: bytes, what: str = "certificate") -> x509.Certificate:
     """Load one DER certificate (cached: pinned roots are loaded once)."""
     try:
         cert = _quiet_load(x509.load_der_x509_certificate, der)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+    except X509_ERRORS as exc:
         raise MalformedCollateralError(f"{what}: the DER certificate cannot be decoded ({exc})") from None
     return _force(cert, what, MalformedCollateralError)
 
@@ -118,7 +128,7 @@ def load_cert_any(data: bytes, what: str, *, evidence: bool = False) -> x509.Cer
     err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
     try:
         cert = _quiet_load(x509.load_der_x509_certificate, data)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+    except X509_ERRORS as exc:
         raise err(f"{what}: the certificate cannot be decoded ({exc})") from None
     return _force(cert, what, err)
 
@@ -236,7 +246,7 @@ def _check_issued(child: x509.Certificate, issuer: x509.Certificate, what: str, 
         raise BadChainError(f"{what}: '{subject_of(issuer)}' is not a CA certificate")
     try:
         child.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm) as exc:
+    except (*X509_ERRORS, InvalidSignature) as exc:
         raise BadChainError(
             f"{what}: '{subject_of(child)}' is not signed by '{subject_of(issuer)}' ({exc or 'bad signature'})"
         ) from None
@@ -275,7 +285,7 @@ def _rfc5280(
     )
     try:
         builder.build_client_verifier().verify(leaf, list(intermediates))
-    except (VerificationError, ValueError) as exc:
+    except (VerificationError, *X509_ERRORS) as exc:
         raise BadChainError(f"{what}: path validation to '{subject_of(root)}' failed ({exc})") from None
 
 
@@ -283,5 +293,5 @@ def crl_signed_by(crl: x509.CertificateRevocationList, cert: x509.Certificate) -
     """Whether ``crl`` carries a valid signature by ``cert``'s key (False for any unusable key)."""
     try:
         return bool(crl.is_signature_valid(cert.public_key()))  # type: ignore[arg-type]
-    except (ValueError, TypeError, UnsupportedAlgorithm):
+    except X509_ERRORS:
         return False

@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
 
-from attestation.certchain import load_cert_any, load_pem_chain
+from attestation.certchain import X509_ERRORS, load_cert_any, load_pem_chain
 from attestation.errors import MalformedCollateralError
 from attestation.intel.tcb import QeIdentity, TcbInfo
 
@@ -61,7 +60,7 @@ def _load_crl(der: bytes, what: str) -> x509.CertificateRevocationList:
         _ = (crl.last_update_utc, crl.next_update_utc, crl.signature_hash_algorithm)
         for revoked in crl:
             _ = revoked.serial_number
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+    except X509_ERRORS as exc:
         raise MalformedCollateralError(f"{what}: the CRL cannot be decoded ({exc})") from None
     return crl
 
@@ -270,7 +269,7 @@ def loads_collateral(text: str | bytes) -> Collateral:
     """Parse collateral JSON text."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise MalformedCollateralError(f"collateral is not JSON ({exc})") from None
     return collateral_from_dict(data)
 

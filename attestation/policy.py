@@ -196,7 +196,7 @@ def load_policy(path: str | Path) -> Policy:
     """Read a policy JSON file."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise MalformedCollateralError(f"policy file {path}: {exc}") from None
     if not isinstance(data, dict):
         raise MalformedCollateralError(f"policy file {path}: expected a JSON object")

@@ -68,7 +68,7 @@ def _obj(value: Any, what: str, name: str) -> dict[str, Any]:
 def _load(text: str, what: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise _fail(what, f"not JSON ({exc})") from None
     return _obj(data, what, "document")
 
