@@ -33,6 +33,8 @@ X509_ERRORS: tuple[type[Exception], ...] = (
     x509.UnsupportedGeneralNameType,
 )
 """Everything cryptography raises on malformed certificates, CRLs and keys."""
+_SIGNATURE_ERRORS: tuple[type[Exception], ...] = (*X509_ERRORS, InvalidSignature)
+_PATH_ERRORS: tuple[type[Exception], ...] = (*X509_ERRORS, VerificationError)
 
 
 def _quiet_load(loader, data):  # type: ignore[no-untyped-def]
@@ -246,7 +248,7 @@ def _check_issued(child: x509.Certificate, issuer: x509.Certificate, what: str, 
         raise BadChainError(f"{what}: '{subject_of(issuer)}' is not a CA certificate")
     try:
         child.verify_directly_issued_by(issuer)
-    except (*X509_ERRORS, InvalidSignature) as exc:
+    except _SIGNATURE_ERRORS as exc:
         raise BadChainError(
             f"{what}: '{subject_of(child)}' is not signed by '{subject_of(issuer)}' ({exc or 'bad signature'})"
         ) from None
@@ -285,7 +287,7 @@ def _rfc5280(
     )
     try:
         builder.build_client_verifier().verify(leaf, list(intermediates))
-    except (VerificationError, *X509_ERRORS) as exc:
+    except _PATH_ERRORS as exc:
         raise BadChainError(f"{what}: path validation to '{subject_of(root)}' failed ({exc})") from None
 
 
