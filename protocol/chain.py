@@ -251,15 +251,19 @@ def decode_revert(function: str, data: Any) -> ContractRevert:
         values = abi_decode(types, raw[4:])
     except Exception:  # malformed payload
         return UnknownRevert(function, {"data": raw}, raw.hex())
-    if name == "WrongPhase" or name == "PhaseClosed" or name == "PhaseNotOver":
-        values = tuple(
-            Phase(v) if n in ("expected", "current", "phase") else v
-            for n, v in zip(names, values, strict=True)
-        )
+    out: dict[str, Any] = {}
+    for n, t, v in zip(names, types, values, strict=True):
+        if t == "address":
+            v = to_checksum_address(v)
+        elif n in ("expected", "current", "phase") and name in ("WrongPhase", "PhaseClosed", "PhaseNotOver"):
+            v = Phase(v)
+        elif n in ("role", "expected") and name in ("NotRole", "AlreadyRegistered"):
+            v = Role(v)
+        out[n] = v
     cls = REVERT_TYPES.get(name)
     if cls is None:
         cls = type(name, (ContractRevert,), {"name": name})
-    return cls(function, dict(zip(names, values, strict=True)), raw.hex())
+    return cls(function, out, raw.hex())
 
 
 # ---------------------------------------------------------------------------------------------- values

@@ -1,0 +1,150 @@
+"""``tessera contracts deploy``: resumable and idempotent; the deployment file, keys and artifacts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+from web3 import Web3
+
+from protocol.anvil import Anvil
+from protocol.chain import Chain, artifacts
+from protocol.deployment import Deployment, DeploymentError, NetworkParams
+from protocol.errors import ProtocolError
+from protocol.keys import (
+    KeySourceError,
+    account_from_env,
+    account_from_keystore,
+    load_account,
+    write_keystore,
+)
+from tessera.commands import contracts as contracts_cmd
+from tessera.errors import TesseraError
+from tests.chain.conftest import new_account
+
+pytestmark = pytest.mark.chain
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(argv: list[str]) -> int:
+    """``tessera ARGV`` through the ``contracts`` subcommand's own parser and handler (what
+    ``tessera.cli.main`` dispatches to), independent of the other subcommands' imports."""
+    parser = argparse.ArgumentParser(prog="tessera")
+    contracts_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except (ProtocolError, TesseraError) as exc:
+        print(f"tessera: error: {type(exc).__name__}: {exc}")
+        return 2
+
+
+def test_deploy_is_idempotent_and_resumable(
+    w3: Web3, anvil: Anvil, tmp_out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployer = new_account(w3)
+    ks = write_keystore(deployer, tmp_path / "deployer.keystore.json", "hunter2")
+    monkeypatch.setenv("TESSERA_KEYSTORE_PASSWORD", "hunter2")
+    base = ["contracts", "deploy", "--rpc-url", anvil.rpc_url, "--keystore", str(ks), "--out", str(tmp_out)]
+    assert cli([*base, "--commit-blocks", "6"]) == 0
+    first = tmp_out.read_bytes()
+    dep = Deployment.load(tmp_out)
+    assert dep.params.commit_blocks == 6 and dep.deployer == deployer.address
+    assert len(w3.eth.get_code(Web3.to_checksum_address(dep.network))) > 0
+    n_before = w3.eth.get_transaction_count(deployer.address)
+    # second full run: nothing sent, file intact
+    assert cli([*base, "--commit-blocks", "6"]) == 0
+    assert tmp_out.read_bytes() == first
+    assert w3.eth.get_transaction_count(deployer.address) == n_before
+    # a run with a new step (funding) after the network exists: resumes, does not redeploy
+    who = Account.create().address
+    monkeypatch.setenv("DEPLOYER_KEY", "0x" + bytes(deployer.key).hex())
+    env_run = [
+        "contracts",
+        "deploy",
+        "--rpc-url",
+        anvil.rpc_url,
+        "--key-env",
+        "DEPLOYER_KEY",
+        "--out",
+        str(tmp_out),
+    ]
+    assert cli([*env_run, "--fund", f"{who}=5"]) == 0
+    dep2 = Deployment.load(tmp_out)
+    assert dep2.network == dep.network and f"fund:{who}" in dep2.tx
+    after_fund = tmp_out.read_bytes()
+    assert cli([*env_run, "--fund", f"{who}=5"]) == 0  # already funded: skipped
+    assert tmp_out.read_bytes() == after_fund
+    assert Chain(w3, dep2).balance_of(who) == 5
+
+
+def test_deploy_refuses_file_for_missing_code(
+    anvil: Anvil, tmp_out: Path, w3: Web3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployer = new_account(w3)
+    monkeypatch.setenv("K", "0x" + bytes(deployer.key).hex())
+    data = {
+        "chain_id": anvil.chain_id,
+        "network": "0x" + "12" * 20,
+        "token": "0x" + "34" * 20,
+        "block": 1,
+        "deployer": deployer.address,
+        "params": asdict(NetworkParams()),
+    }
+    tmp_out.write_text(json.dumps(data))
+    rc = cli(["contracts", "deploy", "--rpc-url", anvil.rpc_url, "--key-env", "K", "--out", str(tmp_out)])
+    assert rc == 2  # DeploymentError -> one-line message, exit 2
+
+
+def test_deployment_strict_loading(tmp_path: Path) -> None:
+    p = tmp_path / "d.json"
+    with pytest.raises(DeploymentError, match="not found"):
+        Deployment.load(p)
+    p.write_text("{}")
+    with pytest.raises(DeploymentError, match="missing key"):
+        Deployment.load(p)
+    p.write_text(
+        json.dumps(
+            {"chain_id": 1, "network": "0x12", "token": "x", "block": 1, "deployer": "x", "params": {}}
+        )
+    )
+    with pytest.raises(DeploymentError, match="network must be"):
+        Deployment.load(p)
+    p.write_text(json.dumps({"bogus": 1}))
+    with pytest.raises(DeploymentError, match="unknown keys"):
+        Deployment.load(p)
+
+
+def test_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acct = Account.create()
+    ks = write_keystore(acct, tmp_path / "k.json", "pw")
+    assert account_from_keystore(ks, password="pw").address == acct.address
+    with pytest.raises(KeySourceError, match="wrong password"):
+        account_from_keystore(ks, password="nope")
+    plain = tmp_path / "plain.txt"
+    plain.write_text(json.dumps({"key": "0x" + bytes(acct.key).hex()}))
+    with pytest.raises(KeySourceError, match="not an encrypted keystore"):
+        account_from_keystore(plain, password="pw")
+    monkeypatch.delenv("TESSERA_TEST_KEY", raising=False)
+    with pytest.raises(KeySourceError, match="not set"):
+        account_from_env("TESSERA_TEST_KEY")
+    monkeypatch.setenv("TESSERA_TEST_KEY", "0x" + bytes(acct.key).hex())
+    assert load_account(key_env="TESSERA_TEST_KEY").address == acct.address
+    with pytest.raises(KeySourceError, match="exactly one"):
+        load_account()
+
+
+def test_artifacts_match_forge_output() -> None:
+    """protocol/contracts.json is what `npm run build` exports from the current sources."""
+    out = REPO / "contracts" / "out" / "TesseraNetwork.sol" / "TesseraNetwork.json"
+    if not out.exists():
+        pytest.skip("contracts/out missing (run `cd contracts && npm run build`)")
+    built = json.loads(out.read_text())
+    assert artifacts()["TesseraNetwork"]["bytecode"] == built["bytecode"]["object"], (
+        "protocol/contracts.json is stale: run `cd contracts && npm run build`"
+    )
