@@ -418,3 +418,135 @@ TARGETS: dict[str, type[Target]] = {
     "http": HttpTarget,
     "config": ConfigTarget,
 }
+
+
+# ------------------------------------------------------------------------------------------------ chain
+
+
+def _word(v: int) -> str:
+    return f"{v:064x}"
+
+
+class ChainTarget(Target):
+    """``protocol.chain.Chain`` reads against a JSON-RPC provider that answers with malformed results.
+
+    Each input is one read (``round_state``, ``account_info``, ``seed``, ``slash_proposal``, ``events``,
+    ``block_number``) and the scripted RPC responses it gets: valid ABI words havoc'd at the hex level,
+    replaced by random JSON, JSON-RPC error objects (reverts with junk data), or mutated log lists.
+    """
+
+    name = "chain"
+
+    def setup(self) -> None:
+        from web3 import Web3
+        from web3.providers.base import BaseProvider
+
+        from protocol.chain import Chain
+        from protocol.deployment import Deployment, NetworkParams
+        from protocol.errors import ProtocolError
+
+        self.allowed = (ProtocolError,)
+        target = self
+
+        class Scripted(BaseProvider):
+            def make_request(self, method: Any, params: Any) -> Any:
+                if method == "eth_chainId":
+                    return {"jsonrpc": "2.0", "id": 1, "result": "0x7a69"}
+                resp = target.script.pop(0) if target.script else {"result": "0x"}
+                if not isinstance(resp, dict):
+                    return resp
+                return {"jsonrpc": "2.0", "id": 1, **resp}
+
+        self.script: list[Any] = []
+        self.network = "0x" + "11" * 20
+        dep = Deployment(31337, self.network, "0x" + "22" * 20, 1, "0x" + "33" * 20, NetworkParams())
+        self.chain = Chain(Web3(Scripted()), dep)
+        from eth_utils import keccak
+
+        self.topic_commit = "0x" + keccak(b"UpdateCommitted(uint256,address,bytes32)").hex()
+        self.valid: dict[str, list[Any]] = {
+            "round_state": [
+                {"result": "0x" + "".join(_word(v) for v in (3, 1, 100, 4, 2, 0))},
+                {"result": "0x" + _word(110)},
+            ],
+            "account_info": [{"result": "0x" + "".join(_word(v) for v in (10**20, 5, 3, 1, 0))}],
+            "seed": [{"result": "0x" + "ab" * 32}],
+            "slash_proposal": [{"result": "0x" + _word(0x33) + _word(7) + _word(1)}],
+            "block_number": [{"result": "0x10"}],
+            "events": [
+                {
+                    "result": [
+                        {
+                            "address": self.network,
+                            "topics": [self.topic_commit, "0x" + _word(1), "0x" + "00" * 12 + "44" * 20],
+                            "data": "0x" + "cd" * 32,
+                            "blockNumber": "0x5",
+                            "blockHash": "0x" + "ee" * 32,
+                            "transactionHash": "0x" + "ff" * 32,
+                            "transactionIndex": "0x0",
+                            "logIndex": "0x0",
+                            "removed": False,
+                        }
+                    ]
+                }
+            ],
+        }
+
+    def generate(self, rng: random.Random) -> bytes:
+        op = rng.choice([*self.valid, "revert"])
+        if op == "revert":
+            data = rng.choice(["0x", "0x" + rng.randbytes(rng.randint(0, 80)).hex(), "junk", 5, None])
+            if rng.random() < 0.5:
+                from protocol.chain import _error_table
+
+                sel = rng.choice(list(_error_table()))
+                data = "0x" + sel.hex() + rng.randbytes(rng.choice([0, 31, 32, 64, 96])).hex()
+            return json.dumps({"op": op, "data": data}).encode()
+        script = json.loads(json.dumps(self.valid[op]))
+        i = rng.randrange(len(script))
+        r = rng.random()
+        if r < 0.35 and isinstance(script[i].get("result"), str):
+            script[i]["result"] = mutate_bytes(script[i]["result"].encode(), rng, 3).decode("latin-1")
+        elif r < 0.55:
+            script[i] = mutate_json(script[i], rng)
+        elif r < 0.75:
+            junk = "0x" + rng.randbytes(rng.choice([0, 4, 36, 68, 100])).hex()
+            script[i] = {
+                "error": {
+                    "code": rng.choice([3, -32000, -32603]),
+                    "message": "execution reverted",
+                    "data": junk,
+                }
+            }
+        elif r < 0.85:
+            script[i] = random_json(rng)
+        else:
+            script[i] = {"result": random_json(rng)}
+        return json.dumps({"op": op, "script": script}).encode()
+
+    def check(self, data: bytes) -> None:
+        from protocol.chain import decode_revert
+
+        req = json.loads(data)
+        op = req["op"]
+        if op == "revert":
+            err = decode_revert("fuzz", req["data"])
+            str(err)
+            return
+        self.script = list(req["script"])
+        c = self.chain
+        if op == "round_state":
+            c.round_state()
+        elif op == "account_info":
+            c.account_info("0x" + "44" * 20)
+        elif op == "seed":
+            c.seed(3)
+        elif op == "slash_proposal":
+            c.slash_proposal(b"\x01" * 32)
+        elif op == "block_number":
+            c.block_number()
+        else:
+            c.committed_miners(1)
+
+
+TARGETS["chain"] = ChainTarget
