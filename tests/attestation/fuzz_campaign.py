@@ -56,9 +56,16 @@ def main(argv: list[str] | None = None) -> int:
                 kind = "parsers/mutated-evidence"
                 outs = check_parsers(mutate_bytes(rng, rng.choice(pool).evidence))
             elif r < 0.80:
-                kind = "verify/mutated-evidence"
                 seed = rng.choice(pool)
-                outs = [check_verify(seed, mutate_bytes(rng, seed.evidence))]
+                if rng.random() < 0.5:
+                    kind = "verify/flipped-byte"
+                    pos = rng.randrange(len(seed.evidence))
+                    mutated = bytearray(seed.evidence)
+                    mutated[pos] ^= 1 << rng.randrange(8)
+                    outs = [check_verify(seed, bytes(mutated))]
+                else:
+                    kind = "verify/mutated-evidence"
+                    outs = [check_verify(seed, mutate_bytes(rng, seed.evidence))]
             elif r < 0.85:
                 kind = "verify/random-bytes"
                 outs = [check_verify(rng.choice(pool), rng.randbytes(rng.randrange(2000)))]

@@ -1,0 +1,227 @@
+"""``tessera bench attestation``: parse and verify time per quote for each format, simulated enclave cost.
+
+    python -m benchmarks.attestation [--parse-runs 3000] [--verify-runs 300] [--json PATH]
+
+Figures (median and p90 per call on this CPU):
+* parse: bytes -> parsed object (Intel SGX v3, TDX v4, SEV-SNP v2, H100 SPDM, simulated TDX v4);
+* verify (warm): the full ``attestation.verify`` with collateral already loaded (``CollateralCache``) and
+  time-independent signature checks memoized: what a validator pays per quote;
+* verify (cold): the first verification with freshly parsed collateral and empty memo caches;
+* simulated enclave: deriving the development platform, producing a quote, producing collateral.
+Targets: parse < 100 us, warm verify < 5 ms. JSON goes to --json (default reports/bench-attestation.json,
+or OUT/bench-attestation.json when run as ``tessera bench attestation --out OUT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+VECTORS = Path(__file__).resolve().parent.parent / "tests" / "attestation" / "vectors"
+
+
+def _times(fn: Callable[[], object], runs: int) -> dict[str, float]:
+    fn()
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    out.sort()
+    return {
+        "median_us": round(statistics.median(out) * 1e6, 1),
+        "p90_us": round(out[int(len(out) * 0.9)] * 1e6, 1),
+        "runs": runs,
+    }
+
+
+def _clear_memos() -> None:
+    from attestation import certchain
+    from attestation.intel import verify as intel_verify
+
+    certchain._chain_root.cache_clear()
+    certchain._rfc5280.cache_clear()
+    certchain._spki.cache_clear()
+    certchain.load_der_cert.cache_clear()
+    intel_verify._check_collateral_signatures.cache_clear()
+
+
+def _cases() -> list[dict[str, Any]]:
+    from attestation import Binding, Policy, TcbStatus
+    from attestation.collateral import NvidiaCollateral, SnpCollateral, dumps_collateral
+    from attestation.nvidia.spdm import decode_report_text
+    from attestation.simulated import SimulatedEnclave
+
+    utc = dt.UTC
+    intel = VECTORS / "intel-dcap"
+    policy_intel = Policy(min_tcb_status=TcbStatus.CONFIGURATION_AND_SW_HARDENING_NEEDED)
+    sim = SimulatedEnclave.from_seed(b"bench")
+    sim_now = dt.datetime(2026, 1, 1, tzinfo=utc)
+    binding = Binding(31337, 1, "0x" + "11" * 20, bytes(32))
+    snp_dir, nv_dir = VECTORS / "amd-sev-snp", VECTORS / "nvidia-h100"
+    return [
+        {
+            "format": "intel-sgx (DCAP v3, real)",
+            "evidence": (intel / "sgx_quote").read_bytes(),
+            "collateral_text": (intel / "sgx_quote_collateral.json").read_text(),
+            "policy": policy_intel,
+            "now": dt.datetime(2025, 6, 20, tzinfo=utc),
+            "expected": None,
+        },
+        {
+            "format": "intel-tdx (DCAP v4, real)",
+            "evidence": (intel / "tdx_quote").read_bytes(),
+            "collateral_text": (intel / "tdx_quote_collateral.json").read_text(),
+            "policy": policy_intel,
+            "now": dt.datetime(2025, 6, 20, tzinfo=utc),
+            "expected": None,
+        },
+        {
+            "format": "amd-sev-snp (v2, real)",
+            "evidence": (snp_dir / "attestation.bin").read_bytes(),
+            "collateral_text": dumps_collateral(
+                SnpCollateral(
+                    (snp_dir / "vcek.testcer").read_bytes(), (snp_dir / "ask_ark_milan.pem").read_bytes()
+                )
+            ),
+            "policy": Policy(dangerous_allow_debug=True),
+            "now": dt.datetime(2023, 6, 1, tzinfo=utc),
+            "expected": None,
+        },
+        {
+            "format": "nvidia-h100 (SPDM 1.1, real)",
+            "evidence": decode_report_text((nv_dir / "hopperAttestationReport.txt").read_text()),
+            "collateral_text": dumps_collateral(
+                NvidiaCollateral((nv_dir / "hopperCertChain.txt").read_bytes())
+            ),
+            "policy": Policy(),
+            "now": dt.datetime(2025, 1, 1, tzinfo=utc),
+            "expected": None,
+        },
+        {
+            "format": "simulated TDX (v4, dev root)",
+            "evidence": sim.quote(binding.report_data()),
+            "collateral_text": dumps_collateral(sim.collateral(sim_now)),
+            "policy": sim.policy(),
+            "now": sim_now,
+            "expected": binding,
+        },
+    ]
+
+
+def run(parse_runs: int, verify_runs: int) -> dict[str, Any]:
+    """Measure everything; return the figures."""
+    from attestation import CollateralCache, parse_evidence, verify
+    from attestation.collateral import loads_collateral
+    from attestation.simulated import SimulatedEnclave
+
+    rows = []
+    for case in _cases():
+        ev, text = case["evidence"], case["collateral_text"]
+        parse = _times(lambda ev=ev: parse_evidence(ev), parse_runs)
+        cache = CollateralCache()
+
+        def warm(case: dict[str, Any] = case, cache: CollateralCache = cache) -> None:
+            verify(
+                case["evidence"],
+                cache.get(case["collateral_text"]),
+                case["policy"],
+                case["now"],
+                case["expected"],
+            )
+
+        warm_t = _times(warm, verify_runs)
+        colds = []
+        for _ in range(max(5, verify_runs // 20)):
+            _clear_memos()
+            t = time.perf_counter()
+            verify(ev, loads_collateral(text), case["policy"], case["now"], case["expected"])
+            colds.append(time.perf_counter() - t)
+        rows.append(
+            {
+                "format": case["format"],
+                "bytes": len(ev),
+                "parse": parse,
+                "verify_warm": warm_t,
+                "verify_cold_median_us": round(statistics.median(colds) * 1e6, 1),
+            }
+        )
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    counter = iter(range(10**9))
+    enclave = SimulatedEnclave.from_seed(b"bench")
+    rd = bytes(64)
+    sim = {
+        "setup_from_seed": _times(lambda: SimulatedEnclave.from_seed(b"seed-%d" % next(counter)), 20),
+        "quote": _times(lambda: enclave.quote(rd), verify_runs),
+        "collateral": _times(lambda: enclave.collateral(now), max(20, verify_runs // 5)),
+    }
+    return {
+        "benchmark": "attestation",
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "targets": {"parse_us": 100, "verify_warm_us": 5000},
+        "formats": rows,
+        "simulated_enclave": sim,
+    }
+
+
+def _table(fig: dict[str, Any]) -> str:
+    lines = [
+        f"{'format':32} {'bytes':>6} {'parse us':>9} {'verify ms (warm)':>17} {'p90 ms':>7} {'cold ms':>8}",
+    ]
+    for r in fig["formats"]:
+        lines.append(
+            f"{r['format']:32} {r['bytes']:>6} {r['parse']['median_us']:>9.1f} "
+            f"{r['verify_warm']['median_us'] / 1000:>17.2f} {r['verify_warm']['p90_us'] / 1000:>7.2f} "
+            f"{r['verify_cold_median_us'] / 1000:>8.2f}"
+        )
+    s = fig["simulated_enclave"]
+    lines.append(
+        f"simulated enclave: setup {s['setup_from_seed']['median_us'] / 1000:.2f} ms, quote "
+        f"{s['quote']['median_us'] / 1000:.2f} ms, collateral {s['collateral']['median_us'] / 1000:.2f} ms"
+    )
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="benchmarks.attestation", description="attestation parse/verify figures"
+    )
+    ap.add_argument("--parse-runs", type=int, default=3000)
+    ap.add_argument("--verify-runs", type=int, default=300)
+    ap.add_argument("--json", default=None, help="output JSON (default reports/bench-attestation.json)")
+    return ap
+
+
+def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+    """Entry point for ``tessera bench attestation`` (a Namespace with ``out``/``extra``) and ``-m``."""
+    out_dir: str | None = None
+    if isinstance(args, argparse.Namespace):
+        out_dir = getattr(args, "out", None)
+        argv = [a for a in (getattr(args, "extra", None) or []) if a != "--"]
+    else:
+        argv = list(sys.argv[1:] if args is None else args)
+    opts = _parser().parse_args(argv)
+    fig = run(opts.parse_runs, opts.verify_runs)
+    print(_table(fig))
+    path = Path(
+        opts.json
+        or (Path(out_dir) / "bench-attestation.json" if out_dir else "reports/bench-attestation.json")
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(fig, indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
