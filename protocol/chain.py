@@ -953,19 +953,22 @@ class Chain:
         return bytes(Account.sign_message(encode_defunct(primitive=msg), account.key).signature)
 
     def _bls_args(self, signatures: Mapping[str, bytes]) -> tuple[int, tuple[bytes, ...]]:
-        bitmap = 0
+        signed = 0
         for v in signatures:
             info = self.account_info(v)
             if info.role != Role.VALIDATOR:
                 raise ChainError(f"{v} is not a registered validator")
-            bitmap |= 1 << info.validator_index
-        return bitmap, bls.g2_words(bls.aggregate(list(signatures.values())))
+            signed |= 1 << info.validator_index
+        n = int(self._call("validatorCount"))
+        non_signers = ((1 << n) - 1) & ~signed
+        return non_signers, bls.g2_words(bls.aggregate(list(signatures.values())))
 
     def certify_checkpoint(self, round_: int, digest: bytes, signatures: Mapping[str, bytes]) -> TxResult:
         """Certifies ``digest`` after ``round_`` with the aggregate of per-validator BLS signatures
-        (``{validator address: signature}``); signers need 2/3 of the validator stake."""
-        bitmap, sig = self._bls_args(signatures)
-        return self._transact(self.network, "certifyCheckpoint", round_, _b32(digest), bitmap, sig)
+        (``{validator address: signature}``); signers need 2/3 of the validator stake. The contract
+        receives the bitmap of registered validators that did NOT sign."""
+        non_signers, sig = self._bls_args(signatures)
+        return self._transact(self.network, "certifyCheckpoint", round_, _b32(digest), non_signers, sig)
 
     def certify_checkpoint_ecdsa(
         self, round_: int, digest: bytes, signatures: Mapping[str, bytes]
@@ -983,7 +986,7 @@ class Chain:
             raise decode_revert(fn_name, exc.data) from None
 
     def bls_certificate_args(self, signatures: Mapping[str, bytes]) -> tuple[int, tuple[bytes, ...]]:
-        """(signer bitmap, aggregate signature words) for ``certifyCheckpoint``."""
+        """(non-signer bitmap, aggregate signature words) for ``certifyCheckpoint``."""
         return self._bls_args(signatures)
 
 

@@ -254,6 +254,8 @@ contract TesseraNetwork {
     mapping(address => Account) internal _accounts;
     mapping(address => Unbonding) internal _unbonding;
     mapping(address => BLS.G1Point) internal _blsKeys;
+    /// @dev Sum of the BLS keys of all registered validators (starts at the point at infinity).
+    BLS.G1Point internal _aggregateKey;
     /// @notice Validators in registration order (index = bit in certificate bitmaps).
     address[] public validators;
 
@@ -326,6 +328,7 @@ contract TesseraNetwork {
         _accounts[msg.sender].validatorIndex = uint16(validators.length);
         validators.push(msg.sender);
         _blsKeys[msg.sender] = publicKey;
+        _aggregateKey = BLS.add(_aggregateKey, publicKey);
         _register(Role.Validator, amount, minValidatorStake);
     }
 
@@ -681,35 +684,34 @@ contract TesseraNetwork {
     // ------------------------------------------------------------------ checkpoint certificates
 
     /// @notice Certifies `digest` as the checkpoint produced by finalized `round` (theta_{round+1}) with
-    ///         an aggregate BLS signature of `checkpointMessage(round, digest)` by the validators in
-    ///         `signers` (bit i = validators[i]), who must hold at least 2/3 of the validator stake.
+    ///         an aggregate BLS signature of `checkpointMessage(round, digest)` by every registered
+    ///         validator except those in `nonSigners` (bit i = validators[i]). The signers must hold at
+    ///         least 2/3 of the validator stake.
+    /// @dev The contract keeps the sum of all registered public keys, so the cost grows with the number
+    ///      of NON-signers (one key subtraction and one stake read each), not with the signers: with
+    ///      full participation a certificate costs the same for 4 or 256 validators.
     /// @param round A finalized round whose checkpoint is not certified yet.
     /// @param digest The new checkpoint digest.
-    /// @param signers Bitmap of signing validator indices.
+    /// @param nonSigners Bitmap of validator indices that did not sign.
     /// @param signature Aggregate G2 signature in EIP-2537 layout.
-    function certifyCheckpoint(uint256 round, bytes32 digest, uint256 signers, BLS.G2Point calldata signature)
+    function certifyCheckpoint(uint256 round, bytes32 digest, uint256 nonSigners, BLS.G2Point calldata signature)
         external
     {
         _requireCertifiable(round);
         uint256 n = validators.length;
-        uint256 signed;
-        BLS.G1Point memory agg;
-        bool first = true;
-        for (uint256 i; i < n && signers >> i != 0; ++i) {
-            if ((signers >> i) & 1 == 0) continue;
+        if (n < 256 && nonSigners >> n != 0) revert BadSigner(n);
+        BLS.G1Point memory agg = _aggregateKey;
+        uint256 missing;
+        for (uint256 i; nonSigners >> i != 0; ++i) {
+            if ((nonSigners >> i) & 1 == 0) continue;
             address v = validators[i];
-            uint256 stake = _accounts[v].stake;
-            if (stake < minValidatorStake) revert BadSigner(i);
-            signed += stake;
-            if (first) {
-                agg = _blsKeys[v];
-                first = false;
-            } else {
-                agg = BLS.add(agg, _blsKeys[v]);
-            }
+            missing += _accounts[v].stake;
+            agg = BLS.add(agg, _negate(_blsKeys[v]));
         }
-        if (signers >> n != 0) revert BadSigner(n);
-        if (3 * signed < 2 * totalValidatorStake || signed == 0) revert QuorumNotReached(signed, totalValidatorStake);
+        uint256 total = totalValidatorStake;
+        uint256 signed = total - missing;
+        if (3 * signed < 2 * total || signed == 0) revert QuorumNotReached(signed, total);
+        if (_isInfinity(agg)) revert InvalidSignature();
         if (!_blsVerify(agg, abi.encodePacked(checkpointMessage(round, digest)), signature)) revert InvalidSignature();
         checkpoints[round + 1] = digest;
         emit CheckpointCertified(round, digest, signed, true);
@@ -933,6 +935,26 @@ contract TesseraNetwork {
         g2[0] = sig;
         g2[1] = BLS.hashToG2(message);
         return BLS.pairing(g1, g2);
+    }
+
+    /// @dev -P for a G1 point: (x, p - y); the point at infinity (all zero) is its own negation.
+    function _negate(BLS.G1Point memory pt) internal pure returns (BLS.G1Point memory) {
+        if (pt.y_a == 0 && pt.y_b == 0) return pt;
+        // p = 0x1a0111ea397fe69a4b1ba7b6434bacd7 64774b84f38512bf6730d2a0f6b0f6241eabfffeb153ffffb9feffffffffaaab
+        uint256 pA = 0x1a0111ea397fe69a4b1ba7b6434bacd7;
+        uint256 pB = 0x64774b84f38512bf6730d2a0f6b0f6241eabfffeb153ffffb9feffffffffaaab;
+        uint256 yA = uint256(pt.y_a);
+        uint256 yB = uint256(pt.y_b);
+        unchecked {
+            uint256 borrow = pB < yB ? 1 : 0;
+            pt.y_b = bytes32(pB - yB);
+            pt.y_a = bytes32(pA - yA - borrow);
+        }
+        return pt;
+    }
+
+    function _isInfinity(BLS.G1Point memory pt) internal pure returns (bool) {
+        return pt.x_a == 0 && pt.x_b == 0 && pt.y_a == 0 && pt.y_b == 0;
     }
 
     function _negG1Generator() internal pure returns (BLS.G1Point memory) {

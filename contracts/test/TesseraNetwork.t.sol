@@ -648,27 +648,27 @@ contract TesseraNetworkTest is Fixture {
         _finalizeRound1();
         bytes32 digest = keccak256("theta_2");
         BLS.G2Point memory sig = _aggSig(3, net.checkpointMessage(1, digest));
-        net.certifyCheckpoint(1, digest, 3, sig);
+        net.certifyCheckpoint(1, digest, 4, sig); // validator index 2 did not sign
         assertEq(net.checkpoints(2), digest, "certified");
         vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.CannotCertify.selector, 1));
-        net.certifyCheckpoint(1, digest, 3, sig);
+        net.certifyCheckpoint(1, digest, 4, sig);
     }
 
     function test_certifyCheckpoint_bls_reverts() public {
         bytes32 digest = keccak256("theta_2");
         BLS.G2Point memory early = _aggSig(3, net.checkpointMessage(1, digest));
         vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.CannotCertify.selector, 1));
-        net.certifyCheckpoint(1, digest, 3, early);
+        net.certifyCheckpoint(1, digest, 4, early);
         _finalizeRound1();
         BLS.G2Point memory one = _aggSig(1, net.checkpointMessage(1, digest));
         vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.QuorumNotReached.selector, MIN_VALIDATOR, 3 * MIN_VALIDATOR));
-        net.certifyCheckpoint(1, digest, 1, one);
+        net.certifyCheckpoint(1, digest, 6, one);
         BLS.G2Point memory wrong = _aggSig(3, net.checkpointMessage(1, keccak256("other")));
         vm.expectRevert(TesseraNetwork.InvalidSignature.selector);
-        net.certifyCheckpoint(1, digest, 3, wrong);
+        net.certifyCheckpoint(1, digest, 4, wrong);
         BLS.G2Point memory good = _aggSig(3, net.checkpointMessage(1, digest));
         vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.BadSigner.selector, 3));
-        net.certifyCheckpoint(1, digest, 15, good);
+        net.certifyCheckpoint(1, digest, 12, good);
     }
 
     function _ecdsaSigs(uint256 n, bytes32 msgHash) internal pure returns (bytes[] memory sigs) {
@@ -687,6 +687,23 @@ contract TesseraNetworkTest is Fixture {
             (uint8 v, bytes32 r, bytes32 s) = vm.sign(keys[i], h);
             sigs[i] = abi.encodePacked(r, s, v);
         }
+    }
+
+    function test_certifyCheckpoint_bls_allSigners() public {
+        _finalizeRound1();
+        bytes32 digest = keccak256("theta_2");
+        BLS.G2Point memory sig = _aggSig(7, net.checkpointMessage(1, digest));
+        net.certifyCheckpoint(1, digest, 0, sig);
+        assertEq(net.checkpoints(2), digest, "certified");
+    }
+
+    function test_certifyCheckpoint_bls_missingSignerRejected() public {
+        // claiming index 2 signed when it did not: the aggregate key includes it, the signature does not
+        _finalizeRound1();
+        bytes32 digest = keccak256("theta_2");
+        BLS.G2Point memory sig = _aggSig(3, net.checkpointMessage(1, digest));
+        vm.expectRevert(TesseraNetwork.InvalidSignature.selector);
+        net.certifyCheckpoint(1, digest, 0, sig);
     }
 
     function test_certifyCheckpoint_ecdsa() public {
