@@ -49,8 +49,7 @@ def _force(cert: x509.Certificate, what: str, err: type[MalformedError]) -> x509
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cert.subject.rfc4514_string()
-            cert.issuer.rfc4514_string()
+            _ = (cert.subject, cert.issuer)
             _ = (cert.not_valid_before_utc, cert.not_valid_after_utc, cert.serial_number)
             cert.public_key()
             _ = cert.signature_hash_algorithm
@@ -95,7 +94,15 @@ def split_pem(pem: bytes, what: str, err: type[MalformedError] = MalformedEviden
 
 
 def load_pem_chain(pem: bytes, what: str, *, evidence: bool = True) -> list[x509.Certificate]:
-    """Load the concatenated PEM certificates in ``pem`` (trailing NUL bytes tolerated), leaf first."""
+    """Load the concatenated PEM certificates in ``pem`` (trailing NUL bytes tolerated), leaf first.
+
+    Memoized by the exact bytes (certificates are immutable): many quotes of one platform share a chain.
+    """
+    return list(_load_pem_chain(bytes(pem), what, evidence))
+
+
+@functools.lru_cache(maxsize=1024)
+def _load_pem_chain(pem: bytes, what: str, evidence: bool) -> tuple[x509.Certificate, ...]:
     err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
     ders = split_pem(pem, what, err)
     if not ders:
@@ -107,7 +114,7 @@ def load_pem_chain(pem: bytes, what: str, *, evidence: bool = True) -> list[x509
         except X509_ERRORS as exc:
             raise err(f"{what}: a certificate cannot be decoded ({exc})") from None
         out.append(_force(cert, what, err))
-    return out
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -149,7 +156,10 @@ def spki_of(cert: x509.Certificate) -> bytes:
 
 def subject_of(cert: x509.Certificate) -> str:
     """A readable subject for messages."""
-    return cert.subject.rfc4514_string()
+    try:
+        return cert.subject.rfc4514_string()
+    except X509_ERRORS:
+        return "<undecodable subject>"
 
 
 def check_window(

@@ -45,6 +45,7 @@ def _times(fn: Callable[[], object], runs: int) -> dict[str, float]:
 
 def _clear_memos() -> None:
     from attestation import certchain
+    from attestation.intel import pck
     from attestation.intel import verify as intel_verify
 
     certchain._chain_root.cache_clear()
@@ -52,6 +53,9 @@ def _clear_memos() -> None:
     certchain._spki.cache_clear()
     certchain.load_der_cert.cache_clear()
     intel_verify._check_collateral_signatures.cache_clear()
+    intel_verify._crl_signatures.cache_clear()
+    certchain._load_pem_chain.cache_clear()
+    pck.parse_pck_extension.cache_clear()
 
 
 def _cases() -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ PCE-ID (.3), FMSPC (.4) and SGX type (.5).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -62,6 +63,7 @@ def _get(pairs: dict[str, tuple[int, bytes]], oid: str, tag: int, name: str) -> 
     return value
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_pck_extension(cert: x509.Certificate) -> PckExtension:
     """Read the SGX extension of a PCK leaf certificate."""
     try:

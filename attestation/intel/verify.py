@@ -252,6 +252,14 @@ def _check_signed_doc(
         )
 
 
+@functools.lru_cache(maxsize=256)
+def _crl_signatures(
+    c: IntelCollateral, root: x509.Certificate, pck_ca: x509.Certificate
+) -> tuple[bool, bool]:
+    """Whether the root CA CRL is signed by ``root`` and the PCK CRL by ``pck_ca`` (memoized: pure)."""
+    return crl_signed_by(c.root_crl, root), crl_signed_by(c.pck_crl_parsed, pck_ca)
+
+
 def _revoked(crl: x509.CertificateRevocationList, cert: x509.Certificate) -> bool:
     return crl.get_revoked_certificate_by_serial_number(cert.serial_number) is not None
 
@@ -267,7 +275,8 @@ def _check_revocation(
             f"the root CA CRL is issued by '{root_crl.issuer.rfc4514_string()}', not by a pinned root: "
             f"revocation of the intermediate CAs is unknown; {_REFRESH}"
         )
-    if not crl_signed_by(root_crl, root):
+    root_ok, pck_ok = _crl_signatures(c, root, pck_chain[1])
+    if not root_ok:
         raise CollateralSignatureError(f"the root CA CRL is not signed by the pinned root; {_REFRESH}")
     pck_ca = pck_chain[1]
     if pck_crl.issuer != pck_ca.subject:
@@ -276,7 +285,7 @@ def _check_revocation(
             f"issued by '{subject_of(pck_ca)}': revocation status unknown; ship the CRL of the PCK's CA "
             f"(Intel PCS /pckcrl?ca={'platform' if 'Platform' in subject_of(pck_ca) else 'processor'})"
         )
-    if not crl_signed_by(pck_crl, pck_ca):
+    if not pck_ok:
         raise CollateralSignatureError(f"the PCK CRL is not signed by the PCK CA; {_REFRESH}")
     crl_chain = c.pck_crl_chain
     verify_chain(crl_chain, roots, now, "PCK CRL issuer chain")

@@ -21,7 +21,7 @@ from attest_fuzz import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-EXAMPLES = int(os.environ.get("TESSERA_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("TESSERA_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
