@@ -6,7 +6,8 @@ Layout (all integers little-endian)::
     u32 header_len            canonical JSON header (protocol.canonical), at most caps.max_header_bytes
     header bytes
     u64 payload_len           safetensors bytes, exactly the rest of the message
-    payload bytes             tensors "<param>/idx", "<param>/val", "<param>/scale" (training.codecs)
+    payload bytes             1-D tensors "idx", "val" and "scale" (training.codecs' fields), each the
+                              concatenation of that field over the params in header order
 
 The header (``UpdateHeader.to_json``) carries: ``version``, ``round``, ``miner``, ``modules`` (module
 ids), ``params`` (``[[name, shape], ...]`` sorted by name), ``codec`` (its wire parameters: name, chunk,
@@ -247,11 +248,11 @@ def build_update(
 def encode_update(update: Update) -> bytes:
     """The canonical bytes of an update."""
     header = dumps_canonical(update.header.to_json())
-    flat: dict[str, Tensor] = {}
+    parts: dict[str, list[Tensor]] = {}
     for name, _ in update.header.params:
         for fname, t in update.tensors[name].fields.items():
-            flat[f"{name}/{fname}"] = t.contiguous()
-    payload = st_save(flat)
+            parts.setdefault(fname, []).append(t.reshape(-1))
+    payload = st_save({fname: torch.cat(ts).contiguous() for fname, ts in parts.items()})
     return MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
 
 
@@ -447,27 +448,32 @@ def decode_update(
         flat = st_load(payload)
     except (SafetensorError, ValueError, RuntimeError) as exc:
         raise InvalidPayload(f"safetensors payload does not parse: {exc}") from exc
+    specs = {name: field_specs(shape, header.codec) for name, shape in header.params}
+    wanted: dict[str, tuple[torch.dtype, int]] = {}
+    for per_param in specs.values():
+        for fname, (dtype, fshape) in per_param.items():
+            wanted[fname] = (dtype, wanted.get(fname, (dtype, 0))[1] + math.prod(fshape))
+    if set(flat) != set(wanted):
+        raise HeaderMismatch(
+            f"payload tensors {sorted(flat)} != {sorted(wanted)} for codec {header.codec.name}"
+        )
+    for fname, (dtype, total) in wanted.items():
+        t = flat[fname]
+        if t.dtype != dtype:
+            raise BadTensorDtype(f"{fname}: {t.dtype}, expected {dtype}")
+        if tuple(t.shape) != (total,):
+            raise BadTensorShape(f"{fname}: {tuple(t.shape)}, expected ({total},)")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise NonFiniteValues(f"{fname} holds NaN or infinity")
+    offsets = dict.fromkeys(wanted, 0)
     tensors: dict[str, Encoded] = {}
-    expected_names: set[str] = set()
     for name, shape in header.params:
         fields: dict[str, Tensor] = {}
-        for fname, (dtype, fshape) in field_specs(shape, header.codec).items():
-            key = f"{name}/{fname}"
-            expected_names.add(key)
-            if key not in flat:
-                raise HeaderMismatch(f"missing tensor {key!r}")
-            t = flat[key]
-            if t.dtype != dtype:
-                raise BadTensorDtype(f"{key}: {t.dtype}, expected {dtype}")
-            if tuple(t.shape) != fshape:
-                raise BadTensorShape(f"{key}: {tuple(t.shape)}, expected {fshape}")
-            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                raise NonFiniteValues(f"{key} holds NaN or infinity")
-            fields[fname] = t
+        for fname, (_, fshape) in specs[name].items():
+            n = math.prod(fshape)
+            fields[fname] = flat[fname][offsets[fname] : offsets[fname] + n]
+            offsets[fname] += n
         tensors[name] = Encoded(shape, fields)
-    extra = set(flat) - expected_names
-    if extra:
-        raise HeaderMismatch(f"tensors not in the header: {sorted(extra)[:5]}")
     update = Update(header, tensors)
     if encode_update(update) != data:
         raise NonCanonicalUpdate("bytes are not the canonical encoding of this update")

@@ -138,8 +138,10 @@ def test_header_mismatch() -> None:
     h["modules"] = ["moe.0.expert.1", "head", "embed"]
     with pytest.raises(wire.HeaderMismatch):
         wire.decode_update(_frame(dumps_canonical(h), payload))
-    extra = {f"{n}/{f}": t for n in up.tensors for f, t in up.tensors[n].fields.items()}
-    extra["head.out.weight/bonus"] = torch.zeros(1)
+    _, payload = _parts(wire.encode_update(up))
+    from safetensors.torch import load as st_load
+
+    extra = {**st_load(payload), "bonus": torch.zeros(1)}
     with pytest.raises(wire.HeaderMismatch):
         wire.decode_update(_frame(dumps_canonical(header), st_save(extra)))
     with pytest.raises(wire.HeaderMismatch):
@@ -149,8 +151,11 @@ def test_header_mismatch() -> None:
 def _with_field(up: wire.Update, name: str, field: str, t: torch.Tensor) -> bytes:
     tensors = dict(up.tensors)
     tensors[name] = Encoded(up.tensors[name].shape, {**up.tensors[name].fields, field: t})
-    flat = {f"{n}/{f}": v for n in tensors for f, v in tensors[n].fields.items()}
-    return _frame(dumps_canonical(up.header.to_json()), st_save(flat))
+    flat: dict[str, list[torch.Tensor]] = {}
+    for n, _ in up.header.params:
+        for f, v in tensors[n].fields.items():
+            flat.setdefault(f, []).append(v)
+    return _frame(dumps_canonical(up.header.to_json()), st_save({f: torch.cat(v) for f, v in flat.items()}))
 
 
 def test_wrong_dtype_shape_and_nan() -> None:
