@@ -37,6 +37,7 @@ from attestation.intel.pck import SGX_EXTENSION_OID
 from attestation.intel.quote import (
     ATT_KEY_TYPE_ECDSA_P256,
     BODY_TD10,
+    BODY_TD15,
     CERT_PCK_CHAIN,
     CERT_QE_REPORT,
     INTEL_QE_VENDOR_ID,
@@ -246,16 +247,25 @@ class SimulatedEnclave:
         mrtd: bytes | None = None,
         rtmrs: tuple[bytes, bytes, bytes, bytes] | None = None,
         debug: bool = False,
+        version: int = 4,
+        td15: bool = False,
     ) -> bytes:
-        """A TDX quote v4 binding ``report_data`` (64 bytes), signed through the development chain."""
+        """A TDX quote binding ``report_data`` (64 bytes), signed through the development chain.
+
+        ``version`` 4 (default) or 5; ``td15`` puts a TD report 1.5 body in a version 5 quote.
+        """
         if len(report_data) != 64:
             raise ValueError("report data must be 64 bytes")
+        if version not in (4, 5) or (td15 and version != 5):
+            raise ValueError("version must be 4 or 5, and a TD 1.5 body needs version 5")
         mrtd = mrtd if mrtd is not None else hashlib.sha384(b"tessera simulated TD image").digest()
         rt = rtmrs if rtmrs is not None else (bytes(48),) * 4
         attrs = bytearray(TD_ATTR_SEPT_VE_DISABLE)
         if debug:
             attrs[0] |= 0x01
-        header = QuoteHeader(4, ATT_KEY_TYPE_ECDSA_P256, TEE_TYPE_TDX, 0, 0, INTEL_QE_VENDOR_ID, bytes(20))
+        header = QuoteHeader(
+            version, ATT_KEY_TYPE_ECDSA_P256, TEE_TYPE_TDX, 0, 0, INTEL_QE_VENDOR_ID, bytes(20)
+        )
         body = TdReport(
             tee_tcb_svn=SIM_TEE_TCB_SVN,
             mr_seam=hashlib.sha384(b"tessera simulated TDX module").digest(),
@@ -272,8 +282,14 @@ class SimulatedEnclave:
             rtmr2=rt[2],
             rtmr3=rt[3],
             report_data=report_data,
+            tee_tcb_svn2=SIM_TEE_TCB_SVN if td15 else None,
+            mr_service_td=bytes(48) if td15 else None,
         )
-        signed = header.to_bytes() + body.to_bytes()
+        body_type = BODY_TD15 if td15 else BODY_TD10
+        descriptor = b""
+        if version == 5:
+            descriptor = body_type.to_bytes(2, "little") + len(body.to_bytes()).to_bytes(4, "little")
+        signed = header.to_bytes() + descriptor + body.to_bytes()
         pub = self.attestation_key.public_key().public_bytes(
             serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
         )[1:]
@@ -299,14 +315,25 @@ class SimulatedEnclave:
         qe = QeReportCertificationData(qe_report, qe_raw, _raw_sig(self.pck_key, qe_raw), auth, chain)
         outer = CertificationData(CERT_QE_REPORT, qe.to_bytes(), qe)
         quote = Quote(
-            header, BODY_TD10, body, _raw_sig(self.attestation_key, signed), pub, qe, outer, signed, b""
+            header, body_type, body, _raw_sig(self.attestation_key, signed), pub, qe, outer, signed, b""
         )
         return quote.to_bytes()
 
     def collateral(
-        self, now: dt.datetime, *, validity: dt.timedelta = dt.timedelta(days=30), revoke_pck: bool = False
+        self,
+        now: dt.datetime,
+        *,
+        validity: dt.timedelta = dt.timedelta(days=30),
+        revoke_pck: bool = False,
+        tcb_status: str = "UpToDate",
+        qe_tcb_status: str = "UpToDate",
+        tcb_info_overrides: dict[str, object] | None = None,
     ) -> IntelCollateral:
-        """Collateral valid from an hour before ``now`` for ``validity``, signed by the development root."""
+        """Collateral valid from an hour before ``now`` for ``validity``, signed by the development root.
+
+        ``tcb_status`` / ``qe_tcb_status`` set the platform and QE TCB levels' statuses and
+        ``tcb_info_overrides`` replaces top-level TCB info fields (to exercise TCB evaluation in tests).
+        """
         issue = now - dt.timedelta(hours=1)
         nxt = now + validity
         tcb_info = {
@@ -337,10 +364,11 @@ class SimulatedEnclave:
                         "tdxtcbcomponents": [{"svn": v} for v in [5, 0, 2] + [0] * 13],
                     },
                     "tcbDate": "2024-03-13T00:00:00Z",
-                    "tcbStatus": "UpToDate",
+                    "tcbStatus": tcb_status,
                 }
             ],
         }
+        tcb_info.update(tcb_info_overrides or {})
         qe_identity = {
             "id": "TD_QE",
             "version": 2,
@@ -354,7 +382,7 @@ class SimulatedEnclave:
             "mrsigner": SIM_QE_MRSIGNER.hex().upper(),
             "isvprodid": SIM_QE_PRODID,
             "tcbLevels": [
-                {"tcb": {"isvsvn": SIM_QE_SVN}, "tcbDate": "2024-03-13T00:00:00Z", "tcbStatus": "UpToDate"}
+                {"tcb": {"isvsvn": SIM_QE_SVN}, "tcbDate": "2024-03-13T00:00:00Z", "tcbStatus": qe_tcb_status}
             ],
         }
         tcb_text = json.dumps(tcb_info, separators=(",", ":"))
@@ -375,6 +403,12 @@ class SimulatedEnclave:
             qe_identity=qe_text,
             qe_identity_signature=_raw_sig(self.tcb_key, qe_text.encode()),
         )
+
+    def evidence(self, report_data: bytes, now: dt.datetime) -> tuple[bytes, str]:
+        """What a miner ships: the quote bytes and the collateral JSON text (wire format)."""
+        from attestation.collateral import dumps_collateral
+
+        return self.quote(report_data), dumps_collateral(self.collateral(now))
 
     @staticmethod
     def _crl(

@@ -75,3 +75,13 @@ def test_simulate_then_verify(capsys: pytest.CaptureFixture[str], tmp_path: Path
     replay = ["--chain-id", "31337", "--round", "5", "--miner", miner, "--digest", digest]
     assert main([*args, "--policy", str(tmp_path / "policy.json"), *replay]) == 1
     assert "ReplayError" in capsys.readouterr().out
+
+
+def test_bench_entry_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import attestation as bench
+
+    ns = argparse.Namespace(out=str(tmp_path), extra=["--parse-runs", "5", "--verify-runs", "3"])
+    assert bench.main(ns) == 0
+    fig = json.loads((tmp_path / "bench-attestation.json").read_text())
+    assert len(fig["formats"]) == 5 and fig["simulated_enclave"]["quote"]["median_us"] > 0
+    assert "intel-tdx" in capsys.readouterr().out
