@@ -52,7 +52,8 @@ class Binding:
 
     chain_id: int
     round: int
-    miner: bytes
+    miner: bytes | str
+    """20-byte EVM address, as bytes or "0x..." hex (stored as bytes)."""
     update_digest: bytes
 
     def __post_init__(self) -> None:
@@ -62,6 +63,11 @@ class Binding:
         if not 0 <= self.round < 2**64:
             raise ValueError("round must fit in 64 bits")
         _u256(self.chain_id, "chain id")
+
+    @property
+    def miner_bytes(self) -> bytes:
+        """The miner address as 20 bytes."""
+        return _miner_bytes(self.miner)
 
     def report_data(self) -> bytes:
         """The 64 report-data bytes for this binding."""
@@ -112,7 +118,7 @@ def check_report_data(actual: bytes, expected: Binding) -> None:
         )
     raise BindingMismatchError(
         f"the report data {actual.hex()[:32]}... does not bind chain {expected.chain_id}, miner "
-        f"0x{expected.miner.hex()} and update {expected.update_digest.hex()}; put "
+        f"0x{expected.miner_bytes.hex()} and update {expected.update_digest.hex()}; put "
         f"attestation.binding.report_data(chain_id, round, miner, update_digest) in the quote's report data"
     )
 
@@ -122,7 +128,7 @@ def check_nonce(actual: bytes, expected: Binding) -> None:
     if actual != expected.nonce():
         raise BindingMismatchError(
             f"the GPU report's nonce {actual.hex()} is not the binding of chain {expected.chain_id}, round "
-            f"{expected.round}, miner 0x{expected.miner.hex()} and update {expected.update_digest.hex()}: "
+            f"{expected.round}, miner 0x{expected.miner_bytes.hex()} and update {expected.update_digest.hex()}: "
             f"request the GPU report with nonce = report_data(...)[:32] for this round and update"
         )
 

@@ -16,7 +16,7 @@ VECTORS = Path(__file__).parent / "vectors"
 
 def utc(*args: int) -> dt.datetime:
     """A UTC datetime."""
-    return dt.datetime(*args, tzinfo=dt.UTC)  # type: ignore[misc]
+    return dt.datetime(*args, tzinfo=dt.UTC)  # type: ignore[misc, arg-type]
 
 
 @dataclass(frozen=True)
