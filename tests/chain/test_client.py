@@ -1,0 +1,58 @@
+"""Chain client plumbing: retries, missing anvil, persisted state, ECDSA certificates, event queries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from web3 import Web3
+
+from protocol import anvil as anvil_mod
+from protocol import chain as chain_mod
+from protocol.anvil import Anvil, AnvilError, free_port
+from protocol.chain import Chain, ChainConnectionError, CheckpointCertified, Registered, deploy_network
+from protocol.deployment import Deployment, NetworkParams
+from tests.chain.conftest import Net, make_net, new_account
+
+pytestmark = pytest.mark.chain
+
+
+def test_connection_errors_are_retried_then_typed(monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr(chain_mod.time, "sleep", sleeps.append)
+    dep = Deployment(1, "0x" + "11" * 20, "0x" + "22" * 20, 0, "0x" + "33" * 20, NetworkParams())
+    with pytest.raises(ChainConnectionError, match="unreachable after 5 attempts"):
+        Chain.connect(dep, rpc_url=f"http://127.0.0.1:{free_port()}", timeout=1)
+    assert sleeps == [0.25, 0.5, 1.0, 2.0]  # exponential backoff
+
+
+def test_missing_anvil_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(anvil_mod, "ANVIL_BIN", tmp_path / "nope" / "anvil")
+    monkeypatch.delenv("TESSERA_ANVIL", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(AnvilError, match="npm ci"):
+        Anvil().start()
+
+
+def test_state_persists_across_restarts(tmp_path: Path) -> None:
+    state = tmp_path / "anvil-state.json"
+    with Anvil(state=state) as node:
+        w3 = Web3(Web3.HTTPProvider(node.rpc_url))
+        network, *_ = deploy_network(w3, new_account(w3), NetworkParams())
+    assert state.exists()
+    with Anvil(state=state) as node:
+        w3 = Web3(Web3.HTTPProvider(node.rpc_url))
+        assert len(w3.eth.get_code(Web3.to_checksum_address(network))) > 0
+
+
+def test_ecdsa_certificate_and_events(w3: Web3, anvil: Anvil) -> None:
+    n: Net = make_net(w3, anvil, n_miners=1, n_validators=3)
+    r = n.fresh_round() - 1  # a finalized round
+    digest = b"\x99" * 32
+    sigs = {v.address: v.sign_checkpoint_ecdsa(v.account, r, digest) for v in n.validators}  # type: ignore[arg-type]
+    res = n.validators[0].certify_checkpoint_ecdsa(r, digest, sigs)
+    cert = [e for e in res.events if isinstance(e, CheckpointCertified)]
+    assert cert and cert[0].bls is False and cert[0].digest == digest
+    assert n.reader().checkpoint(r + 1) == digest
+    regs = n.reader().events("Registered")
+    assert {e.account for e in regs if isinstance(e, Registered)} >= {v.address for v in n.validators}
