@@ -184,9 +184,13 @@ def lazy_strategy(
     weights: Sequence[int],
     *,
     q: float = 1.0,
-    evidence_shared: bool = True,
+    evidence_shared: bool = False,
 ) -> Strategy:
-    """A miner faking ``f`` of its inner steps (saves about ``f`` of its compute)."""
+    """A miner faking ``f`` of its inner steps (saves about ``f`` of its compute).
+
+    ``evidence_shared=False`` is what the validator node does today: each validator votes to slash only
+    on its own failed check, so a slash needs catching validators with 2/3 of the stake.
+    """
     p_zero = p_reward_zeroed(f, n_segments, m, weights, q)
     if evidence_shared:
         p_slash = p_detect_any(f, n_segments, m, len(weights), q)

@@ -1,0 +1,282 @@
+"""A whole Tessera network in one process, driven in lockstep, for attack scenarios.
+
+The participants are the real node classes (``miner.node.MinerNode``, ``validator.node.ValidatorNode``,
+or their adversarial subclasses) with their real HTTP servers, state directories, verification, merge
+and certification. Two seams are replaced so that a scenario is fast and deterministic on 2 CPU cores:
+
+- the chain is :class:`protocol.coordinator.MemoryLedger` (the contract's semantics in memory: phases,
+  sender-bound commitments, seed shares, stake-weighted lower median, pay-by-score, 2/3 slash votes);
+- discovery is a shared :class:`BoardDiscovery`: records are signed and every read goes through
+  ``protocol.records.decode_record``'s strict validation, only the DHT transport is skipped.
+
+The nodes are stepped round-robin (one ``step()`` each, then one block) until the wanted number of
+rounds is settled and certified. Each ``step()`` is what the node's own ``run`` loop calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tessera.attack.errors import AttackError
+
+log = logging.getLogger(__name__)
+
+
+def tiny_spec(steps: int = 6, interval: int = 2) -> Any:
+    """A run small enough for several rounds of several nodes on 2 CPU cores (H = steps, k = interval)."""
+    from protocol.runspec import RunSpec
+    from training.config import CodecConfig, InnerConfig, ModelConfig
+
+    model = ModelConfig(
+        mode="moe", d_model=32, n_heads=2, n_layers=1, d_ff=32, seq_len=32, n_experts=2, top_k=1
+    )
+    inner = InnerConfig(steps=steps, batch_size=4, transcript_interval=interval, warmup_steps=2)
+    return RunSpec(model=model, inner=inner, codec=CodecConfig(chunk=64, topk=16, bits=8))
+
+
+def _key(i: int) -> str:
+    return "0x" + (i + 1).to_bytes(32, "big").hex()
+
+
+def _discovery_base() -> Any:
+    from protocol.discovery import Discovery
+
+    return Discovery
+
+
+@dataclass
+class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
+    """Discovery over a shared in-memory board of signed records (see the module doc)."""
+
+    board: dict[tuple[int, str], bytes] = field(default_factory=dict)
+
+    def announce(self, round: int, role: str, url: str, serves: Any, ttl: int = 3600) -> Any:
+        """Sign and publish (replaces this node's record of the round)."""
+        from protocol.records import make_record
+
+        rec = make_record(
+            self.private_key,
+            chain_id=self.chain_id,
+            role=role,
+            round=round,
+            url=url,
+            serves=tuple(serves),
+            ttl=ttl,
+        )
+        self.board[(round, rec.address)] = rec.encode()
+        return rec
+
+    def find(self, round: int) -> list[Any]:
+        """Valid records of a round (every one decoded strictly)."""
+        from protocol.records import RecordError, decode_record
+
+        out = []
+        for (r, _), data in sorted(self.board.items()):
+            if r != round:
+                continue
+            try:
+                out.append(decode_record(data, chain_id=self.chain_id))
+            except RecordError as exc:
+                self.refused += 1
+                self.errors.append(str(exc))
+        return out
+
+    def urls_for(self, round: int, kind: str, digest: str, *, address: str | None = None) -> list[str]:
+        """URLs announcing ``digest`` of ``kind``."""
+        want = digest.removeprefix("0x")
+        return [
+            r.url
+            for r in self.find(round)
+            if (address is None or r.address.lower() == address.lower())
+            and any(s.kind == kind and s.digest.removeprefix("0x") == want for s in r.serves)
+        ]
+
+    def url_of(self, round: int, address: str) -> str | None:
+        """The URL ``address`` announced for a round."""
+        for r in self.find(round):
+            if r.address.lower() == address.lower():
+                return str(r.url)
+        return None
+
+
+#: Builds a miner node: (config, spec, coordinator, discovery) -> node.
+MinerFactory = Callable[..., Any]
+#: Builds a validator node: (config, spec, coordinator, discovery, private key) -> node.
+ValidatorFactory = Callable[..., Any]
+
+
+@dataclass
+class Participant:
+    """One node of a scenario."""
+
+    role: str
+    label: str
+    """Its mode: ``honest`` or the adversarial mode's name."""
+    stake: int
+    factory: Callable[..., Any] | None = None
+    """Node factory (default: the honest node of the role)."""
+    address: str = ""
+    key: str = ""
+    node: Any = None
+
+
+@dataclass
+class NetworkRun:
+    """What a finished run observed."""
+
+    rounds: int
+    participants: list[Participant]
+    ledger: Any
+    heldout: list[float]
+    """Held-out loss of theta_1 .. theta_{rounds+1} (the certified checkpoints)."""
+    verdicts: dict[str, list[dict[str, Any]]]
+    """Per miner address: every verdict any honest-labelled validator reached (round, stage, score)."""
+    seconds: float
+    errors: list[str]
+
+
+class Network:
+    """Compose, step and observe a network of real nodes on a memory chain."""
+
+    def __init__(
+        self,
+        participants: list[Participant],
+        *,
+        spec: Any = None,
+        phase_blocks: int = 40,
+        emission: int = 1000 * 10**18,
+        validator_share_bps: int = 1000,
+        workdir: Path | None = None,
+        validator_overrides: dict[str, Any] | None = None,
+        on_step: Callable[[Network], None] | None = None,
+    ) -> None:
+        from eth_account import Account
+
+        from protocol.coordinator import MemoryCoordinator, MemoryLedger
+        from protocol.tensorblob import tensors_digest
+
+        self.spec = spec or tiny_spec()
+        self.participants = participants
+        self._tmp = tempfile.TemporaryDirectory(prefix="tessera-attack-") if workdir is None else None
+        self.dir = Path(self._tmp.name) if self._tmp else workdir  # type: ignore[assignment]
+        assert self.dir is not None
+        genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
+        self.ledger = MemoryLedger(
+            bytes.fromhex(tensors_digest(genesis)[2:]),
+            phase_blocks=phase_blocks,
+            emission=emission,
+            validator_share_bps=validator_share_bps,
+        )
+        self.board: dict[tuple[int, str], bytes] = {}
+        self.on_step = on_step
+        self.errors: list[str] = []
+        vo = validator_overrides or {}
+        for i, p in enumerate(participants):
+            p.key = _key(i)
+            p.address = Account.from_key(p.key).address
+            coord: Any = MemoryCoordinator(self.ledger, p.address)
+            disc = BoardDiscovery(self.ledger.chain_id, p.key, board=self.board)
+            data_dir = self.dir / f"{p.role}-{i}"
+            if p.role == "miner":
+                from miner.config import MinerConfig
+                from miner.node import MinerNode
+
+                mcfg = MinerConfig(
+                    data_dir=data_dir, dht=False, stake=p.stake, fetch_timeout=5.0, fetch_attempts=1
+                )
+                p.node = (p.factory or MinerNode)(mcfg, self.spec, coord, disc)
+            elif p.role == "validator":
+                from validator.config import ValidatorConfig
+                from validator.node import ValidatorNode
+
+                vcfg = ValidatorConfig(
+                    data_dir=data_dir, dht=False, stake=p.stake, fetch_timeout=5.0, fetch_attempts=1, **vo
+                )
+                p.node = (p.factory or ValidatorNode)(vcfg, self.spec, coord, disc, p.key)
+            else:
+                raise AttackError(f"unknown role {p.role!r}")
+
+    def start(self) -> None:
+        """Start every node (HTTP servers, registration)."""
+        for p in self.participants:
+            p.node.start()
+
+    def stop(self) -> None:
+        """Stop every node and remove the work directory."""
+        for p in self.participants:
+            try:
+                p.node.stop()
+            except Exception as exc:  # best effort at teardown
+                log.warning("stopping %s: %s", p.label, exc)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def _step_all(self) -> None:
+        from miner.errors import MinerError
+        from protocol.errors import ProtocolError
+        from validator.errors import ValidatorError
+
+        for p in self.participants:
+            try:
+                p.node.step()
+            except (ProtocolError, MinerError, ValidatorError) as exc:
+                msg = f"{p.label} {p.address[:10]}: {type(exc).__name__}: {exc}"
+                if not self.errors or self.errors[-1] != msg:
+                    self.errors.append(msg)
+                log.info("%s", msg)
+
+    def run(self, rounds: int, timeout: float = 1800.0) -> NetworkRun:
+        """Step until ``rounds`` rounds are finalized and their checkpoints certified."""
+        t0 = time.perf_counter()
+        while True:
+            led = self.ledger
+            if led.round > rounds and (rounds + 1) in led.checkpoints:
+                break
+            if time.perf_counter() - t0 > timeout:
+                raise AttackError(
+                    f"network did not finish {rounds} rounds in {timeout:.0f}s: {self.errors[-3:]}"
+                )
+            self._step_all()
+            if self.on_step is not None:
+                self.on_step(self)
+            led.mine(1)
+        return self._observe(rounds, time.perf_counter() - t0)
+
+    def _observe(self, rounds: int, seconds: float) -> NetworkRun:
+        from protocol.tensorblob import decode_tensors, split_checkpoint
+        from validator.verify import heldout_loss
+
+        honest_v = [p for p in self.participants if p.role == "validator" and p.label == "honest"]
+        ref = (
+            honest_v[0].node if honest_v else next(p.node for p in self.participants if p.role == "validator")
+        )
+        heldout = []
+        for r in range(1, rounds + 2):
+            digest = self.ledger.checkpoints.get(r)
+            if digest is None:
+                continue
+            hexd = "0x" + digest.hex()
+            if r == 1:
+                params = self.spec.genesis_params()
+            elif ref.public.has(hexd):
+                params, _ = split_checkpoint(decode_tensors(ref.public.get(hexd)))
+            else:
+                continue
+            heldout.append(heldout_loss(self.spec, ref.dataset, params))
+        verdicts: dict[str, list[dict[str, Any]]] = {}
+        for p in honest_v:
+            for r, rec in p.node.state.rounds().items():
+                for miner, v in rec.get("verdicts", {}).items():
+                    verdicts.setdefault(miner.lower(), []).append(
+                        {"round": r, "validator": p.address, "stage": v["stage"], "score": v["score"],
+                         "provable": v.get("provable", False), "reason": v.get("reason", "")[:160]}
+                    )  # fmt: skip
+        return NetworkRun(
+            rounds, self.participants, self.ledger, heldout, verdicts, seconds, list(self.errors)
+        )

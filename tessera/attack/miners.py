@@ -1,0 +1,270 @@
+"""Adversarial miner modes, as :class:`miner.behaviour.Behaviour` subclasses registered by name.
+
+Every mode changes only the hook it needs (see ``miner/behaviour.py``); everything else is the honest
+miner's code path, so what a validator sees is exactly what such a miner would send. Modes that need
+information from outside the miner (another miner's revealed update, a previous round's quote) read it
+from a :class:`Board` the scenario shares with them: in a real network that is public data (revealed
+updates and quotes are served to anyone after the commit deadline).
+
+``register_all()`` makes every mode selectable with ``tessera miner run --behaviour NAME``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from miner.behaviour import Behaviour, RoundContext, register
+
+
+@dataclass
+class Board:
+    """Public material a scenario exposes to adversaries: revealed updates and evidence by (round, miner)."""
+
+    updates: dict[tuple[int, str], bytes] = field(default_factory=dict)
+    evidence: dict[tuple[int, str], bytes] = field(default_factory=dict)
+
+    def latest_update(self, miner: str, before: int) -> bytes | None:
+        """The most recent update ``miner`` revealed before round ``before``."""
+        rounds = [r for (r, m) in self.updates if m.lower() == miner.lower() and r < before]
+        return self.updates[(max(rounds), miner)] if rounds else None
+
+
+class FreeRiderZero(Behaviour):
+    """Sends an all-zero pseudo-gradient (pretends to have trained)."""
+
+    name = "free-rider-zero"
+
+    def pseudo_gradient(self, ctx: RoundContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Zeros of the right shapes."""
+        return {k: torch.zeros_like(v) for k, v in delta.items()}
+
+
+class FreeRiderRandom(Behaviour):
+    """Sends Gaussian noise with the norm of a real update (so the norm bound does not catch it)."""
+
+    name = "free-rider-random"
+
+    def pseudo_gradient(self, ctx: RoundContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Noise scaled to the true delta's norm, per tensor."""
+        g = torch.Generator().manual_seed(ctx.round)
+        out = {}
+        for k, v in delta.items():
+            noise = torch.randn(v.shape, generator=g, dtype=v.dtype)
+            out[k] = noise * (float(v.norm()) / max(float(noise.norm()), 1e-12))
+        return out
+
+
+class FreeRiderStale(Behaviour):
+    """Commits the update it built in an earlier round (honest in its first round)."""
+
+    name = "free-rider-stale"
+
+    def __init__(self) -> None:
+        self.first: bytes | None = None
+
+    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+        """The first update it ever built, again and again."""
+        if self.first is None:
+            self.first = data
+            return data
+        return self.first
+
+
+class LazyMiner(Behaviour):
+    """Does not do a fraction ``f`` of its assigned inner steps: trains those on other data.
+
+    The substituted steps are packed into the first transcript segments (the cheater's best packing, see
+    ``validator.sampling``), so exactly ``ceil(f * S)`` segments fail recomputation. Detection is by
+    sampled replay only; the transcript it serves is self-consistent.
+    """
+
+    name = "lazy"
+
+    def __init__(self, fraction: float = 0.1, segments: int = 3) -> None:
+        self.fraction = fraction
+        self.segments = segments
+
+    def batches(self, ctx: RoundContext, batches: Tensor) -> Tensor:
+        """The assigned batches, with those of the first ``ceil(f S)`` segments replaced."""
+        steps = batches.shape[0]
+        bad = min(self.segments, max(1, math.ceil(self.fraction * self.segments - 1e-12)))
+        n = math.ceil(steps * bad / self.segments) if self.fraction > 0 else 0
+        out = batches.clone()
+        if n:
+            out[:n] = torch.roll(batches[:n], shifts=batches.shape[-1] // 2 + 1, dims=-1)
+        return out
+
+
+class LazyOtherData(LazyMiner):
+    """Trains all its steps on other data than assigned (f = 1)."""
+
+    name = "lazy-other-data"
+
+    def __init__(self) -> None:
+        super().__init__(1.0)
+
+
+class Copier(Behaviour):
+    """Re-labels another miner's most recent revealed update as its own (round, miner, base checkpoint).
+
+    Updates are revealed only after the commit deadline, so the freshest it can copy is the previous
+    round's. In its first round (nothing to copy) it is honest.
+    """
+
+    name = "copier"
+
+    def __init__(self, board: Board | None = None, victim: str = "") -> None:
+        self.board = board or Board()
+        self.victim = victim
+
+    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+        """The victim's last update, re-headered for this round and this miner."""
+        from dataclasses import replace
+
+        from protocol.update import Update, decode_update, encode_update
+
+        src = self.board.latest_update(self.victim, ctx.round)
+        if src is None:
+            return data
+        mine = decode_update(data).header
+        theirs = decode_update(src)
+        header = replace(
+            theirs.header, round=ctx.round, miner=mine.miner, base_checkpoint=mine.base_checkpoint
+        )
+        return encode_update(Update(header, theirs.tensors))
+
+
+class Replayer(Behaviour):
+    """Commits its own update of an earlier round, unchanged (a replay of signed-off work)."""
+
+    name = "replayer"
+
+    def __init__(self, board: Board | None = None) -> None:
+        self.board = board or Board()
+        self.me = ""
+
+    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+        """Its last revealed update, if any."""
+        old = self.board.latest_update(ctx.miner, ctx.round)
+        return old if old is not None else data
+
+
+class QuoteReplayer(Behaviour):
+    """Serves the TEE quote of an earlier round (its update is honest)."""
+
+    name = "quote-replayer"
+
+    def __init__(self, board: Board | None = None) -> None:
+        self.board = board or Board()
+
+    def evidence(self, ctx: RoundContext, evidence: bytes | None) -> bytes | None:
+        """The evidence it served in an earlier round, if any."""
+        rounds = [r for (r, m) in self.board.evidence if m.lower() == ctx.miner.lower() and r < ctx.round]
+        if not rounds:
+            return evidence
+        return self.board.evidence[(max(rounds), ctx.miner)]
+
+
+class Poisoner(Behaviour):
+    """Sends its true update transformed: scaled, sign-flipped, NaN or huge."""
+
+    name = "poisoner"
+
+    def __init__(self, mode: str = "scaled", factor: float = 3.0) -> None:
+        self.mode = mode
+        self.factor = factor
+
+    def pseudo_gradient(self, ctx: RoundContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The transformed delta."""
+        if self.mode == "scaled":
+            return {k: v * self.factor for k, v in delta.items()}
+        if self.mode == "flip":
+            return {k: -v for k, v in delta.items()}
+        if self.mode == "huge":
+            return {k: v * 1e6 for k, v in delta.items()}
+        if self.mode == "nan":
+            out = {}
+            for k, v in delta.items():
+                w = v.clone()
+                w.view(-1)[0] = float("nan")
+                out[k] = w
+            return out
+        return delta
+
+    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+        """NaN mode: if the codec scrubbed the NaN, write one into the first float value on the wire."""
+        if self.mode != "nan":
+            return data
+        from protocol.update import Update, decode_update, encode_update
+
+        try:
+            up = decode_update(data)
+        except Exception:  # already refused: the NaN made it through the codec
+            return data
+        name, _ = up.header.params[0]
+        enc = up.tensors[name]
+        for fname, t in enc.fields.items():
+            if t.is_floating_point():
+                t = t.clone()
+                t.view(-1)[0] = float("nan")
+                enc.fields[fname] = t
+                break
+        return encode_update(Update(up.header, up.tensors))
+
+
+class Forger(Behaviour):
+    """Serves attestation evidence that does not hold: corrupted bytes, or a quote for another digest."""
+
+    name = "forger"
+
+    def __init__(self, mode: str = "corrupt") -> None:
+        self.mode = mode
+
+    def evidence(self, ctx: RoundContext, evidence: bytes | None) -> bytes | None:
+        """Corrupted or mismatched evidence (fabricated if the node has no TEE)."""
+        if self.mode == "mismatch":
+            from attestation import report_data
+            from attestation.simulated import SimulatedEnclave
+
+            enclave = SimulatedEnclave.from_seed(b"tessera-devnet")
+            return enclave.quote(report_data(31337, ctx.round, ctx.miner, b"\x00" * 32))
+        if evidence is None:
+            return b"\x04\x00\x02\x00" + b"\x00" * 1000
+        b = bytearray(evidence)
+        b[len(b) // 2] ^= 0xFF
+        return bytes(b)
+
+
+class Withholder(Behaviour):
+    """Commits, then serves nothing."""
+
+    name = "withholder"
+
+    def served_update(self, ctx: RoundContext, data: bytes) -> bytes:
+        """Nothing."""
+        return b""
+
+
+def register_all() -> None:
+    """Register every mode with ``miner.behaviour`` (``--behaviour NAME``)."""
+    for cls in (
+        FreeRiderZero,
+        FreeRiderRandom,
+        FreeRiderStale,
+        LazyMiner,
+        LazyOtherData,
+        Replayer,
+        QuoteReplayer,
+        Withholder,
+    ):
+        register(cls.name, cls)
+    register("poisoner-scaled", lambda: Poisoner("scaled"))
+    register("poisoner-flip", lambda: Poisoner("flip"))
+    register("poisoner-huge", lambda: Poisoner("huge"))
+    register("poisoner-nan", lambda: Poisoner("nan"))
+    register("forger", lambda: Forger("corrupt"))
+    register("forger-mismatch", lambda: Forger("mismatch"))

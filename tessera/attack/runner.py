@@ -1,0 +1,247 @@
+"""Run scenarios, measure what each participant got, and check the suite's claims.
+
+Per participant: reward earned (tokens; and the part earned in rounds where it cheated), slashes and the
+stake they take, in how many rounds an honest validator refused its update and at which stage. Per
+scenario: the honest miners' share of the miner emission, the held-out loss of the last certified
+checkpoint against the all-honest baseline, and for validator attacks the reward per unit of stake
+against the honest validators' and the largest move of a consensus score away from the honest median.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tessera.attack.harness import Network, NetworkRun, tiny_spec
+from tessera.attack.scenarios import Scenario, get
+
+WEI = 10**18
+#: Fraction of stake one slash takes (the deployment default, ``NetworkParams.slash_bps``).
+SLASH_FRACTION = 0.10
+
+
+@dataclass
+class Row:
+    """One participant's outcome in a scenario."""
+
+    scenario: str
+    role: str
+    label: str
+    address: str
+    stake: float
+    reward: float
+    reward_cheating: float
+    slashes: int
+    stake_slashed: float
+    detected_rounds: int
+    rounds: int
+    stages: list[str]
+
+
+@dataclass
+class ScenarioResult:
+    """A scenario's rows and figures."""
+
+    name: str
+    kind: str
+    description: str
+    rounds: int
+    seconds: float
+    rows: list[Row]
+    honest_share: float
+    """Honest miners' share of all miner rewards in the rounds the adversaries cheated."""
+    heldout: list[float]
+    heldout_baseline: list[float]
+    heldout_rel_diff: float
+    """(final held-out loss - baseline's) / baseline's."""
+    validator: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, bool] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+def _fill_board(sc: Scenario) -> Any:
+    """An ``on_step`` hook that copies revealed updates and evidence onto the scenario's board."""
+
+    def hook(net: Network) -> None:
+        from protocol.records import decode_record
+
+        by_addr = {p.address: p for p in net.participants if p.role == "miner"}
+        for (r, addr), data in list(net.board.items()):
+            p = by_addr.get(addr)
+            if p is None or (r, addr) in sc.board.updates:
+                continue
+            rec = decode_record(data)
+            for kind, target in (("update", sc.board.updates), ("evidence", sc.board.evidence)):
+                d = rec.digest_of(kind)
+                if d is not None and p.node.public.has(d):
+                    target[(r, addr)] = p.node.public.get(d)
+
+    return hook
+
+
+def run_scenario(sc: Scenario, rounds: int, spec: Any = None, timeout: float = 1800.0) -> NetworkRun:
+    """Run one scenario's network for ``rounds`` rounds."""
+    net = Network(sc.build(), spec=spec or tiny_spec(), on_step=_fill_board(sc))
+    net.start()
+    try:
+        return net.run(rounds, timeout=timeout)
+    finally:
+        net.stop()
+
+
+def _rewards(run: NetworkRun, address: str, from_round: int) -> tuple[float, float]:
+    total = cheat = 0.0
+    for r, rd in run.ledger.rounds.items():
+        s = rd.settlement
+        if s is None:
+            continue
+        amt = s.miner_rewards.get(address, 0) + s.validator_rewards.get(address, 0)
+        total += amt / WEI
+        if r >= from_round:
+            cheat += amt / WEI
+    return total, cheat
+
+
+def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> ScenarioResult:
+    """Rows and figures of a finished run."""
+    rows = []
+    for p in run.participants:
+        total, cheat = _rewards(run, p.address, sc.cheat_from)
+        vs = run.verdicts.get(p.address.lower(), [])
+        bad = sorted({v["round"] for v in vs if v["stage"] != "ok"})
+        stages = sorted({v["stage"] for v in vs if v["stage"] != "ok"})
+        slashes = int(run.ledger.slashed.get(p.address, 0))
+        rows.append(
+            Row(sc.name, p.role, p.label, p.address, p.stake, round(total, 4),
+                round(cheat if p.label != "honest" else total, 4), slashes,
+                round(p.stake * (1 - (1 - SLASH_FRACTION) ** slashes), 4), len(bad), run.rounds, stages)
+        )  # fmt: skip
+    miners = [r for r in rows if r.role == "miner"]
+    honest_cheat_rounds = 0.0
+    all_cheat_rounds = 0.0
+    for p in run.participants:
+        if p.role != "miner":
+            continue
+        _, cheat = _rewards(run, p.address, sc.cheat_from)
+        all_cheat_rounds += cheat
+        if p.label == "honest":
+            honest_cheat_rounds += cheat
+    share = honest_cheat_rounds / all_cheat_rounds if all_cheat_rounds else 1.0
+    base = baseline.heldout if baseline else []
+    rel = (run.heldout[-1] - base[-1]) / base[-1] if base and run.heldout else 0.0
+    res = ScenarioResult(
+        sc.name, sc.kind, sc.description, run.rounds, round(run.seconds, 1), rows, round(share, 6),
+        [round(x, 5) for x in run.heldout], [round(x, 5) for x in base], round(rel, 5), errors=run.errors[-10:],
+    )  # fmt: skip
+    cheaters = [r for r in miners if r.label != "honest"]
+    if sc.kind == "miner":
+        res.checks["honest_share>=0.99"] = share >= 0.99
+        res.checks["cheaters_earn_0"] = all(r.reward_cheating == 0 for r in cheaters)
+        if sc.provable:
+            res.checks["cheaters_slashed"] = all(r.slashes > 0 for r in cheaters)
+    if sc.kind in ("miner", "validator") and base:
+        res.checks["heldout_within_1%"] = abs(rel) <= 0.01
+    if sc.kind == "validator":
+        res.validator = _validator_figures(run)
+        res.checks.update(res.validator.pop("checks"))
+        res.checks["honest_share>=0.99"] = share >= 0.99
+    return res
+
+
+def _validator_figures(run: NetworkRun) -> dict[str, Any]:
+    from protocol.coordinator import weighted_median
+
+    vals = [p for p in run.participants if p.role == "validator"]
+    honest = [p for p in vals if p.label == "honest"]
+    adv = [p for p in vals if p.label != "honest"]
+    per_stake: dict[str, float] = {}
+    for p in vals:
+        total, _ = _rewards(run, p.address, 1)
+        per_stake[p.label + ":" + p.address[:8]] = total / p.stake
+    honest_ps = min(per_stake[p.label + ":" + p.address[:8]] for p in honest) if honest else 0.0
+    adv_ps = max((per_stake[p.label + ":" + p.address[:8]] for p in adv), default=0.0)
+    max_move = 0
+    outside = 0
+    for _r, rd in run.ledger.rounds.items():
+        s = rd.settlement
+        if s is None:
+            continue
+        miners = sorted(rd.commits, key=lambda a: int(a, 16))
+        hv = [p for p in honest if p.address in rd.reveals]
+        for j, m in enumerate(miners):
+            col = [rd.reveals[p.address][j] for p in hv]
+            if not col:
+                continue
+            ref = weighted_median(col, [p.stake for p in hv])
+            got = s.consensus.get(m, 0)
+            max_move = max(max_move, abs(got - ref))
+            if not min(col) <= got <= max(col):
+                outside += 1
+    return {
+        "reward_per_stake": {k: round(v, 6) for k, v in per_stake.items()},
+        "max_consensus_move_vs_honest_median": max_move,
+        "consensus_outside_honest_range": outside,
+        "checks": {
+            "adversarial_validator_earns_less_per_stake": adv_ps < honest_ps,
+            "consensus_within_honest_range": outside == 0,
+        },
+    }
+
+
+def run_suite(
+    names: Sequence[str], rounds: int, out: Path | None = None, spec: Any = None, progress: Any = None
+) -> list[ScenarioResult]:
+    """Run the baseline and each named scenario; write JSON to ``out`` if given."""
+    t0 = time.perf_counter()
+    spec = spec or tiny_spec()
+    base_sc = get("baseline")
+    baseline = run_scenario(base_sc, rounds, spec)
+    results = [evaluate(base_sc, baseline, baseline)]
+    if progress:
+        progress(results[-1])
+    for name in names:
+        if name == "baseline":
+            continue
+        sc = get(name)
+        run = run_scenario(sc, rounds, spec)
+        results.append(evaluate(sc, run, baseline))
+        if progress:
+            progress(results[-1])
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "rounds": rounds,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "spec": spec.to_json(),
+            "scenarios": [r.to_json() for r in results],
+        }
+        out.write_text(json.dumps(doc, indent=1))
+    return results
+
+
+def table(results: Sequence[ScenarioResult]) -> str:
+    """A plain-text table: one line per participant, then one per scenario's checks."""
+    lines = [
+        f"{'scenario':22} {'role':9} {'mode':20} {'stake':>6} {'reward':>9} {'cheating':>9} "
+        f"{'slashed':>7} {'detected':>8}  stages"
+    ]
+    for res in results:
+        for r in res.rows:
+            lines.append(
+                f"{res.name:22} {r.role:9} {r.label:20} {r.stake:6.0f} {r.reward:9.2f} {r.reward_cheating:9.2f} "
+                f"{r.stake_slashed:7.1f} {r.detected_rounds:>4}/{r.rounds:<3}  {','.join(r.stages)}"
+            )
+        checks = " ".join(f"{k}={'PASS' if v else 'FAIL'}" for k, v in res.checks.items())
+        lines.append(
+            f"{'':22} -> honest share {res.honest_share:.4f}, held-out {res.heldout[-1] if res.heldout else 0:.4f}"
+            f" ({res.heldout_rel_diff:+.2%} vs honest), {res.seconds:.0f}s  {checks}"
+        )
+    return "\n".join(lines)

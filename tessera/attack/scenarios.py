@@ -1,0 +1,276 @@
+"""The scenarios of the attack suite: who takes part, who cheats, and in which rounds.
+
+Every scenario runs the adversary beside honest nodes: by default 2 honest validators (equal stake) and
+3 honest miners, plus the adversarial participants. Miners stake 100 tokens, validators 1000 (the
+deployment defaults). Some cheats need a previous round to copy or replay from; their first round is
+honest and is excluded from their "reward while cheating" (``cheat_from``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.attack.errors import UnknownScenarioError
+from tessera.attack.harness import Participant
+from tessera.attack.miners import (
+    Board,
+    Copier,
+    Forger,
+    FreeRiderRandom,
+    FreeRiderStale,
+    FreeRiderZero,
+    LazyMiner,
+    LazyOtherData,
+    Poisoner,
+    QuoteReplayer,
+    Replayer,
+    Withholder,
+)
+
+MINER_STAKE = 100
+VALIDATOR_STAKE = 1000
+CHAIN_ID = 31337
+DEV_SEED = b"tessera-devnet"
+
+
+@dataclass
+class Scenario:
+    """A named attack: its participants (built fresh per run) and what counts as cheating."""
+
+    name: str
+    kind: str
+    """``miner``, ``validator`` or ``baseline``."""
+    description: str
+    build: Callable[[], list[Participant]]
+    cheat_from: int = 1
+    """First round in which the adversaries cheat."""
+    provable: bool = True
+    """Whether the cheat leaves slashing evidence."""
+    board: Board = field(default_factory=Board)
+    tee: bool = False
+    """Validators check TEE evidence (development root)."""
+
+
+def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
+    return [Participant("validator", "honest", VALIDATOR_STAKE) for _ in range(validators)] + [
+        Participant("miner", "honest", MINER_STAKE) for _ in range(miners)
+    ]
+
+
+def _miner_factory(behaviour: Any, evidence: bool = False) -> Callable[..., Any]:
+    def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
+        from miner.node import MinerNode, simulated_evidence
+
+        ev = simulated_evidence(CHAIN_ID, DEV_SEED) if evidence else None
+        return MinerNode(cfg, spec, coord, disc, behaviour=behaviour, evidence_fn=ev)
+
+    return make
+
+
+def _adversary(label: str, behaviour: Any, evidence: bool = False, stake: int = MINER_STAKE) -> Participant:
+    return Participant("miner", label, stake, _miner_factory(behaviour, evidence))
+
+
+def _commitment_copier(victim: Participant) -> Callable[..., Any]:
+    """A miner whose coordinator commits the victim's commitment of the round instead of its own."""
+
+    def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
+        from miner.node import MinerNode
+        from protocol.coordinator import MemoryCoordinator, Phase
+
+        class CopyCommit(MemoryCoordinator):
+            def commit_update(self, round: int, update_digest: bytes) -> None:
+                rd = self._open(round, Phase.COMMIT)
+                theirs = rd.commits.get(victim.address)
+                if theirs is None:  # victim has not committed yet: commit honestly
+                    super().commit_update(round, update_digest)
+                    return
+                rd.commits[self.address] = theirs
+                self._tx()
+
+        copying: Any = CopyCommit(coord.ledger, coord.address)
+        return MinerNode(cfg, spec, copying, disc)
+
+    return make
+
+
+def _sybils(n: int) -> list[Participant]:
+    """``n`` identities of one operator: the first trains, the others re-label its update (same round)."""
+    shared: dict[int, bytes] = {}
+
+    from miner.behaviour import Behaviour, RoundContext
+
+    class Leader(Behaviour):
+        name = "sybil-leader"
+
+        def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+            shared[ctx.round] = data
+            return data
+
+    class Member(Behaviour):
+        name = "sybil"
+
+        def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+            from dataclasses import replace
+
+            from protocol.update import Update, decode_update, encode_update
+
+            src = shared.get(ctx.round)
+            if src is None:
+                return data
+            up = decode_update(src)
+            return encode_update(Update(replace(up.header, miner=ctx.miner), up.tensors))
+
+    out = [_adversary("sybil-leader", Leader(), stake=MINER_STAKE // 4)]
+    out += [_adversary("sybil", Member(), stake=MINER_STAKE // 4) for _ in range(n - 1)]
+    return out
+
+
+def _validator_factory(cls: Any, **kwargs: Any) -> Callable[..., Any]:
+    def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str) -> Any:
+        return cls(cfg, spec, coord, disc, key, **kwargs)
+
+    return make
+
+
+def _tee_validators(n: int = 2) -> list[Participant]:
+    from validator.node import ValidatorNode, dev_evidence_checker
+
+    return [
+        Participant(
+            "validator",
+            "honest",
+            VALIDATOR_STAKE,
+            _validator_factory(ValidatorNode, check_evidence=dev_evidence_checker(CHAIN_ID, DEV_SEED)),
+        )
+        for _ in range(n)
+    ]
+
+
+def _build_registry() -> dict[str, Scenario]:
+    from tessera.attack.validators import (
+        CopierValidator,
+        RandomValidator,
+        SilentValidator,
+    )
+
+    s: dict[str, Scenario] = {}
+
+    def add(sc: Scenario) -> None:
+        s[sc.name] = sc
+
+    add(Scenario("baseline", "baseline", "all honest (the reference run)", lambda: _honest()))
+    add(Scenario("free-rider-zero", "miner", "sends a zero update",
+                 lambda: [*_honest(), _adversary("free-rider-zero", FreeRiderZero())]))  # fmt: skip
+    add(Scenario("free-rider-random", "miner", "sends noise with a real update's norm",
+                 lambda: [*_honest(), _adversary("free-rider-random", FreeRiderRandom())]))  # fmt: skip
+    add(Scenario("free-rider-stale", "miner", "re-sends its round-1 update", cheat_from=2,
+                 build=lambda: [*_honest(), _adversary("free-rider-stale", FreeRiderStale())]))  # fmt: skip
+    add(Scenario("lazy-33", "miner", "skips 1/3 of its steps (trains them on other data): 1 of 3 segments",
+                 lambda: [*_honest(), _adversary("lazy-33", LazyMiner(1 / 3, 3))]))  # fmt: skip
+    add(Scenario("lazy-other-data", "miner", "trains on other data than assigned",
+                 lambda: [*_honest(), _adversary("lazy-other-data", LazyOtherData())]))  # fmt: skip
+    copier = Scenario(
+        "copier", "miner", "re-labels another miner's previous revealed update", lambda: [], cheat_from=2
+    )
+    copier.build = lambda sc=copier: _copier(sc)  # type: ignore[misc]
+    add(copier)
+
+    def commit_copier() -> list[Participant]:
+        parts = _honest()
+        victim = parts[2]
+        return [*parts, Participant("miner", "commitment-copier", MINER_STAKE, _commitment_copier(victim))]
+
+    add(
+        Scenario(
+            "commitment-copier", "miner", "commits another miner's commitment", commit_copier, provable=False
+        )
+    )
+    replayer = Scenario("replayer", "miner", "re-sends its own previous update", lambda: [], cheat_from=2)
+    replayer.build = lambda sc=replayer: [*_honest(), _adversary("replayer", Replayer(sc.board))]  # type: ignore[misc]
+    add(replayer)
+    qr = Scenario(
+        "quote-replayer", "miner", "serves its previous round's TEE quote", lambda: [], cheat_from=2, tee=True
+    )
+    qr.build = lambda sc=qr: [  # type: ignore[misc]
+        *_tee_validators(),
+        *_honest(0, 3),
+        _adversary("quote-replayer", QuoteReplayer(sc.board), evidence=True),
+    ]
+    add(qr)
+
+    def poisoner(mode: str) -> Callable[[], list[Participant]]:
+        return lambda: [*_honest(), _adversary(f"poisoner-{mode}", Poisoner(mode))]
+
+    for mode in ("scaled", "flip", "huge", "nan"):
+        add(Scenario(f"poisoner-{mode}", "miner", f"sends its true update {mode}", poisoner(mode)))
+    add(Scenario("forger", "miner", "serves corrupted TEE evidence", tee=True,
+                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger", Forger("corrupt"), True)]))  # fmt: skip
+    add(Scenario("forger-mismatch", "miner", "serves a valid quote bound to another digest", tee=True,
+                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-mismatch", Forger("mismatch"), True)]))  # fmt: skip
+    add(Scenario("withholder", "miner", "commits but never serves", provable=False,
+                 build=lambda: [*_honest(), _adversary("withholder", Withholder())]))  # fmt: skip
+    add(Scenario("sybil", "miner", "4 low-stake identities: one trains, three re-label its update",
+                 lambda: [*_honest(), *_sybils(4)]))  # fmt: skip
+    add(Scenario("copier-validator", "validator", "a validator (20% of stake) commits last round's consensus",
+                 lambda: [*_honest(2, 0),
+                          Participant("validator", "copier-validator", VALIDATOR_STAKE // 2, _validator_factory(CopierValidator)),
+                          *_honest(0, 3)]))  # fmt: skip
+    add(Scenario("random-validator", "validator", "a validator (20% of stake) scores at random",
+                 lambda: [*_honest(2, 0),
+                          Participant("validator", "random-validator", VALIDATOR_STAKE // 2, _validator_factory(RandomValidator)),
+                          *_honest(0, 3)]))  # fmt: skip
+    add(Scenario("colluding-validators", "validator",
+                 "a validator with 25% of stake gives a free-riding miner the top score and the others 0",
+                 _colluders))  # fmt: skip
+    add(Scenario("silent-validator", "validator", "a validator verifies and commits but never reveals",
+                 lambda: [*_honest(2, 0),
+                          Participant("validator", "silent-validator", VALIDATOR_STAKE, _validator_factory(SilentValidator)),
+                          *_honest(0, 3)]))  # fmt: skip
+    return s
+
+
+def _copier(sc: Scenario) -> list[Participant]:
+    parts = _honest()
+    victim = parts[2]
+
+    def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
+        from miner.node import MinerNode
+
+        return MinerNode(cfg, spec, coord, disc, behaviour=Copier(sc.board, victim.address))
+
+    return [*parts, Participant("miner", "copier", MINER_STAKE, make)]
+
+
+def _colluders() -> list[Participant]:
+    from tessera.attack.validators import ColludingValidator
+
+    free_rider = _adversary("free-rider-zero", FreeRiderZero())
+
+    def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str) -> Any:
+        return ColludingValidator(cfg, spec, coord, disc, key, favoured=free_rider.address, punish=True)
+
+    colluder = Participant("validator", "colluding-validator", VALIDATOR_STAKE, make)
+    # miners first: the colluder's factory reads the free rider's address
+    return [*_honest(0, 3), free_rider, *_honest(3, 0), colluder]
+
+
+_REGISTRY: dict[str, Scenario] | None = None
+
+
+def registry() -> dict[str, Scenario]:
+    """Every scenario by name."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = _build_registry()
+    return _REGISTRY
+
+
+def get(name: str) -> Scenario:
+    """A scenario by name."""
+    try:
+        return registry()[name]
+    except KeyError:
+        raise UnknownScenarioError(f"unknown scenario {name!r}; choose from {sorted(registry())}") from None

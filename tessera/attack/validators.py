@@ -1,0 +1,103 @@
+"""Adversarial validator modes, as subclasses of :class:`validator.node.ValidatorNode`.
+
+Each overrides only the scoring step it cheats on; the rest (seed, reveal, settlement, merge, certify)
+is the honest node's code, so the contract and the other validators see a normal participant.
+
+- :class:`CopierValidator` does not verify; it commits the previous round's consensus scores (weight
+  copying; the current round's scores are hidden by commit-reveal);
+- :class:`RandomValidator` does not verify; it commits uniform random scores;
+- :class:`ColludingValidator` verifies, then gives ``favoured`` the maximum score (a colluding minority);
+- :class:`SilentValidator` verifies and commits but never reveals.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+from protocol.coordinator import SCORE_MAX, RoundState
+from validator.node import ValidatorNode
+
+
+class _ScoringValidator(ValidatorNode):
+    """Commits ``self.choose_scores(r, miners)`` instead of its verdicts' scores."""
+
+    lazy = True
+    """Skip verification (the copier and the random scorer save that compute)."""
+
+    def choose_scores(self, r: int, miners: list[str]) -> list[int]:
+        """The score vector to commit (ascending miner address order)."""
+        raise NotImplementedError
+
+    def _verify_all(self, st: RoundState, theta: Any) -> None:
+        if not self.lazy:
+            super()._verify_all(st, theta)
+
+    def _commit_scores(self, r: int) -> None:
+        committed, _ = self.coord.score_status(r)
+        if committed:
+            return
+        rec = self.state.round(r)
+        if rec.get("scores") is None:
+            miners = sorted(self.coord.update_commitments(r), key=lambda a: int(a, 16))
+            scores = [max(0, min(SCORE_MAX, int(s))) for s in self.choose_scores(r, miners)]
+            self.state.set(r, miners=miners, scores=scores, salt=os.urandom(32).hex())
+            rec = self.state.round(r)
+        self.coord.commit_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))
+        self.state.set(r, score_committed=True)
+
+
+class CopierValidator(_ScoringValidator):
+    """Weight copier: the previous round's consensus score of each miner (0 for a newcomer)."""
+
+    def choose_scores(self, r: int, miners: list[str]) -> list[int]:
+        """Last round's consensus."""
+        prev = self.coord.settlement(r - 1) if r > 1 else None
+        cons = {k.lower(): v for k, v in (prev.consensus if prev else {}).items()}
+        if not cons:  # nothing to copy: the mean honest score is unknown, so a flat middle score
+            return [SCORE_MAX // 10 for _ in miners]
+        return [int(cons.get(m.lower(), 0)) for m in miners]
+
+
+class RandomValidator(_ScoringValidator):
+    """Uniform random scores."""
+
+    def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rng = random.Random(seed)
+
+    def choose_scores(self, r: int, miners: list[str]) -> list[int]:
+        """Random."""
+        return [self.rng.randint(0, SCORE_MAX) for _ in miners]
+
+
+class ColludingValidator(_ScoringValidator):
+    """Verifies honestly, then scores ``favoured`` at the maximum (and, with ``punish``, the rest at 0)."""
+
+    lazy = False
+
+    def __init__(self, *args: Any, favoured: str = "", punish: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.favoured = favoured.lower()
+        self.punish = punish
+
+    def choose_scores(self, r: int, miners: list[str]) -> list[int]:
+        """Honest verdicts, bent towards the favoured miner."""
+        out = []
+        for m in miners:
+            if m.lower() == self.favoured:
+                out.append(SCORE_MAX)
+            elif self.punish:
+                out.append(0)
+            else:
+                v = self.state.verdict(r, m)
+                out.append(int(v["score"]) if v else 0)
+        return out
+
+
+class SilentValidator(ValidatorNode):
+    """Verifies and commits its scores, but never reveals them."""
+
+    def _reveal_scores(self, r: int) -> None:
+        return None

@@ -1,0 +1,93 @@
+"""``tessera attack``: run the attack suite and print who earned, lost and was caught.
+
+tessera attack --all [--rounds N] [--out attack.json]
+tessera attack free-rider-zero lazy-33 [--rounds N]
+tessera attack --quick              # tiny model, 2 rounds, a few scenarios (CI)
+tessera attack --list
+tessera attack --model [--fraction F ...]   # the detection/profit model only (no network)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+QUICK = ("free-rider-random", "lazy-33", "poisoner-nan", "colluding-validators")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``attack``."""
+    p = subparsers.add_parser("attack", help="run adversarial scenarios beside honest nodes and report")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenario names (see --list)")
+    p.add_argument("--all", action="store_true", help="every scenario")
+    p.add_argument("--quick", action="store_true", help=f"2 rounds of {', '.join(QUICK)}")
+    p.add_argument("--rounds", type=int, default=3, help="rounds per scenario (default 3)")
+    p.add_argument("--out", type=Path, default=Path("attack-report.json"), help="JSON report path")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--model", action="store_true", help="print the detection/profit model table and exit")
+    p.add_argument("--segments", type=int, default=3, help="--model: transcript segments per update")
+    p.add_argument("--checked", type=int, default=2, help="--model: segments each validator replays")
+    p.add_argument("--validators", type=int, default=2, help="--model: equal-stake validators")
+    p.set_defaults(handler=_run)
+
+
+def _model(args: argparse.Namespace) -> int:
+    from tessera.attack import economics as ec
+
+    e = ec.Economy(reward=300.0, compute_cost=150.0, stake=100.0, slash_fraction=0.1)
+    rows = ec.strategy_table(
+        n_segments=args.segments, m=args.checked, weights=[1] * args.validators, economy=e
+    )
+    print(f"reward {e.reward}, compute cost {e.compute_cost}, stake {e.stake}, slash {e.slash_fraction:.0%}")
+    print(
+        f"{'strategy':20} {'saved':>5} {'p_zero':>7} {'p_slash':>7} {'E[profit]':>10} {'advantage':>10} {'min stake':>10}"
+    )
+    for r in rows:
+        ms = r["min_stake"]["advantage"]
+        print(
+            f"{r['name']:20} {r['saved']:5.2f} {r['p_zero']:7.3f} {r['p_slash']:7.3f} "
+            f"{r['expected_profit']:10.2f} {r['advantage']:10.2f} {ms:10.1f}"
+        )
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    import logging
+
+    from tessera.attack.errors import AttackError
+    from tessera.attack.runner import run_suite, table
+    from tessera.attack.scenarios import get, registry
+
+    if args.list:
+        for name, sc in registry().items():
+            print(f"{name:22} {sc.kind:9} {sc.description}")
+        return 0
+    if args.model:
+        return _model(args)
+    if args.quick:
+        names, rounds = list(QUICK), 2
+    elif args.all:
+        names, rounds = [n for n in registry() if n != "baseline"], args.rounds
+    else:
+        names, rounds = list(args.scenarios), args.rounds
+    if not names:
+        raise AttackError("name scenarios, or pass --all, --quick or --list")
+    for n in names:
+        get(n)
+    logging.getLogger("miner").setLevel(logging.ERROR)
+    logging.getLogger("validator").setLevel(logging.ERROR)
+
+    def progress(res: Any) -> None:
+        verdict = "ok" if all(res.checks.values()) else "FAIL"
+        print(f"  {res.name}: {res.seconds:.0f}s {verdict}", file=sys.stderr, flush=True)
+
+    results = run_suite(names, rounds, out=args.out, progress=progress)
+    print(table(results))
+    print(f"report: {args.out}")
+    failed = [r.name for r in results if not all(r.checks.values())]
+    if failed:
+        print(json.dumps({"failed_checks": failed}))
+    return 1 if failed else 0
