@@ -36,10 +36,15 @@ class BuiltUpdate:
     """SHA-256 of ``update`` (32 bytes): what the miner commits to."""
     transcript_steps: list[int]
     transcript_digests: list[bytes]
+    states: dict[int, dict[str, Tensor]]
+    """Every transcript state (served from memory while the round is live)."""
     snapshots: dict[int, dict[str, Tensor]]
-    """Transcript states kept (every ``snapshot_every`` recorded steps, plus the first and last)."""
+    """The states persisted to disk (every ``snapshot_every`` recorded steps, plus the first and last);
+    after a restart other states are replayed from the nearest (exact on one platform only while the
+    training core's replay is exact, see docs/operator-miner.md)."""
     ef_state: dict[str, Tensor]
-    """The error-feedback residual after this update (persist before committing)."""
+    """The error-feedback residual (``ef/*``) and the AdamW state carried to the next round (``opt/*``)
+    after this update: persisted before committing."""
     losses: list[float]
     tokens: int
     train_seconds: float
@@ -74,7 +79,17 @@ def build_update(
     ctx = RoundContext(round, miner, a.module_ids, spec.inner.steps)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
     t0 = time.perf_counter()
-    res = train_inner(spec.model, spec.inner, checkpoint, a, batches, round, keep_states=True)
+    carried = {k.removeprefix("opt/"): v for k, v in ef_state.items() if k.startswith("opt/")}
+    res = train_inner(
+        spec.model,
+        spec.inner,
+        checkpoint,
+        a,
+        batches,
+        round,
+        keep_states=True,
+        optimizer_state=carried or None,
+    )
     train_s = time.perf_counter() - t0
     tr = res.transcript
     keep = {s for i, s in enumerate(tr.steps) if i % max(1, snapshot_every) == 0} | {
@@ -84,7 +99,7 @@ def build_update(
     snapshots = {s: tr.states[s] for s in sorted(keep)}
     delta = behaviour.pseudo_gradient(ctx, pseudo_gradient(checkpoint, res.params))
     ef = ErrorFeedback(spec.codec)
-    ef.load_state_dict(ef_state)
+    ef.load_state_dict({k: v for k, v in ef_state.items() if k.startswith("ef/")})
     encs, _sent = ef.compress(delta)
     header = make_header(
         round,
@@ -106,8 +121,9 @@ def build_update(
         digest=update_digest(data),
         transcript_steps=list(tr.steps),
         transcript_digests=list(tr.digests),
+        states=dict(tr.states),
         snapshots=snapshots,
-        ef_state=ef.state_dict(),
+        ef_state={**ef.state_dict(), **{f"opt/{k}": v for k, v in res.optimizer_state.items()}},
         losses=res.losses,
         tokens=res.tokens,
         train_seconds=train_s,

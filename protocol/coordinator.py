@@ -1,12 +1,18 @@
-"""The round coordinator as the nodes see it: the narrow, typed view of the settlement contracts.
+"""The round coordinator as the nodes see it: a narrow, typed view of the settlement contract.
 
-Miners and validators are written against :class:`Coordinator`; ``protocol.chain_coordinator`` implements
-it over the real contracts (web3), :class:`MemoryCoordinator` in memory (the reference semantics, used by
-in-process tests and simulations). A round moves through the phases of :class:`Phase`; each phase has a
-deadline (a block number) after which anyone may :meth:`Coordinator.advance` it.
+Miners and validators are written against :class:`Coordinator`. ``protocol.chaincoord`` implements it over
+the deployed ``TesseraNetwork`` contract; :class:`MemoryCoordinator` implements the same semantics in
+memory (used by in-process tests). The semantics are the contract's:
 
-Commitments are sender-bound: ``keccak(chain id, contract, round, miner, update digest)``, so a copied
-commitment is worthless to the copier. Scores are integers in ``[0, SCORE_SCALE]``.
+- rounds start at 1; round r trains from ``checkpoint(r)`` (round 1: the genesis checkpoint) and its
+  assignment and batches come from ``seed(r - 1)``, fixed before round r opened;
+- phases COMMIT -> REVEAL -> SCORE_COMMIT -> SCORE_REVEAL -> FINALIZE, each a fixed number of blocks;
+  anyone may :meth:`advance` after a deadline; leaving REVEAL fixes ``seed(r)`` from the validators'
+  revealed seed shares, so the segments to recompute are unknown while miners can still commit;
+- miners commit ``keccak(abi.encode(chainid, contract, round, miner, digest))`` (sender-bound);
+- validators commit, then reveal, one uint16 score per committed miner in ascending address order;
+- ``finalize`` settles with stake-weighted medians and opens round r + 1; the validators then certify
+  theta_{r+1} (``certify``), after which miners of round r + 1 can fetch and check it.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from eth_utils import keccak, to_checksum_address
 
 from protocol.errors import ProtocolError
 
-#: A score of 1.0.
-SCORE_SCALE = 1_000_000
+#: The contract's largest score (a score of 1.0).
+SCORE_MAX = 10_000
+#: Alias used by scoring code.
+SCORE_SCALE = SCORE_MAX
 
 
 class CoordinatorError(ProtocolError):
@@ -31,7 +39,7 @@ class CoordinatorError(ProtocolError):
 
 
 class WrongPhaseError(CoordinatorError):
-    """The call is not allowed in the round's current phase."""
+    """The call is not allowed in the round's current phase (or the phase's deadline passed)."""
 
 
 class AlreadyDoneError(CoordinatorError):
@@ -43,36 +51,40 @@ class NotRegisteredError(CoordinatorError):
 
 
 class Phase(IntEnum):
-    """Phases of a round, in order."""
+    """Phases of a round, in order (the contract's ``Phase``)."""
 
     COMMIT = 0
-    """Miners commit update digests."""
     REVEAL = 1
-    """Miners serve updates; validators fetch and verify."""
     SCORE_COMMIT = 2
-    """Validators commit hashes of their score vectors."""
     SCORE_REVEAL = 3
-    """Validators reveal score vectors."""
-    FINALIZED = 4
-    """Consensus computed, emission split; the next round may open."""
+    FINALIZE = 4
 
 
 @dataclass(frozen=True)
 class RoundState:
-    """A round as the chain records it."""
+    """The current round as the chain records it."""
 
     round: int
     phase: Phase
-    checkpoint: bytes
-    """Certified digest of theta_r (32 bytes)."""
-    seed: bytes | None
-    """The round seed, fixed only once the update commits have closed."""
-    assign_seed: bytes
-    """The seed that fixes this round's assignment (known when the round opens)."""
     deadline: int
-    """Block after which the current phase may be advanced."""
+    """Last block of the current phase (it may be advanced from ``deadline + 1``)."""
     block: int
-    """The chain's current block."""
+    """The chain's latest block."""
+    checkpoint: bytes | None
+    """Certified digest of theta_round (None until certified)."""
+    assign_seed: bytes
+    """``seed(round - 1)``: fixes this round's assignment and batches."""
+    seed: bytes | None
+    """``seed(round)``: fixed when REVEAL is advanced; chooses the segments to recompute."""
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What ``finalize`` paid in a round."""
+
+    consensus: dict[str, int]
+    miner_rewards: dict[str, int]
+    validator_rewards: dict[str, int]
 
 
 def update_commitment(chain_id: int, contract: str, round: int, miner: str, update_digest: bytes) -> bytes:
@@ -86,24 +98,17 @@ def update_commitment(chain_id: int, contract: str, round: int, miner: str, upda
 
 
 def score_commitment(
-    chain_id: int,
-    contract: str,
-    round: int,
-    validator: str,
-    miners: Sequence[str],
-    scores: Sequence[int],
-    salt: bytes,
+    chain_id: int, contract: str, round: int, validator: str, scores: Sequence[int], salt: bytes
 ) -> bytes:
-    """``keccak256(abi.encode(chainid, contract, round, validator, miners, scores, salt))``."""
+    """``keccak256(abi.encode(chainid, contract, round, validator, uint16[] scores, salt))``."""
     return keccak(
         abi_encode(
-            ["uint256", "address", "uint256", "address", "address[]", "uint256[]", "bytes32"],
+            ["uint256", "address", "uint256", "address", "uint16[]", "bytes32"],
             [
                 chain_id,
                 to_checksum_address(contract),
                 round,
                 to_checksum_address(validator),
-                [to_checksum_address(m) for m in miners],
                 list(scores),
                 salt,
             ],
@@ -111,16 +116,54 @@ def score_commitment(
     )
 
 
+def seed_commitment(secret: bytes, validator: str, round: int) -> bytes:
+    """``keccak256(abi.encode(secret, validator, round))``."""
+    return keccak(
+        abi_encode(["bytes32", "address", "uint256"], [secret, to_checksum_address(validator), round])
+    )
+
+
+#: keccak256("tessera.checkpoint.v1"), the contract's CHECKPOINT_TAG.
+CHECKPOINT_TAG = keccak(b"tessera.checkpoint.v1")
+
+
+def checkpoint_message(chain_id: int, contract: str, round: int, digest: bytes) -> bytes:
+    """``keccak256(abi.encode(CHECKPOINT_TAG, chainid, contract, round, digest))``."""
+    return keccak(
+        abi_encode(
+            ["bytes32", "uint256", "address", "uint256", "bytes32"],
+            [CHECKPOINT_TAG, chain_id, to_checksum_address(contract), round, digest],
+        )
+    )
+
+
+def weighted_median(column: Sequence[int], weights: Sequence[int]) -> int:
+    """The smallest value m with at least half the weight at or below it (the contract's check)."""
+    total = sum(weights)
+    if total == 0:
+        return 0
+    acc = 0
+    for v, w in sorted(zip(column, weights, strict=True)):
+        acc += w
+        if 2 * acc >= total:
+            return v
+    return max(column)
+
+
 @runtime_checkable
 class Coordinator(Protocol):
-    """What a node needs from the settlement layer. ``address`` is the sender of every transaction."""
+    """What a node needs from the settlement layer; ``address`` sends every transaction."""
 
     chain_id: int
     contract: str
     address: str
 
     def current(self) -> RoundState:
-        """The latest round."""
+        """The current round."""
+        ...
+
+    def checkpoint(self, round: int) -> bytes | None:
+        """Certified digest of theta_round, if certified."""
         ...
 
     def miners(self) -> list[str]:
@@ -131,80 +174,113 @@ class Coordinator(Protocol):
         """Registered validators, in registration order."""
         ...
 
-    def ensure_registered(self, role: str) -> bool:
-        """Register (and stake) as ``role`` unless already registered; True if a transaction was sent."""
+    def ensure_registered(self, role: str, stake: int) -> bool:
+        """Register and stake as ``role`` unless already registered; True if it registered now."""
         ...
 
     def commit_update(self, round: int, update_digest: bytes) -> None:
-        """Commit ``update_commitment(..., self.address, digest)`` for ``round`` (COMMIT phase)."""
+        """Commit to an update digest (COMMIT phase)."""
         ...
 
-    def update_commitment_of(self, round: int, miner: str) -> bytes | None:
-        """The commitment ``miner`` made in ``round``, if any."""
+    def update_commitments(self, round: int) -> dict[str, bytes]:
+        """Every miner's commitment in ``round``."""
         ...
 
-    def commit_scores(self, round: int, commitment: bytes) -> None:
-        """Commit a score-vector hash (SCORE_COMMIT phase)."""
+    def commit_seed(self, round: int, secret: bytes) -> None:
+        """Commit a seed share (COMMIT phase, validators)."""
         ...
 
-    def reveal_scores(self, round: int, miners: Sequence[str], scores: Sequence[int], salt: bytes) -> None:
-        """Reveal the score vector (SCORE_REVEAL phase)."""
+    def reveal_seed(self, round: int, secret: bytes) -> None:
+        """Reveal the seed share (REVEAL phase)."""
         ...
 
-    def score_status(self, round: int, validator: str) -> tuple[bool, bool]:
-        """(committed, revealed) for a validator in a round."""
+    def seed_share_status(self, round: int) -> tuple[bool, bool]:
+        """(committed, revealed) of this node's seed share."""
         ...
 
-    def consensus_scores(self, round: int) -> dict[str, int]:
-        """Per-miner consensus score of a finalized round."""
+    def commit_scores(self, round: int, scores: Sequence[int], salt: bytes) -> None:
+        """Commit to a score vector (SCORE_COMMIT phase)."""
         ...
 
-    def rewards(self, round: int) -> dict[str, int]:
-        """Rewards (token base units) paid per participant in a finalized round."""
+    def reveal_scores(self, round: int, scores: Sequence[int], salt: bytes) -> None:
+        """Reveal it (SCORE_REVEAL phase)."""
         ...
 
-    def certify_checkpoint(self, round: int, digest: bytes, certificate: bytes) -> None:
-        """Certify ``digest`` as theta_{round+1} with a validator-quorum certificate."""
+    def score_status(self, round: int) -> tuple[bool, bool]:
+        """(committed, revealed) of this node's scores."""
+        ...
+
+    def finalize(self, round: int) -> None:
+        """Settle the round (FINALIZE phase; anyone)."""
+        ...
+
+    def settlement(self, round: int) -> Settlement | None:
+        """What a finalized round paid (None before)."""
+        ...
+
+    def checkpoint_message(self, round: int, digest: bytes) -> bytes:
+        """The 32 bytes validators sign to certify ``digest`` after ``round``."""
+        ...
+
+    def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
+        """Certify theta_{round+1} = ``digest`` with validators' signatures of ``checkpoint_message``
+        (by validator address; the chain implementation sorts and submits them)."""
+        ...
+
+    def slash(self, target: str, evidence: bytes) -> bool:
+        """Propose (or vote for) slashing ``target`` on a 32-byte evidence hash; True if counted."""
         ...
 
     def advance(self) -> bool:
         """Advance the current phase if its deadline passed; True if it moved."""
         ...
 
+    def owed(self) -> int:
+        """Rewards credited to this node and not yet claimed."""
+        ...
 
+
+# ---------------------------------------------------------------------------------------------- memory
 @dataclass
-class _Round:
-    state: RoundState
+class _MemRound:
     commits: dict[str, bytes] = field(default_factory=dict)
+    seed_commits: dict[str, bytes] = field(default_factory=dict)
+    seed_reveals: dict[str, bytes] = field(default_factory=dict)
     score_commits: dict[str, bytes] = field(default_factory=dict)
-    reveals: dict[str, dict[str, int]] = field(default_factory=dict)
-    consensus: dict[str, int] = field(default_factory=dict)
-    rewards: dict[str, int] = field(default_factory=dict)
+    reveals: dict[str, list[int]] = field(default_factory=dict)
+    settlement: Settlement | None = None
 
 
 class MemoryLedger:
-    """Shared in-memory chain state for :class:`MemoryCoordinator` views (one per participant)."""
+    """Shared in-memory chain state behind :class:`MemoryCoordinator` views (one per participant)."""
 
     def __init__(
         self,
         genesis_checkpoint: bytes,
         *,
-        phase_blocks: int = 10,
+        phase_blocks: int = 5,
         emission: int = 1000 * 10**18,
+        validator_share_bps: int = 1000,
         chain_id: int = 31337,
     ) -> None:
         self.chain_id = chain_id
         self.contract = to_checksum_address("0x" + "c0" * 20)
-        self.block = 0
+        self.block = 1
         self.phase_blocks = phase_blocks
         self.emission = emission
+        self.validator_share_bps = validator_share_bps
         self.miners: list[str] = []
         self.validators: list[str] = []
-        seed0 = hashlib.sha256(b"genesis").digest()
-        self.rounds: list[_Round] = [
-            _Round(RoundState(0, Phase.COMMIT, genesis_checkpoint, None, seed0, phase_blocks, 0))
-        ]
-        self.certified: dict[int, bytes] = {}
+        self.stakes: dict[str, int] = {}
+        self.owed: dict[str, int] = {}
+        self.round = 1
+        self.phase = Phase.COMMIT
+        self.phase_start = self.block
+        self.checkpoints: dict[int, bytes] = {1: genesis_checkpoint}
+        self.seeds: dict[int, bytes] = {0: keccak(b"genesis" + genesis_checkpoint)}
+        self.rounds: dict[int, _MemRound] = {1: _MemRound()}
+        self.slash_votes: dict[bytes, set[str]] = {}
+        self.slashed: dict[str, int] = {}
 
     def mine(self, n: int = 1) -> None:
         """Advance the block number."""
@@ -220,16 +296,33 @@ class MemoryCoordinator:
         self.contract = ledger.contract
         self.address = to_checksum_address(address)
 
-    def _round(self, r: int) -> _Round:
-        if not 0 <= r < len(self.ledger.rounds):
-            raise CoordinatorError(f"round {r} does not exist")
-        return self.ledger.rounds[r]
+    def _tx(self) -> None:
+        self.ledger.mine(1)
+
+    def _open(self, round: int, phase: Phase) -> _MemRound:
+        led = self.ledger
+        if round != led.round:
+            raise WrongPhaseError(f"round {round} is not the current round {led.round}")
+        if led.phase != phase:
+            raise WrongPhaseError(f"round {round} is in {led.phase.name}, not {phase.name}")
+        if led.block > led.phase_start + led.phase_blocks - 1:
+            raise WrongPhaseError(f"{phase.name} of round {round} closed")
+        return led.rounds[round]
 
     def current(self) -> RoundState:
-        st = self.ledger.rounds[-1].state
+        led = self.ledger
         return RoundState(
-            st.round, st.phase, st.checkpoint, st.seed, st.assign_seed, st.deadline, self.ledger.block
+            led.round,
+            led.phase,
+            led.phase_start + led.phase_blocks - 1,
+            led.block,
+            led.checkpoints.get(led.round),
+            led.seeds[led.round - 1],
+            led.seeds.get(led.round),
         )
+
+    def checkpoint(self, round: int) -> bytes | None:
+        return self.ledger.checkpoints.get(round)
 
     def miners(self) -> list[str]:
         return list(self.ledger.miners)
@@ -237,107 +330,154 @@ class MemoryCoordinator:
     def validators(self) -> list[str]:
         return list(self.ledger.validators)
 
-    def ensure_registered(self, role: str) -> bool:
+    def ensure_registered(self, role: str, stake: int) -> bool:
         group = self.ledger.miners if role == "miner" else self.ledger.validators
         if self.address in group:
             return False
         group.append(self.address)
+        self.ledger.stakes[self.address] = stake
+        self._tx()
         return True
-
-    def _require_phase(self, r: int, phase: Phase) -> _Round:
-        rd = self._round(r)
-        if rd.state.phase != phase:
-            raise WrongPhaseError(f"round {r} is in {rd.state.phase.name}, not {phase.name}")
-        return rd
 
     def commit_update(self, round: int, update_digest: bytes) -> None:
         if self.address not in self.ledger.miners:
             raise NotRegisteredError(f"{self.address} is not a registered miner")
-        rd = self._require_phase(round, Phase.COMMIT)
+        rd = self._open(round, Phase.COMMIT)
         if self.address in rd.commits:
             raise AlreadyDoneError(f"{self.address} already committed in round {round}")
         rd.commits[self.address] = update_commitment(
             self.chain_id, self.contract, round, self.address, update_digest
         )
+        self._tx()
 
-    def update_commitment_of(self, round: int, miner: str) -> bytes | None:
-        return self._round(round).commits.get(to_checksum_address(miner))
+    def update_commitments(self, round: int) -> dict[str, bytes]:
+        return dict(self.ledger.rounds.get(round, _MemRound()).commits)
 
-    def commit_scores(self, round: int, commitment: bytes) -> None:
+    def _validator(self) -> None:
         if self.address not in self.ledger.validators:
             raise NotRegisteredError(f"{self.address} is not a registered validator")
-        rd = self._require_phase(round, Phase.SCORE_COMMIT)
+
+    def commit_seed(self, round: int, secret: bytes) -> None:
+        self._validator()
+        rd = self._open(round, Phase.COMMIT)
+        if self.address in rd.seed_commits:
+            raise AlreadyDoneError("seed share already committed")
+        rd.seed_commits[self.address] = seed_commitment(secret, self.address, round)
+        self._tx()
+
+    def reveal_seed(self, round: int, secret: bytes) -> None:
+        rd = self._open(round, Phase.REVEAL)
+        if rd.seed_commits.get(self.address) != seed_commitment(secret, self.address, round):
+            raise CoordinatorError("seed reveal does not match the commitment")
+        if self.address in rd.seed_reveals:
+            raise AlreadyDoneError("seed share already revealed")
+        rd.seed_reveals[self.address] = secret
+        self._tx()
+
+    def seed_share_status(self, round: int) -> tuple[bool, bool]:
+        rd = self.ledger.rounds.get(round, _MemRound())
+        return self.address in rd.seed_commits, self.address in rd.seed_reveals
+
+    def commit_scores(self, round: int, scores: Sequence[int], salt: bytes) -> None:
+        self._validator()
+        rd = self._open(round, Phase.SCORE_COMMIT)
         if self.address in rd.score_commits:
             raise AlreadyDoneError("scores already committed")
-        rd.score_commits[self.address] = commitment
+        rd.score_commits[self.address] = score_commitment(
+            self.chain_id, self.contract, round, self.address, scores, salt
+        )
+        self._tx()
 
-    def reveal_scores(self, round: int, miners: Sequence[str], scores: Sequence[int], salt: bytes) -> None:
-        rd = self._require_phase(round, Phase.SCORE_REVEAL)
+    def reveal_scores(self, round: int, scores: Sequence[int], salt: bytes) -> None:
+        rd = self._open(round, Phase.SCORE_REVEAL)
         if self.address in rd.reveals:
             raise AlreadyDoneError("scores already revealed")
-        expect = rd.score_commits.get(self.address)
-        got = score_commitment(self.chain_id, self.contract, round, self.address, miners, scores, salt)
-        if expect != got:
+        if rd.score_commits.get(self.address) != score_commitment(
+            self.chain_id, self.contract, round, self.address, scores, salt
+        ):
             raise CoordinatorError("revealed scores do not match the commitment")
-        rd.reveals[self.address] = {
-            to_checksum_address(m): int(s) for m, s in zip(miners, scores, strict=True)
-        }
+        if len(scores) != len(rd.commits) or any(not 0 <= s <= SCORE_MAX for s in scores):
+            raise CoordinatorError("score vector has the wrong length or range")
+        rd.reveals[self.address] = [int(s) for s in scores]
+        self._tx()
 
-    def score_status(self, round: int, validator: str) -> tuple[bool, bool]:
-        rd = self._round(round)
-        v = to_checksum_address(validator)
-        return v in rd.score_commits, v in rd.reveals
+    def score_status(self, round: int) -> tuple[bool, bool]:
+        rd = self.ledger.rounds.get(round, _MemRound())
+        return self.address in rd.score_commits, self.address in rd.reveals
 
-    def consensus_scores(self, round: int) -> dict[str, int]:
-        return dict(self._round(round).consensus)
-
-    def rewards(self, round: int) -> dict[str, int]:
-        return dict(self._round(round).rewards)
-
-    def certify_checkpoint(self, round: int, digest: bytes, certificate: bytes) -> None:
-        rd = self._round(round)
-        if rd.state.phase != Phase.FINALIZED:
-            raise WrongPhaseError(f"round {round} is not finalized")
-        if round in self.ledger.certified:
-            raise AlreadyDoneError(f"round {round} already certified")
-        self.ledger.certified[round] = digest
-        self._open_next(round, digest)
-
-    def _open_next(self, round: int, digest: bytes) -> None:
+    def finalize(self, round: int) -> None:
         led = self.ledger
-        prev = led.rounds[round].state
-        seed = prev.seed or b"\0" * 32
-        led.rounds.append(
-            _Round(
-                RoundState(
-                    round + 1, Phase.COMMIT, digest, None, seed, led.block + led.phase_blocks, led.block
-                )
-            )
-        )
+        if round != led.round or led.phase != Phase.FINALIZE:
+            raise WrongPhaseError(f"round {round} cannot be finalized now")
+        rd = led.rounds[round]
+        miners = sorted(rd.commits, key=lambda a: int(a, 16))
+        revealers = sorted(rd.reveals, key=lambda a: int(a, 16))
+        weights = [led.stakes[v] for v in revealers]
+        medians = [
+            weighted_median([rd.reveals[v][j] for v in revealers], weights) for j in range(len(miners))
+        ]
+        budget = led.emission
+        vbudget = budget * led.validator_share_bps // 10_000
+        total = sum(medians)
+        mpay = {
+            m: ((budget - vbudget) * s // total if total else 0) for m, s in zip(miners, medians, strict=True)
+        }
+        close = [
+            len(miners) * SCORE_MAX - sum(abs(a - b) for a, b in zip(rd.reveals[v], medians, strict=True))
+            for v in revealers
+        ]
+        denom = sum(w * c for w, c in zip(weights, close, strict=True))
+        vpay = {
+            v: (vbudget * w * c // denom if denom else 0)
+            for v, w, c in zip(revealers, weights, close, strict=True)
+        }
+        for a, amt in [*mpay.items(), *vpay.items()]:
+            led.owed[a] = led.owed.get(a, 0) + amt
+        rd.settlement = Settlement(dict(zip(miners, medians, strict=True)), mpay, vpay)
+        led.round += 1
+        led.phase = Phase.COMMIT
+        led.phase_start = led.block
+        led.rounds[led.round] = _MemRound()
+        self._tx()
+
+    def settlement(self, round: int) -> Settlement | None:
+        rd = self.ledger.rounds.get(round)
+        return rd.settlement if rd else None
+
+    def checkpoint_message(self, round: int, digest: bytes) -> bytes:
+        return checkpoint_message(self.chain_id, self.contract, round, digest)
+
+    def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
+        led = self.ledger
+        if round >= led.round or round + 1 in led.checkpoints:
+            raise AlreadyDoneError(f"round {round} cannot be certified")
+        if 3 * len(signatures) < 2 * len(led.validators):
+            raise CoordinatorError("quorum not reached")
+        led.checkpoints[round + 1] = digest
+        self._tx()
+
+    def slash(self, target: str, evidence: bytes) -> bool:
+        votes = self.ledger.slash_votes.setdefault(evidence, set())
+        if self.address in votes:
+            return False
+        votes.add(self.address)
+        if 3 * len(votes) >= 2 * len(self.ledger.validators):
+            self.ledger.slashed[target] = self.ledger.slashed.get(target, 0) + 1
+        self._tx()
+        return True
 
     def advance(self) -> bool:
         led = self.ledger
-        rd = led.rounds[-1]
-        st = rd.state
-        if st.phase == Phase.FINALIZED or led.block < st.deadline:
+        if led.phase == Phase.FINALIZE or led.block <= led.phase_start + led.phase_blocks - 1:
             return False
-        nxt = Phase(st.phase + 1)
-        seed = st.seed
-        if nxt == Phase.REVEAL:
-            seed = hashlib.sha256(b"seed" + st.assign_seed + b"".join(sorted(rd.commits.values()))).digest()
-        if nxt == Phase.FINALIZED:
-            self._finalize(rd)
-        rd.state = RoundState(
-            st.round, nxt, st.checkpoint, seed, st.assign_seed, led.block + led.phase_blocks, led.block
-        )
+        if led.phase == Phase.REVEAL:
+            rd = led.rounds[led.round]
+            mix = hashlib.sha256(b"".join(sorted(rd.seed_reveals.values()))).digest()
+            led.seeds[led.round] = keccak(led.seeds[led.round - 1] + led.round.to_bytes(32, "big") + mix)
+        led.phase = Phase(led.phase + 1)
+        led.phase_start = led.block
+        self._tx()
         return True
 
-    def _finalize(self, rd: _Round) -> None:
-        miners = sorted(rd.commits)
-        for m in miners:
-            col = sorted(rev.get(m, 0) for rev in rd.reveals.values())
-            rd.consensus[m] = col[(len(col) - 1) // 2] if col else 0
-        total = sum(rd.consensus.values())
-        if total:
-            for m, s in rd.consensus.items():
-                rd.rewards[m] = self.ledger.emission * s // total
+    def owed(self) -> int:
+        return self.ledger.owed.get(self.address, 0)

@@ -79,8 +79,12 @@ def create_node_app(
     store: BlobStore,
     metrics: NodeMetrics,
     version: str = "0.1.0",
+    fallback: Callable[[str], bytes | None] | None = None,
 ) -> FastAPI:
-    """Build the common node API; the caller may add routes to the returned app."""
+    """Build the common node API; the caller may add routes to the returned app.
+
+    ``fallback(digest)`` produces blobs not in ``store`` on demand (a miner's transcript states).
+    """
     app = FastAPI(
         title=f"Tessera {role}",
         version=version,
@@ -110,7 +114,15 @@ def create_node_app(
         try:
             check_digest_str(digest)
             if not store.has(digest):
-                raise HTTPException(status_code=404, detail="not found")
+                data = fallback(digest) if fallback is not None else None
+                if data is None:
+                    raise HTTPException(status_code=404, detail="not found")
+                metrics.bytes_sent.labels(kind="blob").inc(len(data))
+                return StreamingResponse(
+                    iter([data]),
+                    media_type="application/octet-stream",
+                    headers={"content-length": str(len(data))},
+                )
             size = store.size(digest)
         except BadDigestError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,12 @@ from protocol.canonical import dumps_canonical
 from protocol.errors import ProtocolError
 from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, from_dict, to_dict
 from training.errors import TrainingError
+
+#: Held around every torch computation a node does (training, replay, evaluation, merge). Measured:
+#: torch work running concurrently in another thread of the same process perturbs the bits of an inner
+#: loop, which breaks bit-exact replay; nodes therefore never overlap compute within one process. Hold it
+#: only around compute, never across network waits.
+COMPUTE_LOCK = threading.RLock()
 
 
 class RunSpecError(ProtocolError):

@@ -115,3 +115,37 @@ def load_settings(
         return cls(**out)
     except (TypeError, ValueError) as exc:
         raise SettingsError(f"invalid {cls.__name__}: {exc}") from exc
+
+
+def resolve_private_key(
+    *,
+    key_env: str,
+    keystore: Path | None = None,
+    password_env: str = "",
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """A private key from an encrypted keystore (password from ``password_env``) or from ``key_env``.
+
+    Keys are never read from the config file. Raises :class:`SettingsError` with what to set.
+    """
+    environ = os.environ if env is None else env
+    if keystore is not None:
+        from eth_account import Account
+
+        password = environ.get(password_env) if password_env else None
+        if password is None:
+            raise SettingsError(f"keystore {keystore} needs its password in ${password_env}")
+        try:
+            key = Account.decrypt(Path(keystore).read_text(), password)
+        except (OSError, ValueError) as exc:
+            raise SettingsError(f"cannot decrypt keystore {keystore}: {exc}") from exc
+        return "0x" + bytes(key).hex()
+    value = environ.get(key_env)
+    if not value:
+        raise SettingsError(f"no key: set ${key_env} or pass --keystore (with its password in an env var)")
+    value = value.strip()
+    if not value.startswith("0x"):
+        value = "0x" + value
+    if len(value) != 66:
+        raise SettingsError(f"${key_env} is not a 32-byte hex private key")
+    return value

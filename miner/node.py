@@ -1,0 +1,419 @@
+"""The miner node: join, then every round fetch, train, package, commit, serve, and collect rewards.
+
+The node is a loop over :meth:`MinerNode.step`, which looks at the chain and takes the next action that
+is due. Every action is idempotent and recorded in :class:`miner.state.MinerState` before or after the
+transaction as described there, so killing the process at any point and starting it again resumes the
+round (or joins the next one) without committing twice or losing error feedback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from miner.behaviour import Behaviour, RoundContext, make_behaviour
+from miner.config import MinerConfig
+from miner.errors import CheckpointUnavailableError, MinerError
+from miner.state import ABANDONED, COMMITTED, PREPARED, SERVED, MinerState
+from miner.work import BuiltUpdate, assignment_for, build_update, transcript_state
+from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState
+from protocol.discovery import Discovery
+from protocol.errors import ProtocolError
+from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
+from protocol.records import Served
+from protocol.runspec import COMPUTE_LOCK, RunSpec
+from protocol.tensorblob import (
+    decode_tensors,
+    encode_tensors,
+    split_checkpoint,
+    tensor_blob_digest,
+    tensors_digest,
+)
+from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
+from training.data import Dataset, prepare
+
+log = logging.getLogger(__name__)
+
+#: Produces TEE evidence for (round, miner, update digest); None when the node runs without a TEE.
+EvidenceFn = Callable[[int, str, bytes], bytes | None]
+
+
+def simulated_evidence(chain_id: int, seed: bytes = b"tessera-devnet") -> EvidenceFn:
+    """Evidence from the development TDX enclave of ``attestation.simulated`` (devnet only)."""
+    from attestation import report_data
+    from attestation.simulated import SimulatedEnclave
+
+    enclave = SimulatedEnclave.from_seed(seed)
+
+    def make(round: int, miner: str, digest: bytes) -> bytes:
+        return enclave.quote(report_data(chain_id, round, miner, digest))
+
+    return make
+
+
+@dataclass
+class _Live:
+    """The current round's in-memory material (re-derived from disk after a restart)."""
+
+    round: int = 0
+    checkpoint: dict[str, Tensor] | None = None
+    checkpoint_digest: bytes = b""
+    built: BuiltUpdate | None = None
+    snapshots: dict[int, dict[str, Tensor]] = field(default_factory=dict)
+    digests: dict[str, int] = field(default_factory=dict)
+    """Transcript state digest (0x-hex) -> step, for serving on demand."""
+
+
+class MinerNode:
+    """A miner: one process, one key, one run."""
+
+    def __init__(
+        self,
+        cfg: MinerConfig,
+        spec: RunSpec,
+        coord: Coordinator,
+        discovery: Discovery,
+        *,
+        behaviour: Behaviour | None = None,
+        evidence_fn: EvidenceFn | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.coord = coord
+        self.discovery = discovery
+        self.behaviour = behaviour or make_behaviour(cfg.behaviour)
+        self.evidence_fn = evidence_fn
+        self.address = coord.address
+        self.state = MinerState(cfg.data_dir.expanduser())
+        self.public = BlobStore(self.state.dir / "public")
+        self.metrics = NodeMetrics.create("miner")
+        self.fetch_policy = FetchPolicy(timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts)
+        self._ds: Dataset | None = None
+        self._live = _Live()
+        self._lock = threading.RLock()
+        self.phase = "starting"
+        self.last_error = ""
+        self.rounds_done = sum(1 for rec in self.state.rounds().values() if "reward" in rec)
+        self.server: NodeServer | None = None
+        self.url = ""
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    @property
+    def dataset(self) -> Dataset:
+        """The run's prepared corpus (loaded once)."""
+        if self._ds is None:
+            self._ds = prepare(self.spec.load_corpus(), self.spec.model)
+        return self._ds
+
+    def start(self) -> MinerNode:
+        """Start the HTTP API and register on-chain if needed."""
+        torch.set_num_threads(max(1, self.cfg.threads))
+        app = create_node_app(
+            role="miner",
+            status=self.status,
+            store=self.public,
+            metrics=self.metrics,
+            fallback=self.serve_transcript_state,
+        )
+        self._add_routes(app)
+        self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
+        self.url = self.cfg.public_url or self.server.url
+        if self.coord.ensure_registered("miner", self.cfg.stake):
+            log.info("registered %s as a miner with stake %d", self.address, self.cfg.stake)
+        self.phase = "ready"
+        return self
+
+    def stop(self) -> None:
+        """Stop serving."""
+        if self.server is not None:
+            self.server.stop()
+
+    def _add_routes(self, app: Any) -> None:
+        @app.get("/rounds", summary="This miner's round records")
+        def rounds() -> dict[str, Any]:
+            return {str(r): rec for r, rec in self.state.rounds().items()}
+
+    def status(self) -> dict[str, Any]:
+        """The /status document."""
+        recs = self.state.rounds()
+        last = max(recs) if recs else None
+        return {
+            "role": "miner",
+            "address": self.address,
+            "behaviour": self.behaviour.name,
+            "url": self.url,
+            "round": self._live.round,
+            "phase": self.phase,
+            "rounds_done": self.rounds_done,
+            "last_error": self.last_error,
+            "last_round": recs.get(last) if last is not None else None,
+            "dht_refused_records": self.discovery.refused,
+        }
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Step until ``stop`` is set or ``max_rounds`` rounds were served; errors are retried with backoff."""
+        stop = stop or threading.Event()
+        backoff = self.cfg.poll_interval
+        while not stop.is_set():
+            try:
+                self.step()
+                backoff = self.cfg.poll_interval
+            except (ProtocolError, MinerError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.metrics.errors.labels(type=type(exc).__name__).inc()
+                log.warning("miner step failed (retrying in %.1fs): %s", backoff, self.last_error)
+                backoff = min(backoff * 2, 15.0)
+            if self.cfg.max_rounds and self.rounds_done >= self.cfg.max_rounds:
+                break
+            stop.wait(backoff)
+
+    def step(self) -> None:
+        """Take whatever action the chain's current state calls for."""
+        st = self.coord.current()
+        self.metrics.round.set(st.round)
+        self._collect_rewards(st.round)
+        rec = self.state.record(st.round)
+        if st.phase == Phase.COMMIT:
+            if rec is None or rec["status"] == ABANDONED and not rec.get("retry_done"):
+                if st.checkpoint is None:
+                    self.phase = "waiting-checkpoint"
+                    return
+                self._work(st)
+            elif rec["status"] == PREPARED:
+                self._reconcile(st, rec)
+        else:
+            if rec is not None and rec["status"] == PREPARED:
+                self._reconcile(st, rec)
+                rec = self.state.record(st.round)
+            if rec is not None and rec["status"] == COMMITTED:
+                self._serve(st)
+            elif rec is not None and rec["status"] == SERVED:
+                self._ensure_live(st.round)
+                self.phase = "serving"
+            else:
+                self.phase = "idle (not committed this round)"
+        self._maybe_advance(st)
+
+    def _maybe_advance(self, st: RoundState) -> None:
+        if st.phase != Phase.FINALIZE and st.block > st.deadline:
+            try:
+                self.coord.advance()
+            except CoordinatorError:
+                pass
+
+    # -- round work ------------------------------------------------------------------------------------
+    def _checkpoint(self, round: int, digest: bytes) -> dict[str, Tensor]:
+        if (
+            self._live.round == round
+            and self._live.checkpoint is not None
+            and self._live.checkpoint_digest == digest
+        ):
+            return self._live.checkpoint
+        hexd = "0x" + digest.hex()
+        if self.state.blobs.has(hexd):
+            tensors = decode_tensors(self.state.blobs.get(hexd))
+        else:
+            genesis = self.spec.genesis_params()
+            if tensors_digest({f"param/{k}": v for k, v in genesis.items()}) == hexd:
+                tensors = {f"param/{k}": v for k, v in genesis.items()}
+            else:
+                urls = self.discovery.urls_for(round, "checkpoint", hexd)
+                if not urls:
+                    raise CheckpointUnavailableError(
+                        f"no peer announces checkpoint {hexd[:18]} of round {round}"
+                    )
+                try:
+                    data = fetch_blob(urls, hexd, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
+                except TransferError as exc:
+                    raise CheckpointUnavailableError(f"checkpoint {hexd[:18]}: {exc}") from exc
+                self.metrics.bytes_received.labels(kind="checkpoint").inc(len(data))
+                self.state.blobs.put(data, hexd, digest_fn=tensor_blob_digest)
+                tensors = decode_tensors(data)
+        params, _momentum = split_checkpoint(tensors)
+        self._live = _Live(round=round, checkpoint=params, checkpoint_digest=digest)
+        return params
+
+    def _work(self, st: RoundState) -> None:
+        assert st.checkpoint is not None
+        r = st.round
+        self.phase = "fetching"
+        t0 = time.perf_counter()
+        ckpt = self._checkpoint(r, st.checkpoint)
+        self.metrics.phase_seconds.labels(phase="fetch").observe(time.perf_counter() - t0)
+        registry = self.coord.miners()
+        ctx = RoundContext(r, self.address, (), self.spec.inner.steps)
+        if not self.behaviour.should_commit(ctx):
+            self.phase = "skipping (behaviour)"
+            self.state.prepare(r, {"skipped": True}, {})
+            self.state.set_status(r, ABANDONED, retry_done=True)
+            return
+        self.phase = "training"
+        with COMPUTE_LOCK:
+            built = build_update(
+                self.spec,
+                self.dataset,
+                round=r,
+                miner=self.address,
+                checkpoint=ckpt,
+                checkpoint_digest=st.checkpoint,
+                assign_seed=st.assign_seed,
+                registry=registry,
+                ef_state=self.state.ef_residual_for(r),
+                behaviour=self.behaviour,
+                snapshot_every=self.cfg.snapshot_every,
+            )
+        self.metrics.phase_seconds.labels(phase="train").observe(built.train_seconds)
+        self.state.blobs.put(built.update)
+        snaps = {}
+        for step, tensors in built.snapshots.items():
+            data = encode_tensors(tensors)
+            snaps[str(step)] = self.state.blobs.put(data, digest_fn=tensor_blob_digest)
+        record = {
+            "round": r,
+            "update_digest": built.digest.hex(),
+            "update_bytes": len(built.update),
+            "checkpoint": st.checkpoint.hex(),
+            "assign_seed": st.assign_seed.hex(),
+            "registry": registry,
+            "modules": list(built.assignment.module_ids),
+            "loss_first": built.losses[0],
+            "loss_last": built.losses[-1],
+            "tokens": built.tokens,
+            "train_seconds": round(built.train_seconds, 4),
+            "transcript_steps": built.transcript_steps,
+            "transcript_digests": [d.hex() for d in built.transcript_digests],
+            "snapshots": snaps,
+        }
+        self.state.prepare(r, record, built.ef_state)
+        self._live.built = built
+        self._live.snapshots = dict(built.states)
+        self._live.digests = {
+            "0x" + d.hex(): s for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
+        }
+        self._commit(r, built.digest)
+
+    def _commit(self, r: int, digest: bytes) -> None:
+        self.phase = "committing"
+        st = self.coord.current()
+        if st.round != r or st.phase != Phase.COMMIT or st.block > st.deadline:
+            self.state.set_status(r, ABANDONED, reason="commit phase closed before the update was ready")
+            log.warning("round %d: update ready after the commit deadline; abandoned", r)
+            return
+        try:
+            self.coord.commit_update(r, digest)
+        except CoordinatorError as exc:
+            if self._chain_has_commit(r, digest):
+                log.info("round %d: commitment already on-chain", r)
+            else:
+                raise MinerError(f"commit for round {r} failed: {exc}") from exc
+        self.state.set_status(r, COMMITTED, committed_at=time.time())
+        self.phase = "committed"
+        log.info("round %d: committed %s", r, digest.hex()[:16])
+
+    def _chain_has_commit(self, r: int, digest: bytes) -> bool:
+        from protocol.coordinator import update_commitment
+
+        got = self.coord.update_commitments(r).get(self.address)
+        return got is not None and got == update_commitment(
+            self.coord.chain_id, self.coord.contract, r, self.address, digest
+        )
+
+    def _reconcile(self, st: RoundState, rec: dict[str, Any]) -> None:
+        """A ``prepared`` round after a restart: committed on-chain, commit now, or abandon."""
+        r = st.round
+        digest = bytes.fromhex(rec["update_digest"])
+        if self._chain_has_commit(r, digest):
+            self.state.set_status(r, COMMITTED, reconciled=True)
+        elif st.phase == Phase.COMMIT and st.block <= st.deadline:
+            self._commit(r, digest)
+        else:
+            self.state.set_status(r, ABANDONED, reason="not committed before the deadline")
+
+    def _ensure_live(self, r: int) -> None:
+        """Reload the round's serving material from disk (after a restart)."""
+        if self._live.round == r and self._live.snapshots:
+            return
+        rec = self.state.record(r)
+        if rec is None or "snapshots" not in rec:
+            return
+        params = self._checkpoint(r, bytes.fromhex(rec["checkpoint"]))
+        self._live.snapshots = {
+            int(s): decode_tensors(self.state.blobs.get(d)) for s, d in rec["snapshots"].items()
+        }
+        self._live.digests = {
+            "0x" + d: s for s, d in zip(rec["transcript_steps"], rec["transcript_digests"], strict=True)
+        }
+        self._live.checkpoint = params
+
+    def _serve(self, st: RoundState) -> None:
+        """After the commit deadline: publish the update (+ evidence) and announce it."""
+        r = st.round
+        rec = self.state.record(r)
+        assert rec is not None
+        self._ensure_live(r)
+        ctx = RoundContext(r, self.address, tuple(rec["modules"]), self.spec.inner.steps)
+        data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
+        served = [Served("update", "0x" + rec["update_digest"], len(data))]
+        self.public.put(data, "0x" + rec["update_digest"]) if data else None
+        evidence = (
+            self.evidence_fn(r, self.address, bytes.fromhex(rec["update_digest"]))
+            if self.evidence_fn
+            else None
+        )
+        evidence = self.behaviour.evidence(ctx, evidence)
+        if evidence:
+            ed = self.public.put(evidence)
+            served.append(Served("evidence", ed, len(evidence)))
+        self.discovery.announce(r, "miner", self.url, served)
+        self.state.set_status(r, SERVED, served_at=time.time())
+        self.metrics.rounds.inc()
+        self.phase = "serving"
+        log.info("round %d: serving update at %s", r, self.url)
+
+    def serve_transcript_state(self, digest: str) -> bytes | None:
+        """Bytes of a transcript state of the current served round (replayed from a snapshot if needed)."""
+        with self._lock:
+            live = self._live
+            rec = self.state.record(live.round)
+            if (
+                rec is None
+                or rec["status"] != SERVED
+                or digest not in live.digests
+                or live.checkpoint is None
+            ):
+                return None
+            step = live.digests[digest]
+            a = assignment_for(self.spec, bytes.fromhex(rec["assign_seed"]), rec["registry"], self.address)
+            with COMPUTE_LOCK:
+                tensors = transcript_state(
+                    self.spec,
+                    self.dataset,
+                    round=live.round,
+                    checkpoint=live.checkpoint,
+                    assign_seed=bytes.fromhex(rec["assign_seed"]),
+                    assignment=a,
+                    snapshots=live.snapshots,
+                    step=step,
+                )
+            return encode_tensors(tensors)
+
+    def _collect_rewards(self, current_round: int) -> None:
+        for r, rec in self.state.rounds().items():
+            if r >= current_round or "reward" in rec or rec["status"] not in (SERVED, COMMITTED):
+                continue
+            s = self.coord.settlement(r)
+            if s is None:
+                continue
+            reward = s.miner_rewards.get(self.address, 0)
+            self.state.update(r, reward=str(reward), consensus_score=s.consensus.get(self.address, 0))
+            self.metrics.rewards.inc(reward)
+            self.rounds_done += 1
+            log.info("round %d: consensus score %s, reward %d", r, s.consensus.get(self.address), reward)

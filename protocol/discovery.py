@@ -1,0 +1,83 @@
+"""Finding who serves what: signed DHT records with static fallback peers.
+
+``Discovery`` wraps an optional :class:`protocol.dht.DHTNode`. ``announce`` signs and publishes this node's
+record for a round; ``find`` returns the round's valid records (bad ones are logged and counted, never
+raised). When the DHT is off or fails, the configured fallback URLs are used, so a DHT split degrades
+to static peering instead of stopping the node.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from protocol.dht import DHTError, DHTNode
+from protocol.records import NodeRecord, Served, make_record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Discovery:
+    """Announce and look up node records for a chain."""
+
+    chain_id: int
+    private_key: str
+    dht: DHTNode | None = None
+    fallback_urls: tuple[str, ...] = ()
+    refused: int = 0
+    """Records refused so far (malformed, badly signed, expired)."""
+    errors: list[str] = field(default_factory=list)
+
+    def announce(
+        self, round: int, role: str, url: str, serves: Sequence[Served], ttl: int = 3600
+    ) -> NodeRecord:
+        """Sign and publish a record (DHT failures are logged, not raised)."""
+        rec = make_record(
+            self.private_key,
+            chain_id=self.chain_id,
+            role=role,
+            round=round,
+            url=url,
+            serves=tuple(serves),
+            ttl=ttl,
+        )
+        if self.dht is not None and self.dht.running:
+            try:
+                self.dht.announce(rec)
+            except DHTError as exc:
+                log.warning("DHT announce failed: %s", exc)
+                self.errors.append(str(exc))
+        return rec
+
+    def find(self, round: int) -> list[NodeRecord]:
+        """Valid records of a round."""
+        if self.dht is None or not self.dht.running:
+            return []
+        try:
+            res = self.dht.lookup(self.chain_id, round)
+        except DHTError as exc:
+            log.warning("DHT lookup failed: %s", exc)
+            self.errors.append(str(exc))
+            return []
+        self.refused += len(res.refused)
+        return res.records
+
+    def urls_for(self, round: int, kind: str, digest: str, *, address: str | None = None) -> list[str]:
+        """URLs announcing ``digest`` of ``kind`` for a round (optionally only ``address``'s), then fallbacks."""
+        want = digest.removeprefix("0x")
+        urls = [
+            r.url
+            for r in self.find(round)
+            if (address is None or r.address.lower() == address.lower())
+            and any(s.kind == kind and s.digest.removeprefix("0x") == want for s in r.serves)
+        ]
+        return urls + [u for u in self.fallback_urls if u not in urls]
+
+    def url_of(self, round: int, address: str) -> str | None:
+        """The URL ``address`` announced for a round."""
+        for r in self.find(round):
+            if r.address.lower() == address.lower():
+                return r.url
+        return None

@@ -1,0 +1,119 @@
+"""The validator's one typed config: defaults < TOML (``[validator]`` table) < ``TESSERA_VALIDATOR_*`` env <
+flags. Loaded once by ``tessera validator run``; the key comes from a keystore or a named env variable."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import ProtocolError
+from protocol.settings import load_settings, resolve_private_key
+from validator.errors import ValidatorConfigError
+
+ENV_PREFIX = "TESSERA_VALIDATOR_"
+
+
+@dataclass(frozen=True)
+class ValidatorConfig:
+    """Everything a validator node needs to know (verification thresholds are named here too)."""
+
+    run_file: Path = Path("run.json")
+    """The run specification shared by every node of the run."""
+    deployment: Path | None = None
+    """Deployment file written by ``tessera contracts deploy``."""
+    rpc_url: str = ""
+    """JSON-RPC endpoint (empty: the deployment file's)."""
+    key_env: str = "TESSERA_VALIDATOR_KEY"
+    """Environment variable holding the validator's private key (if no keystore)."""
+    keystore: Path | None = None
+    """Encrypted JSON keystore."""
+    keystore_password_env: str = "TESSERA_KEYSTORE_PASSWORD"
+    """Environment variable holding the keystore password."""
+    data_dir: Path = Path("~/.tessera/validator")
+    """State directory: verdicts, score salts, checkpoints."""
+    host: str = "127.0.0.1"
+    """HTTP listen address."""
+    port: int = 0
+    """HTTP port (0: any free port)."""
+    public_url: str = ""
+    """URL peers reach this node at (empty: http://host:port)."""
+    dht: bool = True
+    """Announce and discover through the hivemind DHT."""
+    dht_peers: tuple[str, ...] = ()
+    """Bootstrap multiaddrs of the DHT."""
+    dht_port: int = 0
+    """DHT listen port (0: any)."""
+    peer_urls: tuple[str, ...] = ()
+    """Fallback URLs of other validators (checkpoints, certificate signatures)."""
+    stake: int = 1000 * 10**18
+    """Stake to bond when registering."""
+    poll_interval: float = 0.5
+    """Seconds between looks at the chain."""
+    fetch_timeout: float = 20.0
+    """Seconds per HTTP fetch."""
+    fetch_attempts: int = 3
+    """Fetch attempts over all peers."""
+    threads: int = 1
+    """torch CPU threads."""
+    max_update_bytes: int = 16 * 1024 * 1024
+    """Largest update accepted."""
+    max_rel_norm: float = 1.0
+    """Per-module pseudo-gradient norm bound relative to the module's weights."""
+    segments_per_miner: int = 2
+    """Transcript segments replayed per miner per round."""
+    replay_rel_tol: float = 1e-4
+    """Relative L2 tolerance of replayed AdamW moments (0: bit-exact)."""
+    param_rel_tol: float = 5e-2
+    """Relative L2 tolerance of replayed parameters (see validator.verify.VerifyPolicy)."""
+    min_final_cosine: float = 0.2
+    """Least cosine between an update and its transcript's final state."""
+    attested_check_probability: float = 0.1
+    """Share of rounds an attested miner is recomputed."""
+    min_own_gain: float = 0.0
+    """Relative own-data loss drop an update must beat to score."""
+    merge_method: str = "mean"
+    """``mean`` (score-weighted, clipped) or ``trimmed_mean`` (coordinate-wise, Byzantine-robust)."""
+    clip_factor: float = 2.0
+    """Clip each contribution to this multiple of the median contribution norm."""
+    trim: float = 0.2
+    """Fraction trimmed at each end by ``trimmed_mean``."""
+    slash: bool = True
+    """Propose/vote slashing on provable failures."""
+    dangerous_dev_tee_seed: str = ""
+    """Trust evidence from the *development* enclave with this seed (devnet only; never in production)."""
+    status_file: Path | None = None
+    """If set, the node writes its status JSON there after each change."""
+
+
+def load_validator_config(
+    toml_path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ValidatorConfig:
+    """Load the config; :class:`ValidatorConfigError` on anything invalid."""
+    try:
+        cfg = load_settings(
+            ValidatorConfig,
+            toml_path=toml_path,
+            table="validator",
+            env=env,
+            env_prefix=ENV_PREFIX,
+            overrides=overrides,
+        )
+    except ProtocolError as exc:
+        raise ValidatorConfigError(str(exc)) from exc
+    if cfg.merge_method not in ("mean", "trimmed_mean"):
+        raise ValidatorConfigError(f"merge_method must be mean or trimmed_mean, not {cfg.merge_method!r}")
+    return cfg
+
+
+def load_validator_key(cfg: ValidatorConfig, env: Mapping[str, str] | None = None) -> str:
+    """The validator's private key."""
+    try:
+        return resolve_private_key(
+            key_env=cfg.key_env, keystore=cfg.keystore, password_env=cfg.keystore_password_env, env=env
+        )
+    except ProtocolError as exc:
+        raise ValidatorConfigError(str(exc)) from exc

@@ -1,0 +1,115 @@
+"""The merge: accepted pseudo-gradients -> robust per-module average -> outer step -> theta_{r+1}.
+
+Inputs come from the chain's consensus (miners with a positive consensus score, weighted by it), so every
+honest validator merges the same set. Everything runs on the CPU in fp32 in a fixed order (miners by
+ascending address, parameters by name), so validators get bit-identical checkpoints and can co-sign their
+digest.
+
+Robustness, per parameter tensor over the miners that sent it:
+
+- **norm clipping** (always): a contribution whose L2 norm exceeds ``clip_factor`` times the median
+  norm of that tensor's contributions is scaled down to that bound, so one huge update cannot dominate;
+- **mean** (default): the consensus-weighted mean of the clipped contributions (``training.diloco.merge``);
+- **trimmed_mean** (the Byzantine-robust option): coordinate-wise, drop the ``trim`` fraction of the
+  largest and the smallest values, then average the rest (unweighted). With ``n`` contributors it
+  tolerates ``floor(trim * n)`` arbitrary ones per coordinate; with fewer than 3 it falls back to the
+  median (n = 2: the mean of the two).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from training.config import OuterConfig
+from training.diloco import OuterOptimizer, merge
+from validator.errors import MergeFailedError
+
+
+@dataclass(frozen=True)
+class MergePolicy:
+    """How accepted updates are combined."""
+
+    method: str = "mean"
+    """``mean`` (score-weighted) or ``trimmed_mean`` (coordinate-wise, Byzantine-robust)."""
+    clip_factor: float = 2.0
+    """Clip each contribution to this multiple of the median contribution norm (per tensor)."""
+    trim: float = 0.2
+    """Fraction trimmed at each end by ``trimmed_mean``."""
+
+
+def _clip(
+    contribs: list[tuple[float, str, Mapping[str, Tensor]]], factor: float
+) -> list[tuple[float, dict[str, Tensor]]]:
+    names = sorted({n for _, _, d in contribs for n in d})
+    out: list[tuple[float, dict[str, Tensor]]] = [(w, dict(d)) for w, _, d in contribs]
+    for name in names:
+        idx = [i for i, (_, _, d) in enumerate(contribs) if name in d]
+        norms = [float(torch.linalg.vector_norm(contribs[i][2][name].float())) for i in idx]
+        med = sorted(norms)[(len(norms) - 1) // 2]
+        bound = factor * med
+        for i, n in zip(idx, norms, strict=True):
+            if n > bound > 0:
+                out[i][1][name] = contribs[i][2][name].float() * (bound / n)
+    return out
+
+
+def _trimmed(contribs: list[tuple[float, dict[str, Tensor]]], trim: float) -> dict[str, Tensor]:
+    names = sorted({n for _, d in contribs for n in d})
+    out: dict[str, Tensor] = {}
+    for name in names:
+        stack = torch.stack([d[name].float() for _, d in contribs if name in d])
+        n = stack.shape[0]
+        k = int(math.floor(trim * n))
+        if n >= 3 and k == 0:
+            k = 1 if n >= 5 else 0
+        if n >= 3 and k > 0 and n - 2 * k >= 1:
+            srt = torch.sort(stack, dim=0).values
+            out[name] = srt[k : n - k].mean(dim=0)
+        elif n >= 3:
+            out[name] = torch.median(stack, dim=0).values
+        else:
+            out[name] = stack.mean(dim=0)
+    return out
+
+
+def robust_merge(
+    contributions: Sequence[tuple[float, str, Mapping[str, Tensor]]], policy: MergePolicy
+) -> dict[str, Tensor]:
+    """Combine (weight, miner, pseudo-gradient) triples; ordered by miner address for reproducibility."""
+    ordered = sorted(((float(w), m, d) for w, m, d in contributions if w > 0), key=lambda t: int(t[1], 16))
+    if not ordered:
+        return {}
+    clipped = _clip(ordered, policy.clip_factor)
+    if policy.method == "mean":
+        return merge(clipped)
+    if policy.method == "trimmed_mean":
+        return _trimmed(clipped, policy.trim)
+    raise MergeFailedError(f"unknown merge method {policy.method!r}")
+
+
+def next_checkpoint(
+    params: Mapping[str, Tensor],
+    momentum: Mapping[str, Tensor],
+    contributions: Sequence[tuple[float, str, Mapping[str, Tensor]]],
+    outer: OuterConfig,
+    policy: MergePolicy,
+) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """theta_{r+1} and the outer momentum after the merge (CPU, fp32, fixed order)."""
+    with torch.no_grad():
+        cpu = [
+            (w, m, {k: v.detach().to("cpu", torch.float32) for k, v in d.items()})
+            for w, m, d in contributions
+        ]
+        merged = robust_merge(cpu, policy)
+        opt = OuterOptimizer(outer)
+        opt.load_state_dict(momentum)
+        try:
+            new = opt.step({k: v.to("cpu") for k, v in params.items()}, merged)
+        except Exception as exc:
+            raise MergeFailedError(f"outer step failed: {exc}") from exc
+        return new, opt.state_dict()

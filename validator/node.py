@@ -1,0 +1,583 @@
+"""The validator node: watch the chain, verify every committed update, score, settle, merge, certify.
+
+Per round r (see ``protocol.coordinator`` for the phases):
+
+- COMMIT: commit a seed share (its secret stored first);
+- REVEAL: reveal the share; fetch every committed update (cheap checks need no seed);
+- SCORE_COMMIT: the seed is fixed; run every check (``validator.verify``), store each verdict, then
+  store the score vector and salt and commit it; propose/vote slashing on provable failures;
+- SCORE_REVEAL: reveal exactly what was committed (checked against the chain first);
+- FINALIZE: settle the round on-chain (any validator may; a race is harmless);
+- after settlement: merge the updates with positive consensus score (``validator.merge``), store and
+  announce theta_{r+1}, sign its digest and collect the other validators' signatures over HTTP; with a
+  quorum, certify it on-chain.
+
+Every step is idempotent and written to :class:`validator.state.ValidatorState`, so a restart at any point
+resumes without revealing twice or losing a verdict.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import torch
+from eth_account import Account
+from eth_account.messages import encode_defunct
+from eth_utils import keccak
+from torch import Tensor
+
+from protocol.canonical import dumps_canonical
+from protocol.coordinator import SCORE_MAX, Coordinator, CoordinatorError, Phase, RoundState
+from protocol.discovery import Discovery
+from protocol.errors import ProtocolError
+from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
+from protocol.records import Served
+from protocol.runspec import COMPUTE_LOCK, RunSpec
+from protocol.tensorblob import (
+    decode_tensors,
+    encode_tensors,
+    join_checkpoint,
+    split_checkpoint,
+    tensor_blob_digest,
+    tensors_digest,
+)
+from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
+from protocol.update import decode_update
+from training.data import Dataset, prepare
+from validator.config import ValidatorConfig
+from validator.errors import CertificationError, ValidatorError
+from validator.merge import MergePolicy, next_checkpoint
+from validator.state import ValidatorState
+from validator.verify import CheckEvidence, RoundContext, Verdict, VerifyPolicy, heldout_loss, verify_update
+from validator.web import LIVE_PAGE
+
+log = logging.getLogger(__name__)
+
+
+def dev_evidence_checker(chain_id: int, seed: bytes) -> CheckEvidence:
+    """Verify evidence against the *development* enclave root of ``attestation.simulated`` (devnet only)."""
+    from attestation import AttestationError, Binding, verify
+    from attestation.simulated import SimulatedEnclave
+
+    enclave = SimulatedEnclave.from_seed(seed)
+    policy = enclave.policy()
+
+    def check(evidence: bytes, round: int, miner: str, digest: bytes) -> str | None:
+        now = dt.datetime.now(dt.UTC)
+        try:
+            verify(
+                evidence,
+                enclave.collateral(now),
+                policy,
+                now,
+                expected=Binding(chain_id, round, bytes.fromhex(miner[2:]), digest),
+            )
+        except AttestationError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    return check
+
+
+@dataclass
+class _Theta:
+    round: int
+    digest: str
+    params: dict[str, Tensor]
+    momentum: dict[str, Tensor]
+
+
+@dataclass
+class _RoundCache:
+    round: int
+    updates: dict[str, bytes] = field(default_factory=dict)
+    evidence: dict[str, bytes] = field(default_factory=dict)
+
+
+class ValidatorNode:
+    """A validator: one process, one key, one run."""
+
+    def __init__(
+        self,
+        cfg: ValidatorConfig,
+        spec: RunSpec,
+        coord: Coordinator,
+        discovery: Discovery,
+        private_key: str,
+        *,
+        check_evidence: CheckEvidence | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.coord = coord
+        self.discovery = discovery
+        self._key = private_key
+        self.address = coord.address
+        self.check_evidence = check_evidence
+        self.state = ValidatorState(cfg.data_dir.expanduser())
+        self.public = BlobStore(self.state.dir / "public", digest_fn=tensor_blob_digest)
+        self.metrics = NodeMetrics.create("validator")
+        self.fetch_policy = FetchPolicy(
+            max_bytes=cfg.max_update_bytes, timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts
+        )
+        self.policy = VerifyPolicy(
+            max_update_bytes=cfg.max_update_bytes,
+            max_rel_norm=cfg.max_rel_norm,
+            segments_per_miner=cfg.segments_per_miner,
+            replay_rel_tol=cfg.replay_rel_tol,
+            param_rel_tol=cfg.param_rel_tol,
+            min_final_cosine=cfg.min_final_cosine,
+            attested_check_probability=cfg.attested_check_probability,
+            min_own_gain=cfg.min_own_gain,
+        )
+        self.merge_policy = MergePolicy(cfg.merge_method, cfg.clip_factor, cfg.trim)
+        self._ds: Dataset | None = None
+        self._theta: _Theta | None = None
+        self._cache = _RoundCache(0)
+        self.phase = "starting"
+        self.last_error = ""
+        self.server: NodeServer | None = None
+        self.url = ""
+        self.history: list[dict[str, Any]] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    @property
+    def dataset(self) -> Dataset:
+        """The run's prepared corpus."""
+        if self._ds is None:
+            self._ds = prepare(self.spec.load_corpus(), self.spec.model)
+        return self._ds
+
+    def start(self) -> ValidatorNode:
+        """Start the HTTP API and register on-chain if needed."""
+        torch.set_num_threads(max(1, self.cfg.threads))
+        app = create_node_app(role="validator", status=self.status, store=self.public, metrics=self.metrics)
+        self._add_routes(app)
+        self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
+        self.url = self.cfg.public_url or self.server.url
+        if self.coord.ensure_registered("validator", self.cfg.stake):
+            log.info("registered %s as a validator", self.address)
+        self.phase = "ready"
+        return self
+
+    def stop(self) -> None:
+        """Stop serving."""
+        if self.server is not None:
+            self.server.stop()
+
+    def _add_routes(self, app: Any) -> None:
+        from fastapi import HTTPException
+        from fastapi.responses import HTMLResponse
+
+        @app.get("/signatures/{round}", summary="This validator's signature of theta_{round+1}'s digest")
+        def signature(round: int) -> dict[str, Any]:
+            rec = self.state.rounds().get(round, {})
+            if "signature" not in rec:
+                raise HTTPException(status_code=404, detail="not signed yet")
+            return {
+                "round": round,
+                "digest": rec["merged"],
+                "signer": self.address,
+                "signature": rec["signature"],
+            }
+
+        @app.get("/verdicts/{round}", summary="Verdicts (with evidence) of a round")
+        def verdicts(round: int) -> dict[str, Any]:
+            return dict(self.state.rounds().get(round, {}).get("verdicts", {}))
+
+        @app.get("/rounds", summary="Per-round summary: scores, consensus, rewards, losses")
+        def rounds() -> list[dict[str, Any]]:
+            return self.summary()
+
+        @app.get("/", response_class=HTMLResponse, summary="Live page of the network")
+        def live() -> str:
+            return LIVE_PAGE
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per-round summary for the API and the live page."""
+        out = []
+        for r, rec in sorted(self.state.rounds().items()):
+            v = rec.get("verdicts", {})
+            out.append(
+                {
+                    "round": r,
+                    "scores": {m: x.get("score", 0) for m, x in v.items()},
+                    "stages": {m: x.get("stage") for m, x in v.items()},
+                    "consensus": rec.get("consensus", {}),
+                    "rewards": rec.get("rewards", {}),
+                    "heldout_before": rec.get("heldout_before"),
+                    "heldout_after": rec.get("heldout_after"),
+                    "checkpoint": rec.get("merged"),
+                    "certified": rec.get("certified", False),
+                    "verify_seconds": rec.get("verify_seconds"),
+                }
+            )
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """The /status document."""
+        return {
+            "role": "validator",
+            "address": self.address,
+            "url": self.url,
+            "round": self._cache.round,
+            "phase": self.phase,
+            "last_error": self.last_error,
+            "theta_round": self._theta.round if self._theta else None,
+            "dht_refused_records": self.discovery.refused,
+        }
+
+    # -- loop ------------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Step until ``stop`` is set; errors are retried with backoff."""
+        stop = stop or threading.Event()
+        backoff = self.cfg.poll_interval
+        while not stop.is_set():
+            try:
+                self.step()
+                backoff = self.cfg.poll_interval
+            except (ProtocolError, ValidatorError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.metrics.errors.labels(type=type(exc).__name__).inc()
+                log.warning("validator step failed (retrying in %.1fs): %s", backoff, self.last_error)
+                backoff = min(backoff * 2, 15.0)
+            stop.wait(backoff)
+
+    def step(self) -> None:
+        """Take whatever action the chain's current state calls for."""
+        st = self.coord.current()
+        r = st.round
+        self.metrics.round.set(r)
+        if self._cache.round != r:
+            self._cache = _RoundCache(r)
+        if r > 1:
+            self._settle_previous(r - 1)
+        if st.checkpoint is None:
+            self.phase = "waiting-certificate"
+            self._maybe_advance(st)
+            return
+        theta = self._ensure_theta(r, st.checkpoint)
+        if st.phase == Phase.COMMIT:
+            self.phase = "commit"
+            self._seed_commit(r)
+        elif st.phase == Phase.REVEAL:
+            self.phase = "reveal"
+            self._seed_reveal(r)
+            self._prefetch(r)
+        elif st.phase == Phase.SCORE_COMMIT:
+            self.phase = "verify"
+            self._verify_all(st, theta)
+            self._commit_scores(r)
+        elif st.phase == Phase.SCORE_REVEAL:
+            self.phase = "score-reveal"
+            self._reveal_scores(r)
+        elif st.phase == Phase.FINALIZE:
+            self.phase = "finalize"
+            try:
+                self.coord.finalize(r)
+            except CoordinatorError as exc:
+                if self.coord.current().round == r:
+                    raise
+                log.info("round %d finalized by another validator (%s)", r, exc)
+        self._maybe_advance(st)
+
+    def _maybe_advance(self, st: RoundState) -> None:
+        if st.phase != Phase.FINALIZE and st.block > st.deadline:
+            try:
+                self.coord.advance()
+            except CoordinatorError:
+                pass
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def _ensure_theta(self, r: int, digest: bytes) -> _Theta:
+        hexd = "0x" + digest.hex()
+        if self._theta is not None and self._theta.round == r and self._theta.digest == hexd:
+            return self._theta
+        if self.public.has(hexd):
+            tensors = decode_tensors(self.public.get(hexd))
+        else:
+            genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
+            if tensors_digest(genesis) == hexd:
+                tensors = genesis
+                self.public.put(encode_tensors(genesis), hexd)
+            else:
+                urls = self.discovery.urls_for(r, "checkpoint", hexd) + [
+                    u for u in self.cfg.peer_urls if u != self.url
+                ]
+                try:
+                    data = fetch_blob(urls, hexd, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
+                except TransferError as exc:
+                    raise ValidatorError(f"theta_{r} ({hexd[:18]}) unavailable: {exc}") from exc
+                self.public.put(data, hexd)
+                tensors = decode_tensors(data)
+        params, momentum = split_checkpoint(tensors)
+        self.state.put_checkpoint(r, hexd)
+        self._theta = _Theta(r, hexd, params, momentum)
+        self.discovery.announce(r, "validator", self.url, [Served("checkpoint", hexd)])
+        return self._theta
+
+    # -- seed ------------------------------------------------------------------------------------------
+    def _seed_commit(self, r: int) -> None:
+        committed, _ = self.coord.seed_share_status(r)
+        if committed:
+            return
+        rec = self.state.round(r)
+        if "seed_secret" not in rec:
+            self.state.set(r, seed_secret=os.urandom(32).hex())
+        self.coord.commit_seed(r, bytes.fromhex(self.state.round(r)["seed_secret"]))
+
+    def _seed_reveal(self, r: int) -> None:
+        committed, revealed = self.coord.seed_share_status(r)
+        secret = self.state.round(r).get("seed_secret")
+        if committed and not revealed and secret:
+            self.coord.reveal_seed(r, bytes.fromhex(secret))
+
+    # -- verification ----------------------------------------------------------------------------------
+    def _miner_url(self, r: int, miner: str) -> str | None:
+        return self.discovery.url_of(r, miner)
+
+    def _fetch_update(self, r: int, miner: str) -> bytes:
+        if miner in self._cache.updates:
+            return self._cache.updates[miner]
+        rec = next((x for x in self.discovery.find(r) if x.address == miner and x.role == "miner"), None)
+        if rec is None:
+            raise TransferError(f"{miner} announced nothing for round {r}")
+        digest = rec.digest_of("update")
+        if digest is None:
+            raise TransferError(f"{miner} does not announce an update")
+        data = fetch_blob(rec.url, digest, policy=self.fetch_policy)
+        self.metrics.bytes_received.labels(kind="update").inc(len(data))
+        self._cache.updates[miner] = data
+        ev = rec.digest_of("evidence")
+        if ev is not None:
+            try:
+                self._cache.evidence[miner] = fetch_blob(rec.url, ev, policy=self.fetch_policy)
+            except TransferError as exc:
+                log.info("evidence of %s unavailable: %s", miner, exc)
+        return data
+
+    def _prefetch(self, r: int) -> None:
+        for miner in sorted(self.coord.update_commitments(r)):
+            if miner not in self._cache.updates:
+                try:
+                    self._fetch_update(r, miner)
+                except TransferError:
+                    pass
+
+    def _verify_all(self, st: RoundState, theta: _Theta) -> None:
+        r = st.round
+        if self.state.round(r).get("scores") is not None:
+            return
+        if st.seed is None:
+            return
+        commits = self.coord.update_commitments(r)
+        ctx = RoundContext(
+            spec=self.spec,
+            dataset=self.dataset,
+            round=r,
+            chain_id=self.coord.chain_id,
+            contract=self.coord.contract,
+            validator=self.address,
+            checkpoint=theta.params,
+            checkpoint_digest=bytes.fromhex(theta.digest[2:]),
+            assign_seed=st.assign_seed,
+            seed=st.seed,
+            registry=self.coord.miners(),
+        )
+        t0 = time.perf_counter()
+        for miner in sorted(commits, key=lambda a: int(a, 16)):
+            if self.state.verdict(r, miner) is not None:
+                continue
+            url = self._miner_url(r, miner)
+
+            def fetch_state(digest: str, url: str | None = url) -> dict[str, Tensor]:
+                if url is None:
+                    raise TransferError("miner has no URL")
+                data = fetch_blob(url, digest, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
+                self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
+                return decode_tensors(data)
+
+            verdict, _update = verify_update(
+                ctx,
+                miner,
+                commits[miner],
+                lambda miner=miner: self._fetch_update(r, miner),  # type: ignore[misc]
+                fetch_state,
+                self.policy,
+                evidence=self._cache.evidence.get(miner),
+                check_evidence=self.check_evidence,
+            )
+            if verdict.accepted and miner in self._cache.updates:
+                self.state.blobs.put(self._cache.updates[miner])
+            self.state.put_verdict(r, miner, verdict.to_json())
+            self.metrics.verifications.labels(outcome=verdict.stage).inc()
+            log.info(
+                "round %d: %s -> %s (%s) score %d",
+                r,
+                miner[:10],
+                verdict.stage,
+                verdict.reason,
+                verdict.score,
+            )
+            if verdict.provable and self.cfg.slash:
+                self._slash(verdict)
+        with COMPUTE_LOCK:
+            before = heldout_loss(self.spec, self.dataset, theta.params)
+        self.state.set(r, verify_seconds=round(time.perf_counter() - t0, 4), heldout_before=round(before, 6))
+
+    def _slash(self, v: Verdict) -> None:
+        evidence = keccak(
+            dumps_canonical({"round": v.round, "miner": v.miner, "stage": v.stage, "digest": v.digest})
+        )
+        try:
+            self.coord.slash(v.miner, evidence)
+            log.warning("round %d: slashing %s on provable %s failure", v.round, v.miner, v.stage)
+        except CoordinatorError as exc:
+            log.info("slash of %s not counted: %s", v.miner, exc)
+
+    def _commit_scores(self, r: int) -> None:
+        committed, _ = self.coord.score_status(r)
+        if committed:
+            return
+        rec = self.state.round(r)
+        if rec.get("scores") is None:
+            miners = sorted(self.coord.update_commitments(r), key=lambda a: int(a, 16))
+            scores = []
+            for m in miners:
+                v = self.state.verdict(r, m)
+                scores.append(min(SCORE_MAX, int(v["score"])) if v else 0)
+            self.state.set(r, miners=miners, scores=scores, salt=os.urandom(32).hex())
+            rec = self.state.round(r)
+        self.coord.commit_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))
+        self.state.set(r, score_committed=True)
+
+    def _reveal_scores(self, r: int) -> None:
+        committed, revealed = self.coord.score_status(r)
+        rec = self.state.round(r)
+        if revealed or not committed or rec.get("scores") is None:
+            if revealed and not rec.get("score_revealed"):
+                self.state.set(r, score_revealed=True)
+            return
+        self.coord.reveal_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))
+        self.state.set(r, score_revealed=True)
+
+    # -- settlement, merge, certificate ----------------------------------------------------------------
+    def _settle_previous(self, p: int) -> None:
+        """After round p was finalized: merge, sign and certify theta_{p+1} (idempotent)."""
+        if self.coord.checkpoint(p + 1) is not None:
+            rec = self.state.round(p)
+            if not rec.get("certified"):
+                self._record_settlement(p)
+                self.state.set(p, certified=True)
+                self.metrics.rounds.inc()
+            return
+        rec = self.state.round(p)
+        if "merged" not in rec:
+            if self._theta is None or self._theta.round != p:
+                cp = self.coord.checkpoint(p)
+                if cp is None:
+                    return
+                self._ensure_theta(p, cp)
+            assert self._theta is not None
+            self._record_settlement(p)
+            self._merge(p, self._theta)
+            rec = self.state.round(p)
+        self._certify(p, rec["merged"])
+
+    def _record_settlement(self, p: int) -> None:
+        s = self.coord.settlement(p)
+        if s is None:
+            return
+        rewards = {
+            **{k: str(v) for k, v in s.miner_rewards.items()},
+            **{k: str(v) for k, v in s.validator_rewards.items()},
+        }
+        self.state.set(p, consensus=s.consensus, rewards=rewards)
+        mine = s.validator_rewards.get(self.address, 0)
+        if mine:
+            self.metrics.rewards.inc(mine)
+
+    def _merge(self, p: int, theta: _Theta) -> None:
+        s = self.coord.settlement(p)
+        if s is None:
+            raise ValidatorError(f"round {p} has no settlement yet")
+        t0 = time.perf_counter()
+        contributions = []
+        for miner, score in sorted(s.consensus.items()):
+            if score <= 0:
+                continue
+            v = self.state.verdict(p, miner)
+            digest = "0x" + v["digest"] if v and v.get("digest") else None
+            data = self._cache.updates.get(miner) if self._cache.round == p else None
+            if data is None and digest and self.state.blobs.has(digest):
+                data = self.state.blobs.get(digest)
+            if data is None:
+                raise ValidatorError(f"round {p}: update of {miner} (consensus {score}) is not held locally")
+            contributions.append((float(score), miner, decode_update(data).pseudo_gradient()))
+        with COMPUTE_LOCK:
+            params, momentum = next_checkpoint(
+                theta.params, theta.momentum, contributions, self.spec.outer, self.merge_policy
+            )
+        tensors = join_checkpoint(params, momentum)
+        data = encode_tensors(tensors)
+        digest = self.public.put(data)
+        msg = self.coord.checkpoint_message(p, bytes.fromhex(digest[2:]))
+        sig = Account.sign_message(encode_defunct(primitive=msg), private_key=self._key).signature
+        self.state.set(
+            p,
+            merged=digest,
+            merged_from=[m for _, m, _ in contributions],
+            signature="0x" + bytes(sig).hex(),
+            merge_seconds=round(time.perf_counter() - t0, 4),
+        )
+        self.state.put_checkpoint(p + 1, digest)
+        with COMPUTE_LOCK:
+            after = heldout_loss(self.spec, self.dataset, params)
+        self.state.set(p, heldout_after=round(after, 6))
+        self.discovery.announce(p + 1, "validator", self.url, [Served("checkpoint", digest, len(data))])
+        log.info("round %d: merged %d updates into %s", p, len(contributions), digest[:18])
+
+    def _certify(self, p: int, digest: str) -> None:
+        msg = self.coord.checkpoint_message(p, bytes.fromhex(digest[2:]))
+        sigs: dict[str, bytes] = {self.address: bytes.fromhex(self.state.round(p)["signature"][2:])}
+        peers = {
+            r.url for r in self.discovery.find(p + 1) if r.role == "validator" and r.address != self.address
+        }
+        peers |= {u for u in self.cfg.peer_urls if u != self.url}
+        validators = set(self.coord.validators())
+        for url in sorted(peers):
+            try:
+                doc = httpx.get(f"{url.rstrip('/')}/signatures/{p}", timeout=self.cfg.fetch_timeout).json()
+                if doc.get("digest") != digest:
+                    continue
+                sig = bytes.fromhex(str(doc["signature"])[2:])
+                signer = Account.recover_message(encode_defunct(primitive=msg), signature=sig)
+                if signer in validators:
+                    sigs[signer] = sig
+            except (httpx.HTTPError, ValueError, KeyError, json.JSONDecodeError):
+                continue
+        if 3 * len(sigs) < 2 * len(validators):
+            self.phase = f"certifying ({len(sigs)}/{len(validators)} signatures)"
+            return
+        # the lowest signer submits first; the others wait a little and submit only if still needed
+        if min(sigs, key=lambda a: int(a, 16)) != self.address:
+            rec = self.state.round(p)
+            first_seen = rec.get("certify_wait_since") or time.time()
+            if "certify_wait_since" not in rec:
+                self.state.set(p, certify_wait_since=first_seen)
+            if time.time() - first_seen < 5.0:
+                return
+        try:
+            self.coord.certify(p, bytes.fromhex(digest[2:]), sigs)
+            log.info("round %d: certified theta_%d = %s with %d signatures", p, p + 1, digest[:18], len(sigs))
+        except CoordinatorError as exc:
+            if self.coord.checkpoint(p + 1) is None:
+                raise CertificationError(f"certifying theta_{p + 1} failed: {exc}") from exc

@@ -1,0 +1,439 @@
+"""Verification of one miner's update, cheapest check first, ending in a verdict with evidence.
+
+Stages, in order (the first failure decides; later, costlier stages are not run):
+
+1. ``fetch``     the update is served and fits the size cap (``protocol.transfer`` enforces it);
+2. ``digest``    SHA-256 of the bytes, wrapped in the sender-bound commitment, equals the on-chain one;
+3. ``format``    ``protocol.update.decode_update``: magic, version, header, codec, dtypes, shapes, finite;
+4. ``header``    round, miner, base checkpoint digest, assigned modules and transcript steps are the
+                 expected ones;
+5. ``bounds``    every module's pseudo-gradient norm is at most ``max_rel_norm`` times its weights' norm;
+6. ``attestation`` TEE evidence, if served, verifies and binds (chain, round, miner, update digest);
+                 an attested miner is recomputed only in a seed-chosen ``attested_check_probability``
+                 of rounds;
+7. ``recompute`` the transcript's step-0 digest is the checkpoint's (anchor); ``segments_per_miner``
+                 seed-chosen segments are replayed from the served start state and compared with the
+                 served end state (both checked against the transcript digests); the final state agrees
+                 in direction with the update (cosine >= ``min_final_cosine``);
+8. ``usefulness`` loss before/after applying the update on the miner's own batches and on held-out
+                 windows; the score is the relative loss drop on its own data, zero unless it beats
+                 ``min_own_gain``, scaled down if the held-out gain is better than the own gain by more than
+                 ``max_heldout_excess`` (a miner that trained on other data than assigned).
+
+A failure at ``format``, ``header``, ``bounds``, ``attestation`` or ``recompute`` on bytes that match the
+commitment is *provable*: anyone can re-run the check from the evidence, so it is slashing evidence.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from protocol.coordinator import SCORE_SCALE, update_commitment
+from protocol.runspec import COMPUTE_LOCK, RunSpec
+from protocol.update import Update, UpdateCaps, UpdateError, decode_update, update_digest
+from training.assignment import Assignment, assign
+from training.data import Dataset, eval_windows, miner_batches
+from training.digest import state_digest
+from training.errors import TrainingError
+from training.inner import replay_segment, states_close
+from training.model import build_model, lm_loss, load_params, module_of
+from validator.sampling import check_this_round, segments_to_check
+
+#: Fetches bytes by digest from the miner (raises on failure).
+FetchBytes = Callable[[str], bytes]
+#: Fetches a transcript state by its (hex) state digest.
+FetchState = Callable[[str], dict[str, Tensor]]
+#: Verifies TEE evidence bound to (round, miner, digest); returns None if it holds, else the reason.
+CheckEvidence = Callable[[bytes, int, str, bytes], str | None]
+
+
+@dataclass(frozen=True)
+class VerifyPolicy:
+    """Named thresholds and budgets of verification."""
+
+    max_update_bytes: int = 16 * 1024 * 1024
+    """Size cap of an update."""
+    max_rel_norm: float = 1.0
+    """Per-module bound: ||pseudo-gradient|| <= max_rel_norm * ||theta||."""
+    segments_per_miner: int = 2
+    """Transcript segments each validator replays per miner (see ``validator.sampling``)."""
+    replay_rel_tol: float = 1e-4
+    """Relative L2 tolerance, per tensor, of the replayed AdamW moments and counters against the served
+    end state (one platform gives 0). The moments are a pure function of the served start state and the
+    batch, so they prove the forward/backward work was done."""
+    param_rel_tol: float = 5e-2
+    """Relative L2 tolerance of the replayed *parameters*. Looser than the moments': a replay restores one
+    AdamW step count for every parameter, while an expert that received no tokens in an earlier step has
+    a lower count of its own, which changes that tensor's bias-corrected step (measured up to ~1.4e-3
+    relative after one step; see docs/protocol.md). Skipping a step or faking its gradient moves the
+    moments, which are checked tightly."""
+    min_final_cosine: float = 0.2
+    """Cosine, on the update's non-zero coordinates, between the decoded update and theta_r minus the
+    final transcript params (error feedback makes them differ; a random or unrelated update is near 0)."""
+    attested_check_probability: float = 0.1
+    """Share of rounds in which an attested miner is recomputed."""
+    eval_own_batches: int = 2
+    """Of the miner's own batches, how many to evaluate before/after."""
+    heldout_windows: int = 16
+    """Held-out windows evaluated before/after."""
+    min_own_gain: float = 0.0
+    """Relative own-data loss drop an update must exceed to score above 0."""
+    max_heldout_excess: float = 0.0
+    """If the held-out gain exceeds the own gain by more than this, the score is scaled by own/held."""
+
+
+@dataclass
+class Verdict:
+    """The outcome for one miner."""
+
+    miner: str
+    round: int
+    accepted: bool
+    stage: str
+    """``ok`` or the stage that failed."""
+    reason: str
+    score: int = 0
+    provable: bool = False
+    attested: bool = False
+    digest: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (stored and served)."""
+        return asdict(self)
+
+
+@dataclass
+class RoundContext:
+    """What is fixed for every miner of a round."""
+
+    spec: RunSpec
+    dataset: Dataset
+    round: int
+    chain_id: int
+    contract: str
+    validator: str
+    checkpoint: dict[str, Tensor]
+    checkpoint_digest: bytes
+    assign_seed: bytes
+    seed: bytes
+    registry: Sequence[str]
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+    _heldout: dict[int, tuple[Tensor, float]] = field(default_factory=dict)
+
+    def assignment(self, miner: str) -> Assignment:
+        """The miner's assignment (computed once for the round)."""
+        if not self.assignments:
+            self.assignments = assign(
+                self.assign_seed, list(self.registry), self.spec.model, self.spec.experts_per_miner
+            )
+        return self.assignments[miner]
+
+
+class _Fail(Exception):
+    def __init__(self, stage: str, reason: str, provable: bool = False, **evidence: Any) -> None:
+        super().__init__(reason)
+        self.stage, self.reason, self.provable, self.evidence = stage, reason, provable, evidence
+
+
+def _loss(model: torch.nn.Module, params: Mapping[str, Tensor], batches: Tensor, path: Any) -> float:
+    load_params(model, params)
+    model.eval()
+    with torch.no_grad():
+        vals = [float(lm_loss(model, b, path)[0]) for b in batches]  # type: ignore[arg-type]
+    return sum(vals) / max(1, len(vals))
+
+
+def _apply(base: Mapping[str, Tensor], delta: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    out = dict(base)
+    for k, d in delta.items():
+        out[k] = base[k] - d
+    return out
+
+
+def verify_update(
+    ctx: RoundContext,
+    miner: str,
+    commitment: bytes | None,
+    fetch_update: Callable[[], bytes],
+    fetch_state: FetchState,
+    policy: VerifyPolicy,
+    *,
+    evidence: bytes | None = None,
+    check_evidence: CheckEvidence | None = None,
+) -> tuple[Verdict, Update | None]:
+    """Run every stage for one miner; returns the verdict and (when it decoded) the update."""
+    v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
+    update: Update | None = None
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        v.timings[name] = round(now - t, 6)
+        t = now
+
+    try:
+        if commitment is None:
+            raise _Fail("commit", "no commitment on-chain")
+        try:
+            data = fetch_update()
+        except Exception as exc:  # transfer errors are typed; any failure means not served
+            raise _Fail("fetch", f"{type(exc).__name__}: {exc}") from exc
+        if len(data) > policy.max_update_bytes:
+            raise _Fail("fetch", f"{len(data)} bytes > cap {policy.max_update_bytes}")
+        lap("fetch")
+        digest = update_digest(data)
+        v.digest = digest.hex()
+        expect = update_commitment(ctx.chain_id, ctx.contract, ctx.round, miner, digest)
+        if expect != commitment:
+            raise _Fail("digest", "served bytes do not match the on-chain commitment")
+        evidence_base = {"update_digest": digest.hex(), "commitment": commitment.hex()}
+        try:
+            update = decode_update(data, UpdateCaps(max_update_bytes=policy.max_update_bytes))
+        except UpdateError as exc:
+            raise _Fail("format", f"{type(exc).__name__}: {exc}", True, **evidence_base) from exc
+        lap("format")
+        h = update.header
+        a = ctx.assignment(miner)
+        problems = []
+        if h.round != ctx.round:
+            problems.append(f"round {h.round} != {ctx.round}")
+        if h.miner.lower() != miner.lower():
+            problems.append(f"miner {h.miner} != {miner}")
+        if h.base_checkpoint != ctx.checkpoint_digest.hex():
+            problems.append("base checkpoint is not theta_r")
+        if tuple(h.modules) != tuple(a.module_ids):
+            problems.append(f"modules {list(h.modules)} != assigned {list(a.module_ids)}")
+        H, k = ctx.spec.inner.steps, ctx.spec.inner.transcript_interval
+        expect_steps = sorted({*range(0, H, k), H})
+        if list(h.transcript_steps) != expect_steps or h.transcript_interval != k:
+            problems.append("transcript steps are not the run's")
+        want = {n: tuple(t.shape) for n, t in ctx.checkpoint.items() if module_of(n) in set(a.module_ids)}
+        if dict(h.params) != want:
+            problems.append("parameters do not match the assigned modules")
+        if problems:
+            raise _Fail("header", "; ".join(problems), True, **evidence_base)
+        delta = update.pseudo_gradient()
+        by_module: dict[str, list[float]] = {}
+        for name, d in delta.items():
+            m = module_of(name)
+            by_module.setdefault(m, [0.0, 0.0])
+            by_module[m][0] += float(d.double().pow(2).sum())
+            by_module[m][1] += float(ctx.checkpoint[name].double().pow(2).sum())
+        for m, (dn, wn) in sorted(by_module.items()):
+            if math.sqrt(dn) > policy.max_rel_norm * max(math.sqrt(wn), 1e-12):
+                raise _Fail(
+                    "bounds",
+                    f"module {m}: norm {math.sqrt(dn):.4g} > {policy.max_rel_norm} x {math.sqrt(wn):.4g}",
+                    True,
+                    **evidence_base,
+                )
+        lap("bounds")
+        if evidence is not None and check_evidence is not None:
+            why = check_evidence(evidence, ctx.round, miner, digest)
+            if why is not None:
+                raise _Fail("attestation", why, True, **evidence_base)
+            v.attested = True
+        lap("attestation")
+        recompute = not v.attested or check_this_round(ctx.seed, miner, policy.attested_check_probability)
+        _recompute(ctx, v, a, update, delta, fetch_state, policy, recompute, evidence_base)
+        lap("recompute")
+        with COMPUTE_LOCK:
+            _usefulness(ctx, v, a, delta, policy)
+        lap("usefulness")
+        v.accepted = v.score > 0
+        v.stage = "ok" if v.accepted else "usefulness"
+        v.reason = "accepted" if v.accepted else "the update does not lower the loss on the miner's data"
+    except _Fail as f:
+        v.stage, v.reason, v.provable = f.stage, f.reason, f.provable
+        v.evidence.update(f.evidence)
+        v.accepted, v.score = False, 0
+        lap(f.stage)
+    return v, update
+
+
+def _recompute(
+    ctx: RoundContext,
+    v: Verdict,
+    a: Assignment,
+    update: Update,
+    delta: Mapping[str, Tensor],
+    fetch_state: FetchState,
+    policy: VerifyPolicy,
+    replay: bool,
+    ev: dict[str, Any],
+) -> None:
+    h = update.header
+    digests = list(h.transcript_digests)
+    steps = list(h.transcript_steps)
+
+    def get(i: int) -> dict[str, Tensor]:
+        try:
+            st = fetch_state("0x" + digests[i])
+        except Exception as exc:
+            raise _Fail(
+                "recompute", f"state at step {steps[i]} not served: {exc}", False, step=steps[i]
+            ) from exc
+        if state_digest(st).hex() != digests[i]:
+            raise _Fail("recompute", f"state at step {steps[i]} does not match the transcript", False)
+        return st
+
+    # anchor: the step-0 state's parameters are exactly theta_r's (moments are the miner's choice)
+    start0 = get(0)
+    mods = set(a.module_ids)
+    want = {n for n in ctx.checkpoint if module_of(n) in mods}
+    have = {k.removeprefix("param/") for k in start0 if k.startswith("param/")}
+    if have != want or any(not torch.equal(start0[f"param/{n}"], ctx.checkpoint[n]) for n in want):
+        raise _Fail("recompute", "transcript does not start at the checkpoint", True, **ev, step=0)
+
+    final = get(len(steps) - 1)
+    num = den_a = den_b = 0.0
+    for name, d in delta.items():
+        # compare on the update's support: top-k codecs send few coordinates, error feedback shifts them
+        true = ctx.checkpoint[name].double() - final[f"param/{name}"].double()
+        mask = d != 0
+        dd, tt = d.double()[mask], true[mask]
+        num += float((dd * tt).sum())
+        den_a += float(dd.pow(2).sum())
+        den_b += float(tt.pow(2).sum())
+    cos = num / max(math.sqrt(den_a * den_b), 1e-30)
+    v.metrics["final_cosine"] = round(cos, 6)
+    if cos < policy.min_final_cosine:
+        raise _Fail("recompute", f"update is unrelated to the transcript (cosine {cos:.3f})", True, **ev)
+    if not replay:
+        v.evidence["segments"] = []
+        return
+    segs = segments_to_check(
+        ctx.seed, v.miner, len(steps) - 1, policy.segments_per_miner, ctx.validator.encode()
+    )
+    v.evidence["segments"] = [steps[i] for i in segs]
+    batches = miner_batches(
+        ctx.dataset,
+        ctx.assign_seed,
+        a,
+        ctx.spec.inner.steps,
+        ctx.spec.inner.batch_size,
+        ctx.spec.model.seq_len,
+    )
+    replayed_steps = 0
+    for i in segs:
+        start, end = get(i), get(i + 1)
+        t0 = time.perf_counter()
+        try:
+            with COMPUTE_LOCK:
+                got = replay_segment(
+                    ctx.spec.model, ctx.spec.inner, ctx.checkpoint, a, batches, ctx.round, start, steps[i + 1]
+                )
+        except TrainingError as exc:
+            raise _Fail("recompute", f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
+        replayed_steps += steps[i + 1] - steps[i]
+        v.metrics["replay_seconds"] = v.metrics.get("replay_seconds", 0.0) + time.perf_counter() - t0
+        same = state_digest(got).hex() == digests[i + 1]
+        if not same and not _replay_matches(got, end, policy):
+            worst = _worst_rel_diff(got, end)
+            raise _Fail(
+                "recompute",
+                f"segment {steps[i]}..{steps[i + 1]} does not replay",
+                True,
+                **ev,
+                segment=[steps[i], steps[i + 1]],
+                start_digest=digests[i],
+                claimed=digests[i + 1],
+                replayed=state_digest(got).hex(),
+                worst_tensor=worst[0],
+                worst_rel_diff=worst[1],
+            )
+    v.metrics["replayed_steps"] = replayed_steps
+
+
+def _replay_matches(got: Mapping[str, Tensor], served: Mapping[str, Tensor], policy: VerifyPolicy) -> bool:
+    """Moments and counters within ``replay_rel_tol``, parameters within ``param_rel_tol``."""
+    if set(got) != set(served):
+        return False
+    params = {k: v for k, v in got.items() if k.startswith("param/")}
+    others = {k: v for k, v in got.items() if not k.startswith("param/")}
+    return states_close(others, {k: served[k] for k in others}, policy.replay_rel_tol) and states_close(
+        params, {k: served[k] for k in params}, policy.param_rel_tol
+    )
+
+
+def _worst_rel_diff(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> tuple[str, float]:
+    """The tensor of ``a`` furthest from ``b`` in relative L2 (names missing in either count as inf)."""
+    worst = ("", 0.0)
+    for k in sorted(set(a) | set(b)):
+        if k not in a or k not in b or a[k].shape != b[k].shape:
+            return (k, math.inf)
+        x, y = a[k].double(), b[k].double()
+        d = float(torch.linalg.vector_norm(x - y)) / max(float(torch.linalg.vector_norm(y)), 1e-12)
+        if d > worst[1]:
+            worst = (k, d)
+    return worst
+
+
+def _usefulness(
+    ctx: RoundContext, v: Verdict, a: Assignment, delta: Mapping[str, Tensor], policy: VerifyPolicy
+) -> None:
+    spec = ctx.spec
+    t0 = time.perf_counter()
+    model = build_model(spec.model)
+    batches = miner_batches(
+        ctx.dataset, ctx.assign_seed, a, spec.inner.steps, spec.inner.batch_size, spec.model.seq_len
+    )
+    n = batches.shape[0]
+    pick = sorted({(i * n) // max(1, policy.eval_own_batches) for i in range(policy.eval_own_batches)})
+    own = batches[pick]
+    after = _apply(ctx.checkpoint, delta)
+    own_before = _loss(model, ctx.checkpoint, own, a.path)
+    own_after = _loss(model, after, own, a.path)
+    key = a.shard if a.path is not None else -1
+    if key not in ctx._heldout:
+        stream = ctx.dataset.path_heldout[a.shard] if a.path is not None else ctx.dataset.heldout
+        windows = eval_windows(stream, spec.model.seq_len, policy.heldout_windows).unsqueeze(0)
+        ctx._heldout[key] = (windows, _loss(model, ctx.checkpoint, windows, a.path))
+    held, held_before = ctx._heldout[key]
+    held_after = _loss(model, after, held, a.path)
+    g_own = (own_before - own_after) / max(own_before, 1e-9)
+    g_held = (held_before - held_after) / max(held_before, 1e-9)
+    v.metrics.update(
+        own_before=round(own_before, 6),
+        own_after=round(own_after, 6),
+        heldout_before=round(held_before, 6),
+        heldout_after=round(held_after, 6),
+        own_gain=round(g_own, 6),
+        heldout_gain=round(g_held, 6),
+    )
+    v.metrics["eval_seconds"] = time.perf_counter() - t0
+    if not g_own > policy.min_own_gain:
+        v.score = 0
+        return
+    s = min(1.0, g_own)
+    if g_held > g_own + policy.max_heldout_excess and g_held > 0:
+        s *= max(0.0, g_own / g_held)
+    v.score = max(1, int(s * SCORE_SCALE))
+
+
+def heldout_loss(spec: RunSpec, ds: Dataset, params: Mapping[str, Tensor], windows: int = 32) -> float:
+    """Held-out loss of a full checkpoint (DiPaCo: the mean over paths of each path's held-out stream)."""
+    model = build_model(spec.model)
+    if spec.model.mode == "dipaco":
+        from training.model import all_paths
+
+        vals = []
+        for i, path in enumerate(all_paths(spec.model)):
+            stream = ds.path_heldout[i]
+            if stream.numel() > spec.model.seq_len + 1:
+                w = eval_windows(stream, spec.model.seq_len, windows).unsqueeze(0)
+                vals.append(_loss(model, params, w, path))
+        return sum(vals) / max(1, len(vals))
+    w = eval_windows(ds.heldout, spec.model.seq_len, windows).unsqueeze(0)
+    return _loss(model, params, w, None)
