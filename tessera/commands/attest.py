@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
     v.add_argument("--miner", help="expected binding: miner address (0x...)")
     v.add_argument("--digest", help="expected binding: update digest (hex, 32 bytes)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
-    v.set_defaults(handler=_verify)
+    v.set_defaults(handler=_guarded(_verify))
 
     s = sub.add_parser("simulate", help="write development evidence + collateral + policy for an update")
     s.add_argument("--digest", required=True, help="update digest (hex, 32 bytes)")
@@ -37,8 +37,21 @@ def register(subparsers: Any) -> None:
     s.add_argument("--out", default="attestation-sim", help="output directory")
     s.add_argument("--at", help="collateral issue time, ISO 8601 or Unix seconds (default: now)")
     s.add_argument("--debug", action="store_true", help="mark the simulated TD as debug (to test refusal)")
-    s.set_defaults(handler=_simulate)
+    s.set_defaults(handler=_guarded(_simulate))
     parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
+
+
+def _guarded(fn: Any) -> Any:
+    """Turn bad arguments and unreadable files into one line and exit status 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args))
+        except (ValueError, OSError) as exc:
+            print(f"tessera: error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
 
 
 def _time(text: str | None) -> dt.datetime:

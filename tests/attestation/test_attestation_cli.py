@@ -85,3 +85,11 @@ def test_bench_entry_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     fig = json.loads((tmp_path / "bench-attestation.json").read_text())
     assert len(fig["formats"]) == 5 and fig["simulated_enclave"]["quote"]["median_us"] > 0
     assert "intel-tdx" in capsys.readouterr().out
+
+
+def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["attest", "verify", str(tmp_path / "missing.bin")]) == 2
+    assert main(["attest", "simulate", "--digest", "zz", "--out", str(tmp_path)]) == 2
+    d = VECTORS / "intel-dcap"
+    assert main(["attest", "verify", str(d / "tdx_quote"), "--at", "not a time"]) == 2
+    assert "error" in capsys.readouterr().err
