@@ -220,12 +220,13 @@ class Network:
     def _step_all(self) -> None:
         from miner.errors import MinerError
         from protocol.errors import ProtocolError
+        from training.errors import TrainingError
         from validator.errors import ValidatorError
 
         for p in self.participants:
             try:
                 p.node.step()
-            except (ProtocolError, MinerError, ValidatorError) as exc:
+            except (ProtocolError, MinerError, ValidatorError, TrainingError) as exc:
                 msg = f"{p.label} {p.address[:10]}: {type(exc).__name__}: {exc}"
                 if not self.errors or self.errors[-1] != msg:
                     self.errors.append(msg)

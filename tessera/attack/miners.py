@@ -186,25 +186,15 @@ class Poisoner(Behaviour):
             return {k: -v for k, v in delta.items()}
         if self.mode == "huge":
             return {k: v * 1e6 for k, v in delta.items()}
-        if self.mode == "nan":
-            out = {}
-            for k, v in delta.items():
-                w = v.clone()
-                w.view(-1)[0] = float("nan")
-                out[k] = w
-            return out
-        return delta
+        return delta  # nan: injected on the wire (the codec refuses to encode non-finite values)
 
     def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
-        """NaN mode: if the codec scrubbed the NaN, write one into the first float value on the wire."""
+        """NaN mode: write a NaN into the first float field of the encoded update."""
         if self.mode != "nan":
             return data
         from protocol.update import Update, decode_update, encode_update
 
-        try:
-            up = decode_update(data)
-        except Exception:  # already refused: the NaN made it through the codec
-            return data
+        up = decode_update(data)
         name, _ = up.header.params[0]
         enc = up.tensors[name]
         for fname, t in enc.fields.items():
