@@ -68,8 +68,6 @@ class MinerConfig:
     """torch CPU threads."""
     tee: str = "none"
     """``none`` or ``simulated`` (serve evidence from the development enclave)."""
-    status_file: Path | None = None
-    """If set, the node writes its status JSON there after each change (for supervisors)."""
 
 
 def load_miner_config(

@@ -222,6 +222,10 @@ class Coordinator(Protocol):
         """The 32 bytes validators sign to certify ``digest`` after ``round``."""
         ...
 
+    def sign_checkpoint(self, round: int, digest: bytes) -> bytes:
+        """This validator's certificate signature (BLS on-chain) of ``checkpoint_message``."""
+        ...
+
     def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
         """Certify theta_{round+1} = ``digest`` with validators' signatures of ``checkpoint_message``
         (by validator address; the chain implementation sorts and submits them)."""
@@ -447,8 +451,14 @@ class MemoryCoordinator:
     def checkpoint_message(self, round: int, digest: bytes) -> bytes:
         return checkpoint_message(self.chain_id, self.contract, round, digest)
 
+    def sign_checkpoint(self, round: int, digest: bytes) -> bytes:
+        return keccak(bytes.fromhex(self.address[2:]) + self.checkpoint_message(round, digest))
+
     def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
         led = self.ledger
+        for v, sig in signatures.items():
+            if sig != keccak(bytes.fromhex(v[2:]) + self.checkpoint_message(round, digest)):
+                raise CoordinatorError(f"bad certificate signature of {v}")
         if round >= led.round or round + 1 in led.checkpoints:
             raise AlreadyDoneError(f"round {round} cannot be certified")
         if 3 * len(signatures) < 2 * len(led.validators):

@@ -83,8 +83,6 @@ class ValidatorConfig:
     """Propose/vote slashing on provable failures."""
     dangerous_dev_tee_seed: str = ""
     """Trust evidence from the *development* enclave with this seed (devnet only; never in production)."""
-    status_file: Path | None = None
-    """If set, the node writes its status JSON there after each change."""
 
 
 def load_validator_config(

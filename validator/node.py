@@ -29,8 +29,6 @@ from typing import Any
 
 import httpx
 import torch
-from eth_account import Account
-from eth_account.messages import encode_defunct
 from eth_utils import keccak
 from torch import Tensor
 
@@ -529,8 +527,7 @@ class ValidatorNode:
         tensors = join_checkpoint(params, momentum)
         data = encode_tensors(tensors)
         digest = self.public.put(data)
-        msg = self.coord.checkpoint_message(p, bytes.fromhex(digest[2:]))
-        sig = Account.sign_message(encode_defunct(primitive=msg), private_key=self._key).signature
+        sig = self.coord.sign_checkpoint(p, bytes.fromhex(digest[2:]))
         self.state.set(
             p,
             merged=digest,
@@ -546,7 +543,6 @@ class ValidatorNode:
         log.info("round %d: merged %d updates into %s", p, len(contributions), digest[:18])
 
     def _certify(self, p: int, digest: str) -> None:
-        msg = self.coord.checkpoint_message(p, bytes.fromhex(digest[2:]))
         sigs: dict[str, bytes] = {self.address: bytes.fromhex(self.state.round(p)["signature"][2:])}
         peers = {
             r.url for r in self.discovery.find(p + 1) if r.role == "validator" and r.address != self.address
@@ -556,13 +552,10 @@ class ValidatorNode:
         for url in sorted(peers):
             try:
                 doc = httpx.get(f"{url.rstrip('/')}/signatures/{p}", timeout=self.cfg.fetch_timeout).json()
-                if doc.get("digest") != digest:
-                    continue
-                sig = bytes.fromhex(str(doc["signature"])[2:])
-                signer = Account.recover_message(encode_defunct(primitive=msg), signature=sig)
-                if signer in validators:
-                    sigs[signer] = sig
-            except (httpx.HTTPError, ValueError, KeyError, json.JSONDecodeError):
+                signer = str(doc["signer"])
+                if doc.get("digest") == digest and signer in validators:
+                    sigs[signer] = bytes.fromhex(str(doc["signature"])[2:])
+            except (httpx.HTTPError, ValueError, KeyError, TypeError, json.JSONDecodeError):
                 continue
         if 3 * len(sigs) < 2 * len(validators):
             self.phase = f"certifying ({len(sigs)}/{len(validators)} signatures)"

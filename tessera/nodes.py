@@ -1,0 +1,86 @@
+"""Composition root of one node process (``tessera miner run`` / ``tessera validator run``).
+
+Wires a role's typed config to its collaborators: the run spec, the deployment and chain client, the DHT,
+discovery, and the node, then runs it until SIGINT/SIGTERM. Every config field is also a command-line flag
+(``--field-name``), so the file, the environment and the flags share one schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import threading
+import typing
+from pathlib import Path
+from typing import Any
+
+from tessera.errors import TesseraError
+
+log = logging.getLogger(__name__)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One ``--field-name`` flag per config field (string-valued; the loader coerces and validates)."""
+    parser.add_argument("--config", type=Path, help="TOML config file")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        doc = ""
+        default = f.default if f.default is not dataclasses.MISSING else None
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f"cfg_{f.name}",
+            default=None,
+            metavar=str(getattr(hints[f.name], "__name__", "VALUE")).upper(),
+            help=f"{doc}(default: {default!r})",
+        )
+
+
+def overrides_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The config fields given on the command line."""
+    return {
+        f.name: getattr(args, f"cfg_{f.name}")
+        for f in dataclasses.fields(cls)
+        if getattr(args, f"cfg_{f.name}", None) is not None
+    }
+
+
+def connect(deployment_path: Path | None, rpc_url: str, private_key: str) -> Any:
+    """A :class:`protocol.chaincoord.ChainCoordinator` for the deployment, signing with ``private_key``."""
+    from eth_account import Account
+
+    from protocol.chain import Chain
+    from protocol.chaincoord import ChainCoordinator
+    from protocol.deployment import Deployment
+
+    if deployment_path is None:
+        raise TesseraError("no deployment file: pass --deployment (written by `tessera contracts deploy`)")
+    deployment = Deployment.load(deployment_path)
+    chain = Chain.connect(deployment, Account.from_key(private_key), rpc_url=rpc_url or None)
+    return ChainCoordinator(chain, private_key)
+
+
+def start_dht(enabled: bool, peers: tuple[str, ...], port: int) -> Any:
+    """A started :class:`protocol.dht.DHTNode`, or None when disabled."""
+    if not enabled:
+        return None
+    from protocol.dht import DHTConfig, DHTNode
+
+    return DHTNode(DHTConfig(initial_peers=peers, host_maddrs=(f"/ip4/127.0.0.1/tcp/{port}",))).start()
+
+
+def run_until_signal(node: Any) -> None:
+    """Run ``node.run(stop)`` until SIGINT or SIGTERM, then stop it cleanly."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.warning("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        node.run(stop)
+    finally:
+        node.stop()
