@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="bench-training", help="output directory")
     p.add_argument("--full", action="store_true", help="the long campaign (>= 50 outer rounds per mode)")
     p.add_argument("--rounds", type=int, help="override the number of outer rounds of the quality runs")
+    p.add_argument("--tradeoff-rounds", type=int, help="outer rounds (at H=30) of each trade-off run")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument(
         "--only",
@@ -43,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 CHOSEN: dict[str, Any] = {
     "inner_steps": 30,
     "codec": {"name": "topk", "chunk": 4096, "topk": 32, "bits": 2, "transform": "none", "ef_beta": 1.0},
-    "outer": {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "sender_mean"},
+    "outer": {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"},
 }
 
 
@@ -244,6 +245,9 @@ def _plot_curves(path: Path, runs: dict[str, dict[str, Any]]) -> None:
     for ax, (mode, res) in zip(axes[0], runs.items(), strict=True):
         xs, ys = zip(*res["eval_loss"], strict=True)
         ax.plot(xs, ys, label=f"miners: {res['payload_bits_per_param_step']:.4f} bits/param/step")
+        if res.get("fp32_diloco_eval_loss"):
+            fx, fy = zip(*res["fp32_diloco_eval_loss"], strict=True)
+            ax.plot(fx, fy, label="uncompressed DiLoCo (32 bits every H steps)")
         bx, by = zip(*res["baseline_eval_loss"], strict=True)
         ax.plot(bx, by, label="synchronous data-parallel (32 bits/param/step)")
         ax.set_title(f"{mode}: gap {res['gap_pct']:+.1f}% after {res['rounds']} rounds")
@@ -284,22 +288,24 @@ def tradeoff_grid(full: bool) -> list[tuple[str, int, dict[str, Any] | None, dic
     nest = {"lr": 0.7, "momentum": 0.9, "nesterov": True, "merge": "mean"}
     c = CHOSEN["codec"]
     grid: list[tuple[str, int, dict[str, Any] | None, dict[str, Any]]] = [
-        ("chosen", CHOSEN["inner_steps"], c, avg),
-        ("fp32 DiLoCo, Nesterov", 30, None, nest),
-        ("top-64 2b, Nesterov, mean", 30, {**c, "topk": 64}, nest),
+        ("chosen: top-32/4096 2b EF, average", CHOSEN["inner_steps"], c, avg),
+        ("fp32 DiLoCo, average", 30, None, avg),
+        ("top-32 2b EF, Nesterov 0.7/0.9", 30, c, nest),
     ]
     if full:
         grid += [
-            ("fp32 DiLoCo, average", 30, None, {**avg, "merge": "mean"}),
-            ("top-64 2b, average, mean", 30, {**c, "topk": 64}, {**avg, "merge": "mean"}),
-            ("top-64 2b", 30, {**c, "topk": 64}, avg),
+            ("fp32 DiLoCo, Nesterov 0.7/0.9", 30, None, nest),
+            ("top-32 2b, SparseLoCo EF beta 0.95", 30, {**c, "ef_beta": 0.95}, avg),
+            ("top-32 2b, sender-mean merge", 30, c, {**avg, "merge": "sender_mean"}),
             ("top-16 2b", 30, {**c, "topk": 16}, avg),
-            ("top-32 4b", 30, {**c, "bits": 4}, avg),
+            ("top-64 2b", 30, {**c, "topk": 64}, avg),
             ("top-32 8b", 30, {**c, "bits": 8}, avg),
-            ("top-32 2b, DCT", 30, {**c, "transform": "dct"}, avg),
-            ("top-2/256 2b", 30, {**c, "chunk": 256, "topk": 2}, avg),
+            ("top-32 2b, DCT 64x64", 30, {**c, "transform": "dct"}, avg),
+            ("top-2/256 2b (small chunks)", 30, {**c, "chunk": 256, "topk": 2}, avg),
             ("top-32 2b, H=15", 15, c, avg),
             ("top-32 2b, H=60", 60, c, avg),
+            ("top-256 8b", 30, {**c, "topk": 256, "bits": 8}, avg),
+            ("top-1024 8b", 30, {**c, "topk": 1024, "bits": 8}, avg),
         ]
     return grid
 
@@ -334,20 +340,30 @@ def main(args: argparse.Namespace) -> int:
                 f"codec {row['codec']:<26} {row['round_trip_mb_s']:8.1f} MB/s round trip, {row['bits_per_value']:.4f} bits/value"
             )
     if "overhead" in parts:
-        result["overhead"] = overhead(scale)
+        result["overhead"] = overhead(_scale(True))  # the campaign's model: what a miner runs
         o = result["overhead"]
         print(
             f"overhead: miner loop {o['miner_tokens_per_s']:.0f} tok/s vs plain {o['plain_tokens_per_s']:.0f} tok/s = {o['ratio_pct']:.1f}%"
         )
-    baselines: dict[tuple[str, int], list[float]] = {}
+    baselines: dict[tuple[str, int, int], list[float]] = {}
     if "quality" in parts:
         runs = {}
         for mode in ("moe", "dipaco"):
             res = quality_run(
                 mode, scale, rounds, CHOSEN["inner_steps"], CHOSEN["codec"], CHOSEN["outer"], corpus
             )
-            baselines[(mode, CHOSEN["inner_steps"])] = res["_baseline_curve"]
+            baselines[(mode, CHOSEN["inner_steps"], rounds)] = res["_baseline_curve"]
             runs[mode] = res
+            if args.full:
+                ref = quality_run(
+                    mode, scale, rounds, 30, None, CHOSEN["outer"], corpus, baseline=res["_baseline_curve"]
+                )
+                res["fp32_diloco_final_loss"] = ref["final_loss"]
+                res["fp32_diloco_gap_pct"] = ref["gap_pct"]
+                res["fp32_diloco_eval_loss"] = ref["eval_loss"]
+                print(
+                    f"quality {mode}: uncompressed DiLoCo (average) {ref['final_loss']:.4f} (gap {ref['gap_pct']:+.2f}%)"
+                )
             print(
                 f"quality {mode}: loss {res['final_loss']:.4f} vs synchronous {res['final_baseline_loss']:.4f} "
                 f"(gap {res['gap_pct']:+.2f}%), {res['payload_bits_per_param_step']:.5f} payload bits/param/step, "
@@ -359,11 +375,12 @@ def main(args: argparse.Namespace) -> int:
         }
     if "tradeoff" in parts:
         rows = []
-        total_steps = rounds * CHOSEN["inner_steps"]
-        mode = "dipaco" if not args.full else "moe"
+        t_rounds = args.tradeoff_rounds or (20 if args.full else rounds)
+        total_steps = t_rounds * 30
+        mode = "dipaco"
         for label, h, codec, outer in tradeoff_grid(args.full):
             r_count = max(1, total_steps // h)
-            key = (mode, h)
+            key = (mode, h, r_count)
             res = quality_run(
                 mode, scale, r_count, h, codec, outer, corpus, baseline=baselines.get(key), eval_every=r_count
             )

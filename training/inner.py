@@ -97,17 +97,26 @@ def _optimizer(cfg: InnerConfig, params: dict[str, torch.nn.Parameter]) -> torch
 
 
 def _capture(
-    params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, step: int, adam_step: int
+    params: dict[str, torch.nn.Parameter],
+    opt: torch.optim.AdamW,
+    step: int,
+    adam_step: int,
+    copy: bool = True,
 ) -> dict[str, Tensor]:
+    """The state (see the module doc); ``copy=False`` returns live views, valid until the next step."""
     state: dict[str, Tensor] = {
         "step": torch.tensor(step, dtype=torch.int64),
         "adam_step": torch.tensor(adam_step, dtype=torch.int64),
     }
     for name, p in params.items():
-        state[f"param/{name}"] = p.detach().clone()
         st = opt.state.get(p)
-        state[f"exp_avg/{name}"] = st["exp_avg"].clone() if st else torch.zeros_like(p)
-        state[f"exp_avg_sq/{name}"] = st["exp_avg_sq"].clone() if st else torch.zeros_like(p)
+        entries = {
+            "param": p.detach(),
+            "exp_avg": st["exp_avg"] if st else torch.zeros_like(p),
+            "exp_avg_sq": st["exp_avg_sq"] if st else torch.zeros_like(p),
+        }
+        for kind, t in entries.items():
+            state[f"{kind}/{name}"] = t.clone() if copy else t
     return state
 
 
@@ -197,7 +206,7 @@ def _steps(
     keep_states: bool,
     adam_offset: int,
 ) -> list[float]:
-    losses: list[float] = []
+    losses: list[Tensor] = []
     plist = list(params.values())
     for s in range(first, last):
         lr = lr_at(inner_cfg, round_index * inner_cfg.steps + s)
@@ -209,15 +218,15 @@ def _steps(
         if inner_cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(plist, inner_cfg.grad_clip, foreach=False)
         opt.step()
-        losses.append(ce.item())
+        losses.append(ce.detach())
         done = s + 1
         if transcript is not None and (done % inner_cfg.transcript_interval == 0 or done == inner_cfg.steps):
-            state = _capture(params, opt, done, adam_offset + done)
+            state = _capture(params, opt, done, adam_offset + done, copy=keep_states)
             transcript.steps.append(done)
             transcript.digests.append(state_digest(state))
             if keep_states:
                 transcript.states[done] = state
-    return losses
+    return torch.stack(losses).tolist() if losses else []
 
 
 def train_inner(
@@ -242,7 +251,7 @@ def train_inner(
     model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model)
     _, adam_offset = _restore(params, opt, start_state(checkpoint, list(params), optimizer_state))
     transcript = Transcript(inner_cfg.transcript_interval)
-    state0 = _capture(params, opt, 0, adam_offset)
+    state0 = _capture(params, opt, 0, adam_offset, copy=keep_states)
     transcript.steps.append(0)
     transcript.digests.append(state_digest(state0))
     if keep_states:

@@ -11,10 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "sparseloco": {"topk": 32, "chunk": 4096, "bits": 2, "transform": "none", "outer": "average"},
-}
-
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments shared by ``simulate`` and ``bench training``: model, inner loop, codec, outer step, data."""
@@ -40,7 +36,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="outer step: DiLoCo Nesterov (lr 0.7, momentum 0.9) or plain averaging",
     )
     p.add_argument("--outer-lr", type=float, help="override the outer learning rate")
-    p.add_argument("--merge", choices=["mean", "sender_mean"], default="sender_mean", help="per-value merge")
+    p.add_argument("--merge", choices=["mean", "sender_mean"], default="mean", help="per-value merge")
     p.add_argument("--corpus", help="your own corpus file (default: the bundled corpus)")
     p.add_argument("--corpus-format", choices=["jsonl", "text"], default="jsonl", help="format of --corpus")
     p.add_argument("--seed", type=int, default=0, help="run seed (init and round seeds)")

@@ -129,3 +129,15 @@ def test_config_validation() -> None:
     ):
         with pytest.raises(ConfigError):
             CodecConfig(**bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None)
+@given(width=st.sampled_from([1, 2, 4, 8, 12]), values=st.lists(st.integers(0, 2**12 - 1), max_size=300))
+def test_fast_pack_paths_match_the_bit_stream(width: int, values: list[int]) -> None:
+    import numpy as np
+
+    v = torch.tensor([x % (1 << width) for x in values], dtype=torch.int64)
+    bits = ((v.numpy()[:, None] >> np.arange(width)) & 1).astype(np.uint8).reshape(-1)
+    reference = np.packbits(bits, bitorder="little")
+    assert pack_bits(v, width).numpy().tobytes() == reference.tobytes()
+    assert torch.equal(unpack_bits(torch.from_numpy(reference.copy()), width, len(values)), v)
