@@ -87,8 +87,10 @@ class InnerConfig:
     """Global gradient-norm clip (0 disables)."""
     transcript_interval: int = 10
     """k: the transcript records the state digest (and a snapshot) every k inner steps."""
-    carry_optimizer: bool = True
-    """Miners carry AdamW's moments from round to round (DiLoCo does); False restarts them each round."""
+    carry_optimizer: bool = False
+    """Miners carry AdamW's moments from round to round (as DiLoCo does). Off by default: fresh moments
+    make the step-0 state fully checkable (it is theta_r and zeros), and carrying measured no better here
+    (docs/training.md)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.transcript_interval < 1:
