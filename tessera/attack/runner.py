@@ -10,6 +10,7 @@ against the honest validators' and the largest move of a consensus score away fr
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,8 @@ from typing import Any
 
 from tessera.attack.harness import Network, NetworkRun, tiny_spec
 from tessera.attack.scenarios import Scenario, get
+
+log = logging.getLogger(__name__)
 
 WEI = 10**18
 #: Fraction of stake one slash takes (the deployment default, ``NetworkParams.slash_bps``).
@@ -196,26 +199,30 @@ def _validator_figures(run: NetworkRun) -> dict[str, Any]:
     }
 
 
+def _failed(sc: Scenario, rounds: int, exc: BaseException) -> ScenarioResult:
+    return ScenarioResult(
+        sc.name, sc.kind, sc.description, rounds, 0.0, [], 0.0, [], [], 0.0,
+        checks={"ran": False}, errors=[f"{type(exc).__name__}: {exc}"],
+    )  # fmt: skip
+
+
 def run_suite(
     names: Sequence[str], rounds: int, out: Path | None = None, spec: Any = None, progress: Any = None
 ) -> list[ScenarioResult]:
-    """Run the baseline and each named scenario; write JSON to ``out`` if given."""
+    """Run the baseline and each named scenario; write JSON to ``out`` (after every scenario) if given.
+
+    A scenario whose network fails is reported with ``checks = {"ran": False}`` and the error; the
+    suite goes on with the next one.
+    """
     t0 = time.perf_counter()
     spec = spec or tiny_spec()
     base_sc = get("baseline")
     baseline = run_scenario(base_sc, rounds, spec)
     results = [evaluate(base_sc, baseline, baseline)]
-    if progress:
-        progress(results[-1])
-    for name in names:
-        if name == "baseline":
-            continue
-        sc = get(name)
-        run = run_scenario(sc, rounds, spec)
-        results.append(evaluate(sc, run, baseline))
-        if progress:
-            progress(results[-1])
-    if out is not None:
+
+    def save() -> None:
+        if out is None:
+            return
         out.parent.mkdir(parents=True, exist_ok=True)
         doc = {
             "rounds": rounds,
@@ -224,6 +231,23 @@ def run_suite(
             "scenarios": [r.to_json() for r in results],
         }
         out.write_text(json.dumps(doc, indent=1))
+
+    if progress:
+        progress(results[-1])
+    save()
+    for name in names:
+        if name == "baseline":
+            continue
+        sc = get(name)
+        try:
+            run = run_scenario(sc, rounds, spec)
+            results.append(evaluate(sc, run, baseline))
+        except Exception as exc:  # a crashed scenario is a finding, not the end of the suite
+            log.error("scenario %s failed: %s", name, exc, exc_info=True)
+            results.append(_failed(sc, rounds, exc))
+        if progress:
+            progress(results[-1])
+        save()
     return results
 
 
