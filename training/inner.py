@@ -316,3 +316,20 @@ def states_close(a: Mapping[str, Tensor], b: Mapping[str, Tensor], rel_tol: floa
         if torch.linalg.vector_norm(x - y) > rel_tol * max(float(torch.linalg.vector_norm(y)), 1e-12):
             return False
     return True
+
+
+def is_start_state(state: Mapping[str, Tensor], checkpoint: Mapping[str, Tensor], fresh: bool = True) -> bool:
+    """Whether a served step-0 state starts from ``checkpoint`` (and, if ``fresh``, from zero moments).
+
+    A validator calls it before replaying segment 0..k: the parameters must equal theta_r bit for bit;
+    with ``carry_optimizer=False`` the moments and ``adam_step`` must be zero too.
+    """
+    if int(state.get("step", torch.tensor(-1))) != 0:
+        return False
+    for key, t in state.items():
+        kind, _, name = key.partition("/")
+        if kind == "param" and (name not in checkpoint or not torch.equal(t, checkpoint[name])):
+            return False
+        if fresh and kind in ("exp_avg", "exp_avg_sq") and bool(t.any()):
+            return False
+    return not fresh or int(state.get("adam_step", torch.tensor(-1))) == 0

@@ -202,7 +202,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if base is not None:
         report["final_baseline_eval_loss"] = rows[-1]["baseline_eval_loss"]
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    series = {"miners (compressed DiLoCo)": [r["eval_loss"] for r in rows]}
+    label = "miners (uncompressed DiLoCo)" if args.no_compress else "miners (compressed DiLoCo)"
+    series = {label: [r["eval_loss"] for r in rows]}
     if base is not None:
         series["synchronous data-parallel"] = [r["baseline_eval_loss"] for r in rows]
     plot_report(out / "loss.png", series, "held-out loss (nats/byte)", f"tessera simulate: {args.mode}")

@@ -11,7 +11,7 @@ from training.corpus import load_bundled_corpus
 from training.data import miner_batches, prepare
 from training.digest import state_digest
 from training.errors import ReplayError
-from training.inner import REPLAY_REL_TOL, lr_at, replay_segment, states_close, train_inner
+from training.inner import REPLAY_REL_TOL, is_start_state, lr_at, replay_segment, states_close, train_inner
 from training.model import build_model, param_state
 
 
@@ -48,6 +48,13 @@ def test_replay_matches_transcript(corpus) -> None:  # type: ignore[no-untyped-d
     cfg, inner, theta, a, batches = _setup(corpus, "moe")
     res = train_inner(cfg, inner, theta, a, batches, round_index=0, keep_states=True)
     t = res.transcript
+    assert is_start_state(t.states[0], theta)
+    assert not is_start_state(t.states[2], theta)
+    tampered = {
+        **t.states[0],
+        "exp_avg/head.out.weight": torch.ones_like(t.states[0]["exp_avg/head.out.weight"]),
+    }
+    assert not is_start_state(tampered, theta) and is_start_state(tampered, theta, fresh=False)
     for start in t.steps[:-1]:
         end = t.segment_end(start)
         state = replay_segment(cfg, inner, theta, a, batches, 0, t.states[start], end)
