@@ -33,6 +33,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tradeoff-rounds", type=int, help="outer rounds (at H=30) of each trade-off run")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument(
+        "--mode",
+        choices=["moe", "dipaco"],
+        action="append",
+        help="quality runs for these modes (default both)",
+    )
+    p.add_argument(
+        "--reference", action="store_true", help="also run uncompressed DiLoCo against the same baseline"
+    )
+    p.add_argument(
         "--only",
         choices=["codec", "overhead", "quality", "tradeoff"],
         action="append",
@@ -345,16 +354,16 @@ def main(args: argparse.Namespace) -> int:
         print(
             f"overhead: miner loop {o['miner_tokens_per_s']:.0f} tok/s vs plain {o['plain_tokens_per_s']:.0f} tok/s = {o['ratio_pct']:.1f}%"
         )
-    baselines: dict[tuple[str, int, int], list[float]] = {}
+    baselines: dict[tuple[str, str, int, int], list[float]] = {}
     if "quality" in parts:
         runs = {}
-        for mode in ("moe", "dipaco"):
+        for mode in args.mode or ["moe", "dipaco"]:
             res = quality_run(
                 mode, scale, rounds, CHOSEN["inner_steps"], CHOSEN["codec"], CHOSEN["outer"], corpus
             )
-            baselines[(mode, CHOSEN["inner_steps"], rounds)] = res["_baseline_curve"]
+            baselines[(mode, json.dumps(scale), CHOSEN["inner_steps"], rounds)] = res["_baseline_curve"]
             runs[mode] = res
-            if args.full:
+            if args.reference:
                 ref = quality_run(
                     mode, scale, rounds, 30, None, CHOSEN["outer"], corpus, baseline=res["_baseline_curve"]
                 )
@@ -369,20 +378,31 @@ def main(args: argparse.Namespace) -> int:
                 f"(gap {res['gap_pct']:+.2f}%), {res['payload_bits_per_param_step']:.5f} payload bits/param/step, "
                 f"{res['wire_bits_per_param_step']:.5f} wire bits/param/step"
             )
-        _plot_curves(out / "training_quality.png", runs)
-        result["quality"] = {
-            m: {k: v for k, v in r.items() if not k.startswith("_")} for m, r in runs.items()
-        }
+            _plot_curves(out / "training_quality.png", runs)
+            result["quality"] = {
+                m: {k: v for k, v in r.items() if not k.startswith("_")} for m, r in runs.items()
+            }
+            (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")  # partial results survive
     if "tradeoff" in parts:
         rows = []
-        t_rounds = args.tradeoff_rounds or (20 if args.full else rounds)
+        # The grid runs on the small model (it has many rows); its own baselines, equal tokens per row.
+        t_scale = _scale(False)
+        t_rounds = args.tradeoff_rounds or (50 if args.full else rounds)
         total_steps = t_rounds * 30
         mode = "dipaco"
         for label, h, codec, outer in tradeoff_grid(args.full):
             r_count = max(1, total_steps // h)
-            key = (mode, h, r_count)
+            key = (mode, json.dumps(t_scale), h, r_count)
             res = quality_run(
-                mode, scale, r_count, h, codec, outer, corpus, baseline=baselines.get(key), eval_every=r_count
+                mode,
+                t_scale,
+                r_count,
+                h,
+                codec,
+                outer,
+                corpus,
+                baseline=baselines.get(key),
+                eval_every=r_count,
             )
             baselines.setdefault(key, res["_baseline_curve"])
             row = {
@@ -406,9 +426,12 @@ def main(args: argparse.Namespace) -> int:
             }
             rows.append(row)
             print(
-                f"trade-off {label:<28} H={h:<3} gap {row['gap_pct']:+6.2f}%  {row['payload_bits_per_param_step']:.5f} bits/param/step"
+                f"trade-off {label:<28} H={h:<3} gap {row['gap_pct']:+6.2f}%  {row['payload_bits_per_param_step']:.5f} bits/param/step",
+                flush=True,
             )
-        result["tradeoff"] = {"mode": mode, "rows": rows}
+            result["tradeoff"] = {"mode": mode, "scale": t_scale, "rows": rows}
+            (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")  # partial results survive
+        result["tradeoff"] = {"mode": mode, "scale": t_scale, "rows": rows}
         _plot_tradeoff(out / "training_tradeoff.png", rows)
     (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'training.json'}")
