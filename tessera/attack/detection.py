@@ -10,6 +10,8 @@ round's lower median would be 0 are compared with :mod:`tessera.attack.economics
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,10 +42,49 @@ class DetectionResult:
         return asdict(self)
 
 
+@contextmanager
+def zero_missing_grads() -> Iterator[None]:
+    """Simulate the proposed fix of ``training/inner.py`` (see docs/security.md, finding F2).
+
+    An MoE expert that receives no token in an inner step has ``grad is None``; AdamW then skips it and
+    its per-parameter step count falls behind the transcript's single ``adam_step``, so honest segments
+    after such a step do not replay. Filling missing gradients with zeros before clipping makes every
+    trained parameter step every time. Used only to measure the model on a fixed verifier.
+    """
+    import torch
+
+    orig = torch.nn.utils.clip_grad_norm_
+
+    def patched(params: Any, *args: Any, **kwargs: Any) -> Any:
+        ps = list(params)
+        for p in ps:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        return orig(ps, *args, **kwargs)
+
+    torch.nn.utils.clip_grad_norm_ = patched  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.nn.utils.clip_grad_norm_ = orig  # type: ignore[assignment]
+
+
 def measure(
-    fraction: float, steps: int, interval: int, trials: int, validators: int = 2, checked: int = 2
+    fraction: float,
+    steps: int,
+    interval: int,
+    trials: int,
+    validators: int = 2,
+    checked: int = 2,
+    fixed_inner: bool = False,
 ) -> DetectionResult:
-    """Verify one lazy update under ``trials`` seeds with ``validators`` validators."""
+    """Verify one lazy update under ``trials`` seeds with ``validators`` validators.
+
+    ``fixed_inner`` runs miner and validator under :func:`zero_missing_grads`.
+    """
+    if fixed_inner:
+        with zero_missing_grads():
+            return measure(fraction, steps, interval, trials, validators, checked)
     import torch
 
     from miner.work import build_update, transcript_state

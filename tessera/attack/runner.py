@@ -23,6 +23,8 @@ from tessera.attack.scenarios import Scenario, get
 log = logging.getLogger(__name__)
 
 WEI = 10**18
+#: Labels of participants whose work is honest (a Sybil leader trains; its members re-label its update).
+HONEST_WORK = frozenset({"honest", "sybil-leader"})
 #: Fraction of stake one slash takes (the deployment default, ``NetworkParams.slash_bps``).
 SLASH_FRACTION = 0.10
 
@@ -124,7 +126,7 @@ def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> Scen
         slashes = int(run.ledger.slashed.get(p.address, 0))
         rows.append(
             Row(sc.name, p.role, p.label, p.address, p.stake, round(total, 4),
-                round(cheat if p.label != "honest" else total, 4), slashes,
+                round(cheat if p.label not in HONEST_WORK else total, 4), slashes,
                 round(p.stake * (1 - (1 - SLASH_FRACTION) ** slashes), 4), len(bad), run.rounds, stages)
         )  # fmt: skip
     miners = [r for r in rows if r.role == "miner"]
@@ -135,7 +137,7 @@ def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> Scen
             continue
         _, cheat = _rewards(run, p.address, sc.cheat_from)
         all_cheat_rounds += cheat
-        if p.label == "honest":
+        if p.label in HONEST_WORK:
             honest_cheat_rounds += cheat
     share = honest_cheat_rounds / all_cheat_rounds if all_cheat_rounds else 1.0
     base = baseline.heldout if baseline else []
@@ -144,12 +146,14 @@ def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> Scen
         sc.name, sc.kind, sc.description, run.rounds, round(run.seconds, 1), rows, round(share, 6),
         [round(x, 5) for x in run.heldout], [round(x, 5) for x in base], round(rel, 5), errors=run.errors[-10:],
     )  # fmt: skip
-    cheaters = [r for r in miners if r.label != "honest"]
+    cheaters = [r for r in miners if r.label not in HONEST_WORK]
+    honest_miners = [r for r in miners if r.label == "honest"]
     if sc.kind == "miner":
         res.checks["honest_share>=0.99"] = share >= 0.99
         res.checks["cheaters_earn_0"] = all(r.reward_cheating == 0 for r in cheaters)
         if sc.provable:
             res.checks["cheaters_slashed"] = all(r.slashes > 0 for r in cheaters)
+        res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
     if sc.kind in ("miner", "validator") and base:
         res.checks["heldout_within_1%"] = abs(rel) <= 0.01
     if sc.kind == "validator":
@@ -269,3 +273,30 @@ def table(results: Sequence[ScenarioResult]) -> str:
             f" ({res.heldout_rel_diff:+.2%} vs honest), {res.seconds:.0f}s  {checks}"
         )
     return "\n".join(lines)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The report JSON (as written by :func:`run_suite`) as Markdown tables for docs/security.md."""
+    out = [
+        "| scenario | participant | stake | reward | reward while cheating | stake slashed | rounds detected | stages |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    summary = [
+        "| scenario | honest miners' share | held-out loss (vs all-honest) | checks |",
+        "|---|---:|---:|---|",
+    ]
+    for res in doc["scenarios"]:
+        for r in res["rows"]:
+            if res["name"] != "baseline" and r["label"] == "honest" and r["role"] == "miner":
+                continue
+            out.append(
+                f"| {res['name']} | {r['role']} {r['label']} | {r['stake']:.0f} | {r['reward']:.2f} | "
+                f"{r['reward_cheating']:.2f} | {r['stake_slashed']:.1f} | {r['detected_rounds']}/{r['rounds']} | "
+                f"{', '.join(r['stages'])} |"
+            )
+        held = res["heldout"][-1] if res["heldout"] else float("nan")
+        checks = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in res["checks"].items())
+        summary.append(
+            f"| {res['name']} | {res['honest_share']:.4f} | {held:.4f} ({res['heldout_rel_diff']:+.2%}) | {checks} |"
+        )
+    return "\n".join(summary) + "\n\n" + "\n".join(out)
