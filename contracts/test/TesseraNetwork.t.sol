@@ -4,6 +4,7 @@ pragma solidity 0.8.30;
 import {BLS} from "solady/utils/ext/ithaca/BLS.sol";
 import {TesseraNetwork} from "../src/TesseraNetwork.sol";
 import {Fixture} from "./utils/Fixture.sol";
+import {Consensus} from "../src/Consensus.sol";
 
 contract TesseraNetworkTest is Fixture {
     address internal m1;
@@ -728,6 +729,123 @@ contract TesseraNetworkTest is Fixture {
         net.certifyCheckpointEcdsa(1, digest, one);
     }
 
+    // ------------------------------------------------------------ remaining reverts and views
+
+    function test_registerValidator_revertsWhenFull() public {
+        vm.store(address(net), bytes32(uint256(12)), bytes32(uint256(256))); // validators.length = 256
+        address x = vm.addr(0xF011);
+        BLS.G1Point memory pk = _pk(5);
+        BLS.G2Point memory sig = _sign(5, "x");
+        vm.prank(x);
+        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.TooManyValidators.selector, 256));
+        net.registerValidator(MIN_VALIDATOR, pk, sig);
+    }
+
+    function test_finalize_revertsWrongPhaseAndNonParticipant() public {
+        _commit(m1, 1, "d");
+        address[] memory one = new address[](1);
+        one[0] = m2; // did not commit
+        vm.expectRevert(
+            abi.encodeWithSelector(TesseraNetwork.WrongPhase.selector, TesseraNetwork.Phase.ScoreReveal, TesseraNetwork.Phase.Commit)
+        );
+        net.finalize(1, one, new address[](0), new uint16[][](0), new uint16[](1));
+        for (uint256 i; i < 4; ++i) {
+            _advancePast();
+        }
+        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotParticipant.selector, m2, 1));
+        net.finalize(1, one, new address[](0), new uint16[][](0), new uint16[](1));
+        one[0] = m1;
+        net.finalize(1, one, new address[](0), new uint16[][](0), new uint16[](1));
+    }
+
+    function test_finalize_revertsUnsortedRevealers() public {
+        _commitAll();
+        address[] memory vs = _sortAddrs(_vals3());
+        uint16[][] memory rows = _rows(1, 2, 3);
+        _advancePast();
+        _advancePast();
+        for (uint256 i; i < 3; ++i) {
+            bytes32 c_ = net.scoreCommitmentFor(1, vs[i], rows[i], "s");
+            vm.prank(vs[i]);
+            net.commitScores(1, c_);
+        }
+        _advancePast();
+        for (uint256 i; i < 3; ++i) {
+            vm.prank(vs[i]);
+            net.revealScores(1, rows[i], "s");
+        }
+        vm.roll(net.phaseDeadline() + 1);
+        address[] memory rev = new address[](3);
+        (rev[0], rev[1], rev[2]) = (vs[1], vs[0], vs[2]);
+        uint16[][] memory rs = new uint16[][](3);
+        (rs[0], rs[1], rs[2]) = (rows[1], rows[0], rows[2]);
+        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotAscending.selector, bytes32("revealers"), 1));
+        net.finalize(1, _miners3(), rev, rs, new uint16[](3));
+    }
+
+    function test_certifyCheckpoint_ecdsa_revertsNonValidatorSigner() public {
+        _finalizeRound1();
+        bytes32 digest = keccak256("theta_2");
+        bytes32 h = keccak256(abi.encodePacked("\x19Ethereum Signed Message:\n32", net.checkpointMessage(1, digest)));
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(0xBAD, h);
+        bytes[] memory sigs = new bytes[](1);
+        sigs[0] = abi.encodePacked(r, s, v);
+        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.BadSigner.selector, 0));
+        net.certifyCheckpointEcdsa(1, digest, sigs);
+    }
+
+    function test_views_seedCommitmentAndHasVoted() public {
+        bytes32 c = keccak256(abi.encode(bytes32("s"), v1, uint256(1)));
+        vm.prank(v1);
+        net.commitSeed(1, c);
+        assertEq(net.seedCommitment(1, v1), c, "seed commitment");
+        vm.prank(v1);
+        net.proposeSlash(m1, "e");
+        assertTrue(net.hasVoted("e", v1), "voted");
+        assertTrue(!net.hasVoted("e", v2), "not voted");
+        vm.prank(m1);
+        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotRole.selector, m1, TesseraNetwork.Role.Validator));
+        net.commitSeed(1, c);
+    }
+
+    function test_commitment_boundToSender_concrete() public view {
+        testFuzz_commitment_boundToSender(m1, m2, "update", "update");
+    }
+
+    function testFuzz_payouts_neverAboveBudget(uint16[6] memory med, uint96[4] memory w, uint16[4] memory cl, uint128 budget)
+        public
+        pure
+    {
+        uint256[] memory m = new uint256[](6);
+        for (uint256 j; j < 6; ++j) {
+            m[j] = med[j] % 10_001;
+        }
+        uint256[] memory pay = Consensus.minerPayouts(m, budget);
+        uint256 sum;
+        for (uint256 j; j < 6; ++j) {
+            sum += pay[j];
+        }
+        assertLe(sum, budget, "miners");
+        uint256[] memory ww = new uint256[](4);
+        uint256[] memory cc = new uint256[](4);
+        for (uint256 i; i < 4; ++i) {
+            ww[i] = w[i];
+            cc[i] = uint256(cl[i]) * 6;
+        }
+        pay = Consensus.validatorPayouts(ww, cc, budget);
+        sum = 0;
+        for (uint256 i; i < 4; ++i) {
+            sum += pay[i];
+        }
+        assertLe(sum, budget, "validators");
+    }
+
+    function test_payouts_neverAboveBudget_concrete() public pure {
+        testFuzz_payouts_neverAboveBudget(
+            [uint16(3), 3, 3, 0, 0, 0], [uint96(1), 1, 1, 0], [uint16(1), 1, 1, 0], 10
+        );
+    }
+
     // ------------------------------------------------------------ gas figures (see .gas-snapshot)
 
     function test_gas_minerCommit() public {
@@ -765,8 +883,6 @@ contract TesseraNetworkTest is Fixture {
         return true;
     }
 }
-
-import {Consensus} from "../src/Consensus.sol";
 
 library ConsensusHarness {
     function isMedian(uint256[] memory c, uint256[] memory w, uint256 m) internal pure returns (bool) {
