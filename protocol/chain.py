@@ -653,6 +653,18 @@ class Chain:
         """Latest block number."""
         return retrying(lambda: int(self.w3.eth.block_number), "eth_blockNumber")
 
+    def wait_for_block(self, block: int, poll: float = 0.5, timeout: float | None = None) -> int:
+        """Blocks until the chain reaches ``block`` (e.g. ``round_state().deadline + 1``); returns the
+        current block number. Raises :class:`ChainError` after ``timeout`` seconds."""
+        start = time.monotonic()
+        while True:
+            now = self.block_number()
+            if now >= block:
+                return now
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise ChainError(f"block {block} not reached within {timeout:.0f} s (at {now})")
+            time.sleep(poll)
+
     def _call(self, fn_name: str, *args: Any) -> Any:
         fn = getattr(self.network.functions, fn_name)(*args)
         try:
