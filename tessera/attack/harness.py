@@ -139,6 +139,8 @@ class NetworkRun:
     """Per miner address: every verdict any honest-labelled validator reached (round, stage, score)."""
     seconds: float
     errors: list[str]
+    stalled: str = ""
+    """Why the network stopped making progress ("" if it finished)."""
 
 
 class Network:
@@ -232,22 +234,37 @@ class Network:
                     self.errors.append(msg)
                 log.info("%s", msg)
 
-    def run(self, rounds: int, timeout: float = 1800.0) -> NetworkRun:
-        """Step until ``rounds`` rounds are finalized and their checkpoints certified."""
+    def run(self, rounds: int, timeout: float = 1800.0, stall_after: float = 90.0) -> NetworkRun:
+        """Step until ``rounds`` rounds are finalized and their checkpoints certified.
+
+        If every round is finalized but a checkpoint stays uncertified for ``stall_after`` seconds, or the
+        run exceeds ``timeout``, the run ends with ``stalled`` set (the validators could not certify: a
+        liveness failure, reported rather than raised).
+        """
         t0 = time.perf_counter()
+        finalized_at: float | None = None
+        stalled = ""
         while True:
             led = self.ledger
             if led.round > rounds and (rounds + 1) in led.checkpoints:
                 break
-            if time.perf_counter() - t0 > timeout:
-                raise AttackError(
-                    f"network did not finish {rounds} rounds in {timeout:.0f}s: {self.errors[-3:]}"
-                )
+            now = time.perf_counter()
+            if led.round > rounds and finalized_at is None:
+                finalized_at = now
+            uncertified = [r for r in range(2, led.round + 1) if r not in led.checkpoints]
+            if finalized_at is not None and now - finalized_at > stall_after:
+                stalled = f"theta_{uncertified[0] if uncertified else rounds + 1} never certified"
+                break
+            if now - t0 > timeout:
+                stalled = f"timeout after {timeout:.0f}s in round {led.round} ({led.phase.name}); uncertified {uncertified}"
+                break
             self._step_all()
             if self.on_step is not None:
                 self.on_step(self)
             led.mine(1)
-        return self._observe(rounds, time.perf_counter() - t0)
+        run = self._observe(rounds, time.perf_counter() - t0)
+        run.stalled = stalled
+        return run
 
     def _observe(self, rounds: int, seconds: float) -> NetworkRun:
         from protocol.tensorblob import decode_tensors, split_checkpoint

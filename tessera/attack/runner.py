@@ -92,7 +92,7 @@ def _fill_board(sc: Scenario) -> Any:
     return hook
 
 
-def run_scenario(sc: Scenario, rounds: int, spec: Any = None, timeout: float = 1800.0) -> NetworkRun:
+def run_scenario(sc: Scenario, rounds: int, spec: Any = None, timeout: float = 900.0) -> NetworkRun:
     """Run one scenario's network for ``rounds`` rounds."""
     net = Network(sc.build(), spec=spec or tiny_spec(), on_step=_fill_board(sc))
     net.start()
@@ -141,11 +141,15 @@ def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> Scen
             honest_cheat_rounds += cheat
     share = honest_cheat_rounds / all_cheat_rounds if all_cheat_rounds else 1.0
     base = baseline.heldout if baseline else []
-    rel = (run.heldout[-1] - base[-1]) / base[-1] if base and run.heldout else 0.0
+    k = min(len(run.heldout), len(base)) - 1  # the same checkpoint (a stalled run certifies fewer)
+    rel = (run.heldout[k] - base[k]) / base[k] if k >= 0 else 0.0
     res = ScenarioResult(
         sc.name, sc.kind, sc.description, run.rounds, round(run.seconds, 1), rows, round(share, 6),
         [round(x, 5) for x in run.heldout], [round(x, 5) for x in base], round(rel, 5), errors=run.errors[-10:],
     )  # fmt: skip
+    res.checks["network_live"] = not run.stalled
+    if run.stalled:
+        res.errors.insert(0, f"stalled: {run.stalled}")
     cheaters = [r for r in miners if r.label not in HONEST_WORK]
     honest_miners = [r for r in miners if r.label == "honest"]
     if sc.kind == "miner":
