@@ -28,7 +28,7 @@ from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
 from protocol.records import Served
-from protocol.runspec import COMPUTE_LOCK, RunSpec
+from protocol.runspec import COMPUTE_LOCK, RunSpec, warm_up_torch
 from protocol.tensorblob import (
     decode_tensors,
     encode_tensors,
@@ -115,6 +115,7 @@ class MinerNode:
     def start(self) -> MinerNode:
         """Start the HTTP API and register on-chain if needed."""
         torch.set_num_threads(max(1, self.cfg.threads))
+        log.info("torch warm-up took %.2fs", warm_up_torch())
         app = create_node_app(
             role="miner",
             status=self.status,
@@ -181,8 +182,8 @@ class MinerNode:
         self.metrics.round.set(st.round)
         self._collect_rewards(st.round)
         rec = self.state.record(st.round)
-        if st.phase == Phase.COMMIT:
-            if rec is None or rec["status"] == ABANDONED and not rec.get("retry_done"):
+        if st.phase == Phase.COMMIT and st.block <= st.deadline:
+            if rec is None:
                 if st.checkpoint is None:
                     self.phase = "waiting-checkpoint"
                     return
@@ -248,12 +249,17 @@ class MinerNode:
         t0 = time.perf_counter()
         ckpt = self._checkpoint(r, st.checkpoint)
         self.metrics.phase_seconds.labels(phase="fetch").observe(time.perf_counter() - t0)
-        registry = self.coord.miners()
+        registry = self.coord.miners(r)
+        if self.address not in registry:
+            self.phase = f"joining: registered after round {r} opened, works from round {r + 1}"
+            self.state.prepare(r, {"skipped": True, "reason": "not in the round's registry"}, {})
+            self.state.set_status(r, ABANDONED, reason="not in the round's registry")
+            return
         ctx = RoundContext(r, self.address, (), self.spec.inner.steps)
         if not self.behaviour.should_commit(ctx):
             self.phase = "skipping (behaviour)"
             self.state.prepare(r, {"skipped": True}, {})
-            self.state.set_status(r, ABANDONED, retry_done=True)
+            self.state.set_status(r, ABANDONED, reason="behaviour chose not to commit")
             return
         self.phase = "training"
         with COMPUTE_LOCK:

@@ -98,16 +98,28 @@ class ChainCoordinator:
         cp = _translate("read checkpoint", lambda: self.chain.checkpoint(round))
         return cp if cp != b"\0" * 32 else None
 
-    def _registered(self, role: int) -> list[str]:
+    def _registered(self, role: int, before_block: int | None = None) -> list[str]:
         evs = _translate("read registrations", lambda: self.chain.events("Registered"))
         out: list[str] = []
-        for e in evs:
+        for e in sorted(evs, key=lambda e: (e.block_number, e.log_index)):
+            if before_block is not None and e.block_number >= before_block:
+                continue
             if int(e.role) == role and to_checksum_address(e.account) not in out:
                 out.append(to_checksum_address(e.account))
         return out
 
-    def miners(self) -> list[str]:
-        return self._registered(int(Role.MINER))
+    def _round_open_block(self, round: int) -> int | None:
+        evs = _translate("read phases", lambda: self.chain.events("PhaseAdvanced", round=round))
+        starts = [e.block_number for e in evs if int(e.phase) == int(Phase.COMMIT)]
+        return min(starts) if starts else None
+
+    def miners(self, round: int | None = None) -> list[str]:
+        if round is None:
+            return self._registered(int(Role.MINER))
+        opened = self._round_open_block(round)
+        if opened is None:
+            raise CoordinatorError(f"round {round} has not opened")
+        return self._registered(int(Role.MINER), before_block=opened)
 
     def validators(self) -> list[str]:
         return [to_checksum_address(v) for v in _translate("read validators", self.chain.validators)]

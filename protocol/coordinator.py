@@ -166,8 +166,10 @@ class Coordinator(Protocol):
         """Certified digest of theta_round, if certified."""
         ...
 
-    def miners(self) -> list[str]:
-        """Registered miners, in registration order."""
+    def miners(self, round: int | None = None) -> list[str]:
+        """Registered miners in registration order; with ``round``, that round's registry: the miners
+        registered before its COMMIT phase opened (a miner joins from the first round opening after its
+        registration, so every node computes the same assignment)."""
         ...
 
     def validators(self) -> list[str]:
@@ -284,6 +286,8 @@ class MemoryLedger:
         self.seeds: dict[int, bytes] = {0: keccak(b"genesis" + genesis_checkpoint)}
         self.rounds: dict[int, _MemRound] = {1: _MemRound()}
         self.slash_votes: dict[bytes, set[str]] = {}
+        self.reg_block: dict[str, int] = {}
+        self.round_open: dict[int, int] = {1: self.block}
         self.slashed: dict[str, int] = {}
 
     def mine(self, n: int = 1) -> None:
@@ -328,8 +332,12 @@ class MemoryCoordinator:
     def checkpoint(self, round: int) -> bytes | None:
         return self.ledger.checkpoints.get(round)
 
-    def miners(self) -> list[str]:
-        return list(self.ledger.miners)
+    def miners(self, round: int | None = None) -> list[str]:
+        led = self.ledger
+        if round is None:
+            return list(led.miners)
+        opened = led.round_open.get(round, led.block + 1)
+        return [m for m in led.miners if led.reg_block[m] < opened]
 
     def validators(self) -> list[str]:
         return list(self.ledger.validators)
@@ -339,6 +347,7 @@ class MemoryCoordinator:
         if self.address in group:
             return False
         group.append(self.address)
+        self.ledger.reg_block[self.address] = self.ledger.block
         self.ledger.stakes[self.address] = stake
         self._tx()
         return True
@@ -441,6 +450,7 @@ class MemoryCoordinator:
         led.round += 1
         led.phase = Phase.COMMIT
         led.phase_start = led.block
+        led.round_open[led.round] = led.block
         led.rounds[led.round] = _MemRound()
         self._tx()
 

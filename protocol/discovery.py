@@ -9,6 +9,7 @@ to static peering instead of stopping the node.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -29,11 +30,15 @@ class Discovery:
     refused: int = 0
     """Records refused so far (malformed, badly signed, expired)."""
     errors: list[str] = field(default_factory=list)
+    cache_seconds: float = 2.0
+    """Lookups of a round are reused for this long (a DHT get can take seconds)."""
+    _cache: dict[int, tuple[float, list[NodeRecord]]] = field(default_factory=dict)
 
     def announce(
         self, round: int, role: str, url: str, serves: Sequence[Served], ttl: int = 3600
     ) -> NodeRecord:
         """Sign and publish a record (DHT failures are logged, not raised)."""
+        self._cache.pop(round, None)
         rec = make_record(
             self.private_key,
             chain_id=self.chain_id,
@@ -51,10 +56,13 @@ class Discovery:
                 self.errors.append(str(exc))
         return rec
 
-    def find(self, round: int) -> list[NodeRecord]:
-        """Valid records of a round."""
+    def find(self, round: int, fresh: bool = False) -> list[NodeRecord]:
+        """Valid records of a round (``fresh``: bypass the short lookup cache)."""
         if self.dht is None or not self.dht.running:
             return []
+        hit = self._cache.get(round)
+        if not fresh and hit is not None and time.monotonic() - hit[0] < self.cache_seconds:
+            return list(hit[1])
         try:
             res = self.dht.lookup(self.chain_id, round)
         except DHTError as exc:
@@ -62,6 +70,7 @@ class Discovery:
             self.errors.append(str(exc))
             return []
         self.refused += len(res.refused)
+        self._cache[round] = (time.monotonic(), list(res.records))
         return res.records
 
     def urls_for(self, round: int, kind: str, digest: str, *, address: str | None = None) -> list[str]:

@@ -28,6 +28,22 @@ from training.errors import TrainingError
 COMPUTE_LOCK = threading.RLock()
 
 
+def warm_up_torch() -> float:
+    """Pay torch's one-time costs (the first optimizer step imports its compiler stack, seconds on a
+    small CPU) at node start, so round timings measure the work; returns the seconds spent."""
+    import time
+
+    import torch
+
+    t0 = time.perf_counter()
+    with COMPUTE_LOCK:
+        p = torch.nn.Parameter(torch.zeros(4))
+        opt = torch.optim.AdamW([p], foreach=False)
+        (p * p).sum().backward()
+        opt.step()
+    return time.perf_counter() - t0
+
+
 class RunSpecError(ProtocolError):
     """A run specification is missing or invalid."""
 

@@ -38,7 +38,7 @@ from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
 from protocol.records import Served
-from protocol.runspec import COMPUTE_LOCK, RunSpec
+from protocol.runspec import COMPUTE_LOCK, RunSpec, warm_up_torch
 from protocol.tensorblob import (
     decode_tensors,
     encode_tensors,
@@ -58,6 +58,9 @@ from validator.verify import CheckEvidence, RoundContext, Verdict, VerifyPolicy,
 from validator.web import LIVE_PAGE
 
 log = logging.getLogger(__name__)
+
+#: Blocks before the SCORE_COMMIT deadline after which an unreachable miner's verdict becomes final.
+RETRY_MARGIN_BLOCKS = 4
 
 
 def dev_evidence_checker(chain_id: int, seed: bytes) -> CheckEvidence:
@@ -145,6 +148,8 @@ class ValidatorNode:
         self.server: NodeServer | None = None
         self.url = ""
         self.history: list[dict[str, Any]] = []
+        self._last_phase: tuple[int, int] = (0, -1)
+        self._pending: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------------
     @property
@@ -157,6 +162,7 @@ class ValidatorNode:
     def start(self) -> ValidatorNode:
         """Start the HTTP API and register on-chain if needed."""
         torch.set_num_threads(max(1, self.cfg.threads))
+        log.info("torch warm-up took %.2fs", warm_up_torch())
         app = create_node_app(role="validator", status=self.status, store=self.public, metrics=self.metrics)
         self._add_routes(app)
         self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
@@ -256,6 +262,7 @@ class ValidatorNode:
         self.metrics.round.set(r)
         if self._cache.round != r:
             self._cache = _RoundCache(r)
+            self._pending = set()
         if r > 1:
             self._settle_previous(r - 1)
         if st.checkpoint is None:
@@ -263,7 +270,13 @@ class ValidatorNode:
             self._maybe_advance(st)
             return
         theta = self._ensure_theta(r, st.checkpoint)
-        if st.phase == Phase.COMMIT:
+        key = (r, int(st.phase))
+        if key != self._last_phase:
+            log.info("round %d: phase %s (block %d, deadline %d)", r, st.phase.name, st.block, st.deadline)
+            self._last_phase = key
+        if st.block > st.deadline and st.phase != Phase.FINALIZE:
+            self.phase = f"{st.phase.name.lower()} closed"
+        elif st.phase == Phase.COMMIT:
             self.phase = "commit"
             self._seed_commit(r)
         elif st.phase == Phase.REVEAL:
@@ -273,7 +286,8 @@ class ValidatorNode:
         elif st.phase == Phase.SCORE_COMMIT:
             self.phase = "verify"
             self._verify_all(st, theta)
-            self._commit_scores(r)
+            if not self._pending or st.block >= st.deadline - RETRY_MARGIN_BLOCKS:
+                self._commit_scores(r)
         elif st.phase == Phase.SCORE_REVEAL:
             self.phase = "score-reveal"
             self._reveal_scores(r)
@@ -347,6 +361,11 @@ class ValidatorNode:
             return self._cache.updates[miner]
         rec = next((x for x in self.discovery.find(r) if x.address == miner and x.role == "miner"), None)
         if rec is None:
+            rec = next(
+                (x for x in self.discovery.find(r, fresh=True) if x.address == miner and x.role == "miner"),
+                None,
+            )
+        if rec is None:
             raise TransferError(f"{miner} announced nothing for round {r}")
         digest = rec.digest_of("update")
         if digest is None:
@@ -375,8 +394,10 @@ class ValidatorNode:
         if self.state.round(r).get("scores") is not None:
             return
         if st.seed is None:
+            log.warning("round %d: in SCORE_COMMIT without a seed", r)
             return
         commits = self.coord.update_commitments(r)
+        log.info("round %d: verifying %d committed updates", r, len(commits))
         ctx = RoundContext(
             spec=self.spec,
             dataset=self.dataset,
@@ -388,7 +409,7 @@ class ValidatorNode:
             checkpoint_digest=bytes.fromhex(theta.digest[2:]),
             assign_seed=st.assign_seed,
             seed=st.seed,
-            registry=self.coord.miners(),
+            registry=self.coord.miners(r),
         )
         t0 = time.perf_counter()
         for miner in sorted(commits, key=lambda a: int(a, 16)):
@@ -413,6 +434,14 @@ class ValidatorNode:
                 evidence=self._cache.evidence.get(miner),
                 check_evidence=self.check_evidence,
             )
+            retryable = verdict.stage == "fetch" or (verdict.stage == "recompute" and not verdict.provable)
+            if retryable and st.block < st.deadline - RETRY_MARGIN_BLOCKS:
+                # a peer that is slow or restarting: try again next step while the phase leaves time
+                self._pending.add(miner)
+                self._cache.updates.pop(miner, None)
+                log.info("round %d: %s not verifiable yet (%s); retrying", r, miner[:10], verdict.reason)
+                continue
+            self._pending.discard(miner)
             if verdict.accepted and miner in self._cache.updates:
                 self.state.blobs.put(self._cache.updates[miner])
             self.state.put_verdict(r, miner, verdict.to_json())
@@ -545,7 +574,9 @@ class ValidatorNode:
     def _certify(self, p: int, digest: str) -> None:
         sigs: dict[str, bytes] = {self.address: bytes.fromhex(self.state.round(p)["signature"][2:])}
         peers = {
-            r.url for r in self.discovery.find(p + 1) if r.role == "validator" and r.address != self.address
+            r.url
+            for r in self.discovery.find(p + 1, fresh=True)
+            if r.role == "validator" and r.address != self.address
         }
         peers |= {u for u in self.cfg.peer_urls if u != self.url}
         validators = set(self.coord.validators())

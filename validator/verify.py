@@ -79,9 +79,9 @@ class VerifyPolicy:
     final transcript params (error feedback makes them differ; a random or unrelated update is near 0)."""
     attested_check_probability: float = 0.1
     """Share of rounds in which an attested miner is recomputed."""
-    eval_own_batches: int = 2
+    eval_own_batches: int = 1
     """Of the miner's own batches, how many to evaluate before/after."""
-    heldout_windows: int = 16
+    heldout_windows: int = 8
     """Held-out windows evaluated before/after."""
     min_own_gain: float = 0.0
     """Relative own-data loss drop an update must exceed to score above 0."""
@@ -204,6 +204,8 @@ def verify_update(
             raise _Fail("format", f"{type(exc).__name__}: {exc}", True, **evidence_base) from exc
         lap("format")
         h = update.header
+        if miner not in ctx.registry:
+            raise _Fail("header", "the miner is not in this round's registry", True, **evidence_base)
         a = ctx.assignment(miner)
         problems = []
         if h.round != ctx.round:

@@ -1,0 +1,1 @@
+"""The devnet: the whole Tessera network on one machine (``tessera devnet``, end-to-end tests)."""

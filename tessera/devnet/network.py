@@ -1,0 +1,449 @@
+"""The whole network on one machine: anvil, the contracts, a DHT bootstrap peer, validators and miners.
+
+:class:`Devnet` is the composition root of ``tessera devnet`` and of the end-to-end tests. It starts
+anvil with a persisted state file, deploys through ``tessera contracts deploy`` (funding every node),
+writes the run spec, starts a DHT bootstrap peer, and runs every validator and miner as a separate
+``tessera validator run`` / ``tessera miner run`` process with its own key (random, devnet-only, passed in
+the environment), data directory, HTTP port and log file. It can kill and restart any node (the e2e tests
+do) and stops everything on :meth:`stop`, also when interrupted.
+
+Pacing: anvil mines a block a second; when every node has done what a phase needs (all miners committed,
+all validators revealed...), the devnet mines the rest of the phase at once (``anvil_mine``) so a round
+lasts as long as its work, not as long as its deadlines. ``fast_forward=False`` keeps wall-clock phases.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from eth_account import Account
+
+from tessera.errors import TesseraError
+
+log = logging.getLogger(__name__)
+
+
+class DevnetError(TesseraError):
+    """The devnet could not start or lost a component."""
+
+
+@dataclass
+class DevnetConfig:
+    """Shape of a devnet."""
+
+    workdir: Path = Path(".devnet")
+    miners: int = 4
+    validators: int = 2
+    mode: str = "moe"
+    """``moe`` or ``dipaco``."""
+    inner_steps: int = 30
+    """H: inner steps per round."""
+    batch_size: int = 8
+    segments_per_miner: int = 2
+    commit_blocks: int = 60
+    reveal_blocks: int = 10
+    score_commit_blocks: int = 30
+    score_reveal_blocks: int = 10
+    block_time: float = 1.0
+    fast_forward: bool = True
+    tee: str = "simulated"
+    """Miners serve evidence from the development enclave; validators trust its root (devnet only)."""
+    merge_method: str = "mean"
+    fresh: bool = True
+    """Start from an empty workdir (False: resume the persisted chain and node state)."""
+    threads: int = 1
+
+
+@dataclass
+class NodeProc:
+    """One node process."""
+
+    name: str
+    role: str
+    key: str
+    port: int
+    args: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+    @property
+    def address(self) -> str:
+        """The node's Ethereum address."""
+        return str(Account.from_key(self.key).address)
+
+    @property
+    def url(self) -> str:
+        """The node's HTTP API."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        """Whether the process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class Devnet:
+    """A running local network."""
+
+    cfg: DevnetConfig
+    nodes: dict[str, NodeProc] = field(default_factory=dict)
+    anvil: Any = None
+    chain: Any = None
+    dht: Any = None
+    deployment_path: Path = Path()
+    run_path: Path = Path()
+    started_at: float = 0.0
+
+    # -- start -----------------------------------------------------------------------------------------
+    def start(self) -> Devnet:
+        """Start everything; raises :class:`DevnetError` with the failing step."""
+        from protocol.anvil import Anvil, free_port
+        from protocol.dht import DHTConfig, DHTNode
+        from protocol.runspec import RunSpec
+        from protocol.tensorblob import tensors_digest
+        from training.config import InnerConfig, ModelConfig
+
+        cfg = self.cfg
+        wd = cfg.workdir
+        if cfg.fresh and wd.exists():
+            shutil.rmtree(wd)
+        wd.mkdir(parents=True, exist_ok=True)
+        (wd / "logs").mkdir(exist_ok=True)
+        self.started_at = time.time()
+        keys = self._keys()
+        spec = RunSpec(
+            model=ModelConfig(mode=cfg.mode),  # type: ignore[arg-type]
+            inner=InnerConfig(steps=cfg.inner_steps, batch_size=cfg.batch_size, transcript_interval=1),
+        )
+        self.run_path = wd / "run.json"
+        if cfg.fresh or not self.run_path.exists():
+            spec.save(self.run_path)
+        spec = RunSpec.load(self.run_path)
+        genesis = tensors_digest({f"param/{k}": v for k, v in spec.genesis_params().items()})
+
+        port_file = wd / "anvil.port"
+        port = int(port_file.read_text()) if port_file.exists() and not cfg.fresh else free_port()
+        port_file.write_text(str(port))
+        self.anvil = Anvil(
+            port=port, state=wd / "anvil-state.json", block_time=cfg.block_time, accounts=2
+        ).start()
+        self._rpc("anvil_setBalance", [Account.from_key(keys["deployer"]).address, hex(10**24)])
+        for k in keys.values():
+            self._rpc("anvil_setBalance", [Account.from_key(k).address, hex(10**22)])
+        self.deployment_path = wd / "deployment.json"
+        self._deploy(keys, genesis)
+
+        from protocol.chain import Chain
+        from protocol.deployment import Deployment
+
+        self.chain = Chain.connect(Deployment.load(self.deployment_path), rpc_url=self.anvil.rpc_url)
+        self.dht = DHTNode(DHTConfig(start_timeout=30)).start()
+        peers = ",".join(self.dht.visible_maddrs())
+
+        ports = self._ports(
+            wd, [f"validator{i}" for i in range(cfg.validators)] + [f"miner{i}" for i in range(cfg.miners)]
+        )
+        vurls = ",".join(f"http://127.0.0.1:{ports[f'validator{i}']}" for i in range(cfg.validators))
+        common = [
+            "--run-file",
+            str(self.run_path),
+            "--deployment",
+            str(self.deployment_path),
+            "--dht-peers",
+            peers,
+            "--threads",
+            str(cfg.threads),
+        ]
+        for i in range(cfg.validators):
+            name = f"validator{i}"
+            args = [
+                *common,
+                "--data-dir",
+                str(wd / name),
+                "--port",
+                str(ports[name]),
+                "--peer-urls",
+                vurls,
+                "--segments-per-miner",
+                str(cfg.segments_per_miner),
+                "--merge-method",
+                cfg.merge_method,
+            ]
+            if cfg.tee == "simulated":
+                args += ["--dangerous-dev-tee-seed", "tessera-devnet"]
+            self.nodes[name] = NodeProc(
+                name,
+                "validator",
+                keys[name],
+                ports[name],
+                args,
+                {"TESSERA_VALIDATOR_KEY": keys[name]},
+                wd / "logs" / f"{name}.log",
+            )
+        for i in range(cfg.miners):
+            name = f"miner{i}"
+            args = [
+                *common,
+                "--data-dir",
+                str(wd / name),
+                "--port",
+                str(ports[name]),
+                "--checkpoint-urls",
+                vurls,
+                "--tee",
+                cfg.tee,
+            ]
+            self.nodes[name] = NodeProc(
+                name,
+                "miner",
+                keys[name],
+                ports[name],
+                args,
+                {"TESSERA_MINER_KEY": keys[name]},
+                wd / "logs" / f"{name}.log",
+            )
+        for n in self.nodes.values():
+            self.spawn(n.name)
+        self.wait_healthy(timeout=180)
+        self.wait_registered(timeout=120)
+        if cfg.block_time:
+            self._rpc("evm_setIntervalMining", [int(cfg.block_time)])
+        return self
+
+    def wait_registered(self, timeout: float = 120) -> None:
+        """Wait until every node's registration is on-chain."""
+        deadline = time.time() + timeout
+        want = {n.address for n in self.nodes.values()}
+        while time.time() < deadline:
+            got = {str(e.account) for e in self.chain.events("Registered")}
+            if want <= got:
+                return
+            self.check_alive()
+            time.sleep(0.5)
+        raise DevnetError(f"nodes not registered after {timeout}s")
+
+    def _keys(self) -> dict[str, str]:
+        """Devnet-only keys, random per devnet and kept in the workdir (never in the repository)."""
+        path = self.cfg.workdir / "devnet-keys.json"
+        names = (
+            ["deployer"]
+            + [f"validator{i}" for i in range(self.cfg.validators)]
+            + [f"miner{i}" for i in range(self.cfg.miners)]
+        )
+        keys: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        for n in names:
+            keys.setdefault(n, "0x" + secrets.token_hex(32))
+        path.write_text(json.dumps(keys, indent=1))
+        os.chmod(path, 0o600)
+        return keys
+
+    def _ports(self, wd: Path, names: list[str]) -> dict[str, int]:
+        from protocol.anvil import free_port
+
+        path = wd / "ports.json"
+        ports: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
+        for n in names:
+            if n not in ports:
+                ports[n] = free_port()
+        path.write_text(json.dumps(ports))
+        return ports
+
+    def _rpc(self, method: str, params: list[Any]) -> Any:
+        r = httpx.post(
+            self.anvil.rpc_url,
+            json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+            timeout=30,
+        )
+        doc = r.json()
+        if "error" in doc:
+            raise DevnetError(f"anvil {method}: {doc['error']}")
+        return doc.get("result")
+
+    def _deploy(self, keys: dict[str, str], genesis: str) -> None:
+        cfg = self.cfg
+        cmd = [
+            sys.executable, "-m", "tessera", "contracts", "deploy",
+            "--rpc-url", self.anvil.rpc_url,
+            "--key-env", "TESSERA_DEVNET_DEPLOYER_KEY",
+            "--out", str(self.deployment_path),
+            "--genesis-checkpoint", genesis,
+            "--commit-blocks", str(cfg.commit_blocks),
+            "--reveal-blocks", str(cfg.reveal_blocks),
+            "--score-commit-blocks", str(cfg.score_commit_blocks),
+            "--score-reveal-blocks", str(cfg.score_reveal_blocks),
+        ]  # fmt: skip
+        for name, k in keys.items():
+            if name.startswith("validator"):
+                cmd += ["--fund", f"{Account.from_key(k).address}={2000 * 10**18}"]
+            elif name.startswith("miner"):
+                cmd += ["--fund", f"{Account.from_key(k).address}={200 * 10**18}"]
+        env = {**os.environ, "TESSERA_DEVNET_DEPLOYER_KEY": keys["deployer"]}
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=300)
+        if r.returncode != 0:
+            raise DevnetError(f"deploy failed: {r.stderr.strip()[-2000:]}")
+
+    # -- processes -------------------------------------------------------------------------------------
+    def spawn(self, name: str) -> None:
+        """Start (or restart) a node process."""
+        n = self.nodes[name]
+        if n.alive():
+            return
+        env = {**os.environ, **n.env, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.cfg.threads)}
+        logf = open(n.log_path, "ab")
+        n.proc = subprocess.Popen(
+            [sys.executable, "-m", "tessera", "-v", n.role, "run", *n.args],
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        logf.close()
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Kill a node process (SIGKILL by default: no cleanup, as in a crash)."""
+        n = self.nodes[name]
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.send_signal(sig)
+            n.proc.wait(timeout=30)
+
+    def restart(self, name: str) -> None:
+        """Start a killed node again (it resumes from its data directory)."""
+        self.nodes[name].restarts += 1
+        self.spawn(name)
+
+    def wait_healthy(self, timeout: float = 120) -> None:
+        """Wait until every node answers /health."""
+        deadline = time.time() + timeout
+        pending = set(self.nodes)
+        while pending and time.time() < deadline:
+            for name in sorted(pending):
+                n = self.nodes[name]
+                if not n.alive():
+                    raise DevnetError(f"{name} exited at start; see {n.log_path}:\n{self.tail(name)}")
+                try:
+                    if httpx.get(f"{n.url}/health", timeout=1).status_code == 200:
+                        pending.discard(name)
+                except httpx.HTTPError:
+                    pass
+            time.sleep(0.3)
+        if pending:
+            raise DevnetError(f"nodes not healthy after {timeout}s: {sorted(pending)}")
+
+    def tail(self, name: str, lines: int = 20) -> str:
+        """The end of a node's log."""
+        try:
+            return "\n".join(self.nodes[name].log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def check_alive(self) -> None:
+        """Raise if a node died unexpectedly."""
+        for n in self.nodes.values():
+            if n.proc is not None and n.proc.poll() is not None and n.proc.returncode not in (0, -9, -15):
+                raise DevnetError(
+                    f"{n.name} exited with {n.proc.returncode}; see {n.log_path}:\n{self.tail(n.name)}"
+                )
+
+    # -- pacing ----------------------------------------------------------------------------------------
+    def fast_forward(self) -> bool:
+        """Mine the rest of the phase when every node has done its part; True if blocks were mined."""
+        if not self.cfg.fast_forward:
+            return False
+        from protocol.chain import Phase
+
+        st = self.chain.round_state()
+        block = self.chain.block_number()
+        if st.phase == Phase.FINALIZE or block > st.deadline:
+            return False
+        r = st.round
+        nv = sum(1 for n in self.nodes.values() if n.role == "validator" and n.alive())
+        opened = min(
+            (e.block_number for e in self.chain.events("PhaseAdvanced", round=r) if int(e.phase) == 0),
+            default=0,
+        )
+        joined = {str(e.account) for e in self.chain.events("Registered") if e.block_number < opened}
+        nm = sum(1 for n in self.nodes.values() if n.role == "miner" and n.alive() and n.address in joined)
+        done = False
+        if st.phase == Phase.COMMIT:
+            seeds = len(self.chain.events("SeedCommitted", round=r))
+            done = st.commits >= nm and seeds >= nv and self.chain.checkpoint(r) != b"\0" * 32
+        elif st.phase == Phase.REVEAL:
+            done = st.seed_reveals >= nv and self._miners_served(r) >= st.commits
+        elif st.phase == Phase.SCORE_COMMIT:
+            done = len(self.chain.events("ScoresCommitted", round=r)) >= nv
+        elif st.phase == Phase.SCORE_REVEAL:
+            done = st.score_reveals >= nv
+        if done:
+            # re-check that the phase did not move meanwhile (someone advanced it): never eat the next one
+            again = self.chain.round_state()
+            block = self.chain.block_number()
+            if (again.round, again.phase) == (st.round, st.phase) and block <= again.deadline:
+                self._rpc("anvil_mine", [hex(again.deadline - block + 1)])
+                return True
+        return False
+
+    def _miners_served(self, r: int) -> int:
+        served = 0
+        for n in self.nodes.values():
+            if n.role != "miner" or not n.alive():
+                continue
+            try:
+                rec = httpx.get(f"{n.url}/rounds", timeout=2).json().get(str(r), {})
+                served += rec.get("status") == "served"
+            except (httpx.HTTPError, ValueError):
+                pass
+        return served
+
+    # -- observation -----------------------------------------------------------------------------------
+    def get(self, name: str, path: str) -> Any:
+        """GET a node's API (None if it does not answer)."""
+        try:
+            r = httpx.get(f"{self.nodes[name].url}{path}", timeout=3)
+            return r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def certified_rounds(self) -> int:
+        """The last round whose next checkpoint is certified."""
+        st = self.chain.round_state()
+        r = st.round
+        while r > 1 and self.chain.checkpoint(r) == b"\0" * 32:
+            r -= 1
+        return r - 1
+
+    # -- stop ------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop every node (SIGTERM, then SIGKILL), the DHT peer and anvil (which saves its state)."""
+        for n in self.nodes.values():
+            if n.alive():
+                assert n.proc is not None
+                n.proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 15
+        for n in self.nodes.values():
+            if n.proc is None:
+                continue
+            try:
+                n.proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                n.proc.kill()
+                n.proc.wait()
+        if self.dht is not None:
+            self.dht.shutdown()
+            self.dht = None
+        if self.anvil is not None:
+            self.anvil.stop()
+            self.anvil = None

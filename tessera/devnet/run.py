@@ -1,0 +1,219 @@
+"""``tessera devnet``'s driver: run R rounds with a live terminal view, then write the report.
+
+The view (rich) shows the round, phase and block, the held-out loss, and each miner's state, score,
+consensus and reward. The report (``report.json`` and ``report.png`` in the workdir) has per round: the
+held-out loss before and after the merge, rewards per miner, bytes moved (updates, transcript states,
+checkpoints), verification cost (validator compute per miner against that miner's training compute), and
+the round's wall time with the share spent outside training.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tessera.devnet.network import Devnet, DevnetConfig, DevnetError
+
+PHASES = ["commit", "reveal", "score-commit", "score-reveal", "finalize"]
+
+
+def _view(net: Devnet, rounds: int, t0: float) -> Any:
+    from rich.table import Table
+
+    st = net.chain.round_state()
+    block = net.chain.block_number()
+    vsum = net.get("validator0", "/rounds") or []
+    last = {r["round"]: r for r in vsum}
+    table = Table(
+        title=f"tessera devnet  round {st.round}/{rounds}  phase {PHASES[int(st.phase)]}  "
+        f"block {block} (phase ends {st.deadline})  {time.time() - t0:.0f}s",
+        expand=False,
+    )
+    table.add_column("node")
+    table.add_column("state")
+    table.add_column("loss (train)")
+    prev = last.get(st.round - 1, {})
+    cur = last.get(st.round, {})
+    table.add_column(f"score r{st.round}")
+    table.add_column(f"consensus r{st.round - 1}")
+    table.add_column(f"reward r{st.round - 1}")
+    for name, n in sorted(net.nodes.items()):
+        s = net.get(name, "/status") or {}
+        alive = "up" if n.alive() else "DOWN"
+        if n.role == "miner":
+            lr = s.get("last_round") or {}
+            loss = f"{lr.get('loss_first', 0):.3f}->{lr.get('loss_last', 0):.3f}" if lr else ""
+            score = cur.get("scores", {}).get(n.address, "")
+            cons = prev.get("consensus", {}).get(n.address, "")
+            rew = prev.get("rewards", {}).get(n.address)
+            table.add_row(
+                name, f"{alive} {s.get('phase', '')}", loss, str(score), str(cons),
+                f"{int(rew) / 1e18:.1f}" if rew else "",
+            )  # fmt: skip
+        else:
+            hb, ha = prev.get("heldout_before"), prev.get("heldout_after")
+            loss = f"held-out {hb:.3f}->{ha:.3f}" if hb and ha else ""
+            rew = prev.get("rewards", {}).get(n.address)
+            table.add_row(
+                name, f"{alive} {s.get('phase', '')}", loss, "", "", f"{int(rew) / 1e18:.1f}" if rew else ""
+            )
+    return table
+
+
+def run_devnet(cfg: DevnetConfig, rounds: int, *, live: bool = True, timeout: float = 1800) -> dict[str, Any]:
+    """Start a devnet, run ``rounds`` training rounds, write the report, stop everything.
+
+    On a fresh chain round 1 is the join round: miners register while it is open, and a miner works from
+    the first round that opens after its registration, so ``rounds`` training rounds are rounds 2..R+1.
+    """
+    net = Devnet(cfg)
+    rounds = rounds + 1 if cfg.fresh else rounds
+    t0 = time.time()
+    round_marks: dict[int, float] = {}
+    try:
+        net.start()
+        t_started = time.time()
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            with Live(_view(net, rounds, t0), console=Console(), refresh_per_second=2) as lv:
+                _drive(net, rounds, t0, timeout, round_marks, lambda: lv.update(_view(net, rounds, t0)))
+        else:
+            _drive(net, rounds, t0, timeout, round_marks, lambda: None)
+        report = build_report(net, rounds, t0, t_started, round_marks)
+        write_report(report, cfg.workdir)
+        return report
+    finally:
+        net.stop()
+
+
+def _drive(
+    net: Devnet, rounds: int, t0: float, timeout: float, marks: dict[int, float], refresh: Any
+) -> None:
+    last_view = 0.0
+    while True:
+        net.check_alive()
+        net.fast_forward()
+        done = net.certified_rounds()
+        for r in range(1, done + 1):
+            marks.setdefault(r, time.time())
+        if done >= rounds:
+            return
+        if time.time() - t0 > timeout:
+            raise DevnetError(f"only {done}/{rounds} rounds certified after {timeout:.0f}s")
+        if time.time() - last_view > 0.5:
+            refresh()
+            last_view = time.time()
+        time.sleep(0.25)
+
+
+def build_report(
+    net: Devnet, rounds: int, t0: float, t_started: float, marks: dict[int, float]
+) -> dict[str, Any]:
+    """Collect the figures from the nodes' APIs and the chain."""
+    vsum = {r["round"]: r for r in (net.get("validator0", "/rounds") or [])}
+    miners = {n.address: name for name, n in net.nodes.items() if n.role == "miner"}
+    mrec: dict[str, dict[str, Any]] = {name: net.get(name, "/rounds") or {} for name in miners.values()}
+    verdicts = {r: net.get("validator0", f"/verdicts/{r}") or {} for r in range(1, rounds + 1)}
+    per_round = []
+    prev_mark = t_started
+    for r in range(1, rounds + 1):
+        v = vsum.get(r, {})
+        upd_bytes = sum(int(m.get(str(r), {}).get("update_bytes", 0)) for m in mrec.values())
+        train_s = [float(m.get(str(r), {}).get("train_seconds", 0.0)) for m in mrec.values() if str(r) in m]
+        ver = verdicts.get(r, {})
+        replay_s = sum(float(x.get("metrics", {}).get("replay_seconds", 0.0)) for x in ver.values())
+        eval_s = sum(float(x.get("metrics", {}).get("eval_seconds", 0.0)) for x in ver.values())
+        replayed = sum(int(x.get("metrics", {}).get("replayed_steps", 0)) for x in ver.values())
+        total_train = sum(train_s)
+        wall = marks.get(r, time.time()) - prev_mark
+        prev_mark = marks.get(r, time.time())
+        per_round.append(
+            {
+                "round": r,
+                "join_round": r == 1 and not v.get("consensus"),
+                "heldout_before": v.get("heldout_before"),
+                "heldout_after": v.get("heldout_after"),
+                "consensus": {miners.get(a, a): s for a, s in v.get("consensus", {}).items()},
+                "rewards_wei": {
+                    miners.get(a, a): int(x) for a, x in v.get("rewards", {}).items() if a in miners
+                },
+                "validator_rewards_wei": {
+                    a: int(x) for a, x in v.get("rewards", {}).items() if a not in miners
+                },
+                "stages": {miners.get(a, a): s for a, s in v.get("stages", {}).items()},
+                "update_bytes": upd_bytes,
+                "miner_train_seconds": train_s,
+                "validator_replay_seconds": replay_s,
+                "validator_eval_seconds": eval_s,
+                "replayed_steps": replayed,
+                "attested_miners": sum(1 for x in ver.values() if x.get("attested")),
+                "recomputed_miners": sum(
+                    1 for x in ver.values() if x.get("metrics", {}).get("replayed_steps")
+                ),
+                "verification_cost_pct": round(100 * (replay_s + eval_s) / total_train, 3)
+                if total_train
+                else None,
+                "recompute_cost_pct": round(100 * replay_s / total_train, 3) if total_train else None,
+                "wall_seconds": round(wall, 3),
+                "outside_training_pct": round(100 * (1 - max(train_s) / wall), 2)
+                if train_s and wall > 0
+                else None,
+                "checkpoint": v.get("checkpoint"),
+                "certified": net.chain.checkpoint(r + 1) != b"\0" * 32,
+            }
+        )
+    totals: dict[str, int] = {}
+    for pr in per_round:
+        for m, w in pr["rewards_wei"].items():
+            totals[m] = totals.get(m, 0) + w
+    return {
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(net.cfg).items()},
+        "rounds": rounds,
+        "wall_seconds_total": round(time.time() - t0, 2),
+        "wall_seconds_startup": round(t_started - t0, 2),
+        "per_round": per_round,
+        "rewards_total_wei": totals,
+        "dht_refused_records": {
+            name: (net.get(name, "/status") or {}).get("dht_refused_records") for name in net.nodes
+        },
+    }
+
+
+def write_report(report: dict[str, Any], workdir: Path) -> None:
+    """``report.json`` and ``report.png``."""
+    (workdir / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pr = report["per_round"]
+    rs = [p["round"] for p in pr]
+    fig, ax = plt.subplots(2, 2, figsize=(11, 7))
+    ax[0][0].plot(rs, [p["heldout_before"] for p in pr], "o-", label="theta_r")
+    ax[0][0].plot(rs, [p["heldout_after"] for p in pr], "s-", label="theta_r+1 (merged)")
+    ax[0][0].set_title("held-out loss per round")
+    ax[0][0].set_xlabel("round")
+    ax[0][0].legend()
+    miners = sorted({m for p in pr for m in p["rewards_wei"]})
+    bottom = [0.0] * len(rs)
+    for m in miners:
+        vals = [p["rewards_wei"].get(m, 0) / 1e18 for p in pr]
+        ax[0][1].bar(rs, vals, bottom=bottom, label=m)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax[0][1].set_title("rewards per miner (tokens)")
+    ax[0][1].legend(fontsize=7)
+    ax[1][0].bar(rs, [p["update_bytes"] / 1024 for p in pr])
+    ax[1][0].set_title("update bytes per round (KiB)")
+    ax[1][1].plot(rs, [p["verification_cost_pct"] or 0 for p in pr], "o-", label="verification (replay+eval)")
+    ax[1][1].plot(rs, [p["recompute_cost_pct"] or 0 for p in pr], "s-", label="recompute only")
+    ax[1][1].axhline(5, color="r", ls="--", lw=0.8, label="5% target")
+    ax[1][1].set_title("validator compute / miner training compute (%)")
+    ax[1][1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(workdir / "report.png", dpi=90)
+    plt.close(fig)

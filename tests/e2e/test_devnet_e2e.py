@@ -1,0 +1,107 @@
+"""End to end on a real anvil with real node processes: two rounds, a crash of each role, bad DHT records.
+
+Miners commit, validators verify and score, the contract pays, theta advances and its digest is certified
+by a BLS quorum. A miner is SIGKILLed right after committing and a validator right after committing its
+scores; both restart from their data directories and nothing is committed, revealed or paid twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+
+from protocol.chain import Chain, Phase
+from protocol.deployment import Deployment
+from protocol.dht import record_key
+from tessera.devnet.network import Devnet, DevnetConfig
+
+pytestmark = [pytest.mark.e2e, pytest.mark.chain, pytest.mark.timeout(600)]
+
+
+def _wait(net: Devnet, cond, what: str, timeout: float = 240) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        net.check_alive()
+        if cond():
+            return
+        net.fast_forward()
+        time.sleep(0.3)
+    logs = "\n".join(f"--- {n}\n{net.tail(n, 8)}" for n in net.nodes)
+    raise AssertionError(f"timed out waiting for {what}\n{logs}")
+
+
+def test_two_rounds_with_crashes(tmp_path: Path) -> None:
+    cfg = DevnetConfig(workdir=tmp_path / "devnet", miners=3, validators=2, inner_steps=8, tee="simulated")
+    net = Devnet(cfg).start()
+    try:
+        chain = net.chain
+        miners = {n.address: n.name for n in net.nodes.values() if n.role == "miner"}
+        validators = {n.address: n.name for n in net.nodes.values() if n.role == "validator"}
+
+        # round 1 is the join round; round 2: kill miner0 once its commitment is on-chain, restart it: it must serve and be paid
+        m0 = net.nodes["miner0"]
+        _wait(net, lambda: any(e.miner == m0.address for e in chain.committed_miners(2)), "miner0's commit")
+        net.kill("miner0")
+        net.restart("miner0")
+
+        # malformed and unsigned records in round 3's DHT key
+        net.dht.store_raw(record_key(chain.chain_id, 3), "0xbad", b"\x00not a record", time.time() + 600)
+        net.dht.store_raw(record_key(chain.chain_id, 3), m0.address, b'{"v":1}', time.time() + 600)
+
+        # round 3: kill validator1 after it committed its scores, restart it: it must reveal once
+        v1 = net.nodes["validator1"]
+        _wait(
+            net,
+            lambda: (
+                chain.round_state().round >= 2 and chain.score_entry(2, v1.address).commitment != b"\0" * 32
+            ),
+            "validator1's round-2 score commitment",
+        )
+        net.kill("validator1")
+        net.restart("validator1")
+        net.wait_healthy()
+
+        _wait(net, lambda: net.certified_rounds() >= 3, "two certified training rounds", timeout=300)
+
+        assert chain.committed_miners(1) == []
+        for r in (2, 3):
+            commits = Counter(e.miner for e in chain.committed_miners(r))
+            assert set(commits) == set(miners) and max(commits.values()) == 1, (r, commits)
+            reveals = Counter(e.validator for e in chain.revealed_scores(r))
+            assert set(reveals) == set(validators) and max(reveals.values()) == 1, (r, reveals)
+            paid = Counter(e.miner for e in chain.events("MinerRewarded", round=r))
+            assert set(paid) == set(miners) and max(paid.values()) == 1
+            for e in chain.events("MinerRewarded", round=r):
+                assert e.consensus > 0 and e.amount > 0, (r, miners[e.miner], e)
+            assert len(chain.events("RoundFinalized", round=r)) == 1
+        certs = chain.events("CheckpointCertified")
+        assert [c.round for c in certs][:3] == [1, 2, 3] and all(c.bls for c in certs)
+        theta = [chain.checkpoint(r) for r in (2, 3, 4)]
+        assert len(set(theta)) == 3 and b"\0" * 32 not in theta
+
+        # the contract pays: miner0 claims what it is owed, exactly once
+        key = net.nodes["miner0"].key
+        mc = Chain.connect(
+            Deployment.load(net.deployment_path), Account.from_key(key), rpc_url=net.anvil.rpc_url
+        )
+        owed = mc.account_info(m0.address).owed
+        earned = sum(e.amount for e in chain.events("MinerRewarded") if e.miner == m0.address)
+        assert owed == earned > 0
+        before = mc.balance_of(m0.address)
+        mc.claim()
+        assert mc.balance_of(m0.address) == before + owed
+        assert mc.account_info(m0.address).owed == 0
+
+        # the bad records were refused and every node is still up and serving
+        refused = [(net.get(n, "/status") or {}).get("dht_refused_records", 0) for n in validators.values()]
+        assert max(refused) >= 1
+        assert all(n.alive() for n in net.nodes.values())
+        page = net.get("validator0", "/rounds")
+        assert page and page[0]["round"] == 1
+        assert chain.round_state().phase in tuple(Phase)
+    finally:
+        net.stop()

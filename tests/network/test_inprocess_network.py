@@ -1,0 +1,154 @@
+"""The real miner and validator nodes in one process: in-memory chain, a real DHT, real HTTP.
+
+Two validators and three miners run two training rounds (after the join round). One miner commits junk bytes (the digest matches its
+commitment, so the refusal is provable); a malformed and a forged DHT record are injected. Checked: honest
+miners are accepted and paid, the junk update is refused at the ``format`` stage with the typed wire-format
+error while every node keeps running, the bad records are refused, a miner restarted from its data
+directory does not commit twice, and theta advances with a quorum certificate.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from eth_account import Account
+
+from miner.behaviour import Behaviour, RoundContext
+from miner.config import MinerConfig
+from miner.errors import MinerError
+from miner.node import MinerNode
+from protocol.coordinator import MemoryCoordinator, MemoryLedger, Phase
+from protocol.dht import DHTConfig, DHTNode, record_key
+from protocol.discovery import Discovery
+from protocol.errors import ProtocolError
+from protocol.records import NodeRecord, make_record
+from protocol.runspec import RunSpec
+from protocol.tensorblob import tensors_digest
+from training.config import InnerConfig
+from validator.config import ValidatorConfig
+from validator.errors import ValidatorError
+from validator.node import ValidatorNode
+
+KEYS = ["0x" + f"{i:064x}" for i in range(11, 16)]
+
+
+class Junk(Behaviour):
+    """Commits and serves bytes that are not an update."""
+
+    name = "junk"
+
+    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+        return b"TSRUPD\0\0" + b"\xff" * 64
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    torch.set_num_threads(1)
+    tmp: Path = tmp_path_factory.mktemp("net")
+    spec = RunSpec(inner=InnerConfig(steps=6, transcript_interval=1))
+    genesis = tensors_digest({f"param/{k}": v for k, v in spec.genesis_params().items()})
+    ledger = MemoryLedger(bytes.fromhex(genesis[2:]), phase_blocks=40)
+    dht = DHTNode(DHTConfig()).start()
+    validators = []
+    for i, k in enumerate(KEYS[:2]):
+        c = MemoryCoordinator(ledger, Account.from_key(k).address)
+        cfg = ValidatorConfig(data_dir=tmp / f"v{i}", segments_per_miner=2)
+        validators.append(ValidatorNode(cfg, spec, c, Discovery(31337, k, dht), k).start())
+    miners = []
+    for i, k in enumerate(KEYS[2:]):
+        c = MemoryCoordinator(ledger, Account.from_key(k).address)
+        beh = Junk() if i == 2 else None
+        miners.append(
+            MinerNode(
+                MinerConfig(data_dir=tmp / f"m{i}"), spec, c, Discovery(31337, k, dht), behaviour=beh
+            ).start()
+        )
+    yield ledger, dht, validators, miners, spec, tmp
+    for n in [*validators, *miners]:
+        n.stop()
+    dht.shutdown()
+
+
+def _drive(ledger: MemoryLedger, nodes: list, until_round: int, budget: float = 120) -> None:  # type: ignore[type-arg]
+    t = time.time()
+    while ledger.round < until_round:
+        assert time.time() - t < budget, "network did not progress"
+        for n in nodes:
+            try:
+                n.step()
+            except (ProtocolError, MinerError, ValidatorError):
+                pass  # the nodes' run loop retries these with backoff; the test simply steps again
+        if ledger.phase == Phase.COMMIT and len(ledger.rounds[ledger.round].commits) < len(ledger.miners):
+            ledger.mine(1)
+            time.sleep(0.05)  # blocks of the in-memory chain should not outrun the nodes' HTTP exchanges
+        else:
+            ledger.mine(8)
+
+
+def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[no-untyped-def]
+    ledger, dht, validators, miners, spec, tmp = network
+    # malformed and forged records in round 1's key: refused, nobody stops
+    dht.store_raw(record_key(31337, 2), "0xjunk", b"\x00garbage", time.time() + 600)
+    good = make_record(KEYS[0], chain_id=31337, role="miner", round=2, url="http://127.0.0.1:9")
+    forged = NodeRecord(**{**good.__dict__, "url": "http://127.0.0.1:6"})
+    dht.store_raw(record_key(31337, 2), forged.address, forged.encode(), time.time() + 600)
+    nodes = [*validators, *miners]
+    _drive(ledger, nodes, until_round=4)
+    while 4 not in ledger.checkpoints:
+        for v in validators:
+            v.step()
+    assert validators[0].discovery.refused >= 2
+
+    honest = [m.address for m in miners[:2]]
+    junk = miners[2].address
+    # round 1 is the join round: the miners registered after it opened
+    assert ledger.rounds[1].commits == {}
+    for r in (2, 3):
+        s = ledger.rounds[r].settlement
+        assert s is not None
+        assert set(s.consensus) == {*honest, junk}, (
+            r,
+            [m.state.record(3) for m in miners],
+            [v.last_error for v in validators],
+            [m.last_error for m in miners],
+        )
+        for m in honest:
+            assert s.consensus[m] > 0 and s.miner_rewards[m] > 0
+        assert s.consensus[junk] == 0 and s.miner_rewards[junk] == 0
+        v = validators[0].state.verdict(r, junk)
+        assert v is not None and v["stage"] == "format" and v["provable"]
+        assert v["reason"].split(":")[0] in {
+            "BadMagic",
+            "TruncatedUpdate",
+            "MalformedHeader",
+            "UpdateTooLarge",
+        }
+    # theta advanced and was certified by both validators' signatures
+    assert ledger.checkpoints[3] != ledger.checkpoints[2] and ledger.checkpoints[4] != ledger.checkpoints[3]
+    assert validators[0].state.checkpoint(4) == validators[1].state.checkpoint(4)
+    # the provable junk was slashed by a quorum
+    assert ledger.slashed.get(junk, 0) >= 1
+
+
+def test_restarted_miner_does_not_commit_twice(network) -> None:  # type: ignore[no-untyped-def]
+    ledger, dht, validators, miners, spec, tmp = network
+    m0 = miners[0]
+    r = ledger.round
+    # finish the round's certificate so round r is open with a checkpoint
+    while ledger.checkpoints.get(r) is None:
+        for v in validators:
+            v.step()
+        ledger.mine(1)
+    m0.step()  # trains and commits round r
+    assert m0.state.committed(r)
+    m0.stop()
+    coord = MemoryCoordinator(ledger, m0.address)
+    again = MinerNode(MinerConfig(data_dir=tmp / "m0"), spec, coord, Discovery(31337, KEYS[2], dht)).start()
+    again.step()
+    again.step()
+    assert list(ledger.rounds[r].commits).count(m0.address) == 1
+    assert again.state.record(r)["status"] == "committed"
+    again.stop()
