@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dipaco", dest="mode", action="store_const", const="dipaco", help="same as --mode dipaco"
     )
-    p.add_argument("--inner-steps", type=int, default=30, help="H, inner steps per round (default 30)")
+    p.add_argument("--inner-steps", type=int, default=60, help="H, inner steps per round (default 60)")
     p.add_argument(
         "--segments", type=int, default=2, help="transcript steps each validator replays per miner"
     )

@@ -48,7 +48,7 @@ class DevnetConfig:
     validators: int = 2
     mode: str = "moe"
     """``moe`` or ``dipaco``."""
-    inner_steps: int = 30
+    inner_steps: int = 60
     """H: inner steps per round."""
     batch_size: int = 8
     segments_per_miner: int = 2
