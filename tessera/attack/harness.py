@@ -56,7 +56,7 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
 
     board: dict[tuple[int, str], bytes] = field(default_factory=dict)
 
-    def announce(self, round: int, role: str, url: str, serves: Any, ttl: int = 3600) -> Any:
+    def announce(self, round: int, role: str, url: str, serves: Any, ttl: int = 3600, **_: Any) -> Any:
         """Sign and publish (replaces this node's record of the round)."""
         from protocol.records import make_record
 
@@ -72,8 +72,8 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
         self.board[(round, rec.address)] = rec.encode()
         return rec
 
-    def find(self, round: int) -> list[Any]:
-        """Valid records of a round (every one decoded strictly)."""
+    def find(self, round: int, fresh: bool = False, **_: Any) -> list[Any]:
+        """Valid records of a round (every one decoded strictly; the board is always fresh)."""
         from protocol.records import RecordError, decode_record
 
         out = []
@@ -87,7 +87,9 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
                 self.errors.append(str(exc))
         return out
 
-    def urls_for(self, round: int, kind: str, digest: str, *, address: str | None = None) -> list[str]:
+    def urls_for(
+        self, round: int, kind: str, digest: str, *, address: str | None = None, **_: Any
+    ) -> list[str]:
         """URLs announcing ``digest`` of ``kind``."""
         want = digest.removeprefix("0x")
         return [
@@ -97,7 +99,7 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
             and any(s.kind == kind and s.digest.removeprefix("0x") == want for s in r.serves)
         ]
 
-    def url_of(self, round: int, address: str) -> str | None:
+    def url_of(self, round: int, address: str, **_: Any) -> str | None:
         """The URL ``address`` announced for a round."""
         for r in self.find(round):
             if r.address.lower() == address.lower():

@@ -225,8 +225,14 @@ def run_suite(
     t0 = time.perf_counter()
     spec = spec or tiny_spec()
     base_sc = get("baseline")
-    baseline = run_scenario(base_sc, rounds, spec)
-    results = [evaluate(base_sc, baseline, baseline)]
+    baseline: NetworkRun | None
+    try:
+        baseline = run_scenario(base_sc, rounds, spec)
+        results = [evaluate(base_sc, baseline, baseline)]
+    except Exception as exc:  # reported like any other scenario; the others run without a reference
+        log.error("baseline failed: %s", exc, exc_info=True)
+        baseline = None
+        results = [_failed(base_sc, rounds, exc)]
 
     def save() -> None:
         if out is None:
