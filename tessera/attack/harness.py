@@ -72,7 +72,7 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
         self.board[(round, rec.address)] = rec.encode()
         return rec
 
-    def find(self, round: int, fresh: bool = False, **_: Any) -> list[Any]:
+    def find(self, round: int, fresh: bool = False, **kw: Any) -> list[Any]:
         """Valid records of a round (every one decoded strictly; the board is always fresh)."""
         from protocol.records import RecordError, decode_record
 
