@@ -285,8 +285,10 @@ class ValidatorNode:
             self._prefetch(r)
         elif st.phase == Phase.SCORE_COMMIT:
             self.phase = "verify"
-            self._verify_all(st, theta)
-            if not self._pending or st.block >= st.deadline - RETRY_MARGIN_BLOCKS:
+            complete = self._verify_all(st, theta)
+            late = self.coord.current().block >= st.deadline - RETRY_MARGIN_BLOCKS
+            if (complete and not self._pending) or late:
+                # near the deadline, commit what was verified (the rest scores 0) rather than miss the phase
                 self._commit_scores(r)
         elif st.phase == Phase.SCORE_REVEAL:
             self.phase = "score-reveal"
@@ -389,13 +391,14 @@ class ValidatorNode:
                 except TransferError:
                     pass
 
-    def _verify_all(self, st: RoundState, theta: _Theta) -> None:
+    def _verify_all(self, st: RoundState, theta: _Theta) -> bool:
+        """Verify every committed update not judged yet; False if the deadline cut it short."""
         r = st.round
         if self.state.round(r).get("scores") is not None:
-            return
+            return True
         if st.seed is None:
             log.warning("round %d: in SCORE_COMMIT without a seed", r)
-            return
+            return False
         commits = self.coord.update_commitments(r)
         log.info("round %d: verifying %d committed updates", r, len(commits))
         ctx = RoundContext(
@@ -412,9 +415,16 @@ class ValidatorNode:
             registry=self.coord.miners(r),
         )
         t0 = time.perf_counter()
+        complete = True
         for miner in sorted(commits, key=lambda a: int(a, 16)):
             if self.state.verdict(r, miner) is not None:
                 continue
+            if self.coord.current().block >= st.deadline - RETRY_MARGIN_BLOCKS:
+                log.warning(
+                    "round %d: score-commit deadline near; %s left unverified (scored 0)", r, miner[:10]
+                )
+                complete = False
+                break
             url = self._miner_url(r, miner)
 
             def fetch_state(digest: str, url: str | None = url) -> dict[str, Tensor]:
@@ -459,6 +469,7 @@ class ValidatorNode:
         with COMPUTE_LOCK:
             before = heldout_loss(self.spec, self.dataset, theta.params)
         self.state.set(r, verify_seconds=round(time.perf_counter() - t0, 4), heldout_before=round(before, 6))
+        return complete
 
     def _slash(self, v: Verdict) -> None:
         evidence = keccak(

@@ -281,9 +281,9 @@ class Devnet:
             "--key-env", "TESSERA_DEVNET_DEPLOYER_KEY",
             "--out", str(self.deployment_path),
             "--genesis-checkpoint", genesis,
-            "--commit-blocks", str(cfg.commit_blocks),
+            "--commit-blocks", str(max(cfg.commit_blocks, 5 * cfg.miners)),
             "--reveal-blocks", str(cfg.reveal_blocks),
-            "--score-commit-blocks", str(cfg.score_commit_blocks),
+            "--score-commit-blocks", str(max(cfg.score_commit_blocks, 4 * cfg.miners)),
             "--score-reveal-blocks", str(cfg.score_reveal_blocks),
         ]  # fmt: skip
         for name, k in keys.items():
