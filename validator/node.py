@@ -285,7 +285,7 @@ class ValidatorNode:
             self._prefetch(r)
         elif st.phase == Phase.SCORE_COMMIT:
             self.phase = "verify"
-            complete = self._verify_all(st, theta)
+            complete = self._verify_all(st, theta) is not False
             late = self.coord.current().block >= st.deadline - RETRY_MARGIN_BLOCKS
             if (complete and not self._pending) or late:
                 # near the deadline, commit what was verified (the rest scores 0) rather than miss the phase
@@ -391,8 +391,9 @@ class ValidatorNode:
                 except TransferError:
                     pass
 
-    def _verify_all(self, st: RoundState, theta: _Theta) -> bool:
-        """Verify every committed update not judged yet; False if the deadline cut it short."""
+    def _verify_all(self, st: RoundState, theta: _Theta) -> bool | None:
+        """Verify every committed update not judged yet; False if the deadline cut it short (None, from
+        subclasses that do not say, counts as complete)."""
         r = st.round
         if self.state.round(r).get("scores") is not None:
             return True
