@@ -207,9 +207,18 @@ class Network:
                 raise AttackError(f"unknown role {p.role!r}")
 
     def start(self) -> None:
-        """Start every node (HTTP servers, registration)."""
+        """Start every node (HTTP servers, registration), then open round 1 with everyone registered.
+
+        A miner joins from the first round that opens after its registration; a scenario's genesis is
+        taken to happen once every participant has registered (as a launch would arrange it).
+        """
         for p in self.participants:
             p.node.start()
+        led = self.ledger
+        if led.round == 1 and hasattr(led, "round_open"):
+            led.mine(1)
+            led.round_open[1] = led.block
+            led.phase_start = led.block
 
     def stop(self) -> None:
         """Stop every node and remove the work directory."""
