@@ -214,6 +214,8 @@ def write_report(report: dict[str, Any], workdir: Path) -> None:
     ax[1][1].axhline(5, color="r", ls="--", lw=0.8, label="5% target")
     ax[1][1].set_title("validator compute / miner training compute (%)")
     ax[1][1].legend(fontsize=7)
+    for a in ax.flat:
+        a.set_xticks(rs)
     fig.tight_layout()
     fig.savefig(workdir / "report.png", dpi=90)
     plt.close(fig)

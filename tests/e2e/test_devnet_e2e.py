@@ -96,6 +96,24 @@ def test_two_rounds_with_crashes(tmp_path: Path) -> None:
         assert mc.balance_of(m0.address) == before + owed
         assert mc.account_info(m0.address).owed == 0
 
+        # slashing through the coordinator: one validator proposes on an evidence hash, the other votes
+        from protocol.chaincoord import ChainCoordinator
+
+        dep = Deployment.load(net.deployment_path)
+        coords = [
+            ChainCoordinator(Chain.connect(dep, Account.from_key(net.nodes[v].key), rpc_url=net.anvil.rpc_url),
+                             net.nodes[v].key)
+            for v in ("validator0", "validator1")
+        ]  # fmt: skip
+        target = net.nodes["miner2"].address
+        stake_before = chain.account_info(target).stake
+        evidence = b"\x42" * 32
+        assert coords[0].slash(target, evidence)
+        assert coords[1].slash(target, evidence)
+        assert not coords[1].slash(target, evidence)  # counted once
+        assert chain.account_info(target).stake < stake_before
+        assert len(chain.events("Slashed")) == 1
+
         # the bad records were refused and every node is still up and serving
         refused = [(net.get(n, "/status") or {}).get("dht_refused_records", 0) for n in validators.values()]
         assert max(refused) >= 1
