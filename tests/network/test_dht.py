@@ -83,3 +83,16 @@ def test_bad_bootstrap_peer_is_a_typed_error() -> None:
 def test_not_running() -> None:
     with pytest.raises(DHTNotRunningError):
         DHTNode(DHTConfig()).lookup(1, 1)
+
+
+def test_rejoin_after_split(pair: tuple[DHTNode, DHTNode]) -> None:
+    a, _ = pair
+    c = DHTNode(DHTConfig(initial_peers=tuple(a.visible_maddrs()), start_timeout=30)).start()
+    try:
+        c.rejoin()  # the retry path for a node that lost its peers
+        assert c.running and c.peer_count() >= 1
+        rec = make_record(KEY_B, chain_id=31337, role="validator", round=21, url="http://127.0.0.1:9")
+        c.announce(rec)
+        assert a.lookup(31337, 21).records == [rec]
+    finally:
+        c.shutdown()

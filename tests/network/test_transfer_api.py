@@ -131,3 +131,15 @@ def test_timeout() -> None:
 def test_bad_digest_string() -> None:
     with pytest.raises(BadDigestError):
         fetch_blob("http://127.0.0.1:1", "../../etc/passwd")
+
+
+def test_backoff_between_attempts() -> None:
+    sleeps: list[float] = []
+    with pytest.raises(PeerUnavailableError):
+        fetch_blob(
+            "http://127.0.0.1:1",
+            "0x" + "00" * 32,
+            policy=FetchPolicy(attempts=3, backoff=0.5, timeout=0.5),
+            sleep=sleeps.append,
+        )
+    assert sleeps == [0.5, 1.0]
