@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # The configuration the figures are about (see docs/training.md for why).
 CHOSEN: dict[str, Any] = {
     "inner_steps": 30,
-    "codec": {"name": "topk", "chunk": 4096, "topk": 32, "bits": 2, "transform": "none", "ef_beta": 1.0},
+    "codec": {"name": "topk", "chunk": 4096, "topk": 32, "bits": 2, "transform": "dct", "ef_beta": 1.0},
     "outer": {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"},
 }
 
@@ -297,9 +297,9 @@ def tradeoff_grid(full: bool) -> list[tuple[str, int, dict[str, Any] | None, dic
     nest = {"lr": 0.7, "momentum": 0.9, "nesterov": True, "merge": "mean"}
     c = CHOSEN["codec"]
     grid: list[tuple[str, int, dict[str, Any] | None, dict[str, Any]]] = [
-        ("chosen: top-32/4096 2b EF, average", CHOSEN["inner_steps"], c, avg),
+        ("chosen: top-32/4096 2b DCT, EF, average", CHOSEN["inner_steps"], c, avg),
         ("fp32 DiLoCo, average", 30, None, avg),
-        ("top-32 2b EF, Nesterov 0.7/0.9", 30, c, nest),
+        ("top-32 2b DCT, EF, Nesterov 0.7/0.9", 30, c, nest),
     ]
     if full:
         grid += [
@@ -309,7 +309,7 @@ def tradeoff_grid(full: bool) -> list[tuple[str, int, dict[str, Any] | None, dic
             ("top-16 2b", 30, {**c, "topk": 16}, avg),
             ("top-64 2b", 30, {**c, "topk": 64}, avg),
             ("top-32 8b", 30, {**c, "bits": 8}, avg),
-            ("top-32 2b, DCT 64x64", 30, {**c, "transform": "dct"}, avg),
+            ("top-32 2b, no DCT", 30, {**c, "transform": "none"}, avg),
             ("top-2/256 2b (small chunks)", 30, {**c, "chunk": 256, "topk": 2}, avg),
             ("top-32 2b, H=15", 15, c, avg),
             ("top-32 2b, H=60", 60, c, avg),

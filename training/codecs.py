@@ -345,6 +345,14 @@ class ErrorFeedback:
             encs[name], sent[name] = enc, dec
         return encs, sent
 
+    def settle(self, sent: Mapping[str, Tensor], applied: Mapping[str, Tensor]) -> None:
+        """With ``feedback='applied'``: move what was sent but not applied back into memory.
+
+        ``applied[name]`` is theta_r - theta_{r+1} for the parameters this miner sent.
+        """
+        for name, s in sent.items():
+            self.buffers[name] = self.buffers[name] + s - applied[name].float()
+
     def state_dict(self) -> dict[str, Tensor]:
         """Buffers as ``ef/<name>`` (a miner persists them to resume)."""
         return {f"ef/{k}": v.clone() for k, v in self.buffers.items()}

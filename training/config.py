@@ -136,6 +136,10 @@ class CodecConfig:
     """``dct``: select and quantise in the 2-D DCT-II basis of 64x64 tiles (DeMo); ``none``: as is."""
     ef_beta: float = 1.0
     """Error-feedback decay: the miner accumulates ``e = ef_beta * e + delta`` and sends C(e)."""
+    feedback: Literal["sent", "applied"] = "sent"
+    """What the miner subtracts from its error-feedback memory: what it ``sent`` (classic error feedback)
+    or what the merge ``applied`` to those values (read from the next checkpoint), so the part of its
+    update that averaging with miners who sent nothing there shrank away stays in memory."""
 
     def __post_init__(self) -> None:
         if self.name not in ("dense", "topk"):
@@ -150,6 +154,8 @@ class CodecConfig:
             raise ConfigError("the dct transform needs the topk codec")
         if self.transform == "dct" and self.chunk != 4096:
             raise ConfigError("the dct transform works on 64x64 tiles: chunk must be 4096")
+        if self.feedback not in ("sent", "applied"):
+            raise ConfigError(f"unknown feedback {self.feedback!r}")
         if not 0.0 <= self.ef_beta <= 1.0:
             raise ConfigError("ef_beta must lie in [0, 1]")
 

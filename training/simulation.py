@@ -136,6 +136,7 @@ class Simulation:
         """Run one outer round and move ``self.params`` to theta_{r+1}."""
         contributions: list[tuple[float, dict[str, Tensor]]] = []
         base_digest = state_digest(self.params) if self.transport is not None else b""
+        sent_by: dict[str, dict[str, Tensor]] = {}
         sent_bytes, bits, losses, tokens = 0, [], [], 0
         for miner, a in sorted(self.assignments(round_index).items()):
             res = train_inner(
@@ -165,9 +166,14 @@ class Simulation:
                 nbytes = payload // 8
             sent_bytes += nbytes
             contributions.append((1.0, delta))
+            sent_by[miner] = delta
             losses.extend(res.losses)
             tokens += res.tokens
+        old = self.params
         self.params = self.outer.step(self.params, merge(contributions, self.run.outer.merge))
+        if self.compress and self.run.codec.feedback == "applied":
+            for miner, sent in sent_by.items():
+                self.feedback[miner].settle(sent, {n: old[n] - self.params[n] for n in sent})
         loss = float("nan")
         if evaluate_after:
             load_params(self.model, self.params)

@@ -26,7 +26,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topk", type=int, default=32, help="values kept per chunk")
     p.add_argument("--chunk", type=int, default=4096, help="values per chunk")
     p.add_argument("--bits", type=int, default=2, choices=[2, 4, 8, 32], help="bits per kept value")
-    p.add_argument("--dct", action="store_true", help="select in the 2-D DCT basis of 64x64 tiles")
+    p.add_argument(
+        "--transform",
+        choices=["dct", "none"],
+        default="dct",
+        help="select values in the 2-D DCT basis of 64x64 tiles (needs --chunk 4096) or as they are",
+    )
     p.add_argument("--ef-beta", type=float, default=1.0, help="error-feedback decay")
     p.add_argument("--no-compress", action="store_true", help="send fp32 pseudo-gradients (plain DiLoCo)")
     p.add_argument(
@@ -78,7 +83,7 @@ def run_config(args: argparse.Namespace, rounds: int) -> Any:
         chunk=args.chunk,
         topk=args.topk,
         bits=args.bits,
-        transform="dct" if args.dct else "none",
+        transform=args.transform,
         ef_beta=args.ef_beta,
     )
     return RunConfig(model, inner, outer, codec)

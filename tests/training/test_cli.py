@@ -22,6 +22,8 @@ TINY = [
     "256",
     "--topk",
     "4",
+    "--transform",
+    "none",
 ]
 
 
