@@ -393,7 +393,10 @@ def _safetensors_header_len(payload: bytes, caps: UpdateCaps) -> None:
         raise InvalidPayload("safetensors header is not JSON") from exc
     if not isinstance(meta, dict):
         raise InvalidPayload("safetensors header is not an object")
-    end = max((int(v["data_offsets"][1]) for k, v in meta.items() if k != "__metadata__"), default=0)
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in meta.items() if k != "__metadata__"), default=0)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise InvalidPayload("safetensors header has malformed tensor entries") from exc
     if 8 + n + end > len(payload):
         raise TruncatedUpdate("payload ends inside the tensor data")
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import save as st_save
 
 from protocol import update as wire
@@ -37,6 +40,11 @@ def _update(codec: CodecConfig = CODEC) -> wire.Update:
         512,
     )
     return wire.Update(header, tensors)
+
+
+@functools.cache
+def _valid() -> bytes:
+    return wire.encode_update(_update())
 
 
 def _frame(header: bytes, payload: bytes) -> bytes:
@@ -186,6 +194,9 @@ def test_invalid_payload() -> None:
     header, _ = _parts(wire.encode_update(up))
     with pytest.raises(wire.InvalidPayload):
         wire.decode_update(_frame(dumps_canonical(header), struct.pack("<Q", 2) + b"[]"))
+    for bad in (b'{"idx":{}}', b'{"idx":{"data_offsets":"x"}}', b"[1, 2"):
+        with pytest.raises(wire.InvalidPayload):
+            wire.decode_update(_frame(dumps_canonical(header), struct.pack("<Q", len(bad)) + bad))
 
 
 def test_errors_are_protocol_errors() -> None:
@@ -215,3 +226,17 @@ def test_canonical_json() -> None:
         loads_canonical(b'{"x":1.5}')
     with pytest.raises(CanonicalJSONError):
         loads_canonical(b'{"b":1,"a":2}')
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_mutated_bytes_raise_only_update_errors(data: st.DataObject) -> None:
+    raw = bytearray(_valid())
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(raw)))
+    try:
+        wire.decode_update(bytes(raw[:cut]) if data.draw(st.booleans()) else bytes(raw))
+    except wire.UpdateError:
+        pass
