@@ -310,7 +310,12 @@ def tradeoff_grid(full: bool) -> list[tuple[str, int, dict[str, Any] | None, dic
             ("top-64 2b", 30, {**c, "topk": 64}, avg),
             ("top-32 8b", 30, {**c, "bits": 8}, avg),
             ("top-32 2b, no DCT", 30, {**c, "transform": "none"}, avg),
-            ("top-2/256 2b (small chunks)", 30, {**c, "chunk": 256, "topk": 2}, avg),
+            (
+                "top-2/256 2b (small chunks, no DCT)",
+                30,
+                {**c, "chunk": 256, "topk": 2, "transform": "none"},
+                avg,
+            ),
             ("top-32 2b, H=15", 15, c, avg),
             ("top-32 2b, H=60", 60, c, avg),
             ("top-256 8b", 30, {**c, "topk": 256, "bits": 8}, avg),
