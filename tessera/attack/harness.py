@@ -107,6 +107,17 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
         return None
 
 
+@dataclass
+class Fault:
+    """Kill participant ``participant`` (an index) when round ``round`` reaches phase ``phase`` (its int
+    value), and start a fresh node from its data directory: what ``kill -9`` and a restart do."""
+
+    round: int
+    phase: int
+    participant: int
+    done: bool = False
+
+
 #: Builds a miner node: (config, spec, coordinator, discovery) -> node.
 MinerFactory = Callable[..., Any]
 #: Builds a validator node: (config, spec, coordinator, discovery, private key) -> node.
@@ -162,14 +173,13 @@ class Network:
     ) -> None:
         from eth_account import Account
 
-        from protocol.coordinator import MemoryCoordinator, MemoryLedger
+        from protocol.coordinator import MemoryLedger
         from protocol.tensorblob import tensors_digest
 
         self.spec = spec or tiny_spec()
         self.participants = participants
         self._tmp = tempfile.TemporaryDirectory(prefix="tessera-attack-") if workdir is None else None
-        self.dir = Path(self._tmp.name) if self._tmp else workdir  # type: ignore[assignment]
-        assert self.dir is not None
+        self.dir: Path = Path(self._tmp.name) if self._tmp is not None else Path(str(workdir))
         genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
         self.ledger = MemoryLedger(
             bytes.fromhex(tensors_digest(genesis)[2:]),
@@ -180,31 +190,54 @@ class Network:
         self.board: dict[tuple[int, str], bytes] = {}
         self.on_step = on_step
         self.errors: list[str] = []
-        vo = validator_overrides or {}
+        self._vo = validator_overrides or {}
+        self.faults: list[Fault] = []
         for i, p in enumerate(participants):
             p.key = _key(i)
             p.address = Account.from_key(p.key).address
-            coord: Any = MemoryCoordinator(self.ledger, p.address)
-            disc = BoardDiscovery(self.ledger.chain_id, p.key, board=self.board)
-            data_dir = self.dir / f"{p.role}-{i}"
-            if p.role == "miner":
-                from miner.config import MinerConfig
-                from miner.node import MinerNode
+            p.node = self._build(p, i)
 
-                mcfg = MinerConfig(
-                    data_dir=data_dir, dht=False, stake=p.stake, fetch_timeout=5.0, fetch_attempts=1
-                )
-                p.node = (p.factory or MinerNode)(mcfg, self.spec, coord, disc)
-            elif p.role == "validator":
-                from validator.config import ValidatorConfig
-                from validator.node import ValidatorNode
+    def _build(self, p: Participant, i: int) -> Any:
+        """A node for participant ``i`` (again after a crash: same key, same data directory)."""
+        from protocol.coordinator import MemoryCoordinator
 
-                vcfg = ValidatorConfig(
-                    data_dir=data_dir, dht=False, stake=p.stake, fetch_timeout=5.0, fetch_attempts=1, **vo
-                )
-                p.node = (p.factory or ValidatorNode)(vcfg, self.spec, coord, disc, p.key)
-            else:
-                raise AttackError(f"unknown role {p.role!r}")
+        coord: Any = MemoryCoordinator(self.ledger, p.address)
+        disc = BoardDiscovery(self.ledger.chain_id, p.key, board=self.board)
+        data_dir = self.dir / f"{p.role}-{i}"
+        if p.role == "miner":
+            from miner.config import MinerConfig
+            from miner.node import MinerNode
+
+            mcfg = MinerConfig(
+                data_dir=data_dir, dht=False, stake=p.stake, fetch_timeout=5.0, fetch_attempts=1
+            )
+            return (p.factory or MinerNode)(mcfg, self.spec, coord, disc)
+        if p.role == "validator":
+            from validator.config import ValidatorConfig
+            from validator.node import ValidatorNode
+
+            vcfg = ValidatorConfig(
+                data_dir=data_dir, dht=False, stake=p.stake, fetch_timeout=5.0, fetch_attempts=1, **self._vo
+            )
+            return (p.factory or ValidatorNode)(vcfg, self.spec, coord, disc, p.key)
+        raise AttackError(f"unknown role {p.role!r}")
+
+    def _inject(self) -> None:
+        """Crash and restart participants whose fault is due (round and phase reached)."""
+        led = self.ledger
+        for f in self.faults:
+            if f.done or led.round != f.round or int(led.phase) != f.phase:
+                continue
+            i = f.participant
+            p = self.participants[i]
+            p.node.stop()  # the process dies: its in-memory state is lost, its data directory stays
+            p.node = self._build(p, i)
+            p.node.start()
+            f.done = True
+            self.errors.append(
+                f"fault injected: restarted {p.role} {p.address[:10]} in round {f.round} phase {f.phase}"
+            )
+            log.info("fault: restarted %s %s in round %d phase %d", p.role, p.address[:10], f.round, f.phase)
 
     def start(self) -> None:
         """Start every node (HTTP servers, registration), then open round 1 with everyone registered.
@@ -269,6 +302,7 @@ class Network:
             if now - t0 > timeout:
                 stalled = f"timeout after {timeout:.0f}s in round {led.round} ({led.phase.name}); uncertified {uncertified}"
                 break
+            self._inject()
             self._step_all()
             if self.on_step is not None:
                 self.on_step(self)

@@ -94,7 +94,10 @@ def _fill_board(sc: Scenario) -> Any:
 
 def run_scenario(sc: Scenario, rounds: int, spec: Any = None, timeout: float = 900.0) -> NetworkRun:
     """Run one scenario's network for ``rounds`` rounds."""
+    from tessera.attack.harness import Fault
+
     net = Network(sc.build(), spec=spec or tiny_spec(), on_step=_fill_board(sc))
+    net.faults = [Fault(r, ph, who) for r, ph, who in sc.faults]
     net.start()
     try:
         return net.run(rounds, timeout=timeout)
@@ -160,6 +163,16 @@ def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> Scen
         res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
     if sc.kind in ("miner", "validator") and base:
         res.checks["heldout_within_1%"] = abs(rel) <= 0.01
+    if sc.kind == "fault":
+        for rnd, _phase, who in sc.faults:
+            p = run.participants[who]
+            nxt = run.ledger.rounds.get(rnd + 1)
+            s = nxt.settlement if nxt is not None else None
+            got = (
+                0 if s is None else s.miner_rewards.get(p.address, 0) + s.validator_rewards.get(p.address, 0)
+            )
+            res.checks[f"restarted_{p.role}_paid_in_round_{rnd + 1}"] = got > 0
+        res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
     if sc.kind == "validator":
         res.validator = _validator_figures(run)
         res.checks.update(res.validator.pop("checks"))

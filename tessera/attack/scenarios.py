@@ -51,6 +51,8 @@ class Scenario:
     board: Board = field(default_factory=Board)
     tee: bool = False
     """Validators check TEE evidence (development root)."""
+    faults: list[tuple[int, int, int]] = field(default_factory=list)
+    """Crash-and-restart faults: (round, phase, participant index); see ``harness.Fault``."""
 
 
 def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
@@ -229,7 +231,31 @@ def _build_registry() -> dict[str, Scenario]:
                  lambda: [*_honest(2, 0),
                           Participant("validator", "silent-validator", VALIDATOR_STAKE, _validator_factory(SilentValidator)),
                           *_honest(0, 3)]))  # fmt: skip
+    # faults: participant 0 is a validator, 2 the first honest miner (see _honest)
+    for label, rnd, phase, who in (
+        ("fault-miner-crash-commit", 2, 0, 2),
+        ("fault-miner-crash-reveal", 2, 1, 2),
+        ("fault-validator-crash-verify", 2, 2, 0),
+        ("fault-validator-crash-reveal", 2, 3, 0),
+    ):
+        add(Scenario(label, "fault", f"kill -9 and restart participant {who} in round {rnd}, phase {phase}",
+                     lambda: _honest(), faults=[(rnd, phase, who)]))  # fmt: skip
+    add(Scenario("fault-corrupt-server", "miner", "a miner serves bytes that do not match its commitment",
+                 lambda: [*_honest(), _adversary("corrupt-server", _CorruptServer())], provable=False))  # fmt: skip
     return s
+
+
+class _CorruptServer(Withholder):
+    """Serves its committed update with one byte flipped (a faulty or malicious peer)."""
+
+    name = "corrupt-server"
+
+    def served_update(self, ctx: Any, data: bytes) -> bytes:
+        """One flipped byte in the middle."""
+        b = bytearray(data)
+        if b:
+            b[len(b) // 2] ^= 0x01
+        return bytes(b)
 
 
 def _copier(sc: Scenario) -> list[Participant]:
