@@ -23,7 +23,9 @@ def test_registry_builds_participants() -> None:
         parts = sc.build()
         roles = {p.role for p in parts}
         assert roles == {"miner", "validator"}, name
-        assert sum(p.label != "honest" for p in parts) >= (0 if name == "baseline" else 1), name
+        wanted = 0 if sc.kind in ("baseline", "fault") else 1
+        assert sum(p.label != "honest" for p in parts) >= wanted, name
+        assert sc.kind != "fault" or sc.faults, name
 
 
 def test_unknown_scenario_is_a_typed_error() -> None:
