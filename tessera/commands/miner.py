@@ -30,8 +30,11 @@ def _run(args: argparse.Namespace) -> int:
     from miner.node import MinerNode, simulated_evidence
     from protocol.discovery import Discovery
     from protocol.runspec import RunSpec
+    from tessera.attack.miners import register_all
     from tessera.nodes import connect, overrides_from_args, run_until_signal, start_dht
 
+    # make the adversarial modes selectable (``--behaviour NAME``) before the node builds its behaviour
+    register_all()
     cfg = load_miner_config(args.config, overrides_from_args(args, MinerConfig))
     key = load_miner_key(cfg)
     spec = RunSpec.load(cfg.run_file)
