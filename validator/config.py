@@ -73,6 +73,9 @@ class ValidatorConfig:
     """Share of rounds an attested miner is recomputed."""
     min_own_gain: float = 0.0
     """Relative own-data loss drop an update must beat to score."""
+    usefulness_rel_norm: float = 0.01
+    """Usefulness is scored on the update rescaled to this norm relative to its modules' weights, so a
+    scaled update never scores higher (see validator.verify.VerifyPolicy)."""
     merge_method: str = "mean"
     """``mean`` (score-weighted, clipped) or ``trimmed_mean`` (coordinate-wise, Byzantine-robust)."""
     clip_factor: float = 2.0

@@ -138,6 +138,7 @@ class ValidatorNode:
             min_final_cosine=cfg.min_final_cosine,
             attested_check_probability=cfg.attested_check_probability,
             min_own_gain=cfg.min_own_gain,
+            usefulness_rel_norm=cfg.usefulness_rel_norm,
         )
         self.merge_policy = MergePolicy(cfg.merge_method, cfg.clip_factor, cfg.trim)
         self._ds: Dataset | None = None

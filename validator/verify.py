@@ -15,8 +15,9 @@ Stages, in order (the first failure decides; later, costlier stages are not run)
                  seed-chosen segments are replayed from the served start state and compared with the
                  served end state (both checked against the transcript digests); the final state agrees
                  in direction with the update (cosine >= ``min_final_cosine``);
-8. ``usefulness`` loss before/after applying the update on the miner's own batches and on held-out
-                 windows; the score is the relative loss drop on its own data, zero unless it beats
+8. ``usefulness`` loss before/after applying the update, rescaled to ``usefulness_rel_norm`` of the
+                 weights' norm (direction only: scaling an update cannot raise its score), on the
+                 miner's own batches and on held-out windows; the score is the relative loss drop on its own data, zero unless it beats
                  ``min_own_gain``, scaled down if the held-out gain is better than the own gain by more than
                  ``max_heldout_excess`` (a miner that trained on other data than assigned).
 
@@ -87,6 +88,11 @@ class VerifyPolicy:
     """Relative own-data loss drop an update must exceed to score above 0."""
     max_heldout_excess: float = 0.0
     """If the held-out gain exceeds the own gain by more than this, the score is scaled by own/held."""
+    usefulness_rel_norm: float = 0.01
+    """Usefulness is scored on the update rescaled to this norm relative to the assigned modules' weights
+    (``||delta'|| = usefulness_rel_norm * ||theta_assigned||``), so the score depends on the update's
+    direction only and multiplying an update never raises it (docs/security.md F9). 0.01 is of the order
+    of an honest update's relative norm (measured 0.003 to 0.016 per module after 6 inner steps)."""
 
 
 @dataclass
@@ -382,6 +388,27 @@ def _worst_rel_diff(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> tuple[s
     return worst
 
 
+def _normalised(
+    checkpoint: Mapping[str, Tensor], delta: Mapping[str, Tensor], rel_norm: float
+) -> dict[str, Tensor]:
+    """``delta`` rescaled (up or down, one factor for the whole update) to ``rel_norm`` times the norm of
+    the weights it touches (F9).
+
+    Why a fixed reference norm, rescaling both ways, rather than clipping to the merge's bound (or to the
+    round's median norm): clipping only shrinks, so an update under the bound still gains by being scaled
+    up to it, and a per-round median is not known while miners are verified one at a time (and a
+    cheater's own norm moves it). With one global factor the module proportions (the update's direction)
+    are kept and the score is a function of the direction alone: a scaled copy scores as the original.
+    The merge still clips the real contribution to ``clip_factor`` x the median (``validator.merge``).
+    """
+    dn = sum(float(d.double().pow(2).sum()) for d in delta.values())
+    wn = sum(float(checkpoint[k].double().pow(2).sum()) for k in delta)
+    if rel_norm <= 0 or dn <= 0 or wn <= 0:
+        return dict(delta)
+    factor = rel_norm * math.sqrt(wn) / math.sqrt(dn)
+    return {k: (d.double() * factor).to(d.dtype) for k, d in delta.items()}
+
+
 def _usefulness(
     ctx: RoundContext, v: Verdict, a: Assignment, delta: Mapping[str, Tensor], policy: VerifyPolicy
 ) -> None:
@@ -394,7 +421,7 @@ def _usefulness(
     n = batches.shape[0]
     pick = sorted({(i * n) // max(1, policy.eval_own_batches) for i in range(policy.eval_own_batches)})
     own = batches[pick]
-    after = _apply(ctx.checkpoint, delta)
+    after = _apply(ctx.checkpoint, _normalised(ctx.checkpoint, delta, policy.usefulness_rel_norm))
     own_before = _loss(model, ctx.checkpoint, own, a.path)
     own_after = _loss(model, after, own, a.path)
     key = a.shard if a.path is not None else -1

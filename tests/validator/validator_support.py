@@ -1,0 +1,89 @@
+"""One round's honest (and transformed) updates built by the miner's code, verified by the validator's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from miner.behaviour import Behaviour
+from miner.work import BuiltUpdate, build_update
+from protocol.coordinator import update_commitment
+from protocol.runspec import RunSpec
+from protocol.tensorblob import tensors_digest
+from training.config import InnerConfig
+from training.data import Dataset, prepare
+from validator.verify import RoundContext, Verdict, VerifyPolicy, verify_update
+
+CHAIN_ID = 31337
+CONTRACT = "0x" + "11" * 20
+MINERS = ["0x" + f"{i:040x}" for i in (0xA1, 0xB2)]
+VALIDATOR = "0x" + "c3" * 20
+
+
+@dataclass
+class Round:
+    spec: RunSpec
+    ds: Dataset
+    checkpoint: dict[str, Tensor]
+    digest: bytes
+    assign_seed: bytes = b"\x01" * 32
+    seed: bytes = b"\x02" * 32
+    round: int = 2
+
+    def ctx(self, validator: str = VALIDATOR) -> RoundContext:
+        return RoundContext(
+            spec=self.spec,
+            dataset=self.ds,
+            round=self.round,
+            chain_id=CHAIN_ID,
+            contract=CONTRACT,
+            validator=validator,
+            checkpoint=self.checkpoint,
+            checkpoint_digest=self.digest,
+            assign_seed=self.assign_seed,
+            seed=self.seed,
+            registry=MINERS,
+        )
+
+    def build(self, miner: str, behaviour: Behaviour | None = None) -> BuiltUpdate:
+        return build_update(
+            self.spec,
+            self.ds,
+            round=self.round,
+            miner=miner,
+            checkpoint=self.checkpoint,
+            checkpoint_digest=self.digest,
+            assign_seed=self.assign_seed,
+            registry=MINERS,
+            ef_state={},
+            behaviour=behaviour or Behaviour(),
+        )
+
+    def verify(
+        self, miner: str, built: BuiltUpdate, policy: VerifyPolicy, validator: str = VALIDATOR
+    ) -> Verdict:
+        commitment = update_commitment(CHAIN_ID, CONTRACT, self.round, miner, built.digest)
+        by_digest = {
+            "0x" + d.hex(): built.states[s]
+            for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
+        }
+        verdict, _ = verify_update(
+            self.ctx(validator),
+            miner,
+            commitment,
+            lambda: built.update,
+            lambda d: {k: v.clone() for k, v in by_digest[d].items()},
+            policy,
+        )
+        return verdict
+
+
+def make_round(steps: int = 6) -> Round:
+    torch.set_num_threads(1)
+    spec = RunSpec(inner=InnerConfig(steps=steps, transcript_interval=1))
+    ds = prepare(spec.load_corpus(), spec.model)
+    params = spec.genesis_params()
+    digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in params.items()})[2:])
+    return Round(spec, ds, params, digest)
