@@ -2,14 +2,17 @@
 
 The participants are the real node classes (``miner.node.MinerNode``, ``validator.node.ValidatorNode``,
 or their adversarial subclasses) with their real HTTP servers, state directories, verification, merge
-and certification. Two seams are replaced so that a scenario is fast and deterministic on 2 CPU cores:
+and certification. The chain is real by default (``chain="anvil"``): a fresh anvil with freshly deployed
+contracts per scenario, the nodes on ``protocol.chaincoord.ChainCoordinator`` (see
+:mod:`tessera.attack.chainnet`). ``chain="memory"`` swaps in :class:`protocol.coordinator.MemoryLedger`
+(the contract's semantics in memory), a fast option whose reports say ``chain: memory``. One seam is
+always replaced so that a scenario is deterministic on 2 CPU cores:
 
-- the chain is :class:`protocol.coordinator.MemoryLedger` (the contract's semantics in memory: phases,
-  sender-bound commitments, seed shares, stake-weighted lower median, pay-by-score, 2/3 slash votes);
 - discovery is a shared :class:`BoardDiscovery`: records are signed and every read goes through
   ``protocol.records.decode_record``'s strict validation, only the DHT transport is skipped.
 
-The nodes are stepped round-robin (one ``step()`` each, then one block) until the wanted number of
+The nodes are stepped round-robin (one ``step()`` each, then one block; on anvil the devnet's fast-forward
+mines the rest of a phase once every node has done its part) until the wanted number of
 rounds is settled and certified. Each ``step()`` is what the node's own ``run`` loop calls.
 """
 
@@ -157,7 +160,7 @@ class NetworkRun:
 
 
 class Network:
-    """Compose, step and observe a network of real nodes on a memory chain."""
+    """Compose, step and observe a network of real nodes on a fresh anvil chain (or a memory ledger)."""
 
     def __init__(
         self,
@@ -170,6 +173,7 @@ class Network:
         workdir: Path | None = None,
         validator_overrides: dict[str, Any] | None = None,
         on_step: Callable[[Network], None] | None = None,
+        chain: str = "anvil",
     ) -> None:
         from eth_account import Account
 
@@ -181,43 +185,70 @@ class Network:
         self._tmp = tempfile.TemporaryDirectory(prefix="tessera-attack-") if workdir is None else None
         self.dir: Path = Path(self._tmp.name) if self._tmp is not None else Path(str(workdir))
         genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
-        self.ledger = MemoryLedger(
-            bytes.fromhex(tensors_digest(genesis)[2:]),
-            phase_blocks=phase_blocks,
-            emission=emission,
-            validator_share_bps=validator_share_bps,
-        )
+        self.chain = chain
+        self.offset = 0
+        """Chain rounds before scenario round 1 (node state is keyed by chain rounds)."""
+        for i, p in enumerate(participants):
+            p.key = _key(i)
+            p.address = Account.from_key(p.key).address
+        self.ledger: Any
+        if chain == "memory":
+            self.ledger = MemoryLedger(
+                bytes.fromhex(tensors_digest(genesis)[2:]),
+                phase_blocks=phase_blocks,
+                emission=emission,
+                validator_share_bps=validator_share_bps,
+            )
+        elif chain == "anvil":
+            from tessera.attack.chainnet import OFFSET, AnvilLedger
+
+            self.offset = OFFSET
+            self.ledger = AnvilLedger(
+                [(p.key, 2 * p.stake) for p in participants],
+                tensors_digest(genesis),
+                phase_blocks=phase_blocks,
+                emission=emission,
+                validator_share_bps=validator_share_bps,
+                workdir=self.dir,
+            )
+        else:
+            raise AttackError(f"unknown chain {chain!r}: anvil or memory")
         self.board: dict[tuple[int, str], bytes] = {}
         self.on_step = on_step
         self.errors: list[str] = []
         self._vo = validator_overrides or {}
         self.faults: list[Fault] = []
-        for i, p in enumerate(participants):
-            p.key = _key(i)
-            p.address = Account.from_key(p.key).address
-            p.node = self._build(p, i)
+        try:
+            for i, p in enumerate(participants):
+                p.node = self._build(p, i)
+        except BaseException:
+            self._close_chain()
+            raise
 
     def _build(self, p: Participant, i: int) -> Any:
         """A node for participant ``i`` (again after a crash: same key, same data directory)."""
         from protocol.coordinator import MemoryCoordinator
 
-        coord: Any = MemoryCoordinator(self.ledger, p.address)
+        coord: Any = (
+            MemoryCoordinator(self.ledger, p.address)
+            if self.chain == "memory"
+            else self.ledger.coordinator(p.key)
+        )
+        stake = p.stake if self.chain == "memory" else p.stake * 10**18
         disc = BoardDiscovery(self.ledger.chain_id, p.key, board=self.board)
         data_dir = self.dir / f"{p.role}-{i}"
         if p.role == "miner":
             from miner.config import MinerConfig
             from miner.node import MinerNode
 
-            mcfg = MinerConfig(
-                data_dir=data_dir, dht=False, stake=p.stake, fetch_timeout=5.0, fetch_attempts=1
-            )
+            mcfg = MinerConfig(data_dir=data_dir, dht=False, stake=stake, fetch_timeout=5.0, fetch_attempts=1)
             return (p.factory or MinerNode)(mcfg, self.spec, coord, disc)
         if p.role == "validator":
             from validator.config import ValidatorConfig
             from validator.node import ValidatorNode
 
             vcfg = ValidatorConfig(
-                data_dir=data_dir, dht=False, stake=p.stake, fetch_timeout=5.0, fetch_attempts=1, **self._vo
+                data_dir=data_dir, dht=False, stake=stake, fetch_timeout=5.0, fetch_attempts=1, **self._vo
             )
             return (p.factory or ValidatorNode)(vcfg, self.spec, coord, disc, p.key)
         raise AttackError(f"unknown role {p.role!r}")
@@ -260,8 +291,35 @@ class Network:
                 p.node.stop()
             except Exception as exc:  # best effort at teardown
                 log.warning("stopping %s: %s", p.label, exc)
+        self._close_chain()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+    def _close_chain(self) -> None:
+        if self.chain == "anvil":
+            self.ledger.close()
+
+    def _served(self, chain_round: int) -> int:
+        """Miners serving their update of ``chain_round`` (their state directory says so)."""
+        n = 0
+        for p in self.participants:
+            if p.role != "miner":
+                continue
+            try:
+                n += p.node.state.rounds().get(chain_round, {}).get("status") == "served"
+            except (AttributeError, OSError, ValueError):
+                pass
+        return n
+
+    def _advance_chain(self) -> None:
+        """One block, or on anvil the rest of the phase if every node has done its part."""
+        led = self.ledger
+        if self.chain == "anvil":
+            nv = sum(1 for p in self.participants if p.role == "validator")
+            miners = {p.address for p in self.participants if p.role == "miner"}
+            if led.fast_forward(nv, miners, self._served):
+                return
+        led.mine(1)
 
     def _step_all(self) -> None:
         from miner.errors import MinerError
@@ -306,7 +364,7 @@ class Network:
             self._step_all()
             if self.on_step is not None:
                 self.on_step(self)
-            led.mine(1)
+            self._advance_chain()
         run = self._observe(rounds, time.perf_counter() - t0)
         run.stalled = stalled
         return run
@@ -320,8 +378,9 @@ class Network:
             honest_v[0].node if honest_v else next(p.node for p in self.participants if p.role == "validator")
         )
         heldout = []
+        checkpoints = self.ledger.checkpoints
         for r in range(1, rounds + 2):
-            digest = self.ledger.checkpoints.get(r)
+            digest = checkpoints.get(r)
             if digest is None:
                 continue
             hexd = "0x" + digest.hex()
@@ -334,12 +393,14 @@ class Network:
             heldout.append(heldout_loss(self.spec, ref.dataset, params))
         verdicts: dict[str, list[dict[str, Any]]] = {}
         for p in honest_v:
-            for r, rec in p.node.state.rounds().items():
+            for cr, rec in p.node.state.rounds().items():
+                r = int(cr) - self.offset
+                if r < 1:
+                    continue
                 for miner, v in rec.get("verdicts", {}).items():
                     verdicts.setdefault(miner.lower(), []).append(
                         {"round": r, "validator": p.address, "stage": v["stage"], "score": v["score"],
                          "provable": v.get("provable", False), "reason": v.get("reason", "")[:160]}
                     )  # fmt: skip
-        return NetworkRun(
-            rounds, self.participants, self.ledger, heldout, verdicts, seconds, list(self.errors)
-        )
+        ledger = self.ledger.snapshot() if self.chain == "anvil" else self.ledger
+        return NetworkRun(rounds, self.participants, ledger, heldout, verdicts, seconds, list(self.errors))

@@ -92,11 +92,14 @@ def _fill_board(sc: Scenario) -> Any:
     return hook
 
 
-def run_scenario(sc: Scenario, rounds: int, spec: Any = None, timeout: float = 900.0) -> NetworkRun:
-    """Run one scenario's network for ``rounds`` rounds."""
+def run_scenario(
+    sc: Scenario, rounds: int, spec: Any = None, timeout: float = 900.0, chain: str = "anvil"
+) -> NetworkRun:
+    """Run one scenario's network for ``rounds`` rounds on ``chain`` (``anvil``: a fresh anvil and
+    deployment; ``memory``: the in-memory ledger)."""
     from tessera.attack.harness import Fault
 
-    net = Network(sc.build(), spec=spec or tiny_spec(), on_step=_fill_board(sc))
+    net = Network(sc.build(), spec=spec or tiny_spec(), on_step=_fill_board(sc), chain=chain)
     net.faults = [Fault(r, ph, who) for r, ph, who in sc.faults]
     net.start()
     try:
@@ -228,9 +231,17 @@ def _failed(sc: Scenario, rounds: int, exc: BaseException) -> ScenarioResult:
 
 
 def run_suite(
-    names: Sequence[str], rounds: int, out: Path | None = None, spec: Any = None, progress: Any = None
+    names: Sequence[str],
+    rounds: int,
+    out: Path | None = None,
+    spec: Any = None,
+    progress: Any = None,
+    chain: str = "anvil",
 ) -> list[ScenarioResult]:
     """Run the baseline and each named scenario; write JSON to ``out`` (after every scenario) if given.
+
+    ``chain``: ``anvil`` (default: each scenario on a fresh anvil with freshly deployed contracts) or
+    ``memory`` (the in-memory ledger; the report says so).
 
     A scenario whose network fails is reported with ``checks = {"ran": False}`` and the error; the
     suite goes on with the next one.
@@ -240,7 +251,7 @@ def run_suite(
     base_sc = get("baseline")
     baseline: NetworkRun | None
     try:
-        baseline = run_scenario(base_sc, rounds, spec)
+        baseline = run_scenario(base_sc, rounds, spec, chain=chain)
         results = [evaluate(base_sc, baseline, baseline)]
     except Exception as exc:  # reported like any other scenario; the others run without a reference
         log.error("baseline failed: %s", exc, exc_info=True)
@@ -252,6 +263,7 @@ def run_suite(
             return
         out.parent.mkdir(parents=True, exist_ok=True)
         doc = {
+            "chain": chain,
             "rounds": rounds,
             "seconds": round(time.perf_counter() - t0, 1),
             "spec": spec.to_json(),
@@ -267,7 +279,7 @@ def run_suite(
             continue
         sc = get(name)
         try:
-            run = run_scenario(sc, rounds, spec)
+            run = run_scenario(sc, rounds, spec, chain=chain)
             results.append(evaluate(sc, run, baseline))
         except Exception as exc:  # a crashed scenario is a finding, not the end of the suite
             log.error("scenario %s failed: %s", name, exc, exc_info=True)

@@ -1,10 +1,13 @@
 """``tessera attack``: run the attack suite and print who earned, lost and was caught.
 
-tessera attack --all [--rounds N] [--out attack.json]
+tessera attack --all [--rounds N] [--out attack.json] [--chain anvil|memory]
 tessera attack free-rider-zero lazy-33 [--rounds N]
 tessera attack --quick              # tiny model, 2 rounds, a few scenarios (CI)
 tessera attack --list
 tessera attack --model [--fraction F ...]   # the detection/profit model only (no network)
+
+Each scenario runs on a fresh local anvil with freshly deployed contracts (``--chain anvil``, the
+default); ``--chain memory`` is a fast in-memory ledger, and its report says ``chain: memory``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--quick", action="store_true", help=f"2 rounds of {', '.join(QUICK)}")
     p.add_argument("--rounds", type=int, default=3, help="rounds per scenario (default 3)")
     p.add_argument("--out", type=Path, default=Path("attack-report.json"), help="JSON report path")
+    p.add_argument(
+        "--chain",
+        choices=("anvil", "memory"),
+        default="anvil",
+        help="anvil (default): a fresh anvil + deployed contracts per scenario; memory: in-memory ledger (fast)",
+    )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--model", action="store_true", help="print the detection/profit model table and exit")
     p.add_argument("--segments", type=int, default=3, help="--model: transcript segments per update")
@@ -84,7 +93,14 @@ def _run(args: argparse.Namespace) -> int:
         verdict = "ok" if all(res.checks.values()) else "FAIL"
         print(f"  {res.name}: {res.seconds:.0f}s {verdict}", file=sys.stderr, flush=True)
 
-    results = run_suite(names, rounds, out=args.out, progress=progress)
+    label = (
+        "anvil (fresh local chain + deployed contracts per scenario)"
+        if args.chain == "anvil"
+        else ("memory (IN-MEMORY LEDGER, not a real chain)")
+    )
+    print(f"chain: {label}", file=sys.stderr, flush=True)
+    results = run_suite(names, rounds, out=args.out, progress=progress, chain=args.chain)
+    print(f"chain: {label}")
     print(table(results))
     print(f"report: {args.out}")
     failed = [r.name for r in results if not all(r.checks.values())]

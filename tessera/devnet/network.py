@@ -263,38 +263,24 @@ class Devnet:
         return ports
 
     def _rpc(self, method: str, params: list[Any]) -> Any:
-        r = httpx.post(
-            self.anvil.rpc_url,
-            json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
-            timeout=30,
-        )
-        doc = r.json()
-        if "error" in doc:
-            raise DevnetError(f"anvil {method}: {doc['error']}")
-        return doc.get("result")
+        return anvil_rpc(self.anvil.rpc_url, method, params)
 
     def _deploy(self, keys: dict[str, str], genesis: str) -> None:
         cfg = self.cfg
-        cmd = [
-            sys.executable, "-m", "tessera", "contracts", "deploy",
-            "--rpc-url", self.anvil.rpc_url,
-            "--key-env", "TESSERA_DEVNET_DEPLOYER_KEY",
-            "--out", str(self.deployment_path),
-            "--genesis-checkpoint", genesis,
-            "--commit-blocks", str(max(cfg.commit_blocks, 5 * cfg.miners)),
-            "--reveal-blocks", str(cfg.reveal_blocks),
-            "--score-commit-blocks", str(max(cfg.score_commit_blocks, 4 * cfg.miners)),
-            "--score-reveal-blocks", str(cfg.score_reveal_blocks),
-        ]  # fmt: skip
+        fund = {}
         for name, k in keys.items():
             if name.startswith("validator"):
-                cmd += ["--fund", f"{Account.from_key(k).address}={2000 * 10**18}"]
+                fund[Account.from_key(k).address] = 2000 * 10**18
             elif name.startswith("miner"):
-                cmd += ["--fund", f"{Account.from_key(k).address}={200 * 10**18}"]
-        env = {**os.environ, "TESSERA_DEVNET_DEPLOYER_KEY": keys["deployer"]}
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=300)
-        if r.returncode != 0:
-            raise DevnetError(f"deploy failed: {r.stderr.strip()[-2000:]}")
+                fund[Account.from_key(k).address] = 200 * 10**18
+        params = {
+            "genesis_checkpoint": genesis,
+            "commit_blocks": max(cfg.commit_blocks, 5 * cfg.miners),
+            "reveal_blocks": cfg.reveal_blocks,
+            "score_commit_blocks": max(cfg.score_commit_blocks, 4 * cfg.miners),
+            "score_reveal_blocks": cfg.score_reveal_blocks,
+        }
+        deploy_contracts(self.anvil.rpc_url, keys["deployer"], self.deployment_path, params, fund)
 
     # -- processes -------------------------------------------------------------------------------------
     def spawn(self, name: str) -> None:
@@ -363,38 +349,9 @@ class Devnet:
         """Mine the rest of the phase when every node has done its part; True if blocks were mined."""
         if not self.cfg.fast_forward:
             return False
-        from protocol.chain import Phase
-
-        st = self.chain.round_state()
-        block = self.chain.block_number()
-        if st.phase == Phase.FINALIZE or block > st.deadline:
-            return False
-        r = st.round
+        alive = {n.address for n in self.nodes.values() if n.role == "miner" and n.alive()}
         nv = sum(1 for n in self.nodes.values() if n.role == "validator" and n.alive())
-        opened = min(
-            (e.block_number for e in self.chain.events("PhaseAdvanced", round=r) if int(e.phase) == 0),
-            default=0,
-        )
-        joined = {str(e.account) for e in self.chain.events("Registered") if e.block_number < opened}
-        nm = sum(1 for n in self.nodes.values() if n.role == "miner" and n.alive() and n.address in joined)
-        done = False
-        if st.phase == Phase.COMMIT:
-            seeds = len(self.chain.events("SeedCommitted", round=r))
-            done = st.commits >= nm and seeds >= nv and self.chain.checkpoint(r) != b"\0" * 32
-        elif st.phase == Phase.REVEAL:
-            done = st.seed_reveals >= nv and self._miners_served(r) >= st.commits
-        elif st.phase == Phase.SCORE_COMMIT:
-            done = len(self.chain.events("ScoresCommitted", round=r)) >= nv
-        elif st.phase == Phase.SCORE_REVEAL:
-            done = st.score_reveals >= nv
-        if done:
-            # re-check that the phase did not move meanwhile (someone advanced it): never eat the next one
-            again = self.chain.round_state()
-            block = self.chain.block_number()
-            if (again.round, again.phase) == (st.round, st.phase) and block <= again.deadline:
-                self._rpc("anvil_mine", [hex(again.deadline - block + 1)])
-                return True
-        return False
+        return fast_forward_phase(self.chain, self.anvil.rpc_url, nv, alive, self._miners_served)
 
     def _miners_served(self, r: int) -> int:
         served = 0
@@ -447,3 +404,64 @@ class Devnet:
         if self.anvil is not None:
             self.anvil.stop()
             self.anvil = None
+
+
+def anvil_rpc(rpc_url: str, method: str, params: list[Any]) -> Any:
+    """One JSON-RPC call to anvil (``anvil_mine``, ``anvil_setBalance``...); raises :class:`DevnetError`."""
+    r = httpx.post(rpc_url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, timeout=30)
+    doc = r.json()
+    if "error" in doc:
+        raise DevnetError(f"anvil {method}: {doc['error']}")
+    return doc.get("result")
+
+
+def deploy_contracts(
+    rpc_url: str, deployer_key: str, out: Path, params: dict[str, Any], fund: dict[str, int]
+) -> None:
+    """Deploy through ``tessera contracts deploy`` (``params``: NetworkParams fields) and fund accounts."""
+    cmd = [sys.executable, "-m", "tessera", "contracts", "deploy", "--rpc-url", rpc_url,
+           "--key-env", "TESSERA_DEVNET_DEPLOYER_KEY", "--out", str(out)]  # fmt: skip
+    for name, value in params.items():
+        cmd += ["--" + name.replace("_", "-"), str(value)]
+    for addr, wei in fund.items():
+        cmd += ["--fund", f"{addr}={wei}"]
+    env = {**os.environ, "TESSERA_DEVNET_DEPLOYER_KEY": deployer_key}
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=300)
+    if r.returncode != 0:
+        raise DevnetError(f"deploy failed: {r.stderr.strip()[-2000:]}")
+
+
+def fast_forward_phase(chain: Any, rpc_url: str, nv: int, miners: set[str], miners_served: Any) -> bool:
+    """Mine the rest of the phase when ``nv`` validators and the live ``miners`` (addresses) have done
+    their part; ``miners_served(round)`` counts miners serving their update. True if blocks were mined."""
+    from protocol.chain import Phase
+
+    st = chain.round_state()
+    block = chain.block_number()
+    if st.phase == Phase.FINALIZE or block > st.deadline:
+        return False
+    r = st.round
+    opened = min(
+        (e.block_number for e in chain.events("PhaseAdvanced", round=r) if int(e.phase) == 0),
+        default=0,
+    )
+    joined = {str(e.account) for e in chain.events("Registered") if e.block_number < opened}
+    nm = len(set(miners) & joined)
+    done = False
+    if st.phase == Phase.COMMIT:
+        seeds = len(chain.events("SeedCommitted", round=r))
+        done = st.commits >= nm and seeds >= nv and chain.checkpoint(r) != b"\0" * 32
+    elif st.phase == Phase.REVEAL:
+        done = st.seed_reveals >= nv and miners_served(r) >= st.commits
+    elif st.phase == Phase.SCORE_COMMIT:
+        done = len(chain.events("ScoresCommitted", round=r)) >= nv
+    elif st.phase == Phase.SCORE_REVEAL:
+        done = st.score_reveals >= nv
+    if done:
+        # re-check that the phase did not move meanwhile (someone advanced it): never eat the next one
+        again = chain.round_state()
+        block = chain.block_number()
+        if (again.round, again.phase) == (st.round, st.phase) and block <= again.deadline:
+            anvil_rpc(rpc_url, "anvil_mine", [hex(again.deadline - block + 1)])
+            return True
+    return False
