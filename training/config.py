@@ -49,6 +49,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("dense", "moe", "dipaco"):
             raise ConfigError(f"unknown model mode {self.mode!r}")
+        if self.n_heads < 1:
+            raise ConfigError("n_heads must be positive")
         if self.d_model % self.n_heads:
             raise ConfigError("d_model must be divisible by n_heads")
         if self.mode == "moe" and not 1 <= self.top_k <= self.n_experts:

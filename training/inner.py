@@ -215,6 +215,12 @@ def _steps(
         ce, total = lm_loss(model, batches[s], assignment.path)
         opt.zero_grad(set_to_none=True)
         total.backward()
+        # An expert that routed no token this step has no gradient, and AdamW would skip it: its own step
+        # count would then drift from the transcript's single ``adam_step`` and no replay could match.
+        # A zero gradient keeps every trained parameter on the same AdamW clock.
+        for p in plist:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         if inner_cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(plist, inner_cfg.grad_clip, foreach=False)
         opt.step()

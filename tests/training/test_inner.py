@@ -7,6 +7,7 @@ import torch
 from training_fixtures import tiny_inner, tiny_model
 
 from training.assignment import assign
+from training.config import InnerConfig
 from training.corpus import load_bundled_corpus
 from training.data import miner_batches, prepare
 from training.digest import state_digest
@@ -76,3 +77,24 @@ def test_lr_schedule() -> None:
     assert lr_at(inner, 0) == pytest.approx(inner.lr / 2)
     assert lr_at(inner, 1) == pytest.approx(inner.lr)
     assert lr_at(inner, 10_000) == pytest.approx(inner.lr * inner.min_lr_ratio)
+
+
+def test_replay_exact_when_an_assigned_expert_routes_no_token(corpus) -> None:  # type: ignore[no-untyped-def]
+    """Regression (F2): an expert with no token in a step must stay on the shared AdamW clock.
+
+    Many experts, top-1 routing and one short sequence per step leave some assigned expert idle in some
+    step; every transcript segment must still replay to the committed digest.
+    """
+    from dataclasses import replace
+
+    cfg = replace(tiny_model("moe"), n_experts=16, top_k=1, seq_len=4)
+    inner = InnerConfig(steps=8, batch_size=1, warmup_steps=2, total_steps=60, transcript_interval=1)
+    ds = prepare(corpus, cfg)
+    a = assign(b"seed", ["m0"], cfg)["m0"]
+    batches = miner_batches(ds, b"seed", a, inner.steps, inner.batch_size, cfg.seq_len)
+    theta = param_state(build_model(cfg))
+    t = train_inner(cfg, inner, theta, a, batches, round_index=0, keep_states=True).transcript
+    for start in t.steps[:-1]:
+        end = t.segment_end(start)
+        state = replay_segment(cfg, inner, theta, a, batches, 0, t.states[start], end)
+        assert state_digest(state) == t.digests[t.steps.index(end)], f"segment {start}->{end}"
