@@ -25,6 +25,7 @@ from safetensors.torch import save as st_save
 from torch import Tensor
 
 from miner.errors import MinerStateError
+from protocol.canonical import CanonicalJSONError, check_json_depth
 from protocol.transfer import BlobStore, atomic_write
 
 PREPARED = "prepared"
@@ -46,8 +47,10 @@ class MinerState:
         self._doc: dict[str, Any] = {"version": 1, "rounds": {}}
         if self._file.exists():
             try:
-                doc = json.loads(self._file.read_text())
-            except (OSError, ValueError) as exc:
+                text = self._file.read_text()
+                check_json_depth(text)
+                doc = json.loads(text)
+            except (OSError, ValueError, RecursionError, CanonicalJSONError) as exc:
                 raise MinerStateError(f"cannot read {self._file}: {exc}") from exc
             if (
                 not isinstance(doc, dict)

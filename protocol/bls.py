@@ -18,15 +18,24 @@ structs split each 64-byte element into two ``bytes32`` words, which :func:`g1_w
 from __future__ import annotations
 
 import secrets
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eth_typing import BLSPubkey, BLSSignature
-from py_ecc.bls import G2Basic
-from py_ecc.bls.g2_primitives import pubkey_to_G1, signature_to_G2
-from py_ecc.optimized_bls12_381 import normalize
 
 from protocol.errors import ProtocolError
+
+# py_ecc runs ``sys.setrecursionlimit(100000)`` at import. With that limit CPython's C JSON decoder
+# overflows the C stack (SIGSEGV) on deeply nested input instead of raising RecursionError, so restore
+# the interpreter's limit (BLS sign/verify/aggregate need no deep recursion).
+_recursion_limit = sys.getrecursionlimit()
+try:
+    from py_ecc.bls import G2Basic
+    from py_ecc.bls.g2_primitives import pubkey_to_G1, signature_to_G2
+    from py_ecc.optimized_bls12_381 import normalize
+finally:
+    sys.setrecursionlimit(_recursion_limit)
 
 
 class BlsError(ProtocolError):

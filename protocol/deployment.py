@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from protocol.canonical import CanonicalJSONError, check_json_depth
 from protocol.errors import ProtocolError
 
 DEPLOYMENT_VERSION = 1
@@ -185,10 +186,12 @@ class Deployment:
         """Reads and strictly parses a deployment file."""
         p = Path(path)
         try:
-            data = json.loads(p.read_text())
+            text = p.read_text()
+            check_json_depth(text)
+            data = json.loads(text)
         except FileNotFoundError as exc:
             raise DeploymentError(f"deployment file {p} not found (run `tessera contracts deploy`)") from exc
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, RecursionError, CanonicalJSONError) as exc:
             raise DeploymentError(f"cannot read deployment file {p}: {exc}") from exc
         return cls.from_json(data, str(p))
 

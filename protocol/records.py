@@ -19,6 +19,7 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_utils import is_checksum_address
 
+from protocol.canonical import CanonicalJSONError, check_json_depth
 from protocol.errors import ProtocolError
 
 #: Domain separator signed together with the body, so a record signature is good for nothing else.
@@ -186,8 +187,9 @@ def decode_record(
     if len(data) > MAX_RECORD_BYTES:
         raise MalformedRecordError(f"record of {len(data)} bytes exceeds {MAX_RECORD_BYTES}")
     try:
+        check_json_depth(data)
         doc = json.loads(bytes(data).decode("ascii"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (CanonicalJSONError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise MalformedRecordError(f"record is not ASCII JSON: {exc}") from exc
     _require(isinstance(doc, dict), "record must be a JSON object")
     _require(set(doc) == _RECORD_KEYS, f"record keys must be exactly {sorted(_RECORD_KEYS)}")

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import Tensor
 
-from protocol.canonical import dumps_canonical
+from protocol.canonical import CanonicalJSONError, check_json_depth, dumps_canonical
 from protocol.errors import ProtocolError
 from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, from_dict, to_dict
 from training.errors import TrainingError
@@ -116,9 +116,12 @@ class RunSpec:
     def load(cls, path: str | Path) -> RunSpec:
         """Read a ``run.json``."""
         try:
-            return cls.from_json(json.loads(Path(path).read_text()))
-        except (OSError, ValueError) as exc:
+            text = Path(path).read_text()
+            check_json_depth(text)
+            doc = json.loads(text)
+        except (OSError, ValueError, RecursionError, CanonicalJSONError) as exc:
             raise RunSpecError(f"cannot read run spec {path}: {exc}") from exc
+        return cls.from_json(doc)
 
     def genesis_params(self) -> dict[str, Tensor]:
         """theta_0."""

@@ -20,6 +20,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor
 
+from protocol.canonical import CanonicalJSONError, check_json_depth
 from protocol.errors import ProtocolError
 from training.digest import state_digest
 
@@ -46,11 +47,12 @@ def decode_tensors(data: bytes, max_bytes: int = MAX_TENSOR_BLOB) -> dict[str, T
     if n > min(len(data) - 8, 16 * 1024 * 1024):
         raise TensorBlobError("tensor blob header length is out of range")
     try:
+        check_json_depth(data[8 : 8 + n])
         meta = json.loads(data[8 : 8 + n])
         if not isinstance(meta, dict):
             raise ValueError("header is not an object")
         return dict(st_load(data))
-    except (SafetensorError, ValueError, RuntimeError) as exc:
+    except (CanonicalJSONError, SafetensorError, ValueError, RuntimeError, RecursionError) as exc:
         raise TensorBlobError(f"tensor blob does not parse: {exc}") from exc
 
 

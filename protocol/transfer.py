@@ -114,6 +114,42 @@ def _stream_one(
     return data
 
 
+def get_capped(url: str, *, max_bytes: int, timeout: float, client: httpx.Client | None = None) -> bytes:
+    """``GET url`` and return the body of a 200 answer, refusing more than ``max_bytes`` while reading.
+
+    For small JSON answers of untrusted peers (e.g. a validator's ``/signatures/{round}``): raises
+    :class:`BlobTooLargeError` on an oversize (or oversize-announced) body, :class:`FetchTimeoutError`,
+    :class:`PeerUnavailableError` (unreachable, 5xx), :class:`BlobNotFoundError` (404) or
+    :class:`TransferError` (any other status).
+    """
+    own = client is None
+    cl = client or httpx.Client(follow_redirects=False)
+    try:
+        with cl.stream("GET", url, timeout=timeout) as resp:
+            if resp.status_code == 404:
+                raise BlobNotFoundError(f"{url}: not found")
+            if resp.status_code >= 500:
+                raise PeerUnavailableError(f"{url}: HTTP {resp.status_code}")
+            if resp.status_code != 200:
+                raise TransferError(f"{url}: HTTP {resp.status_code}")
+            announced = resp.headers.get("content-length")
+            if announced is not None and announced.isdigit() and int(announced) > max_bytes:
+                raise BlobTooLargeError(f"{url}: announces {announced} bytes > cap {max_bytes}")
+            buf = bytearray()
+            for chunk in resp.iter_bytes():
+                buf.extend(chunk)
+                if len(buf) > max_bytes:
+                    raise BlobTooLargeError(f"{url}: body exceeds cap {max_bytes}")
+    except httpx.TimeoutException as exc:
+        raise FetchTimeoutError(f"{url}: timed out after {timeout}s") from exc
+    except httpx.HTTPError as exc:
+        raise PeerUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if own:
+            cl.close()
+    return bytes(buf)
+
+
 def fetch_blob(
     urls: Sequence[str] | str,
     digest: str,

@@ -37,7 +37,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor
 
-from protocol.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
+from protocol.canonical import CanonicalJSONError, check_json_depth, dumps_canonical, loads_canonical
 from protocol.errors import ProtocolError
 from training.codecs import Encoded, decode, field_specs
 from training.config import CodecConfig
@@ -388,9 +388,10 @@ def _safetensors_header_len(payload: bytes, caps: UpdateCaps) -> None:
     if 8 + n > len(payload):
         raise TruncatedUpdate("payload ends inside the safetensors header")
     try:
+        check_json_depth(payload[8 : 8 + n])
         meta = json.loads(payload[8 : 8 + n])
-    except ValueError as exc:
-        raise InvalidPayload("safetensors header is not JSON") from exc
+    except (CanonicalJSONError, ValueError, RecursionError) as exc:
+        raise InvalidPayload(f"safetensors header is not JSON: {exc}") from exc
     if not isinstance(meta, dict):
         raise InvalidPayload("safetensors header is not an object")
     try:

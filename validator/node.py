@@ -32,7 +32,7 @@ import torch
 from eth_utils import keccak
 from torch import Tensor
 
-from protocol.canonical import dumps_canonical
+from protocol.canonical import check_json_depth, dumps_canonical
 from protocol.coordinator import SCORE_MAX, Coordinator, CoordinatorError, Phase, RoundState
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
@@ -47,7 +47,7 @@ from protocol.tensorblob import (
     tensor_blob_digest,
     tensors_digest,
 )
-from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
+from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob, get_capped
 from protocol.update import decode_update
 from training.data import Dataset, prepare
 from validator.config import ValidatorConfig
@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 #: Blocks before the SCORE_COMMIT deadline after which an unreachable miner's verdict becomes final.
 RETRY_MARGIN_BLOCKS = 4
+#: Largest accepted ``/signatures/{round}`` answer of a peer validator (a few hundred bytes in practice).
+MAX_SIGNATURE_RESPONSE_BYTES = 64 * 1024
 
 
 def dev_evidence_checker(chain_id: int, seed: bytes) -> CheckEvidence:
@@ -595,11 +597,17 @@ class ValidatorNode:
         validators = set(self.coord.validators())
         for url in sorted(peers):
             try:
-                doc = httpx.get(f"{url.rstrip('/')}/signatures/{p}", timeout=self.cfg.fetch_timeout).json()
+                body = get_capped(
+                    f"{url.rstrip('/')}/signatures/{p}",
+                    max_bytes=MAX_SIGNATURE_RESPONSE_BYTES,
+                    timeout=self.cfg.fetch_timeout,
+                )
+                check_json_depth(body)
+                doc = json.loads(body)
                 signer = str(doc["signer"])
                 if doc.get("digest") == digest and signer in validators:
                     sigs[signer] = bytes.fromhex(str(doc["signature"])[2:])
-            except (httpx.HTTPError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+            except (ProtocolError, httpx.HTTPError, ValueError, KeyError, TypeError, RecursionError):
                 continue
         if 3 * len(sigs) < 2 * len(validators):
             self.phase = f"certifying ({len(sigs)}/{len(validators)} signatures)"

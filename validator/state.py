@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from protocol.canonical import CanonicalJSONError, check_json_depth
 from protocol.transfer import BlobStore, atomic_write
 from validator.errors import ValidatorStateError
 
@@ -33,8 +34,10 @@ class ValidatorState:
         self._doc: dict[str, Any] = {"version": 1, "rounds": {}, "checkpoints": {}}
         if self._file.exists():
             try:
-                doc = json.loads(self._file.read_text())
-            except (OSError, ValueError) as exc:
+                text = self._file.read_text()
+                check_json_depth(text)
+                doc = json.loads(text)
+            except (OSError, ValueError, RecursionError, CanonicalJSONError) as exc:
                 raise ValidatorStateError(f"cannot read {self._file}: {exc}") from exc
             if not isinstance(doc, dict) or doc.get("version") != 1:
                 raise ValidatorStateError(f"{self._file} is not a validator state file")
