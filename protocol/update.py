@@ -379,6 +379,27 @@ def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
     )
 
 
+def _tensor_spans(meta: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """The ``(begin, end, name)`` data offsets of every tensor entry, checked for type; sorted."""
+    spans: list[tuple[int, int, str]] = []
+    for name, entry in meta.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise InvalidPayload(f"safetensors entry {name!r} is not an object")
+        offsets = entry.get("data_offsets")
+        if not isinstance(offsets, list) or len(offsets) != 2:
+            raise InvalidPayload(f"safetensors entry {name!r}: data_offsets is not a list of two integers")
+        begin, end = offsets
+        if not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in (begin, end)):
+            raise InvalidPayload(f"safetensors entry {name!r}: data_offsets are not non-negative integers")
+        if begin > end:
+            raise InvalidPayload(f"safetensors entry {name!r}: data_offsets [{begin}, {end}] are reversed")
+        spans.append((begin, end, name))
+    spans.sort()
+    return spans
+
+
 def _safetensors_header_len(payload: bytes, caps: UpdateCaps) -> None:
     if len(payload) < 8:
         raise TruncatedUpdate("payload shorter than the safetensors header length")
@@ -394,12 +415,18 @@ def _safetensors_header_len(payload: bytes, caps: UpdateCaps) -> None:
         raise InvalidPayload(f"safetensors header is not JSON: {exc}") from exc
     if not isinstance(meta, dict):
         raise InvalidPayload("safetensors header is not an object")
-    try:
-        end = max((int(v["data_offsets"][1]) for k, v in meta.items() if k != "__metadata__"), default=0)
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise InvalidPayload("safetensors header has malformed tensor entries") from exc
-    if 8 + n + end > len(payload):
-        raise TruncatedUpdate("payload ends inside the tensor data")
+    # The tensors' data must tile the data section exactly: in order, no gap, no overlap, no excess.
+    data_len = len(payload) - 8 - n
+    pos = 0
+    for begin, end, name in _tensor_spans(meta):
+        if end > data_len:
+            raise TruncatedUpdate(f"payload ends inside the tensor data of {name!r}")
+        if begin != pos:
+            kind = "overlaps the previous tensor" if begin < pos else "leaves a gap"
+            raise InvalidPayload(f"safetensors entry {name!r}: data_offsets [{begin}, {end}] {kind}")
+        pos = end
+    if pos != data_len:
+        raise InvalidPayload(f"safetensors tensors cover {pos} of the {data_len} data bytes")
 
 
 def decode_update(
