@@ -191,7 +191,7 @@ class Deployment:
             data = json.loads(text)
         except FileNotFoundError as exc:
             raise DeploymentError(f"deployment file {p} not found (run `tessera contracts deploy`)") from exc
-        except (OSError, json.JSONDecodeError, RecursionError, CanonicalJSONError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, CanonicalJSONError) as exc:
             raise DeploymentError(f"cannot read deployment file {p}: {exc}") from exc
         return cls.from_json(data, str(p))
 

@@ -78,6 +78,8 @@ class RunSpec:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RunSpec:
         """Parse; :class:`RunSpecError` on unknown or invalid fields."""
+        if not isinstance(doc, dict):
+            raise RunSpecError(f"run spec must be a JSON object, not {type(doc).__name__}")
         try:
             extra = set(doc) - {
                 "model",

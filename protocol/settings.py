@@ -85,9 +85,9 @@ def load_settings(
     if toml_path is not None:
         try:
             doc = tomllib.loads(Path(toml_path).read_text())
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise SettingsError(f"cannot read config file {toml_path}: {exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise SettingsError(f"config file {toml_path} is not valid TOML: {exc}") from exc
         if table is not None:
             doc = doc.get(table, {})
