@@ -23,12 +23,13 @@ sign the new checkpoint -> ``certify_checkpoint``. Anyone may call ``advance`` a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -37,13 +38,14 @@ from typing import Any, ClassVar, TypeVar
 import requests
 from eth_abi import decode as abi_decode
 from eth_abi import encode as abi_encode
+from eth_abi.exceptions import DecodingError
 from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak, to_checksum_address
 from hexbytes import HexBytes
 from web3 import Web3
-from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
+from web3.exceptions import ContractLogicError, TimeExhausted, Web3Exception, Web3RPCError
 
 from protocol import bls
 from protocol.consensus import settle
@@ -73,6 +75,26 @@ class NoAccountError(ChainError):
 
 class TransactionFailed(ChainError):
     """A transaction was mined but failed without a decodable reason (out of gas, ...)."""
+
+
+class MalformedResponseError(ChainError):
+    """The RPC endpoint answered a read with a result that does not decode (bad ABI words, bad JSON-RPC
+    format, an RPC error object, an out-of-range enum value, malformed logs)."""
+
+
+# What web3/eth-abi raise on a malformed JSON-RPC result (UnicodeEncodeError is a ValueError).
+_MALFORMED = (Web3Exception, DecodingError, ValueError, TypeError, KeyError, IndexError, OverflowError)
+
+
+@contextlib.contextmanager
+def _decoding(what: str) -> Iterator[None]:
+    """Turn the untyped errors of decoding an RPC result into :class:`MalformedResponseError`."""
+    try:
+        yield
+    except ProtocolError:
+        raise
+    except _MALFORMED as exc:
+        raise MalformedResponseError(f"{what}: malformed RPC response: {type(exc).__name__}: {exc}") from exc
 
 
 class ContractRevert(ChainError):
@@ -651,7 +673,8 @@ class Chain:
 
     def block_number(self) -> int:
         """Latest block number."""
-        return retrying(lambda: int(self.w3.eth.block_number), "eth_blockNumber")
+        with _decoding("eth_blockNumber"):
+            return retrying(lambda: int(self.w3.eth.block_number), "eth_blockNumber")
 
     def wait_for_block(self, block: int, poll: float = 0.5, timeout: float | None = None) -> int:
         """Blocks until the chain reaches ``block`` (e.g. ``round_state().deadline + 1``); returns the
@@ -667,10 +690,11 @@ class Chain:
 
     def _call(self, fn_name: str, *args: Any) -> Any:
         fn = getattr(self.network.functions, fn_name)(*args)
-        try:
-            return retrying(lambda: fn.call(), fn_name)
-        except ContractLogicError as exc:
-            raise decode_revert(fn_name, exc.data) from None
+        with _decoding(fn_name):
+            try:
+                return retrying(lambda: fn.call(), fn_name)
+            except ContractLogicError as exc:
+                raise decode_revert(fn_name, exc.data) from None
 
     def _transact(self, contract: Any, fn_name: str, *args: Any) -> TxResult:
         acct = self.account
@@ -749,14 +773,22 @@ class Chain:
         """The current round, phase and deadline."""
         r, phase, start, commits, seed_reveals, score_reveals = self._call("state")
         deadline = int(self._call("phaseDeadline"))
-        return RoundState(
-            int(r), Phase(phase), int(start), int(commits), int(seed_reveals), int(score_reveals), deadline
-        )
+        with _decoding("state"):
+            return RoundState(
+                int(r),
+                Phase(phase),
+                int(start),
+                int(commits),
+                int(seed_reveals),
+                int(score_reveals),
+                deadline,
+            )
 
     def account_info(self, address: str) -> AccountInfo:
         """Stake, owed rewards, last committed round, role and validator index of ``address``."""
         stake, owed, last, role, idx = self._call("accountOf", to_checksum_address(address))
-        return AccountInfo(int(stake), int(owed), int(last), Role(role), int(idx))
+        with _decoding("accountOf"):
+            return AccountInfo(int(stake), int(owed), int(last), Role(role), int(idx))
 
     def unbonding(self, address: str) -> UnbondingInfo:
         """Unbonding amount and the first block it can be withdrawn."""
@@ -816,11 +848,12 @@ class Chain:
             raise ChainError(f"unknown event {name!r}; known: {sorted(EVENT_TYPES)}")
         start = self.deployment.block if from_block is None else from_block
         event = getattr(self.network.events, name)
-        logs = retrying(
-            lambda: event.get_logs(from_block=start, to_block=to_block, argument_filters=filters or None),
-            name,
-        )
-        return [_decode_event(name, ev) for ev in logs]
+        with _decoding(f"{name} logs"):
+            logs = retrying(
+                lambda: event.get_logs(from_block=start, to_block=to_block, argument_filters=filters or None),
+                name,
+            )
+            return [_decode_event(name, ev) for ev in logs]
 
     def committed_miners(self, round_: int) -> list[UpdateCommitted]:
         """Update commitments of ``round_``, in ascending miner address order (the score vector order)."""
