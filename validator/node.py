@@ -33,7 +33,14 @@ from eth_utils import keccak
 from torch import Tensor
 
 from protocol.canonical import check_json_depth, dumps_canonical
-from protocol.coordinator import SCORE_MAX, Coordinator, CoordinatorError, Phase, RoundState
+from protocol.coordinator import (
+    SCORE_MAX,
+    Coordinator,
+    CoordinatorError,
+    Phase,
+    RoundState,
+    update_commitment,
+)
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
@@ -47,8 +54,8 @@ from protocol.tensorblob import (
     tensor_blob_digest,
     tensors_digest,
 )
-from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob, get_capped
-from protocol.update import decode_update
+from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob, get_capped, sha256_digest
+from protocol.update import decode_update, update_digest
 from training.data import Dataset, prepare
 from validator.config import ValidatorConfig
 from validator.errors import CertificationError, ValidatorError
@@ -195,6 +202,18 @@ class ValidatorNode:
                 "signer": self.address,
                 "signature": rec["signature"],
             }
+
+        @app.get(
+            "/updates/{round}/{miner}",
+            summary="The update this validator holds for a miner (bytes that matched its commitment)",
+        )
+        def held_update(round: int, miner: str) -> Any:
+            from fastapi.responses import Response
+
+            digest = self.state.round(round).get("updates", {}).get(miner)
+            if not digest or not self.public.has(digest):
+                raise HTTPException(status_code=404, detail="not held")
+            return Response(self.public.get(digest), media_type="application/octet-stream")
 
         @app.get("/verdicts/{round}", summary="Verdicts (with evidence) of a round")
         def verdicts(round: int) -> dict[str, Any]:
@@ -456,8 +475,11 @@ class ValidatorNode:
                 log.info("round %d: %s not verifiable yet (%s); retrying", r, miner[:10], verdict.reason)
                 continue
             self._pending.discard(miner)
-            if verdict.accepted and miner in self._cache.updates:
-                self.state.blobs.put(self._cache.updates[miner])
+            if verdict.digest and verdict.stage not in ("commit", "fetch", "digest"):
+                # keep every update whose bytes matched the commitment, accepted or not: the consensus may
+                # accept what this validator refused, and the merge must follow the consensus (F11)
+                if miner in self._cache.updates:
+                    self._keep_update(r, miner, self._cache.updates[miner])
             self.state.put_verdict(r, miner, verdict.to_json())
             self.metrics.verifications.labels(outcome=verdict.stage).inc()
             log.info(
@@ -553,16 +575,20 @@ class ValidatorNode:
             raise ValidatorError(f"round {p} has no settlement yet")
         t0 = time.perf_counter()
         contributions = []
+        commitments = {m.lower(): c for m, c in self.coord.update_commitments(p).items()}
+        # strictly the on-chain consensus: every miner with a positive consensus score, weighted by it, in
+        # a fixed order (robust_merge sorts by address), whatever this validator's own verdicts were (F11)
         for miner, score in sorted(s.consensus.items()):
             if score <= 0:
                 continue
-            v = self.state.verdict(p, miner)
-            digest = "0x" + v["digest"] if v and v.get("digest") else None
-            data = self._cache.updates.get(miner) if self._cache.round == p else None
-            if data is None and digest and self.state.blobs.has(digest):
-                data = self.state.blobs.get(digest)
+            commitment = commitments.get(miner.lower())
+            data = self._held_update(p, miner, commitment)
             if data is None:
-                raise ValidatorError(f"round {p}: update of {miner} (consensus {score}) is not held locally")
+                data = self._fetch_missing_update(p, miner, commitment)
+            if data is None:
+                raise ValidatorError(
+                    f"round {p}: update of {miner} (consensus {score}) is neither held nor served by a peer"
+                )
             contributions.append((float(score), miner, decode_update(data).pseudo_gradient()))
         with COMPUTE_LOCK:
             params, momentum = next_checkpoint(
@@ -585,6 +611,82 @@ class ValidatorNode:
         self.state.set(p, heldout_after=round(after, 6))
         self.discovery.announce(p + 1, "validator", self.url, [Served("checkpoint", digest, len(data))])
         log.info("round %d: merged %d updates into %s", p, len(contributions), digest[:18])
+
+    def _matches_commitment(self, p: int, miner: str, commitment: bytes | None, data: bytes) -> bool:
+        return commitment is not None and commitment == update_commitment(
+            self.coord.chain_id, self.coord.contract, p, miner, update_digest(data)
+        )
+
+    def _keep_update(self, p: int, miner: str, data: bytes) -> None:
+        """Store an update whose bytes matched its commitment; served to peers (``/blobs``, ``/updates``)."""
+        digest = self.public.put(data, digest_fn=sha256_digest)
+        held = dict(self.state.round(p).get("updates", {}))
+        if held.get(miner) != digest:
+            held[miner] = digest
+            self.state.set(p, updates=held)
+
+    def _held_update(self, p: int, miner: str, commitment: bytes | None) -> bytes | None:
+        """The update of ``miner`` in round ``p`` if held locally (and matching its commitment)."""
+        found: list[bytes] = []
+        if self._cache.round == p and miner in self._cache.updates:
+            found.append(self._cache.updates[miner])
+        v = self.state.verdict(p, miner)
+        digests = [self.state.round(p).get("updates", {}).get(miner)]
+        digests.append("0x" + v["digest"] if v and v.get("digest") else None)
+        for d in digests:
+            for store in (self.public, self.state.blobs):
+                if d and store.has(d):
+                    found.append(store.get(d))
+        return next((x for x in found if self._matches_commitment(p, miner, commitment, x)), None)
+
+    def _fetch_missing_update(self, p: int, miner: str, commitment: bytes | None) -> bytes | None:
+        """Fetch an update the consensus accepted but this validator does not hold: by digest from the
+        miner and the peer validators (``/blobs``), else from a peer's ``/updates/{p}/{miner}``. Whatever
+        arrives is checked against the on-chain commitment, so no peer has to be trusted."""
+        if commitment is None:
+            return None
+        digests: list[str] = []
+        v = self.state.verdict(p, miner)
+        if v and v.get("digest"):
+            digests.append("0x" + v["digest"])
+        records = [*self.discovery.find(p, fresh=True), *self.discovery.find(p + 1, fresh=True)]
+        for rec in records:
+            if rec.address.lower() == miner.lower() and rec.role == "miner":
+                d = rec.digest_of("update")
+                if d is not None and d not in digests:
+                    digests.append(d)
+        miner_urls = [rec.url for rec in records if rec.address.lower() == miner.lower()]
+        peers = [rec.url for rec in records if rec.role == "validator" and rec.address != self.address]
+        peers += [u for u in self.cfg.peer_urls if u != self.url]
+        peers = [u for u in dict.fromkeys(peers) if u != self.url]
+        for d in digests:
+            try:
+                data = fetch_blob([*dict.fromkeys(miner_urls), *peers], d, policy=self.fetch_policy)
+            except TransferError as exc:
+                log.info("round %d: update %s of %s not fetched: %s", p, d[:18], miner[:10], exc)
+                continue
+            if self._matches_commitment(p, miner, commitment, data):
+                self._keep_update(p, miner, data)
+                return data
+        for url in peers:
+            try:
+                with httpx.stream(
+                    "GET", f"{url.rstrip('/')}/updates/{p}/{miner}", timeout=self.cfg.fetch_timeout
+                ) as resp:
+                    if resp.status_code != 200:
+                        continue
+                    buf = bytearray()
+                    for chunk in resp.iter_bytes():
+                        buf += chunk
+                        if len(buf) > self.cfg.max_update_bytes:
+                            raise TransferError("update larger than max_update_bytes")
+            except (httpx.HTTPError, TransferError) as exc:
+                log.info("round %d: %s did not serve the update of %s: %s", p, url, miner[:10], exc)
+                continue
+            if self._matches_commitment(p, miner, commitment, bytes(buf)):
+                self._keep_update(p, miner, bytes(buf))
+                return bytes(buf)
+        return None
 
     def _certify(self, p: int, digest: str) -> None:
         sigs: dict[str, bytes] = {self.address: bytes.fromhex(self.state.round(p)["signature"][2:])}
