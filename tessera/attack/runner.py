@@ -334,4 +334,22 @@ def markdown(doc: dict[str, Any]) -> str:
         summary.append(
             f"| {res['name']} | {res['honest_share']:.4f} | {held:.4f} ({res['heldout_rel_diff']:+.2%}) | {checks} |"
         )
-    return "\n".join(summary) + "\n\n" + "\n".join(out)
+    chain = doc.get("chain", "memory")
+    head = [
+        f"chain: **{chain}**" + (" (in-memory ledger, not a real chain)" if chain == "memory" else ""),
+        "",
+        "| scenario | cheater reward (while cheating) | cheater stake slashed | cheater rounds detected | "
+        "honest miners' share | held-out loss vs honest |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for res in doc["scenarios"]:
+        bad = [r for r in res["rows"] if r["label"] not in HONEST_WORK]
+        det = f"{sum(r['detected_rounds'] for r in bad)}/{sum(r['rounds'] for r in bad)}" if bad else "-"
+        held = res["heldout"][-1] if res["heldout"] else float("nan")
+        live = "" if res["checks"].get("network_live", True) else " (stalled)"
+        head.append(
+            f"| {res['name']}{live} | {sum(r['reward_cheating'] for r in bad):.2f} | "
+            f"{sum(r['stake_slashed'] for r in bad):.1f} | {det} | {res['honest_share']:.4f} | "
+            f"{held:.4f} ({res['heldout_rel_diff']:+.2%}) |"
+        )
+    return "\n".join(head) + "\n\n" + "\n".join(summary) + "\n\n" + "\n".join(out)
