@@ -335,33 +335,94 @@ def _recompute(
     )
     replayed_steps = 0
     for i in segs:
-        start, end = get(i), get(i + 1)
         t0 = time.perf_counter()
-        try:
-            with COMPUTE_LOCK:
-                got = replay_segment(
-                    ctx.spec.model, ctx.spec.inner, ctx.checkpoint, a, batches, ctx.round, start, steps[i + 1]
-                )
-        except TrainingError as exc:
-            raise _Fail("recompute", f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
+        _replay_one(ctx, a, update, batches, get, policy, i, ev)
         replayed_steps += steps[i + 1] - steps[i]
         v.metrics["replay_seconds"] = v.metrics.get("replay_seconds", 0.0) + time.perf_counter() - t0
-        same = state_digest(got).hex() == digests[i + 1]
-        if not same and not _replay_matches(got, end, policy):
-            worst = _worst_rel_diff(got, end)
-            raise _Fail(
-                "recompute",
-                f"segment {steps[i]}..{steps[i + 1]} does not replay",
-                True,
-                **ev,
-                segment=[steps[i], steps[i + 1]],
-                start_digest=digests[i],
-                claimed=digests[i + 1],
-                replayed=state_digest(got).hex(),
-                worst_tensor=worst[0],
-                worst_rel_diff=worst[1],
-            )
     v.metrics["replayed_steps"] = replayed_steps
+
+
+def _replay_one(
+    ctx: RoundContext,
+    a: Assignment,
+    update: Update,
+    batches: Tensor,
+    get: Callable[[int], dict[str, Tensor]],
+    policy: VerifyPolicy,
+    i: int,
+    ev: dict[str, Any],
+) -> None:
+    """Replay transcript segment ``i`` (states ``i`` -> ``i + 1``); :class:`_Fail` (provable) if it fails."""
+    steps, digests = list(update.header.transcript_steps), list(update.header.transcript_digests)
+    start, end = get(i), get(i + 1)
+    try:
+        with COMPUTE_LOCK:
+            got = replay_segment(
+                ctx.spec.model, ctx.spec.inner, ctx.checkpoint, a, batches, ctx.round, start, steps[i + 1]
+            )
+    except TrainingError as exc:
+        raise _Fail("recompute", f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
+    same = state_digest(got).hex() == digests[i + 1]
+    if not same and not _replay_matches(got, end, policy):
+        worst = _worst_rel_diff(got, end)
+        raise _Fail(
+            "recompute",
+            f"segment {steps[i]}..{steps[i + 1]} does not replay",
+            True,
+            **ev,
+            segment=[steps[i], steps[i + 1]],
+            start_digest=digests[i],
+            claimed=digests[i + 1],
+            replayed=state_digest(got).hex(),
+            worst_tensor=worst[0],
+            worst_rel_diff=worst[1],
+        )
+
+
+def recheck_segment(
+    ctx: RoundContext,
+    miner: str,
+    update: Update,
+    fetch_state: FetchState,
+    policy: VerifyPolicy,
+    segment_start: int,
+) -> tuple[bool | None, str]:
+    """Re-run another validator's slashing evidence: the replay of the transcript segment that starts at
+    inner step ``segment_start`` of ``update`` (whose bytes the caller checked against the commitment).
+
+    Returns ``(True, reason)`` if the segment provably fails (the anchor or the replay), ``(False, "")`` if
+    it replays, ``(None, reason)`` if it cannot be decided (a state not served, a segment the transcript
+    does not have): vote only on ``True``.
+    """
+    h = update.header
+    steps, digests = list(h.transcript_steps), list(h.transcript_digests)
+    if miner not in ctx.registry or segment_start not in steps[:-1]:
+        return None, f"no segment starts at step {segment_start}"
+    i = steps.index(segment_start)
+    a = ctx.assignment(miner)
+
+    def get(j: int) -> dict[str, Tensor]:
+        try:
+            st = fetch_state("0x" + digests[j])
+        except Exception as exc:
+            raise _Fail("recompute", f"state at step {steps[j]} not served: {exc}", False) from exc
+        if state_digest(st).hex() != digests[j]:
+            raise _Fail("recompute", f"state at step {steps[j]} does not match the transcript", False)
+        return st
+
+    batches = miner_batches(
+        ctx.dataset,
+        ctx.assign_seed,
+        a,
+        ctx.spec.inner.steps,
+        ctx.spec.inner.batch_size,
+        ctx.spec.model.seq_len,
+    )
+    try:
+        _replay_one(ctx, a, update, batches, get, policy, i, {})
+    except _Fail as f:
+        return (True if f.provable else None), f.reason
+    return False, ""
 
 
 def _replay_matches(got: Mapping[str, Tensor], served: Mapping[str, Tensor], policy: VerifyPolicy) -> bool:
