@@ -92,6 +92,19 @@ def _commitment_copier(victim: Participant) -> Callable[..., Any]:
                 rd.commits[self.address] = theirs
                 self._tx()
 
+        if not isinstance(coord, MemoryCoordinator):  # the chain: copy the victim's commitment on-chain
+            from protocol.chaincoord import ChainCoordinator, _translate
+
+            class ChainCopyCommit(ChainCoordinator):
+                def commit_update(self, round: int, update_digest: bytes) -> None:
+                    theirs = self.update_commitments(round).get(victim.address)
+                    if theirs is None:  # victim has not committed yet: commit honestly
+                        super().commit_update(round, update_digest)
+                        return
+                    _translate("commit update", lambda: self.chain.commit_raw(round, theirs))
+
+            coord.__class__ = ChainCopyCommit
+            return MinerNode(cfg, spec, coord, disc)
         copying: Any = CopyCommit(coord.ledger, coord.address)
         return MinerNode(cfg, spec, copying, disc)
 
