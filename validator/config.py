@@ -65,7 +65,7 @@ class ValidatorConfig:
     """Transcript segments replayed per miner per round."""
     replay_rel_tol: float = 1e-4
     """Relative L2 tolerance of replayed AdamW moments (0: bit-exact)."""
-    param_rel_tol: float = 5e-2
+    param_rel_tol: float = 1e-4
     """Relative L2 tolerance of replayed parameters (see validator.verify.VerifyPolicy)."""
     min_final_cosine: float = 0.2
     """Least cosine between an update and its transcript's final state."""
