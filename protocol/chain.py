@@ -37,7 +37,6 @@ from typing import Any, ClassVar, TypeVar
 
 import requests
 from eth_abi import decode as abi_decode
-from eth_abi import encode as abi_encode
 from eth_abi.exceptions import DecodingError
 from eth_account import Account
 from eth_account.messages import encode_defunct
@@ -48,6 +47,7 @@ from web3 import Web3
 from web3.exceptions import ContractLogicError, TimeExhausted, Web3Exception, Web3RPCError
 
 from protocol import bls
+from protocol.commitments import score_commitment, seed_commitment, update_commitment
 from protocol.consensus import settle
 from protocol.deployment import Deployment, NetworkParams
 from protocol.errors import ProtocolError
@@ -574,42 +574,6 @@ def retrying(fn: Callable[[], T], what: str, attempts: int = 5, base_delay: floa
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")
-
-
-def update_commitment(chain_id: int, network: str, round_: int, miner: str, update_digest: bytes) -> bytes:
-    """keccak256(abi.encode(chainid, network, round, miner, updateDigest)), as ``commitmentFor``."""
-    return keccak(
-        abi_encode(
-            ["uint256", "address", "uint256", "address", "bytes32"],
-            [chain_id, to_checksum_address(network), round_, to_checksum_address(miner), update_digest],
-        )
-    )
-
-
-def score_commitment(
-    chain_id: int, network: str, round_: int, validator: str, scores: Sequence[int], salt: bytes
-) -> bytes:
-    """keccak256(abi.encode(chainid, network, round, validator, scores, salt)), as ``scoreCommitmentFor``."""
-    return keccak(
-        abi_encode(
-            ["uint256", "address", "uint256", "address", "uint16[]", "bytes32"],
-            [
-                chain_id,
-                to_checksum_address(network),
-                round_,
-                to_checksum_address(validator),
-                list(scores),
-                salt,
-            ],
-        )
-    )
-
-
-def seed_commitment(secret: bytes, validator: str, round_: int) -> bytes:
-    """keccak256(abi.encode(secret, validator, round)), as expected by ``commitSeed``."""
-    return keccak(
-        abi_encode(["bytes32", "address", "uint256"], [secret, to_checksum_address(validator), round_])
-    )
 
 
 def _b32(value: bytes | str) -> bytes:

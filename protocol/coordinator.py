@@ -26,6 +26,7 @@ from typing import Protocol, runtime_checkable
 from eth_abi import encode as abi_encode
 from eth_utils import keccak, to_checksum_address
 
+from protocol.commitments import score_commitment, seed_commitment, update_commitment
 from protocol.errors import ProtocolError
 
 #: The contract's largest score (a score of 1.0).
@@ -85,42 +86,6 @@ class Settlement:
     consensus: dict[str, int]
     miner_rewards: dict[str, int]
     validator_rewards: dict[str, int]
-
-
-def update_commitment(chain_id: int, contract: str, round: int, miner: str, update_digest: bytes) -> bytes:
-    """``keccak256(abi.encode(chainid, contract, round, miner, digest))``: the sender-bound commitment."""
-    return keccak(
-        abi_encode(
-            ["uint256", "address", "uint256", "address", "bytes32"],
-            [chain_id, to_checksum_address(contract), round, to_checksum_address(miner), update_digest],
-        )
-    )
-
-
-def score_commitment(
-    chain_id: int, contract: str, round: int, validator: str, scores: Sequence[int], salt: bytes
-) -> bytes:
-    """``keccak256(abi.encode(chainid, contract, round, validator, uint16[] scores, salt))``."""
-    return keccak(
-        abi_encode(
-            ["uint256", "address", "uint256", "address", "uint16[]", "bytes32"],
-            [
-                chain_id,
-                to_checksum_address(contract),
-                round,
-                to_checksum_address(validator),
-                list(scores),
-                salt,
-            ],
-        )
-    )
-
-
-def seed_commitment(secret: bytes, validator: str, round: int) -> bytes:
-    """``keccak256(abi.encode(secret, validator, round))``."""
-    return keccak(
-        abi_encode(["bytes32", "address", "uint256"], [secret, to_checksum_address(validator), round])
-    )
 
 
 #: keccak256("tessera.checkpoint.v1"), the contract's CHECKPOINT_TAG.
