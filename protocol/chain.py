@@ -170,6 +170,12 @@ class RevealMismatch(ContractRevert):
     name = "RevealMismatch"
 
 
+class SeedNotRevealed(ContractRevert):
+    """Scores revealed by a validator that committed a seed share in the round but did not reveal it."""
+
+    name = "SeedNotRevealed"
+
+
 class StakeTooLow(ContractRevert):
     """Active stake below the minimum."""
 
@@ -210,6 +216,7 @@ REVERT_TYPES: dict[str, type[ContractRevert]] = {
         AlreadyCommitted,
         AlreadyDone,
         RevealMismatch,
+        SeedNotRevealed,
         StakeTooLow,
         NotRole,
         EvidenceUsed,

@@ -26,6 +26,7 @@ from protocol.chain import (
     PhaseClosed,
     PhaseNotOver,
     Role,
+    SeedNotRevealed,
     WrongPhase,
     WrongRound,
 )
@@ -35,6 +36,7 @@ from protocol.coordinator import (
     NotRegisteredError,
     Phase,
     RoundState,
+    SeedNotRevealedError,
     Settlement,
     WrongPhaseError,
 )
@@ -57,6 +59,8 @@ def _translate(what: str, fn: Callable[[], T]) -> T:
         raise AlreadyDoneError(f"{what}: {exc}") from exc
     except (WrongPhase, WrongRound, PhaseClosed, PhaseNotOver) as exc:
         raise WrongPhaseError(f"{what}: {exc}") from exc
+    except SeedNotRevealed as exc:
+        raise SeedNotRevealedError(f"{what}: {exc}") from exc
     except ContractRevert as exc:
         if type(exc).__name__ in ("NotRole", "StakeTooLow"):
             raise NotRegisteredError(f"{what}: {exc}") from exc

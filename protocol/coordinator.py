@@ -51,6 +51,11 @@ class NotRegisteredError(CoordinatorError):
     """The sender is not a registered participant of the needed role."""
 
 
+class SeedNotRevealedError(CoordinatorError):
+    """A validator that committed a seed share in the round tried to reveal scores without revealing the
+    share (the contract's ``SeedNotRevealed``): withholding a share must not leave its scores counted."""
+
+
 class Phase(IntEnum):
     """Phases of a round, in order (the contract's ``Phase``)."""
 
@@ -370,6 +375,12 @@ class MemoryCoordinator:
         rd = self._open(round, Phase.SCORE_REVEAL)
         if self.address in rd.reveals:
             raise AlreadyDoneError("scores already revealed")
+        # As the contract: withholding a committed share (to steer seed(r) by revealing or not) must cost
+        # the validator its say in the consensus and its reward; checked before the commitment, in its order.
+        if self.address in rd.seed_commits and self.address not in rd.seed_reveals:
+            raise SeedNotRevealedError(
+                f"{self.address} committed a seed share in round {round} but did not reveal it"
+            )
         if rd.score_commits.get(self.address) != score_commitment(
             self.chain_id, self.contract, round, self.address, scores, salt
         ):
