@@ -44,7 +44,7 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import keccak, to_checksum_address
 from hexbytes import HexBytes
 from web3 import Web3
-from web3.exceptions import ContractLogicError, TimeExhausted, Web3Exception, Web3RPCError
+from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception, Web3RPCError
 
 from protocol import bls
 from protocol.commitments import score_commitment, seed_commitment, update_commitment
@@ -75,6 +75,10 @@ class NoAccountError(ChainError):
 
 class TransactionFailed(ChainError):
     """A transaction was mined but failed without a decodable reason (out of gas, ...)."""
+
+
+class TransactionDropped(ChainError):
+    """A sent transaction vanished from the node (a chain restarted from an older state, or a reorg)."""
 
 
 class MalformedResponseError(ChainError):
@@ -564,12 +568,23 @@ def _decode_event(name: str, ev: Any) -> ChainEvent:
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def retrying(fn: Callable[[], T], what: str, attempts: int = 5, base_delay: float = 0.25) -> T:
-    """Calls ``fn``, retrying connection errors with exponential backoff."""
+#: Seconds a sent transaction may stay unknown to the node before it counts as dropped.
+DROPPED_AFTER_S = 3.0
+
+
+def retrying(
+    fn: Callable[[], T], what: str, attempts: int = 5, base_delay: float = 0.25, not_found: bool = False
+) -> T:
+    """Calls ``fn``, retrying connection errors with exponential backoff (``not_found``: web3's
+    ``TransactionNotFound`` becomes None)."""
     delay = base_delay
     for attempt in range(1, attempts + 1):
         try:
             return fn()
+        except TransactionNotFound:
+            if not not_found:
+                raise
+            return None  # type: ignore[return-value]
         except (requests.ConnectionError, requests.Timeout, ConnectionError) as exc:
             if attempt == attempts:
                 raise ChainConnectionError(
@@ -699,12 +714,7 @@ class Chain:
                 raise ChainError(f"{fn_name}: transaction rejected: {exc}") from exc
 
         tx_hash = retrying(send, fn_name)
-        try:
-            receipt = retrying(
-                lambda: self.w3.eth.wait_for_transaction_receipt(HexBytes(tx_hash), timeout=120), fn_name
-            )
-        except TimeExhausted as exc:
-            raise ChainError(f"{fn_name}: transaction 0x{tx_hash.hex()} not mined in 120 s") from exc
+        receipt = self._wait_receipt(fn_name, tx_hash)
         if receipt["status"] != 1:
             try:
                 fn.call({"from": acct.address}, block_identifier=receipt["blockNumber"])
@@ -719,6 +729,36 @@ class Chain:
             gas_used=int(receipt["gasUsed"]),
             events=tuple(self._receipt_events(receipt)),
         )
+
+    def _wait_receipt(self, fn_name: str, tx_hash: bytes, timeout: float = 120.0) -> Any:
+        """The receipt of a sent transaction. Raises :class:`TransactionDropped` when the node no longer
+        knows the transaction (the chain restarted from an older state, or reorged it away): waiting out
+        the timeout would only delay the caller, who must re-read the chain and decide again."""
+        start = time.monotonic()
+        unknown_since: float | None = None
+        while True:
+            got = retrying(
+                lambda: self.w3.eth.get_transaction_receipt(HexBytes(tx_hash)), fn_name, not_found=True
+            )
+            if got is not None:
+                return got
+            known = retrying(lambda: self.w3.eth.get_transaction(HexBytes(tx_hash)), fn_name, not_found=True)
+            now = time.monotonic()
+            if known is None:
+                unknown_since = unknown_since or now
+                if now - unknown_since > DROPPED_AFTER_S:
+                    log.warning(
+                        "%s: transaction 0x%s dropped by the node (chain restarted or reorged); the caller "
+                        "will re-read the chain and resend if still due",
+                        fn_name,
+                        tx_hash.hex(),
+                    )
+                    raise TransactionDropped(f"{fn_name}: transaction 0x{tx_hash.hex()} dropped by the node")
+            else:
+                unknown_since = None
+            if now - start > timeout:
+                raise ChainError(f"{fn_name}: transaction 0x{tx_hash.hex()} not mined in {timeout:.0f} s")
+            time.sleep(0.2)
 
     def _receipt_events(self, receipt: Any) -> list[ChainEvent]:
         out: list[ChainEvent] = []

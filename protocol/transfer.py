@@ -1,23 +1,27 @@
 """Bulk transfer over HTTP: blobs (updates, checkpoints, transcript states, evidence) addressed by digest.
 
 ``fetch_blob`` streams ``GET {url}/blobs/{digest}`` with a size cap enforced while reading (a peer cannot
-make us buffer more than the cap), a timeout, a digest check on arrival, and retries with exponential
-backoff across the given peers. Failures are typed (:class:`TransferError` subclasses).
+make us buffer more than the cap), a per-read timeout, a wall-clock deadline for the whole call (a peer that
+trickles a byte now and then defeats any per-read timeout), a digest check on arrival, and retries with
+exponential backoff across the given peers. Failures are typed (:class:`TransferError` subclasses).
 
 ``BlobStore`` is the serving side: a directory of blobs named by digest, written atomically.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -81,10 +85,23 @@ class FetchPolicy:
     attempts: int = 3
     #: First backoff in seconds, doubled after each failed attempt.
     backoff: float = 0.2
+    #: Wall-clock seconds for one whole ``fetch_blob`` call (every peer, every attempt, headers and body);
+    #: None: ``timeout`` x ``attempts``. Enforced even against a peer that trickles bytes to stay under
+    #: the per-read timeout (it is then abandoned with :class:`FetchTimeoutError`).
+    deadline: float | None = None
+
+    def budget(self) -> float:
+        """The effective wall-clock budget of one call."""
+        return self.deadline if self.deadline is not None else self.timeout * max(1, self.attempts)
 
 
 def _stream_one(
-    client: httpx.Client, url: str, digest: str, policy: FetchPolicy, digest_fn: DigestFn
+    client: httpx.Client,
+    url: str,
+    digest: str,
+    policy: FetchPolicy,
+    digest_fn: DigestFn,
+    cancel: threading.Event | None = None,
 ) -> bytes:
     target = f"{url.rstrip('/')}/blobs/{digest}"
     try:
@@ -100,6 +117,8 @@ def _stream_one(
                 raise BlobTooLargeError(f"{target}: announces {announced} bytes > cap {policy.max_bytes}")
             buf = bytearray()
             for chunk in resp.iter_bytes():
+                if cancel is not None and cancel.is_set():
+                    raise FetchTimeoutError(f"{target}: abandoned at the deadline")
                 buf.extend(chunk)
                 if len(buf) > policy.max_bytes:
                     raise BlobTooLargeError(f"{target}: body exceeds cap {policy.max_bytes}")
@@ -111,6 +130,46 @@ def _stream_one(
     got = digest_fn(data)
     if got.removeprefix("0x") != digest.removeprefix("0x"):
         raise DigestMismatchError(f"{target}: bytes hash to {got}, expected {digest}")
+    return data
+
+
+def _stream_bounded(
+    client: httpx.Client | None,
+    url: str,
+    digest: str,
+    policy: FetchPolicy,
+    digest_fn: DigestFn,
+    seconds: float,
+) -> bytes:
+    """:func:`_stream_one` with a wall-clock limit: the transfer runs in a worker thread with its own
+    client (unless the caller gave one); at the limit the client is closed and the worker abandoned (it ends
+    at its next read, at most ``policy.timeout`` later), so a trickling peer cannot hold the caller."""
+    box: dict[str, Any] = {}
+    cancel = threading.Event()
+    cl = client or httpx.Client(follow_redirects=False)
+
+    def work() -> None:
+        try:
+            box["data"] = _stream_one(cl, url, digest, policy, digest_fn, cancel)
+        except BaseException as exc:  # handed to the caller below
+            box["exc"] = exc
+
+    worker = threading.Thread(target=work, name="tessera-fetch", daemon=True)
+    worker.start()
+    worker.join(max(0.0, seconds))
+    if worker.is_alive():
+        cancel.set()
+        if client is None:
+            with contextlib.suppress(Exception):  # closing under a blocked read: whatever it raises is moot
+                cl.close()
+        raise FetchTimeoutError(
+            f"{url.rstrip('/')}/blobs/{digest}: no complete answer within {seconds:.1f}s (stalling peer)"
+        )
+    if client is None:
+        cl.close()
+    if "exc" in box:
+        raise box["exc"]
+    data: bytes = box["data"]
     return data
 
 
@@ -170,33 +229,34 @@ def fetch_blob(
     if not peers:
         raise BlobNotFoundError(f"no peer to fetch {digest} from")
     pol = policy or FetchPolicy()
-    own = client is None
-    cl = client or httpx.Client(follow_redirects=False)
     errors: list[TransferError] = []
     bad_peers: set[str] = set()
     delay = pol.backoff
-    try:
-        for attempt in range(max(1, pol.attempts)):
-            for url in peers:
-                if url in bad_peers:
-                    continue
-                try:
-                    return _stream_one(cl, url, digest, pol, digest_fn)
-                except (DigestMismatchError, BlobTooLargeError) as exc:
-                    log.warning("peer %s served a bad blob: %s", url, exc)
-                    bad_peers.add(url)
-                    errors.append(exc)
-                except TransferError as exc:
-                    log.info("fetch %s from %s failed (attempt %d): %s", digest[:12], url, attempt + 1, exc)
-                    errors.append(exc)
-            if len(bad_peers) == len(peers):
+    end = time.monotonic() + pol.budget()
+    for attempt in range(max(1, pol.attempts)):
+        for url in peers:
+            if url in bad_peers:
+                continue
+            left = end - time.monotonic()
+            if left <= 0:
+                errors.append(
+                    FetchTimeoutError(f"fetch of {digest[:18]}: deadline {pol.budget():.1f}s spent")
+                )
                 break
-            if attempt + 1 < pol.attempts:
-                sleep(delay)
-                delay *= 2
-    finally:
-        if own:
-            cl.close()
+            try:
+                return _stream_bounded(client, url, digest, pol, digest_fn, left)
+            except (DigestMismatchError, BlobTooLargeError) as exc:
+                log.warning("peer %s served a bad blob: %s", url, exc)
+                bad_peers.add(url)
+                errors.append(exc)
+            except TransferError as exc:
+                log.info("fetch %s from %s failed (attempt %d): %s", digest[:12], url, attempt + 1, exc)
+                errors.append(exc)
+        if len(bad_peers) == len(peers) or time.monotonic() >= end:
+            break
+        if attempt + 1 < pol.attempts:
+            sleep(min(delay, max(0.0, end - time.monotonic())))
+            delay *= 2
     rank = (
         DigestMismatchError,
         BlobTooLargeError,
