@@ -20,7 +20,7 @@ from torch import Tensor
 
 from miner.behaviour import Behaviour, RoundContext, make_behaviour
 from miner.config import MinerConfig
-from miner.errors import CheckpointUnavailableError, MinerError
+from miner.errors import CheckpointUnavailableError, MinerError, MinerStateError
 from miner.state import ABANDONED, COMMITTED, PREPARED, SERVED, MinerState
 from miner.work import BuiltUpdate, assignment_for, build_update, transcript_state
 from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState
@@ -190,6 +190,14 @@ class MinerNode:
                 self._work(st)
             elif rec["status"] == PREPARED:
                 self._reconcile(st, rec)
+            elif rec["status"] in (COMMITTED, SERVED) and "update_digest" in rec:
+                digest = bytes.fromhex(rec["update_digest"])
+                if not self._chain_has_commit(st.round, digest):
+                    # the chain lost the commitment (restarted from an older state): send it again
+                    log.warning(
+                        "round %d: commitment missing on-chain (chain rolled back); re-sending", st.round
+                    )
+                    self._commit(st.round, digest)
         else:
             if rec is not None and rec["status"] == PREPARED:
                 self._reconcile(st, rec)
@@ -262,6 +270,7 @@ class MinerNode:
             self.state.set_status(r, ABANDONED, reason="behaviour chose not to commit")
             return
         self.phase = "training"
+        ef_state, ef_source = self.state.ef_carry_for(r)
         with COMPUTE_LOCK:
             built = build_update(
                 self.spec,
@@ -272,7 +281,8 @@ class MinerNode:
                 checkpoint_digest=st.checkpoint,
                 assign_seed=st.assign_seed,
                 registry=registry,
-                ef_state=self.state.ef_residual_for(r),
+                ef_state=ef_state,
+                ef_source=ef_source,
                 behaviour=self.behaviour,
                 snapshot_every=self.cfg.snapshot_every,
             )
@@ -297,6 +307,8 @@ class MinerNode:
             "transcript_steps": built.transcript_steps,
             "transcript_digests": [d.hex() for d in built.transcript_digests],
             "snapshots": snaps,
+            "ef_after": built.ef_after.hex(),
+            "ef_source": None if ef_source is None else [ef_source[0], ef_source[1].hex()],
         }
         self.state.prepare(r, record, built.ef_state)
         self._live.built = built
@@ -369,6 +381,7 @@ class MinerNode:
         data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
         served = [Served("update", "0x" + rec["update_digest"], len(data))]
         self.public.put(data, "0x" + rec["update_digest"]) if data else None
+        self._publish_error_feedback(r, rec)
         evidence = (
             self.evidence_fn(r, self.address, bytes.fromhex(rec["update_digest"]))
             if self.evidence_fn
@@ -383,6 +396,23 @@ class MinerNode:
         self.metrics.rounds.inc()
         self.phase = "serving"
         log.info("round %d: serving update at %s", r, self.url)
+
+    def _publish_error_feedback(self, r: int, rec: dict[str, Any]) -> None:
+        """Serve what a validator needs to recompute the compressed update (F12): the residual after this
+        round and, if the update started from an earlier one, that round's update and residual."""
+        rounds = [r]
+        src = rec.get("ef_source")
+        if src:
+            rounds.append(int(src[0]))
+            if self.state.blobs.has("0x" + src[1]):
+                self.public.put(self.state.blobs.get("0x" + src[1]), "0x" + src[1])
+        for q in rounds:
+            try:
+                after = {k: v for k, v in self.state.ef_state(q).items() if k.startswith("ef/")}
+            except MinerStateError as exc:
+                log.warning("round %d: error-feedback residual of round %d not served: %s", r, q, exc)
+                continue
+            self.public.put(encode_tensors(after), digest_fn=tensor_blob_digest)
 
     def serve_transcript_state(self, digest: str) -> bytes | None:
         """Bytes of a transcript state of the current served round (replayed from a snapshot if needed)."""

@@ -112,10 +112,22 @@ class MinerState:
     # -- error feedback ----------------------------------------------------------------------------------
     def ef_residual_for(self, round: int) -> dict[str, Tensor]:
         """The residual to start round ``round`` with: that of the latest committed round before it."""
+        return self.ef_carry_for(round)[0]
+
+    def ef_carry_for(self, round: int) -> tuple[dict[str, Tensor], tuple[int, bytes] | None]:
+        """The residual to start ``round`` with and its source: (round, update digest) of the latest
+        committed round before it, which the update's header names (``ef.source``); ({}, None) if none."""
         done = [r for r, rec in self.rounds().items() if r < round and rec["status"] in (COMMITTED, SERVED)]
         if not done:
-            return {}
-        path = self.dir / "ef" / f"{max(done)}.safetensors"
+            return {}, None
+        src = max(done)
+        rec = self.record(src)
+        assert rec is not None
+        return self.ef_state(src), (src, bytes.fromhex(rec["update_digest"]))
+
+    def ef_state(self, round: int) -> dict[str, Tensor]:
+        """The residual and carried optimizer state stored after ``round``'s update was built."""
+        path = self.dir / "ef" / f"{round}.safetensors"
         try:
             return dict(st_load(path.read_bytes()))
         except Exception as exc:  # safetensors raises its own error types for corrupt files

@@ -20,6 +20,7 @@ from protocol.update import Update, encode_update, make_header, update_digest
 from training.assignment import Assignment, assign
 from training.codecs import ErrorFeedback
 from training.data import Dataset, miner_batches
+from training.digest import state_digest
 from training.diloco import pseudo_gradient
 from training.inner import replay_segment, train_inner
 
@@ -45,9 +46,17 @@ class BuiltUpdate:
     ef_state: dict[str, Tensor]
     """The error-feedback residual (``ef/*``) and the AdamW state carried to the next round (``opt/*``)
     after this update: persisted before committing."""
+    ef_after: bytes
+    """State digest of the residual's ``ef/*`` tensors (the header's ``ef.after``); served by digest."""
+    ef_source: tuple[int, bytes] | None
+    """(round, update digest) of the earlier update whose residual this one started from."""
     losses: list[float]
     tokens: int
     train_seconds: float
+
+    def residual(self) -> dict[str, Tensor]:
+        """The committed error-feedback residual (``ef/*``), served under ``"0x" + ef_after.hex()``."""
+        return {k: v for k, v in self.ef_state.items() if k.startswith("ef/")}
 
 
 def assignment_for(spec: RunSpec, assign_seed: bytes, registry: Sequence[str], miner: str) -> Assignment:
@@ -72,9 +81,16 @@ def build_update(
     registry: Sequence[str],
     ef_state: Mapping[str, Tensor],
     behaviour: Behaviour,
+    ef_source: tuple[int, bytes] | None = None,
     snapshot_every: int = 10,
 ) -> BuiltUpdate:
-    """Train the round's assignment and package the compressed update."""
+    """Train the round's assignment and package the compressed update.
+
+    ``ef_state`` is what an earlier round's :attr:`BuiltUpdate.ef_state` held; its residual (``ef/*``) is
+    used only with ``ef_source``, that round's (round, update digest), which the header names so that a
+    validator can fetch the same residual and recompute the compressed update (F12). Only the residual of
+    parameters assigned again is carried; the rest is dropped.
+    """
     a = assignment_for(spec, assign_seed, registry, miner)
     ctx = RoundContext(round, miner, a.module_ids, spec.inner.steps)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
@@ -99,8 +115,11 @@ def build_update(
     snapshots = {s: tr.states[s] for s in sorted(keep)}
     delta = behaviour.pseudo_gradient(ctx, pseudo_gradient(checkpoint, res.params))
     ef = ErrorFeedback(spec.codec)
-    ef.load_state_dict({k: v for k, v in ef_state.items() if k.startswith("ef/")})
+    if ef_source is not None:
+        ef.load_state_dict({k: v for k, v in ef_state.items() if k.startswith("ef/") and k[3:] in delta})
     encs, _sent = ef.compress(delta)
+    ef_after = ef.state_dict()
+    ef_after_digest = state_digest(ef_after)
     header = make_header(
         round,
         miner,
@@ -112,6 +131,8 @@ def build_update(
         tr.steps,
         tr.digests,
         res.tokens,
+        ef_after=ef_after_digest,
+        ef_source=ef_source,
     )
     data = behaviour.update_bytes(ctx, encode_update(Update(header, encs)))
     return BuiltUpdate(
@@ -123,7 +144,9 @@ def build_update(
         transcript_digests=list(tr.digests),
         states=dict(tr.states),
         snapshots=snapshots,
-        ef_state={**ef.state_dict(), **{f"opt/{k}": v for k, v in res.optimizer_state.items()}},
+        ef_state={**ef_after, **{f"opt/{k}": v for k, v in res.optimizer_state.items()}},
+        ef_after=ef_after_digest,
+        ef_source=ef_source,
         losses=res.losses,
         tokens=res.tokens,
         train_seconds=train_s,

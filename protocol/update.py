@@ -12,7 +12,11 @@ Layout (all integers little-endian)::
 The header (``UpdateHeader.to_json``) carries: ``version``, ``round``, ``miner``, ``modules`` (module
 ids), ``params`` (``[[name, shape], ...]`` sorted by name), ``codec`` (its wire parameters: name, chunk,
 topk, bits, transform), ``base_checkpoint`` (hex state digest of theta_r), ``transcript`` (interval,
-steps, hex digests) and ``tokens``. The update's digest is SHA-256 over the whole message; decoding
+steps, hex digests), ``tokens`` and ``ef``: the error-feedback chain, ``{"after": hex state digest of the
+residual the miner keeps after this update, "source": null or {"round": s, "update": hex digest}}`` where
+``source`` names the miner's own earlier committed update whose ``after`` residual this update started
+from (null: it started from zero). With it a validator recomputes the compressed update exactly from the
+transcript (docs/security.md F12). The update's digest is SHA-256 over the whole message; decoding
 re-encodes and requires identical bytes, so one update has exactly one digest.
 
 Checks run cheapest first: total size, magic, header size, header JSON, version, codec, field types,
@@ -46,8 +50,8 @@ from training.inner import Transcript
 from training.model import module_of
 
 MAGIC = b"TSRUPD\0\0"
-VERSION = 1
-"""Wire format version this module reads and writes."""
+VERSION = 2
+"""Wire format version this module reads and writes (2: the ``ef`` chain, F12)."""
 KNOWN_CODECS = ("dense", "topk")
 _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$|^[A-Za-z0-9_.:-]{1,64}$")
 _HEX32 = re.compile(r"^[0-9a-f]{64}$")
@@ -143,6 +147,10 @@ class UpdateHeader:
     """Hex state digests at those steps."""
     tokens: int
     """Training tokens the update consumed."""
+    ef_after: str = ""
+    """Hex state digest of the error-feedback residual after this update (tensors ``ef/<param>``)."""
+    ef_source: tuple[int, str] | None = None
+    """(round, hex update digest) of the miner's earlier update whose residual this one started from."""
     version: int = VERSION
     """Wire format version."""
 
@@ -169,6 +177,12 @@ class UpdateHeader:
                 "digests": list(self.transcript_digests),
             },
             "tokens": self.tokens,
+            "ef": {
+                "after": self.ef_after,
+                "source": None
+                if self.ef_source is None
+                else {"round": self.ef_source[0], "update": self.ef_source[1]},
+            },
         }
 
 
@@ -203,6 +217,9 @@ def make_header(
     transcript_steps: list[int],
     transcript_digests: list[bytes],
     tokens: int,
+    *,
+    ef_after: bytes,
+    ef_source: tuple[int, bytes] | None = None,
 ) -> UpdateHeader:
     """Build a header from raw values (digests as bytes)."""
     return UpdateHeader(
@@ -216,6 +233,8 @@ def make_header(
         transcript_steps=tuple(transcript_steps),
         transcript_digests=tuple(d.hex() for d in transcript_digests),
         tokens=tokens,
+        ef_after=ef_after.hex(),
+        ef_source=None if ef_source is None else (ef_source[0], ef_source[1].hex()),
     )
 
 
@@ -228,6 +247,9 @@ def build_update(
     base_checkpoint: bytes,
     transcript: Transcript,
     tokens: int,
+    *,
+    ef_after: bytes,
+    ef_source: tuple[int, bytes] | None = None,
 ) -> Update:
     """An :class:`Update` from a miner's round: its encoded pseudo-gradient and inner-loop transcript."""
     header = make_header(
@@ -241,6 +263,8 @@ def build_update(
         transcript.steps,
         transcript.digests,
         tokens,
+        ef_after=ef_after,
+        ef_source=ef_source,
     )
     return Update(header, tensors)
 
@@ -306,6 +330,7 @@ def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
         "base_checkpoint",
         "transcript",
         "tokens",
+        "ef",
     }
     if "version" in raw and raw["version"] != VERSION:
         raise UnsupportedVersion(f"update version {raw['version']!r}, this node reads {VERSION}")
@@ -365,6 +390,7 @@ def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
         or len(steps) > 100_000
     ):
         raise MalformedHeader("transcript steps must ascend and pair with 64-hex digests")
+    ef_after, ef_source = _parse_ef(raw["ef"])
     return UpdateHeader(
         round=_int(raw, "round"),
         miner=miner,
@@ -376,7 +402,26 @@ def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
         transcript_steps=tuple(steps),
         transcript_digests=tuple(digests),
         tokens=_int(raw, "tokens"),
+        ef_after=ef_after,
+        ef_source=ef_source,
     )
+
+
+def _parse_ef(raw: Any) -> tuple[str, tuple[int, str] | None]:
+    if not isinstance(raw, dict) or set(raw) != {"after", "source"}:
+        raise MalformedHeader("ef must be an object with after and source")
+    after = _str(raw, "after")
+    if not _HEX32.match(after):
+        raise MalformedHeader("ef.after must be 64 lowercase hex digits")
+    src = raw["source"]
+    if src is None:
+        return after, None
+    if not isinstance(src, dict) or set(src) != {"round", "update"}:
+        raise MalformedHeader("ef.source must be null or an object with round and update")
+    upd = _str(src, "update")
+    if not _HEX32.match(upd):
+        raise MalformedHeader("ef.source.update must be 64 lowercase hex digits")
+    return after, (_int(src, "round"), upd)
 
 
 def _tensor_spans(meta: dict[str, Any]) -> list[tuple[int, int, str]]:

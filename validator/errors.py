@@ -19,3 +19,8 @@ class MergeFailedError(ValidatorError):
 
 class CertificationError(ValidatorError):
     """The new checkpoint could not be certified (too few signatures, bad signature)."""
+
+
+class SourceMismatchError(ValidatorError):
+    """An update names, as its error-feedback source, bytes that are not the miner's on-chain commitment
+    of that round (provable: the commitment is public)."""

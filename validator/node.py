@@ -58,11 +58,12 @@ from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob,
 from protocol.update import decode_update, update_digest
 from training.data import Dataset, prepare
 from validator.config import ValidatorConfig
-from validator.errors import CertificationError, ValidatorError
+from validator.errors import CertificationError, SourceMismatchError, ValidatorError
 from validator.merge import MergePolicy, next_checkpoint
 from validator.state import ValidatorState
 from validator.verify import (
     CheckEvidence,
+    FetchSource,
     RoundContext,
     Verdict,
     VerifyPolicy,
@@ -418,6 +419,27 @@ class ValidatorNode:
                 log.info("evidence of %s unavailable: %s", miner, exc)
         return data
 
+    def _source_fetcher(self, miner: str, url: str | None) -> FetchSource:
+        """Fetches ``miner``'s own earlier update named by an ``ef.source`` (F12): the digest must be its
+        on-chain commitment of that round; the bytes come from this validator's store, the miner or peers."""
+
+        def fetch(s: int, digest_hex: str) -> bytes:
+            commitment = self.coord.update_commitments(s).get(miner)
+            if commitment is None:
+                raise SourceMismatchError(f"{miner} committed no update in round {s}")
+            expect = update_commitment(
+                self.coord.chain_id, self.coord.contract, s, miner, bytes.fromhex(digest_hex)
+            )
+            if commitment != expect:
+                raise SourceMismatchError(f"{digest_hex[:16]} is not what {miner} committed in round {s}")
+            held = self._held_update(s, miner, commitment)
+            if held is not None:
+                return held
+            urls = [u for u in (url, *self.cfg.peer_urls) if u and u != self.url]
+            return fetch_blob(urls, "0x" + digest_hex, policy=self.fetch_policy)
+
+        return fetch
+
     def _prefetch(self, r: int) -> None:
         for miner in sorted(self.coord.update_commitments(r)):
             if miner not in self._cache.updates:
@@ -479,6 +501,7 @@ class ValidatorNode:
                 self.policy,
                 evidence=self._cache.evidence.get(miner),
                 check_evidence=self.check_evidence,
+                fetch_source=self._source_fetcher(miner, url),
             )
             retryable = verdict.stage == "fetch" or (verdict.stage == "recompute" and not verdict.provable)
             if retryable and st.block < st.deadline - RETRY_MARGIN_BLOCKS:

@@ -14,7 +14,11 @@ Stages, in order (the first failure decides; later, costlier stages are not run)
 7. ``recompute`` the transcript's step-0 digest is the checkpoint's (anchor); ``segments_per_miner``
                  seed-chosen segments are replayed from the served start state and compared with the
                  served end state (both checked against the transcript digests); the final state agrees
-                 in direction with the update (cosine >= ``min_final_cosine``);
+                 in direction with the update (cosine >= ``min_final_cosine``); and the update is exactly
+                 what the codec makes of theta_r minus the final state plus the miner's error-feedback
+                 residual, which is fetched through the header's ``ef`` chain (the residual the miner
+                 committed to after its own earlier update) and checked within ``ef_rel_tol``, as is the
+                 residual it commits to now (F12: a scaled or otherwise altered update fails here);
 8. ``usefulness`` loss before/after applying the update, rescaled to ``usefulness_rel_norm`` of the
                  weights' norm (direction only: scaling an update cannot raise its score), on the
                  miner's own batches and on held-out windows; the score is the relative loss drop on its own data, zero unless it beats
@@ -30,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -40,17 +44,24 @@ from protocol.coordinator import SCORE_SCALE, update_commitment
 from protocol.runspec import COMPUTE_LOCK, RunSpec
 from protocol.update import Update, UpdateCaps, UpdateError, decode_update, update_digest
 from training.assignment import Assignment, assign
+from training.codecs import ErrorFeedback
 from training.data import Dataset, eval_windows, miner_batches
 from training.digest import state_digest
+from training.diloco import pseudo_gradient
 from training.errors import TrainingError
 from training.inner import replay_segment, states_close
 from training.model import build_model, lm_loss, load_params, module_of
+from validator.errors import SourceMismatchError
 from validator.sampling import check_this_round, segments_to_check
 
 #: Fetches bytes by digest from the miner (raises on failure).
 FetchBytes = Callable[[str], bytes]
 #: Fetches a transcript state by its (hex) state digest.
 FetchState = Callable[[str], dict[str, Tensor]]
+#: The bytes of this miner's own update of an earlier round by (round, hex digest), already checked
+#: against that round's on-chain commitment: raises :class:`validator.errors.SourceMismatchError` when the
+#: digest is not what the miner committed (provable), anything else when it cannot be fetched.
+FetchSource = Callable[[int, str], bytes]
 #: Verifies TEE evidence bound to (round, miner, digest); returns None if it holds, else the reason.
 CheckEvidence = Callable[[bytes, int, str, bytes], str | None]
 
@@ -74,6 +85,11 @@ class VerifyPolicy:
     moments' so an operator can loosen it for cross-platform replays without loosening the moments; it
     was once 5e-2 to paper over idle MoE experts drifting off the shared AdamW clock, which the inner loop
     now prevents by giving them a zero gradient."""
+    ef_rel_tol: float = 1e-4
+    """Relative L2 tolerance, over the whole update, of the decoded update against the validator's own
+    compression of (theta_r - final state) plus the miner's error-feedback residual, and of the residual the
+    miner commits to against the recomputed one. The codec runs in fp32 on the CPU on both sides, so one
+    platform gives 0; a scaled update (x3) is off by 2."""
     min_final_cosine: float = 0.2
     """Cosine, on the update's non-zero coordinates, between the decoded update and theta_r minus the
     final transcript params (error feedback makes them differ; a random or unrelated update is near 0)."""
@@ -175,8 +191,12 @@ def verify_update(
     *,
     evidence: bytes | None = None,
     check_evidence: CheckEvidence | None = None,
+    fetch_source: FetchSource | None = None,
 ) -> tuple[Verdict, Update | None]:
-    """Run every stage for one miner; returns the verdict and (when it decoded) the update."""
+    """Run every stage for one miner; returns the verdict and (when it decoded) the update.
+
+    ``fetch_source`` fetches the miner's earlier update that the header's ``ef.source`` names; without it
+    an update that names one is refused (unprovably)."""
     v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
     update: Update | None = None
     t = time.perf_counter()
@@ -253,7 +273,7 @@ def verify_update(
             v.attested = True
         lap("attestation")
         recompute = not v.attested or check_this_round(ctx.seed, miner, policy.attested_check_probability)
-        _recompute(ctx, v, a, update, delta, fetch_state, policy, recompute, evidence_base)
+        _recompute(ctx, v, a, update, delta, fetch_state, fetch_source, policy, recompute, evidence_base)
         lap("recompute")
         with COMPUTE_LOCK:
             _usefulness(ctx, v, a, delta, policy)
@@ -276,6 +296,7 @@ def _recompute(
     update: Update,
     delta: Mapping[str, Tensor],
     fetch_state: FetchState,
+    fetch_source: FetchSource | None,
     policy: VerifyPolicy,
     replay: bool,
     ev: dict[str, Any],
@@ -317,6 +338,7 @@ def _recompute(
     v.metrics["final_cosine"] = round(cos, 6)
     if cos < policy.min_final_cosine:
         raise _Fail("recompute", f"update is unrelated to the transcript (cosine {cos:.3f})", True, **ev)
+    _check_error_feedback(ctx, v, update, delta, final, fetch_state, fetch_source, policy, ev)
     if not replay:
         v.evidence["segments"] = []
         return
@@ -339,6 +361,97 @@ def _recompute(
         replayed_steps += steps[i + 1] - steps[i]
         v.metrics["replay_seconds"] = v.metrics.get("replay_seconds", 0.0) + time.perf_counter() - t0
     v.metrics["replayed_steps"] = replayed_steps
+
+
+def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict[str, Tensor]:
+    """A state served by digest, checked against it (not served: an unprovable failure)."""
+    try:
+        st = fetch_state("0x" + digest)
+    except Exception as exc:
+        raise _Fail("recompute", f"{what} not served: {exc}", False) from exc
+    if state_digest(st).hex() != digest:
+        raise _Fail("recompute", f"{what} does not match its digest", False)
+    return st
+
+
+def _rel_err(got: Mapping[str, Tensor], want: Mapping[str, Tensor]) -> float:
+    """||got - want|| / ||want|| over every tensor of ``want`` (float64)."""
+    num = sum(float((got[n].double() - w.double()).pow(2).sum()) for n, w in want.items())
+    den = sum(float(w.double().pow(2).sum()) for w in want.values())
+    return math.sqrt(num) / max(math.sqrt(den), 1e-30)
+
+
+def _check_error_feedback(
+    ctx: RoundContext,
+    v: Verdict,
+    update: Update,
+    delta: Mapping[str, Tensor],
+    final: Mapping[str, Tensor],
+    fetch_state: FetchState,
+    fetch_source: FetchSource | None,
+    policy: VerifyPolicy,
+    ev: dict[str, Any],
+) -> None:
+    """Recompute the compressed update from the transcript and the miner's committed residual (F12).
+
+    The residual the miner started from is the one it committed to (``ef.after``) in the earlier update
+    that ``ef.source`` names, an update whose bytes match that round's on-chain commitment; with no source
+    it is zero. Everything compared is committed, so a mismatch is provable."""
+    h = update.header
+    prev: dict[str, Tensor] = {}
+    if h.ef_source is not None:
+        s, src_digest = h.ef_source
+        if s >= ctx.round:
+            raise _Fail("recompute", f"error-feedback source round {s} is not before {ctx.round}", True, **ev)
+        if fetch_source is None:
+            raise _Fail("recompute", "cannot fetch the error-feedback source update", False)
+        try:
+            data = fetch_source(s, src_digest)
+        except SourceMismatchError as exc:
+            raise _Fail("recompute", f"error-feedback source: {exc}", True, **ev) from exc
+        except Exception as exc:
+            raise _Fail(
+                "recompute", f"error-feedback source of round {s} not available: {exc}", False
+            ) from exc
+        try:
+            src = decode_update(data, UpdateCaps(max_update_bytes=policy.max_update_bytes)).header
+        except UpdateError as exc:
+            raise _Fail("recompute", f"error-feedback source does not decode: {exc}", True, **ev) from exc
+        if src.round != s or src.miner.lower() != v.miner.lower():
+            raise _Fail(
+                "recompute", "error-feedback source is not this miner's update of its round", True, **ev
+            )
+        residual = _fetch_digest_state(fetch_state, src.ef_after, f"error-feedback residual of round {s}")
+        for key, t in residual.items():
+            name = key.removeprefix("ef/")
+            if name in delta:
+                if t.shape != delta[name].shape or t.dtype != torch.float32:
+                    raise _Fail("recompute", f"residual of {name} has the wrong shape or dtype", True, **ev)
+                prev[name] = t
+    truth = pseudo_gradient(ctx.checkpoint, {n: final[f"param/{n}"] for n in delta})
+    ef = ErrorFeedback(replace(h.codec, ef_beta=ctx.spec.codec.ef_beta))
+    ef.load_state_dict({f"ef/{n}": t for n, t in prev.items()})
+    _encs, sent = ef.compress(truth)
+    err = _rel_err(delta, sent)
+    v.metrics["ef_rel_err"] = round(err, 9)
+    if err > policy.ef_rel_tol:
+        raise _Fail(
+            "recompute",
+            f"the update is not the compressed transcript result (relative error {err:.3g} against the "
+            f"recomputation with the committed error-feedback residual)",
+            True,
+            **ev,
+        )
+    after = _fetch_digest_state(fetch_state, h.ef_after, "error-feedback residual after the update")
+    want = ef.state_dict()
+    if set(after) != set(want) or any(after[k].shape != want[k].shape for k in want):
+        raise _Fail("recompute", "the committed residual does not cover the update's parameters", True, **ev)
+    err_after = _rel_err(after, want)
+    v.metrics["ef_after_rel_err"] = round(err_after, 9)
+    if err_after > policy.ef_rel_tol:
+        raise _Fail(
+            "recompute", f"the committed residual is not the recomputed one ({err_after:.3g})", True, **ev
+        )
 
 
 def _replay_one(

@@ -127,6 +127,7 @@ def wire_transport(codec: Any) -> Any:
                 base_digest,
                 res.transcript,
                 res.tokens,
+                ef_after=b"\0" * 32,  # the simulation keeps no residual chain: only the bytes are measured
             )
         )
         return decode_update(data).pseudo_gradient(), len(data)

@@ -38,6 +38,8 @@ def _update(codec: CodecConfig = CODEC) -> wire.Update:
         [0, 2],
         [b"\x01" * 32, b"\x02" * 32],
         512,
+        ef_after=b"\x03" * 32,
+        ef_source=(2, b"\x04" * 32),
     )
     return wire.Update(header, tensors)
 
@@ -106,7 +108,7 @@ def test_bad_magic() -> None:
 
 def test_wrong_version() -> None:
     header, payload = _parts(wire.encode_update(_update()))
-    header["version"] = 2
+    header["version"] = 1  # before the error-feedback chain (F12)
     with pytest.raises(wire.UnsupportedVersion):
         wire.decode_update(_frame(dumps_canonical(header), payload))
 
@@ -130,6 +132,13 @@ def test_malformed_header() -> None:
         lambda h: h.update(base_checkpoint="zz"),
         lambda h: h.update(round=-1),
         lambda h: h["transcript"].update(steps=[2, 0]),
+        lambda h: h.pop("ef"),
+        lambda h: h.update(ef=[]),
+        lambda h: h["ef"].update(after="00"),
+        lambda h: h["ef"].update(source=[2, "04" * 32]),
+        lambda h: h["ef"].update(source={"round": -1, "update": "04" * 32}),
+        lambda h: h["ef"].update(source={"round": 2, "update": "XY" * 32}),
+        lambda h: h["ef"].update(source={"round": 2}),
     ):
         h = loads_canonical(dumps_canonical(header))
         mutate(h)
@@ -137,6 +146,15 @@ def test_malformed_header() -> None:
             wire.decode_update(_frame(dumps_canonical(h), payload))
     with pytest.raises(wire.MalformedHeader):  # not canonical JSON (spaces)
         wire.decode_update(_frame(b'{"version": 1}', payload))
+
+
+def test_error_feedback_chain_round_trips() -> None:
+    up = _update()
+    back = wire.decode_update(wire.encode_update(up)).header
+    assert back.ef_after == "03" * 32 and back.ef_source == (2, "04" * 32)
+    header, payload = _parts(wire.encode_update(up))
+    header["ef"]["source"] = None
+    assert wire.decode_update(_frame(dumps_canonical(header), payload)).header.ef_source is None
 
 
 def test_header_mismatch() -> None:

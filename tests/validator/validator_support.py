@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -14,6 +14,7 @@ from protocol.runspec import RunSpec
 from protocol.tensorblob import tensors_digest
 from training.config import InnerConfig
 from training.data import Dataset, prepare
+from validator.errors import SourceMismatchError
 from validator.verify import RoundContext, Verdict, VerifyPolicy, verify_update
 
 CHAIN_ID = 31337
@@ -31,6 +32,10 @@ class Round:
     assign_seed: bytes = b"\x01" * 32
     seed: bytes = b"\x02" * 32
     round: int = 2
+    published: dict[str, dict[str, Tensor]] = field(default_factory=dict)
+    """Error-feedback residuals the miners serve, by state digest (F12)."""
+    updates: dict[tuple[int, str], bytes] = field(default_factory=dict)
+    """Earlier updates by (round, hex digest): what ``fetch_source`` finds."""
 
     def ctx(self, validator: str = VALIDATOR) -> RoundContext:
         return RoundContext(
@@ -47,8 +52,11 @@ class Round:
             registry=MINERS,
         )
 
-    def build(self, miner: str, behaviour: Behaviour | None = None) -> BuiltUpdate:
-        return build_update(
+    def build(
+        self, miner: str, behaviour: Behaviour | None = None, after: BuiltUpdate | None = None
+    ) -> BuiltUpdate:
+        """The miner's update; ``after``: its earlier update whose residual it carries."""
+        built = build_update(
             self.spec,
             self.ds,
             round=self.round,
@@ -57,9 +65,18 @@ class Round:
             checkpoint_digest=self.digest,
             assign_seed=self.assign_seed,
             registry=MINERS,
-            ef_state={},
+            ef_state=after.ef_state if after else {},
+            ef_source=(after.round, after.digest) if after else None,
             behaviour=behaviour or Behaviour(),
         )
+        self.published["0x" + built.ef_after.hex()] = built.residual()
+        self.updates[(built.round, built.digest.hex())] = built.update
+        return built
+
+    def fetch_source(self, s: int, digest_hex: str) -> bytes:
+        if (s, digest_hex) not in self.updates:
+            raise SourceMismatchError(f"no committed update {digest_hex[:8]} in round {s}")
+        return self.updates[(s, digest_hex)]
 
     def verify(
         self, miner: str, built: BuiltUpdate, policy: VerifyPolicy, validator: str = VALIDATOR
@@ -69,6 +86,7 @@ class Round:
             "0x" + d.hex(): built.states[s]
             for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
         }
+        by_digest.update(self.published)
         verdict, _ = verify_update(
             self.ctx(validator),
             miner,
@@ -76,6 +94,7 @@ class Round:
             lambda: built.update,
             lambda d: {k: v.clone() for k, v in by_digest[d].items()},
             policy,
+            fetch_source=self.fetch_source,
         )
         return verdict
 
