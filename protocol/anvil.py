@@ -2,7 +2,10 @@
 
 anvil runs with ``--hardfork prague``, pinned together with ``evm_version = "prague"`` in
 contracts/foundry.toml: the checkpoint certificates need the BLS12-381 precompiles of EIP-2537.
-``state`` persists the chain across restarts (``--state FILE``).
+``state`` persists the chain across restarts (``--state FILE``). anvil writes that file only on a clean
+exit unless ``state_interval`` is set (``--state-interval SECONDS``): then it also dumps every that many
+seconds, so a ``kill -9`` loses at most the blocks mined since the last dump (the devnet's fault harness
+restarts from there: to the nodes, a chain reorganisation).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class Anvil:
         accounts: int = 10,
         gas_limit: int = 30_000_000,
         startup_timeout: float = 20.0,
+        state_interval: float | None = None,
     ) -> None:
         self.port = port or free_port()
         self.state = Path(state) if state else None
@@ -70,6 +74,7 @@ class Anvil:
         self.accounts = accounts
         self.gas_limit = gas_limit
         self.startup_timeout = startup_timeout
+        self.state_interval = state_interval
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -99,6 +104,8 @@ class Anvil:
             cmd += ["--block-time", str(self.block_time)]
         if self.state:
             cmd += ["--state", str(self.state)]
+            if self.state_interval:
+                cmd += ["--state-interval", str(self.state_interval)]
         return cmd
 
     def start(self) -> Anvil:
@@ -127,6 +134,21 @@ class Anvil:
                 return "result" in json.loads(r.read())
         except (urllib.error.URLError, OSError, ValueError):
             return False
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while running."""
+        return self._proc.pid if self._proc is not None else None
+
+    def kill(self) -> None:
+        """SIGKILL anvil, as a crash would: no state dump on the way out (see ``state_interval``)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.kill()
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
 
     def stop(self) -> None:
         """Stops anvil (it dumps ``--state`` on the way out)."""

@@ -79,15 +79,15 @@ class FetchPolicy:
 
     #: Largest accepted body in bytes.
     max_bytes: int = 64 * 1024 * 1024
-    #: Seconds for connect and for each read.
+    #: Seconds for connect and for each read, and the wall-clock limit of one attempt at one peer (headers
+    #: and body): a peer that trickles bytes to stay under the per-read timeout is abandoned at it.
     timeout: float = 10.0
     #: Attempts over all peers (each attempt tries every peer once).
     attempts: int = 3
     #: First backoff in seconds, doubled after each failed attempt.
     backoff: float = 0.2
-    #: Wall-clock seconds for one whole ``fetch_blob`` call (every peer, every attempt, headers and body);
-    #: None: ``timeout`` x ``attempts``. Enforced even against a peer that trickles bytes to stay under
-    #: the per-read timeout (it is then abandoned with :class:`FetchTimeoutError`).
+    #: Wall-clock seconds for one whole ``fetch_blob`` call (every peer, every attempt); None: ``timeout``
+    #: x ``attempts``.
     deadline: float | None = None
 
     def budget(self) -> float:
@@ -133,6 +133,29 @@ def _stream_one(
     return data
 
 
+#: Seconds a peer that was abandoned at the wall-clock limit (a stalling peer) is skipped by later fetches
+#: of this process: one staller costs a caller one ``timeout``, not one per blob and attempt.
+STALL_COOLDOWN_S = 30.0
+_stalled: dict[str, float] = {}
+_stalled_lock = threading.Lock()
+
+
+def _peer_key(url: str) -> str:
+    return url.rstrip("/").lower()
+
+
+def stalled_recently(url: str) -> bool:
+    """Whether ``url`` stalled a fetch of this process less than :data:`STALL_COOLDOWN_S` ago."""
+    with _stalled_lock:
+        at = _stalled.get(_peer_key(url))
+    return at is not None and time.monotonic() - at < STALL_COOLDOWN_S
+
+
+def _mark_stalled(url: str) -> None:
+    with _stalled_lock:
+        _stalled[_peer_key(url)] = time.monotonic()
+
+
 def _stream_bounded(
     client: httpx.Client | None,
     url: str,
@@ -159,6 +182,7 @@ def _stream_bounded(
     worker.join(max(0.0, seconds))
     if worker.is_alive():
         cancel.set()
+        _mark_stalled(url)
         if client is None:
             with contextlib.suppress(Exception):  # closing under a blocked read: whatever it raises is moot
                 cl.close()
@@ -168,6 +192,8 @@ def _stream_bounded(
     if client is None:
         cl.close()
     if "exc" in box:
+        if isinstance(box["exc"], FetchTimeoutError):
+            _mark_stalled(url)  # no answer within the per-read timeout: a stall too
         raise box["exc"]
     data: bytes = box["data"]
     return data
@@ -243,8 +269,15 @@ def fetch_blob(
                     FetchTimeoutError(f"fetch of {digest[:18]}: deadline {pol.budget():.1f}s spent")
                 )
                 break
+            if stalled_recently(url):
+                errors.append(
+                    FetchTimeoutError(
+                        f"{url}: stalled a fetch less than {STALL_COOLDOWN_S:.0f}s ago; skipped"
+                    )
+                )
+                continue
             try:
-                return _stream_bounded(client, url, digest, pol, digest_fn, left)
+                return _stream_bounded(client, url, digest, pol, digest_fn, min(pol.timeout, left))
             except (DigestMismatchError, BlobTooLargeError) as exc:
                 log.warning("peer %s served a bad blob: %s", url, exc)
                 bad_peers.add(url)

@@ -64,6 +64,11 @@ class DevnetConfig:
     fresh: bool = True
     """Start from an empty workdir (False: resume the persisted chain and node state)."""
     threads: int = 1
+    state_interval: float | None = None
+    """Seconds between anvil's periodic state dumps (None: only on a clean exit). ``tessera faults`` sets
+    it so that a ``kill -9`` of the chain restarts from the last dump."""
+    extra_args: dict[str, list[str]] = field(default_factory=dict)
+    """Extra command-line flags per node name (appended: they win over the defaults)."""
 
 
 @dataclass
@@ -107,6 +112,10 @@ class Devnet:
     deployment_path: Path = Path()
     run_path: Path = Path()
     started_at: float = 0.0
+    rpc_fronts: dict[str, Any] = field(default_factory=dict)
+    """Node name -> a :class:`tessera.devnet.proxy.FaultProxy` the node reaches the chain through."""
+    http_fronts: dict[str, Any] = field(default_factory=dict)
+    """Node name -> a proxy in front of the node's HTTP API: its public URL and the URL peers are given."""
 
     # -- start -----------------------------------------------------------------------------------------
     def start(self) -> Devnet:
@@ -139,8 +148,14 @@ class Devnet:
         port = int(port_file.read_text()) if port_file.exists() and not cfg.fresh else free_port()
         port_file.write_text(str(port))
         self.anvil = Anvil(
-            port=port, state=wd / "anvil-state.json", block_time=cfg.block_time, accounts=2
+            port=port,
+            state=wd / "anvil-state.json",
+            block_time=cfg.block_time,
+            accounts=2,
+            state_interval=cfg.state_interval,
         ).start()
+        for front in self.rpc_fronts.values():
+            front.set_target(port)
         self._rpc("anvil_setBalance", [Account.from_key(keys["deployer"]).address, hex(10**24)])
         for k in keys.values():
             self._rpc("anvil_setBalance", [Account.from_key(k).address, hex(10**22)])
@@ -157,7 +172,9 @@ class Devnet:
         ports = self._ports(
             wd, [f"validator{i}" for i in range(cfg.validators)] + [f"miner{i}" for i in range(cfg.miners)]
         )
-        vurls = ",".join(f"http://127.0.0.1:{ports[f'validator{i}']}" for i in range(cfg.validators))
+        for name, front in self.http_fronts.items():
+            front.set_target(ports[name])
+        vurls = ",".join(self._public_url(f"validator{i}", ports) for i in range(cfg.validators))
         common = [
             "--run-file",
             str(self.run_path),
@@ -217,12 +234,31 @@ class Devnet:
                 wd / "logs" / f"{name}.log",
             )
         for n in self.nodes.values():
+            if n.name in self.rpc_fronts:
+                n.args += ["--rpc-url", self.rpc_fronts[n.name].url]
+            if n.name in self.http_fronts:
+                n.args += ["--public-url", self.http_fronts[n.name].url]
+            n.args += cfg.extra_args.get(n.name, [])
             self.spawn(n.name)
         self.wait_healthy(timeout=180)
         self.wait_registered(timeout=120)
         if cfg.block_time:
             self._rpc("evm_setIntervalMining", [int(cfg.block_time)])
         return self
+
+    def _public_url(self, name: str, ports: dict[str, int]) -> str:
+        front = self.http_fronts.get(name)
+        return str(front.url) if front is not None else f"http://127.0.0.1:{ports[name]}"
+
+    # -- the chain process -----------------------------------------------------------------------------
+    def kill_chain(self) -> None:
+        """SIGKILL anvil: no state dump on the way out; what was mined since the last periodic dump
+        (``state_interval``) is lost when it comes back."""
+        self.anvil.kill()
+
+    def restart_chain(self) -> None:
+        """Start anvil again on the same port from its state file (the last dump)."""
+        self.anvil.start()
 
     def wait_registered(self, timeout: float = 120) -> None:
         """Wait until every node's registration is on-chain."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from protocol.transfer import FetchPolicy, FetchTimeoutError, fetch_blob
+from protocol.transfer import FetchPolicy, FetchTimeoutError, fetch_blob, stalled_recently
 
 DIGEST = "0x" + "00" * 32
 
@@ -59,13 +59,18 @@ def test_trickling_peer_is_abandoned_at_the_deadline(trickler: str) -> None:
     with pytest.raises(FetchTimeoutError, match="stalling peer|deadline"):
         fetch_blob(trickler, DIGEST, policy=FetchPolicy(timeout=1.0, attempts=2, backoff=0.05, deadline=2.0))
     took = time.monotonic() - t0
-    assert took < 3.5, took  # 2 s budget, not the peer's pace (10,000 bytes at 5 per second)
+    assert took < 2.5, took  # 1 s per attempt, not the peer's pace (10,000 bytes at 5 per second)
 
 
-def test_default_budget_is_timeout_times_attempts(trickler: str) -> None:
-    pol = FetchPolicy(timeout=0.5, attempts=2, backoff=0.01)
-    assert pol.budget() == 1.0
+def test_a_staller_costs_one_timeout_then_is_skipped(trickler: str) -> None:
+    pol = FetchPolicy(timeout=0.5, attempts=3, backoff=0.01)
+    assert pol.budget() == 1.5
     t0 = time.monotonic()
     with pytest.raises(FetchTimeoutError):
         fetch_blob(trickler, DIGEST, policy=pol)
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 1.2  # one attempt's wall-clock limit; the retries skip it
+    assert stalled_recently(trickler)
+    t1 = time.monotonic()
+    with pytest.raises(FetchTimeoutError, match="skipped"):
+        fetch_blob(trickler, "0x" + "11" * 32, policy=pol)
+    assert time.monotonic() - t1 < 0.3  # the next blob from the same peer fails fast during the cooldown
