@@ -13,9 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException
+from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -32,6 +33,23 @@ from protocol.transfer import BadDigestError, BlobStore, check_digest_str
 
 class NodeServerError(ProtocolError):
     """The node's HTTP server could not start."""
+
+
+#: What ``protocol.transfer.check_digest_str`` accepts, as an OpenAPI (ECMA) pattern, so the spec says what
+#: a digest is and a malformed one is refused by validation (422) like any other bad parameter. (Validation
+#: uses pydantic's Rust regex, where ``$`` does not match before a trailing newline.)
+DIGEST_PATTERN = r"^(0x)?[0-9a-f]{16,128}$"
+
+#: The body of every error answer (``HTTPException``'s ``{"detail": ...}``).
+_ERROR_BODY = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "properties": {"detail": {"type": "string"}},
+            "required": ["detail"],
+        }
+    }
+}
 
 
 @dataclass
@@ -108,9 +126,17 @@ def create_node_app(
         "/blobs/{digest}",
         summary="A blob by digest",
         response_class=StreamingResponse,
-        responses={404: {"description": "not served here"}, 400: {"description": "not a digest"}},
+        responses={
+            200: {
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+            },
+            404: {"description": "not served here"},
+            400: {"description": "not a digest"},
+        },
     )
-    def get_blob(digest: str) -> StreamingResponse:
+    def get_blob(
+        digest: Annotated[str, PathParam(pattern=DIGEST_PATTERN, description="lower-case hex, 0x optional")],
+    ) -> StreamingResponse:
         try:
             check_digest_str(digest)
             if not store.has(digest):
@@ -133,7 +159,34 @@ def create_node_app(
             headers={"content-length": str(size)},
         )
 
+    _document_misses(app)
     return app
+
+
+def _document_misses(app: FastAPI) -> None:
+    """Document a 404 (and the error body) on every operation with a path parameter, roles' routes included.
+
+    Such a route looks up what the path names (a blob, a round's record) and answers 404 when this node
+    does not hold it; without this the spec lists only 200/422 and a client (or schemathesis) cannot tell
+    a miss from a bug. The spec is built lazily on first request, after the role added its routes.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = build()
+            for item in spec.get("paths", {}).values():
+                for op in item.values():
+                    responses = op.get("responses", {})
+                    if any(p.get("in") == "path" for p in op.get("parameters", [])):
+                        responses.setdefault("404", {"description": "not held by this node"})
+                    for code in ("400", "404"):
+                        if code in responses:
+                            responses[code].setdefault("content", _ERROR_BODY)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 class NodeServer:
