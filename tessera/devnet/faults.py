@@ -155,12 +155,16 @@ class _Harness:
         self.sc = sc
         self.seed = seed
         self.rng = random.Random(f"{seed}/{sc.name}")
+        self.rounds = rounds
+        self.fault_round = FAULT_ROUND
         self.last_round = FAULT_ROUND + rounds - 1
         self.say = say
         self.timeout = timeout
         point = self.rng.choice(sc.points)
         self.run = FaultRun(sc.name, seed, point, offset_s=round(self.rng.uniform(0.5, 3.0), 2), delay_s=0.0)
         self.run.delay_s = round(self.rng.uniform(3.0, 8.0), 2)
+        if point == "certify":
+            self.run.offset_s = 0.0  # merging and signing take a second or two: strike when seen
         self.cfg = DevnetConfig(
             workdir=workdir / "devnet",
             miners=miners,
@@ -228,7 +232,7 @@ class _Harness:
             "summary": self.sc.summary,
             "seed": self.seed,
             "target": self.sc.target,
-            "fault_round": FAULT_ROUND,
+            "fault_round": self.fault_round,
             "last_round": self.last_round,
             "point": self.run.point,
             "offset_s": self.run.offset_s,
@@ -260,7 +264,7 @@ class _Harness:
                     self._maybe_inject(where)
                 elif not self._restored:
                     self._maybe_restore(where)
-                hold = not self._injected_at and where == (FAULT_ROUND, self.run.point)
+                hold = not self._injected_at and where[1] == self.run.point and where[0] >= FAULT_ROUND
                 if not hold:
                     self.net.fast_forward()
                 done = self._restored and not self._pending and self.net.certified_rounds() >= self.last_round
@@ -272,13 +276,17 @@ class _Harness:
     def _maybe_inject(self, where: tuple[int, str]) -> None:
         r, point = where
         want = (FAULT_ROUND, self.run.point)
-        if where != want:
+        if where != want and not self.run.injected.get("late"):
             late = r > FAULT_ROUND or (
                 r == FAULT_ROUND and _ORDER.index(point) > _ORDER.index(self.run.point)
             )
             if not late:
                 return
-            self.note(f"point {self.run.point} of round {FAULT_ROUND} passed unseen; injecting at {point}")
+            # the drawn point was too short to catch: strike at the next one (the fault round moves with it)
+            self.note(
+                f"point {self.run.point} of round {FAULT_ROUND} passed unseen; injecting at round {r} {point}"
+            )
+            self.run.injected["late"] = True
             self.run.point = point
         if self._entered != where:
             self._entered, self._entered_at = where, time.time()
@@ -299,7 +307,8 @@ class _Harness:
     def _inject(self, r: int, point: str) -> None:
         sc, net = self.sc, self.net
         block = net.chain.block_number()
-        self.run.injected = {"round": r, "point": point, "block": block, "at": time.time()}
+        self.fault_round, self.last_round = r, r + self.rounds - 1
+        self.run.injected.update({"round": r, "point": point, "block": block, "at": time.time()})
         if sc.name == "kill-chain":
             before = self._snapshot()
             pid = net.anvil.pid
@@ -358,7 +367,7 @@ class _Harness:
             return
         r, point = where
         elapsed = time.time() - self._injected_at
-        finalized = r > FAULT_ROUND or (r == FAULT_ROUND and point == "certify")
+        finalized = r > self.fault_round or (r == self.fault_round and point == "certify")
         if self.sc.name == "cut-validator":
             ready = (finalized and elapsed >= 30) or elapsed >= 120
         else:
@@ -374,7 +383,7 @@ class _Harness:
     # -- checks ----------------------------------------------------------------------------------------
     def check(self) -> list[dict[str, Any]]:
         """The scenario's checks against the chain's events, the validators' verdicts and the logs."""
-        return check_run(self.net, self.sc, FAULT_ROUND, self.last_round)
+        return check_run(self.net, self.sc, self.fault_round, self.last_round)
 
 
 # -- checks --------------------------------------------------------------------------------------------
