@@ -67,8 +67,9 @@ class ValidatorConfig:
     """Relative L2 tolerance of replayed AdamW moments (0: bit-exact)."""
     param_rel_tol: float = 1e-4
     """Relative L2 tolerance of replayed parameters (see validator.verify.VerifyPolicy)."""
-    min_final_cosine: float = 0.2
-    """Least cosine between an update and its transcript's final state."""
+    min_final_cosine: float = -1.0
+    """Least cosine between an update and its transcript's final state (-1: off; see
+    validator.verify.VerifyPolicy)."""
     attested_check_probability: float = 0.1
     """Share of rounds an attested miner is recomputed."""
     min_own_gain: float = 0.0

@@ -13,8 +13,7 @@ Stages, in order (the first failure decides; later, costlier stages are not run)
                  of rounds;
 7. ``recompute`` the transcript's step-0 digest is the checkpoint's (anchor); ``segments_per_miner``
                  seed-chosen segments are replayed from the served start state and compared with the
-                 served end state (both checked against the transcript digests); the final state agrees
-                 in direction with the update (cosine >= ``min_final_cosine``); and the update is exactly
+                 served end state (both checked against the transcript digests); the update is exactly
                  what the codec makes of theta_r minus the final state plus the miner's error-feedback
                  residual, which is fetched through the header's ``ef`` chain (the residual the miner
                  committed to after its own earlier update) and checked within ``ef_rel_tol``, as is the
@@ -90,9 +89,11 @@ class VerifyPolicy:
     compression of (theta_r - final state) plus the miner's error-feedback residual, and of the residual the
     miner commits to against the recomputed one. The codec runs in fp32 on the CPU on both sides, so one
     platform gives 0; a scaled update (x3) is off by 2."""
-    min_final_cosine: float = 0.2
-    """Cosine, on the update's non-zero coordinates, between the decoded update and theta_r minus the
-    final transcript params (error feedback makes them differ; a random or unrelated update is near 0)."""
+    min_final_cosine: float = -1.0
+    """Least cosine, on the update's non-zero coordinates, between the decoded update and theta_r minus the
+    final transcript params; -1 (default) refuses nothing. The exact recompute (``ef_rel_tol``) supersedes
+    it, and an honest cosine falls as the error-feedback residual grows (0.72-0.80 by round 12 in
+    ``python -m benchmarks.ef_norms``), so a fixed floor would in time refuse, and slash, honest miners."""
     attested_check_probability: float = 0.1
     """Share of rounds in which an attested miner is recomputed."""
     eval_own_batches: int = 1
