@@ -71,6 +71,11 @@ class ScenarioResult:
         """JSON form."""
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ScenarioResult:
+        """Inverse of :meth:`to_json` (a worker process's result)."""
+        return cls(**{**doc, "rows": [Row(**r) for r in doc["rows"]]})
+
 
 def _fill_board(sc: Scenario) -> Any:
     """An ``on_step`` hook that copies revealed updates and evidence onto the scenario's board."""
@@ -121,8 +126,8 @@ def _rewards(run: NetworkRun, address: str, from_round: int) -> tuple[float, flo
     return total, cheat
 
 
-def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> ScenarioResult:
-    """Rows and figures of a finished run."""
+def evaluate(sc: Scenario, run: NetworkRun, base: Sequence[float]) -> ScenarioResult:
+    """Rows and figures of a finished run; ``base``: the all-honest run's held-out losses."""
     rows = []
     for p in run.participants:
         total, cheat = _rewards(run, p.address, sc.cheat_from)
@@ -146,7 +151,7 @@ def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> Scen
         if p.label in HONEST_WORK:
             honest_cheat_rounds += cheat
     share = honest_cheat_rounds / all_cheat_rounds if all_cheat_rounds else 1.0
-    base = baseline.heldout if baseline else []
+    base = list(base)
     k = min(len(run.heldout), len(base)) - 1  # the same checkpoint (a stalled run certifies fewer)
     rel = (run.heldout[k] - base[k]) / base[k] if k >= 0 else 0.0
     res = ScenarioResult(
@@ -165,7 +170,9 @@ def evaluate(sc: Scenario, run: NetworkRun, baseline: NetworkRun | None) -> Scen
             res.checks["cheaters_slashed"] = all(r.slashes > 0 for r in cheaters)
         res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
     if sc.kind in ("miner", "validator") and base:
-        res.checks["heldout_within_1%"] = abs(rel) <= 0.01
+        # one-sided: the claim is that an attack cannot make the model worse by more than 1%; a run with
+        # one miner fewer in the average may as well end a little better (seen: -1.2% for a zero update)
+        res.checks["heldout_no_worse_than_1%"] = rel <= 0.01
     if sc.kind == "fault":
         for rnd, _phase, who in sc.faults:
             p = run.participants[who]
@@ -230,6 +237,24 @@ def _failed(sc: Scenario, rounds: int, exc: BaseException) -> ScenarioResult:
     )  # fmt: skip
 
 
+def _run_one(
+    name: str, rounds: int, spec_json: dict[str, Any], chain: str, base: list[float]
+) -> dict[str, Any]:
+    """One scenario in a worker process; its result as JSON (plain data crosses the process boundary)."""
+    from protocol.runspec import RunSpec
+
+    logging.basicConfig(level=logging.WARNING)
+    for noisy in ("miner", "validator"):  # as the CLI sets them in the parent
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    sc = get(name)
+    try:
+        run = run_scenario(sc, rounds, RunSpec.from_json(spec_json), chain=chain)
+        return evaluate(sc, run, base).to_json()
+    except Exception as exc:  # a crashed scenario is a finding, not the end of the suite
+        log.error("scenario %s failed: %s", name, exc, exc_info=True)
+        return _failed(sc, rounds, exc).to_json()
+
+
 def run_suite(
     names: Sequence[str],
     rounds: int,
@@ -237,11 +262,14 @@ def run_suite(
     spec: Any = None,
     progress: Any = None,
     chain: str = "anvil",
+    jobs: int = 1,
 ) -> list[ScenarioResult]:
     """Run the baseline and each named scenario; write JSON to ``out`` (after every scenario) if given.
 
     ``chain``: ``anvil`` (default: each scenario on a fresh anvil with freshly deployed contracts) or
-    ``memory`` (the in-memory ledger; the report says so).
+    ``memory`` (the in-memory ledger; the report says so). ``jobs`` > 1 runs that many scenarios at once,
+    each in its own process with its own anvil (a scenario spends most of its time waiting for blocks and
+    peers, so this shortens the suite even on 2 cores); results are reported in the order given.
 
     A scenario whose network fails is reported with ``checks = {"ran": False}`` and the error; the
     suite goes on with the next one.
@@ -249,13 +277,13 @@ def run_suite(
     t0 = time.perf_counter()
     spec = spec or tiny_spec()
     base_sc = get("baseline")
-    baseline: NetworkRun | None
+    base: list[float] = []
     try:
         baseline = run_scenario(base_sc, rounds, spec, chain=chain)
-        results = [evaluate(base_sc, baseline, baseline)]
+        base = list(baseline.heldout)
+        results = [evaluate(base_sc, baseline, base)]
     except Exception as exc:  # reported like any other scenario; the others run without a reference
         log.error("baseline failed: %s", exc, exc_info=True)
-        baseline = None
         results = [_failed(base_sc, rounds, exc)]
 
     def save() -> None:
@@ -265,6 +293,7 @@ def run_suite(
         doc = {
             "chain": chain,
             "rounds": rounds,
+            "jobs": jobs,
             "seconds": round(time.perf_counter() - t0, 1),
             "spec": spec.to_json(),
             "scenarios": [r.to_json() for r in results],
@@ -274,19 +303,32 @@ def run_suite(
     if progress:
         progress(results[-1])
     save()
-    for name in names:
-        if name == "baseline":
-            continue
-        sc = get(name)
-        try:
-            run = run_scenario(sc, rounds, spec, chain=chain)
-            results.append(evaluate(sc, run, baseline))
-        except Exception as exc:  # a crashed scenario is a finding, not the end of the suite
-            log.error("scenario %s failed: %s", name, exc, exc_info=True)
-            results.append(_failed(sc, rounds, exc))
-        if progress:
-            progress(results[-1])
-        save()
+    todo = [n for n in names if n != "baseline"]
+    if jobs <= 1:
+        for name in todo:
+            results.append(ScenarioResult.from_json(_run_one(name, rounds, spec.to_json(), chain, base)))
+            if progress:
+                progress(results[-1])
+            save()
+        return results
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    done: dict[str, ScenarioResult] = {}
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no forked threads, locks or torch state
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = {pool.submit(_run_one, n, rounds, spec.to_json(), chain, base): n for n in todo}
+        for fut in as_completed(futures):
+            name = futures[fut]
+            try:
+                res = ScenarioResult.from_json(fut.result())
+            except Exception as exc:  # the worker process itself died
+                res = _failed(get(name), rounds, exc)
+            done[name] = res
+            if progress:
+                progress(res)
+            results[1:] = [done[n] for n in todo if n in done]
+            save()
     return results
 
 

@@ -30,6 +30,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rounds", type=int, default=3, help="rounds per scenario (default 3)")
     p.add_argument("--out", type=Path, default=Path("attack-report.json"), help="JSON report path")
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=4,
+        help="scenarios run at once, each in its own process and anvil (default 4; they mostly wait on "
+        "blocks and peers, so 4 fit 2 cores); 1 runs them one after another",
+    )
+    p.add_argument(
         "--chain",
         choices=("anvil", "memory"),
         default="anvil",
@@ -99,7 +106,9 @@ def _run(args: argparse.Namespace) -> int:
         else ("memory (IN-MEMORY LEDGER, not a real chain)")
     )
     print(f"chain: {label}", file=sys.stderr, flush=True)
-    results = run_suite(names, rounds, out=args.out, progress=progress, chain=args.chain)
+    if args.jobs < 1:
+        raise AttackError("--jobs must be at least 1")
+    results = run_suite(names, rounds, out=args.out, progress=progress, chain=args.chain, jobs=args.jobs)
     print(f"chain: {label}")
     print(table(results))
     print(f"report: {args.out}")

@@ -52,3 +52,19 @@ def test_scenario_reads_settlement_from_the_contract() -> None:
     s = run.ledger.rounds[1].settlement
     assert s is not None and sum(s.miner_rewards.values()) > 0
     assert 2 in run.ledger.checkpoints and not run.stalled
+
+
+@pytest.mark.timeout(600)
+def test_parallel_suite_reports_in_order(tmp_path: Path) -> None:
+    """``--jobs``: scenarios in worker processes come back as results, in the order named."""
+    out = tmp_path / "attack.json"
+    names = ["poisoner-flip", "free-rider-zero"]
+    results = run_suite(names, rounds=1, out=out, chain="memory", jobs=2)
+    assert [r.name for r in results] == ["baseline", *names]
+    doc = json.loads(out.read_text())
+    assert doc["jobs"] == 2 and [s["name"] for s in doc["scenarios"]] == ["baseline", *names]
+    for res in results[1:]:
+        assert res.checks.get("ran", True), res.errors
+        cheaters = [r for r in res.rows if r.role == "miner" and r.label != "honest"]
+        assert cheaters and all(r.reward_cheating == 0 for r in cheaters), table([res])
+        assert res.heldout_baseline == results[0].heldout
