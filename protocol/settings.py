@@ -28,6 +28,55 @@ class SettingsError(ProtocolError):
     """A config file, environment variable or flag is invalid."""
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeConfig:
+    """The fields every node role shares; ``miner.config.MinerConfig`` and
+    ``validator.config.ValidatorConfig`` extend it and set their own defaults where a role differs."""
+
+    run_file: Path = Path("run.json")
+    """The run specification (``protocol.runspec``) shared by every node of the run."""
+    deployment: Path | None = None
+    """Deployment file written by ``tessera contracts deploy`` (chain id, contract address, RPC)."""
+    rpc_url: str = ""
+    """JSON-RPC endpoint (empty: the deployment file's)."""
+    key_env: str = "TESSERA_NODE_KEY"
+    """Environment variable holding the node's private key (if no keystore)."""
+    keystore: Path | None = None
+    """Encrypted JSON keystore (its password in ``keystore_password_env``)."""
+    keystore_password_env: str = "TESSERA_KEYSTORE_PASSWORD"
+    """Environment variable holding the keystore password."""
+    data_dir: Path = Path("~/.tessera/node")
+    """State directory."""
+    host: str = "127.0.0.1"
+    """HTTP listen address."""
+    port: int = 0
+    """HTTP port (0: any free port)."""
+    public_url: str = ""
+    """URL peers reach this node at (empty: http://host:port)."""
+    dht: bool = True
+    """Announce and discover through the hivemind DHT."""
+    dht_peers: tuple[str, ...] = ()
+    """Bootstrap multiaddrs of the DHT."""
+    dht_port: int = 0
+    """DHT listen port (0: any)."""
+    stake: int = 0
+    """Stake to bond when registering (token base units)."""
+    poll_interval: float = 0.5
+    """Seconds between looks at the chain."""
+    fetch_timeout: float = 20.0
+    """Seconds per HTTP fetch."""
+    fetch_attempts: int = 3
+    """Fetch attempts over all peers, with exponential backoff."""
+    threads: int = 1
+    """torch CPU threads."""
+
+    def private_key(self, env: Mapping[str, str] | None = None) -> str:
+        """The node's private key, from its keystore or ``key_env`` (:class:`SettingsError` if neither)."""
+        return resolve_private_key(
+            key_env=self.key_env, keystore=self.keystore, password_env=self.keystore_password_env, env=env
+        )
+
+
 def _coerce(name: str, tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -115,6 +164,33 @@ def load_settings(
         return cls(**out)
     except (TypeError, ValueError) as exc:
         raise SettingsError(f"invalid {cls.__name__}: {exc}") from exc
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each dataclass field's docstring (the string literal under it), a subclass's over its base's; for
+    ``--help``. Empty where the source is unavailable."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(inspect.getsource(klass))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for stmt, nxt in zip(body, body[1:], strict=False):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
 
 
 def resolve_private_key(

@@ -24,16 +24,20 @@ log = logging.getLogger(__name__)
 def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
     """One ``--field-name`` flag per config field (string-valued; the loader coerces and validates)."""
     parser.add_argument("--config", type=Path, help="TOML config file")
+    from protocol.settings import field_docs
+
     hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
     for f in dataclasses.fields(cls):
-        doc = ""
+        doc = docs.get(f.name, "").replace("%", "%%")
+        doc = doc + " " if doc else ""
         default = f.default if f.default is not dataclasses.MISSING else None
         parser.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f"cfg_{f.name}",
             default=None,
             metavar=str(getattr(hints[f.name], "__name__", "VALUE")).upper(),
-            help=f"{doc}(default: {default!r})",
+            help=f"{doc.replace('``', '')}(default: {str(default) if isinstance(default, Path) else repr(default)})",
         )
 
 

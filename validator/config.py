@@ -9,54 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from protocol.errors import ProtocolError
-from protocol.settings import load_settings, resolve_private_key
+from protocol.settings import NodeConfig, load_settings
 from validator.errors import ValidatorConfigError
 
 ENV_PREFIX = "TESSERA_VALIDATOR_"
 
 
 @dataclass(frozen=True)
-class ValidatorConfig:
-    """Everything a validator node needs to know (verification thresholds are named here too)."""
+class ValidatorConfig(NodeConfig):
+    """Everything a validator node needs to know (verification thresholds are named here too; the shared
+    node fields are ``protocol.settings.NodeConfig``'s)."""
 
-    run_file: Path = Path("run.json")
-    """The run specification shared by every node of the run."""
-    deployment: Path | None = None
-    """Deployment file written by ``tessera contracts deploy``."""
-    rpc_url: str = ""
-    """JSON-RPC endpoint (empty: the deployment file's)."""
     key_env: str = "TESSERA_VALIDATOR_KEY"
     """Environment variable holding the validator's private key (if no keystore)."""
-    keystore: Path | None = None
-    """Encrypted JSON keystore."""
-    keystore_password_env: str = "TESSERA_KEYSTORE_PASSWORD"
-    """Environment variable holding the keystore password."""
     data_dir: Path = Path("~/.tessera/validator")
     """State directory: verdicts, score salts, checkpoints."""
-    host: str = "127.0.0.1"
-    """HTTP listen address."""
-    port: int = 0
-    """HTTP port (0: any free port)."""
-    public_url: str = ""
-    """URL peers reach this node at (empty: http://host:port)."""
-    dht: bool = True
-    """Announce and discover through the hivemind DHT."""
-    dht_peers: tuple[str, ...] = ()
-    """Bootstrap multiaddrs of the DHT."""
-    dht_port: int = 0
-    """DHT listen port (0: any)."""
-    peer_urls: tuple[str, ...] = ()
-    """Fallback URLs of other validators (checkpoints, certificate signatures)."""
     stake: int = 1000 * 10**18
     """Stake to bond when registering."""
-    poll_interval: float = 0.5
-    """Seconds between looks at the chain."""
-    fetch_timeout: float = 20.0
-    """Seconds per HTTP fetch."""
-    fetch_attempts: int = 3
-    """Fetch attempts over all peers."""
-    threads: int = 1
-    """torch CPU threads."""
+    peer_urls: tuple[str, ...] = ()
+    """Fallback URLs of other validators (checkpoints, certificate signatures)."""
     max_update_bytes: int = 16 * 1024 * 1024
     """Largest update accepted."""
     max_rel_norm: float = 1.0
@@ -67,6 +38,9 @@ class ValidatorConfig:
     """Relative L2 tolerance of replayed AdamW moments (0: bit-exact)."""
     param_rel_tol: float = 1e-4
     """Relative L2 tolerance of replayed parameters (see validator.verify.VerifyPolicy)."""
+    ef_rel_tol: float = 1e-4
+    """Relative L2 tolerance of the recomputed compressed update and residual (see
+    validator.verify.VerifyPolicy; F12)."""
     min_final_cosine: float = -1.0
     """Least cosine between an update and its transcript's final state (-1: off; see
     validator.verify.VerifyPolicy)."""
@@ -114,8 +88,6 @@ def load_validator_config(
 def load_validator_key(cfg: ValidatorConfig, env: Mapping[str, str] | None = None) -> str:
     """The validator's private key."""
     try:
-        return resolve_private_key(
-            key_env=cfg.key_env, keystore=cfg.keystore, password_env=cfg.keystore_password_env, env=env
-        )
+        return cfg.private_key(env)
     except ProtocolError as exc:
         raise ValidatorConfigError(str(exc)) from exc

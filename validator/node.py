@@ -155,6 +155,7 @@ class ValidatorNode:
             segments_per_miner=cfg.segments_per_miner,
             replay_rel_tol=cfg.replay_rel_tol,
             param_rel_tol=cfg.param_rel_tol,
+            ef_rel_tol=cfg.ef_rel_tol,
             min_final_cosine=cfg.min_final_cosine,
             attested_check_probability=cfg.attested_check_probability,
             min_own_gain=cfg.min_own_gain,
@@ -474,7 +475,8 @@ class ValidatorNode:
         )
         t0 = time.perf_counter()
         complete = True
-        for miner in sorted(commits, key=lambda a: int(a, 16)):
+        # updates already fetched first: a peer that stalls must not eat the time of the others
+        for miner in sorted(commits, key=lambda a: (a not in self._cache.updates, int(a, 16))):
             if self.state.verdict(r, miner) is not None:
                 continue
             if self.coord.current().block >= st.deadline - RETRY_MARGIN_BLOCKS:

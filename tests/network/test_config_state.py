@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 
-from miner.config import load_miner_config, load_miner_key
+from miner.config import MinerConfig, load_miner_config, load_miner_key
 from miner.errors import MinerConfigError, MinerStateError
 from miner.state import ABANDONED, COMMITTED, MinerState
 from protocol.settings import SettingsError, load_settings
-from validator.config import load_validator_config
+from validator.config import ValidatorConfig, load_validator_config
 from validator.errors import ValidatorConfigError
 from validator.state import ValidatorState
 
@@ -103,3 +104,26 @@ def test_validator_state_resume(tmp_path: Path) -> None:
     back = ValidatorState(tmp_path)
     assert back.verdict(3, "0xabc") == {"score": 5}
     assert back.round(3)["scores"] == [5] and back.round(3)["score_committed"]
+
+
+def test_roles_share_the_node_fields_and_help_shows_their_docs() -> None:
+    """Both roles extend ``NodeConfig`` (one definition of the shared fields) with their own defaults,
+    and ``--help`` shows each field's docstring, a role's over the base's."""
+    import argparse
+
+    from protocol.settings import NodeConfig, field_docs
+    from tessera.nodes import add_config_flags
+
+    shared = {f.name for f in dataclasses.fields(NodeConfig)}
+    for cls in (MinerConfig, ValidatorConfig):
+        assert issubclass(cls, NodeConfig) and shared <= {f.name for f in dataclasses.fields(cls)}
+    assert (
+        MinerConfig().key_env == "TESSERA_MINER_KEY" and ValidatorConfig().key_env == "TESSERA_VALIDATOR_KEY"
+    )
+    assert "miner's private key" in field_docs(MinerConfig)["key_env"]
+    assert field_docs(ValidatorConfig)["poll_interval"] == "Seconds between looks at the chain."
+    p = argparse.ArgumentParser()
+    add_config_flags(p, ValidatorConfig)
+    text = " ".join(p.format_help().split())
+    assert "Relative L2 tolerance of the recomputed compressed update" in text
+    assert "(default: ~/.tessera/validator)" in text
