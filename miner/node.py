@@ -27,6 +27,7 @@ from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundStat
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
+from protocol.nodeloop import step_forever
 from protocol.records import Served
 from protocol.runspec import COMPUTE_LOCK, RunSpec, warm_up_torch
 from protocol.tensorblob import (
@@ -161,20 +162,19 @@ class MinerNode:
     # -- the loop --------------------------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None) -> None:
         """Step until ``stop`` is set or ``max_rounds`` rounds were served; errors are retried with backoff."""
-        stop = stop or threading.Event()
-        backoff = self.cfg.poll_interval
-        while not stop.is_set():
-            try:
-                self.step()
-                backoff = self.cfg.poll_interval
-            except (ProtocolError, MinerError) as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                self.metrics.errors.labels(type=type(exc).__name__).inc()
-                log.warning("miner step failed (retrying in %.1fs): %s", backoff, self.last_error)
-                backoff = min(backoff * 2, 15.0)
-            if self.cfg.max_rounds and self.rounds_done >= self.cfg.max_rounds:
-                break
-            stop.wait(backoff)
+        step_forever(
+            self.step,
+            stop=stop or threading.Event(),
+            interval=self.cfg.poll_interval,
+            retry_on=(ProtocolError, MinerError),
+            on_error=self._step_failed,
+            done=lambda: bool(self.cfg.max_rounds) and self.rounds_done >= self.cfg.max_rounds,
+        )
+
+    def _step_failed(self, exc: BaseException, backoff: float) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.metrics.errors.labels(type=type(exc).__name__).inc()
+        log.warning("miner step failed (retrying in %.1fs): %s", backoff, self.last_error)
 
     def step(self) -> None:
         """Take whatever action the chain's current state calls for."""

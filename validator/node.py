@@ -44,6 +44,7 @@ from protocol.coordinator import (
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
+from protocol.nodeloop import step_forever
 from protocol.records import Served
 from protocol.runspec import COMPUTE_LOCK, RunSpec, warm_up_torch
 from protocol.tensorblob import (
@@ -277,18 +278,18 @@ class ValidatorNode:
     # -- loop ------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None) -> None:
         """Step until ``stop`` is set; errors are retried with backoff."""
-        stop = stop or threading.Event()
-        backoff = self.cfg.poll_interval
-        while not stop.is_set():
-            try:
-                self.step()
-                backoff = self.cfg.poll_interval
-            except (ProtocolError, ValidatorError) as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                self.metrics.errors.labels(type=type(exc).__name__).inc()
-                log.warning("validator step failed (retrying in %.1fs): %s", backoff, self.last_error)
-                backoff = min(backoff * 2, 15.0)
-            stop.wait(backoff)
+        step_forever(
+            self.step,
+            stop=stop or threading.Event(),
+            interval=self.cfg.poll_interval,
+            retry_on=(ProtocolError, ValidatorError),
+            on_error=self._step_failed,
+        )
+
+    def _step_failed(self, exc: BaseException, backoff: float) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.metrics.errors.labels(type=type(exc).__name__).inc()
+        log.warning("validator step failed (retrying in %.1fs): %s", backoff, self.last_error)
 
     def step(self) -> None:
         """Take whatever action the chain's current state calls for."""

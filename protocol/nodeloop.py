@@ -1,0 +1,36 @@
+"""The loop every node role runs: step, wait, and on a typed failure retry with exponential backoff."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+MAX_BACKOFF = 15.0
+"""Seconds: the longest wait between retries of a failing step."""
+
+
+def step_forever(
+    step: Callable[[], None],
+    *,
+    stop: threading.Event,
+    interval: float,
+    retry_on: tuple[type[BaseException], ...],
+    on_error: Callable[[BaseException, float], None],
+    done: Callable[[], bool] | None = None,
+) -> None:
+    """Call ``step`` every ``interval`` seconds until ``stop`` is set or ``done()`` holds.
+
+    An exception of ``retry_on`` (the node's typed errors: chain, network, its own) is passed to
+    ``on_error(exc, backoff)`` and the step is retried after ``backoff`` seconds, doubling up to
+    :data:`MAX_BACKOFF` while it keeps failing; anything else is a bug and propagates."""
+    backoff = interval
+    while not stop.is_set():
+        try:
+            step()
+            backoff = interval
+        except retry_on as exc:
+            on_error(exc, backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+        if done is not None and done():
+            break
+        stop.wait(backoff)

@@ -1,0 +1,63 @@
+"""The node loop: steps at the interval, backs off on typed errors, stops on ``stop`` or ``done``."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from protocol.errors import ProtocolError
+from protocol.nodeloop import MAX_BACKOFF, step_forever
+
+
+class _Clock(threading.Event):
+    """A stop event whose ``wait`` records the requested waits instead of sleeping."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+        self.limit = limit
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(float(timeout or 0))
+        if len(self.waits) >= self.limit:
+            self.set()
+        return self.is_set()
+
+
+def test_backoff_doubles_on_typed_errors_and_resets_on_success() -> None:
+    outcomes = iter([ProtocolError("rpc down")] * 6 + [None, ProtocolError("again"), None])
+    seen: list[tuple[str, float]] = []
+
+    def step() -> None:
+        exc = next(outcomes)
+        if exc is not None:
+            raise exc
+
+    clock = _Clock(limit=9)
+    step_forever(
+        step,
+        stop=clock,
+        interval=0.5,
+        retry_on=(ProtocolError,),
+        on_error=lambda e, b: seen.append((str(e), b)),
+    )
+    assert clock.waits == [1.0, 2.0, 4.0, 8.0, MAX_BACKOFF, MAX_BACKOFF, 0.5, 1.0, 0.5]
+    assert [b for _, b in seen] == [0.5, 1.0, 2.0, 4.0, 8.0, MAX_BACKOFF, 0.5]
+
+
+def test_done_ends_the_loop_and_untyped_errors_propagate() -> None:
+    calls: list[int] = []
+    step_forever(
+        lambda: calls.append(1), stop=_Clock(limit=100), interval=0.1, retry_on=(ProtocolError,),
+        on_error=lambda e, b: None, done=lambda: len(calls) >= 3,
+    )  # fmt: skip
+    assert len(calls) == 3
+
+    def bug() -> None:
+        raise KeyError("a bug is not retried")
+
+    with pytest.raises(KeyError):
+        step_forever(
+            bug, stop=_Clock(limit=5), interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None
+        )
