@@ -32,8 +32,8 @@ from protocol.errors import ProtocolError
 _recursion_limit = sys.getrecursionlimit()
 try:
     from py_ecc.bls import G2Basic
-    from py_ecc.bls.g2_primitives import pubkey_to_G1, signature_to_G2
-    from py_ecc.optimized_bls12_381 import normalize
+    from py_ecc.bls.g2_primitives import G1_to_pubkey, pubkey_to_G1, signature_to_G2
+    from py_ecc.optimized_bls12_381 import FQ, b, is_on_curve, normalize
 finally:
     sys.setrecursionlimit(_recursion_limit)
 
@@ -58,6 +58,17 @@ def g1_eip2537(public_key: bytes) -> bytes:
         raise BlsError(f"invalid G1 public key: {exc}") from exc
     x, y = point
     return _fp(int(x)) + _fp(int(y))
+
+
+def g1_from_eip2537(blob: bytes) -> bytes:
+    """The compressed (48-byte) G1 public key of a 128-byte EIP-2537 encoding (as the contract stores it)."""
+    if len(blob) != 128 or blob[:16] != bytes(16) or blob[64:80] != bytes(16):
+        raise BlsError("an EIP-2537 G1 point is two 64-byte field elements with 16 zero bytes each")
+    x, y = int.from_bytes(blob[:64], "big"), int.from_bytes(blob[64:], "big")
+    point = (FQ(x), FQ(y), FQ(1))
+    if not is_on_curve(point, b):
+        raise BlsError("the G1 point is not on the curve")
+    return bytes(G1_to_pubkey(point))
 
 
 def g2_eip2537(signature: bytes) -> bytes:

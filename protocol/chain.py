@@ -823,6 +823,14 @@ class Chain:
         n = int(self._call("validatorCount"))
         return [str(self._call("validators", i)) for i in range(n)]
 
+    def bls_key_of(self, validator: str) -> bytes:
+        """The validator's registered BLS public key (48 bytes compressed)."""
+        words = self._call("blsKeyOf", to_checksum_address(validator))
+        try:
+            return bls.g1_from_eip2537(b"".join(bytes(w) for w in words))
+        except (bls.BlsError, TypeError) as exc:
+            raise MalformedResponseError(f"blsKeyOf({validator}): {exc}") from exc
+
     def score_entry(self, round_: int, validator: str) -> ScoreEntry:
         """A validator's score commitment/reveal for ``round_``."""
         c, h, w, rev = self._call("scoreEntry", round_, to_checksum_address(validator))

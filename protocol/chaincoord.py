@@ -78,6 +78,7 @@ class ChainCoordinator:
         self.contract = chain.network_address
         self.address = chain.address
         self._bls = bls_key_for(private_key)
+        self._bls_keys: dict[str, bytes] = {}
         self._settled: dict[int, Settlement] = {}
 
     # -- reads -----------------------------------------------------------------------------------------
@@ -203,6 +204,16 @@ class ChainCoordinator:
     def sign_checkpoint(self, round: int, digest: bytes) -> bytes:
         """This validator's BLS signature of the checkpoint message."""
         return self._bls.sign(self.checkpoint_message(round, digest))
+
+    def check_checkpoint_signature(self, round: int, digest: bytes, signer: str, signature: bytes) -> bool:
+        key = self._bls_keys.get(signer.lower())
+        if key is None:
+            key = _translate("read BLS key", lambda: self.chain.bls_key_of(signer))
+            self._bls_keys[signer.lower()] = key  # registered keys never change
+        try:
+            return bls.verify(key, self.checkpoint_message(round, digest), signature)
+        except Exception:  # py-ecc raises ValueError/AssertionError variants on malformed points
+            return False
 
     def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
         _translate("certify checkpoint", lambda: self.chain.certify_checkpoint(round, digest, signatures))

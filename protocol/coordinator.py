@@ -198,6 +198,11 @@ class Coordinator(Protocol):
         """This validator's certificate signature (BLS on-chain) of ``checkpoint_message``."""
         ...
 
+    def check_checkpoint_signature(self, round: int, digest: bytes, signer: str, signature: bytes) -> bool:
+        """Whether ``signature`` is ``signer``'s valid certificate signature of ``checkpoint_message``
+        (checked before aggregating: one bad signature would make the whole certificate fail)."""
+        ...
+
     def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
         """Certify theta_{round+1} = ``digest`` with validators' signatures of ``checkpoint_message``
         (by validator address; the chain implementation sorts and submits them)."""
@@ -440,10 +445,19 @@ class MemoryCoordinator:
     def sign_checkpoint(self, round: int, digest: bytes) -> bytes:
         return keccak(bytes.fromhex(self.address[2:]) + self.checkpoint_message(round, digest))
 
+    def check_checkpoint_signature(self, round: int, digest: bytes, signer: str, signature: bytes) -> bool:
+        return self._signature_ok(round, digest, signer, signature)
+
+    def _signature_ok(self, round: int, digest: bytes, signer: str, signature: bytes) -> bool:
+        # what the contract checks (kept apart from the node-facing method, which tests may replace)
+        return signer in self.ledger.validators and signature == keccak(
+            bytes.fromhex(signer[2:]) + self.checkpoint_message(round, digest)
+        )
+
     def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
         led = self.ledger
         for v, sig in signatures.items():
-            if sig != keccak(bytes.fromhex(v[2:]) + self.checkpoint_message(round, digest)):
+            if not self._signature_ok(round, digest, v, sig):
                 raise CoordinatorError(f"bad certificate signature of {v}")
         if round >= led.round or round + 1 in led.checkpoints:
             raise AlreadyDoneError(f"round {round} cannot be certified")

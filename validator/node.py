@@ -750,7 +750,7 @@ class ValidatorNode:
         tensors = join_checkpoint(params, momentum)
         data = encode_tensors(tensors)
         digest = self.public.put(data)
-        sig = self.coord.sign_checkpoint(p, bytes.fromhex(digest[2:]))
+        sig = self._sign_checkpoint(p, bytes.fromhex(digest[2:]))
         self.state.set(
             p,
             merged=digest,
@@ -764,6 +764,10 @@ class ValidatorNode:
         self.state.set(p, heldout_after=round(after, 6))
         self.discovery.announce(p + 1, "validator", self.url, [Served("checkpoint", digest, len(data))])
         log.info("round %d: merged %d updates into %s", p, len(contributions), digest[:18])
+
+    def _sign_checkpoint(self, p: int, digest: bytes) -> bytes:
+        """This validator's certificate signature of theta_{p+1} = ``digest`` (served at ``/signatures``)."""
+        return self.coord.sign_checkpoint(p, digest)
 
     def _matches_commitment(self, p: int, miner: str, commitment: bytes | None, data: bytes) -> bool:
         return commitment is not None and commitment == update_commitment(
@@ -862,10 +866,17 @@ class ValidatorNode:
                 check_json_depth(body)
                 doc = json.loads(body)
                 signer = str(doc["signer"])
-                if doc.get("digest") == digest and signer in validators:
-                    sigs[signer] = bytes.fromhex(str(doc["signature"])[2:])
+                if doc.get("digest") != digest or signer not in validators or signer in sigs:
+                    continue
+                sig = bytes.fromhex(str(doc["signature"])[2:])
             except (ProtocolError, httpx.HTTPError, ValueError, KeyError, TypeError, RecursionError):
                 continue
+            # one bad signature would make the aggregate, so the whole certificate, fail: check each
+            if not self.coord.check_checkpoint_signature(p, bytes.fromhex(digest[2:]), signer, sig):
+                log.warning("round %d: %s served an invalid certificate signature; left out", p, url)
+                self.metrics.errors.labels(type="BadPeerSignature").inc()
+                continue
+            sigs[signer] = sig
         if 3 * len(sigs) < 2 * len(validators):
             self.phase = f"certifying ({len(sigs)}/{len(validators)} signatures)"
             return

@@ -185,7 +185,10 @@ def evaluate(sc: Scenario, run: NetworkRun, base: Sequence[float]) -> ScenarioRe
         res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
     if sc.kind == "validator":
         res.validator = _validator_figures(run)
-        res.checks.update(res.validator.pop("checks"))
+        checks = res.validator.pop("checks")
+        if not sc.scores_dishonestly:  # it scores like an honest validator and is paid like one
+            checks.pop("adversarial_validator_earns_less_per_stake")
+        res.checks.update(checks)
         res.checks["honest_share>=0.99"] = share >= 0.99
     return res
 

@@ -53,6 +53,9 @@ class Scenario:
     """Validators check TEE evidence (development root)."""
     faults: list[tuple[int, int, int]] = field(default_factory=list)
     """Crash-and-restart faults: (round, phase, participant index); see ``harness.Fault``."""
+    scores_dishonestly: bool = True
+    """A validator attack on the scores (checked: it earns less per stake than honest validators); False
+    for one that attacks something else, such as the certificate (checked: the network stays live)."""
 
 
 def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
@@ -166,6 +169,7 @@ def _tee_validators(n: int = 2) -> list[Participant]:
 
 def _build_registry() -> dict[str, Scenario]:
     from tessera.attack.validators import (
+        BadSignerValidator,
         CopierValidator,
         RandomValidator,
         SilentValidator,
@@ -243,6 +247,12 @@ def _build_registry() -> dict[str, Scenario]:
     add(Scenario("silent-validator", "validator", "a validator verifies and commits but never reveals",
                  lambda: [*_honest(2, 0),
                           Participant("validator", "silent-validator", VALIDATOR_STAKE, _validator_factory(SilentValidator)),
+                          *_honest(0, 3)]))  # fmt: skip
+    add(Scenario("bad-signer-validator", "validator",
+                 "a validator (1 of 3) serves a valid signature of another checkpoint digest",
+                 scores_dishonestly=False,
+                 build=lambda: [*_honest(2, 0),
+                          Participant("validator", "bad-signer-validator", VALIDATOR_STAKE, _validator_factory(BadSignerValidator)),
                           *_honest(0, 3)]))  # fmt: skip
     # faults: participant 0 is a validator, 2 the first honest miner (see _honest)
     for label, rnd, phase, who in (

@@ -7,7 +7,9 @@ is the honest node's code, so the contract and the other validators see a normal
   copying; the current round's scores are hidden by commit-reveal);
 - :class:`RandomValidator` does not verify; it commits uniform random scores;
 - :class:`ColludingValidator` verifies, then gives ``favoured`` the maximum score (a colluding minority);
-- :class:`SilentValidator` verifies and commits but never reveals.
+- :class:`SilentValidator` verifies and commits but never reveals;
+- :class:`BadSignerValidator` does everything honestly but serves a certificate signature of another
+  checkpoint digest (valid BLS, wrong message), which would sink every aggregate that includes it.
 """
 
 from __future__ import annotations
@@ -101,3 +103,10 @@ class SilentValidator(ValidatorNode):
 
     def _reveal_scores(self, r: int) -> None:
         return None
+
+
+class BadSignerValidator(ValidatorNode):
+    """Signs (and serves) the certificate of a digest other than the one it merged."""
+
+    def _sign_checkpoint(self, p: int, digest: bytes) -> bytes:
+        return self.coord.sign_checkpoint(p, bytes(x ^ 0xFF for x in digest))

@@ -56,3 +56,19 @@ def test_ecdsa_certificate_and_events(w3: Web3, anvil: Anvil) -> None:
     assert n.reader().checkpoint(r + 1) == digest
     regs = n.reader().events("Registered")
     assert {e.account for e in regs if isinstance(e, Registered)} >= {v.address for v in n.validators}
+
+
+def test_bls_key_of_reads_the_registered_key_back(net: Net) -> None:
+    """The node checks each peer's certificate signature against the key the contract holds."""
+    from protocol import bls
+
+    r = net.reader()
+    digest = b"\x42" * 32
+    msg = r.checkpoint_message(3, digest)
+    for v, k in zip(net.validators, net.bls_keys, strict=True):
+        key = r.bls_key_of(v.address)
+        assert key == k.public_key
+        assert bls.verify(key, msg, k.sign(msg))
+        assert not bls.verify(key, msg, k.sign(r.checkpoint_message(3, b"\x43" * 32)))
+    with pytest.raises(bls.BlsError):
+        bls.g1_from_eip2537(bytes(128))  # the zero words a non-validator maps to are not a key
