@@ -203,12 +203,38 @@ def get_capped(url: str, *, max_bytes: int, timeout: float, client: httpx.Client
     """``GET url`` and return the body of a 200 answer, refusing more than ``max_bytes`` while reading.
 
     For small JSON answers of untrusted peers (e.g. a validator's ``/signatures/{round}``): raises
-    :class:`BlobTooLargeError` on an oversize (or oversize-announced) body, :class:`FetchTimeoutError`,
-    :class:`PeerUnavailableError` (unreachable, 5xx), :class:`BlobNotFoundError` (404) or
-    :class:`TransferError` (any other status).
+    :class:`BlobTooLargeError` on an oversize (or oversize-announced) body, :class:`FetchTimeoutError`
+    (no complete answer within ``timeout`` seconds of wall-clock time: a peer that trickles bytes is cut
+    off like one that sends none), :class:`PeerUnavailableError` (unreachable, 5xx),
+    :class:`BlobNotFoundError` (404) or :class:`TransferError` (any other status).
     """
-    own = client is None
+    box: dict[str, Any] = {}
     cl = client or httpx.Client(follow_redirects=False)
+
+    def work() -> None:
+        try:
+            box["data"] = _get_capped_once(cl, url, max_bytes, timeout)
+        except BaseException as exc:  # handed to the caller below
+            box["exc"] = exc
+
+    worker = threading.Thread(target=work, name="tessera-get", daemon=True)
+    worker.start()
+    worker.join(max(0.0, timeout))
+    if worker.is_alive():
+        _mark_stalled(url)
+        if client is None:
+            with contextlib.suppress(Exception):  # closing under a blocked read: whatever it raises is moot
+                cl.close()
+        raise FetchTimeoutError(f"{url}: no complete answer within {timeout:.1f}s (stalling peer)")
+    if client is None:
+        cl.close()
+    if "exc" in box:
+        raise box["exc"]
+    data: bytes = box["data"]
+    return data
+
+
+def _get_capped_once(cl: httpx.Client, url: str, max_bytes: int, timeout: float) -> bytes:
     try:
         with cl.stream("GET", url, timeout=timeout) as resp:
             if resp.status_code == 404:
@@ -229,9 +255,6 @@ def get_capped(url: str, *, max_bytes: int, timeout: float, client: httpx.Client
         raise FetchTimeoutError(f"{url}: timed out after {timeout}s") from exc
     except httpx.HTTPError as exc:
         raise PeerUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from exc
-    finally:
-        if own:
-            cl.close()
     return bytes(buf)
 
 

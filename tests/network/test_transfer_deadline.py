@@ -74,3 +74,13 @@ def test_a_staller_costs_one_timeout_then_is_skipped(trickler: str) -> None:
     with pytest.raises(FetchTimeoutError, match="skipped"):
         fetch_blob(trickler, "0x" + "11" * 32, policy=pol)
     assert time.monotonic() - t1 < 0.3  # the next blob from the same peer fails fast during the cooldown
+
+
+def test_small_get_from_a_trickling_peer_is_cut_at_its_timeout(trickler: str) -> None:
+    """``get_capped`` (a peer validator's certificate signature) has the same wall-clock limit."""
+    from protocol.transfer import get_capped
+
+    t0 = time.monotonic()
+    with pytest.raises(FetchTimeoutError, match="stalling peer"):
+        get_capped(f"{trickler}/signatures/3", max_bytes=4096, timeout=1.0)
+    assert time.monotonic() - t0 < 3.0
