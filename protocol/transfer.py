@@ -68,7 +68,7 @@ def sha256_digest(data: bytes) -> str:
 
 def check_digest_str(digest: str) -> str:
     """Validate a digest string (it ends up in URLs and file names)."""
-    if not isinstance(digest, str) or not _DIGEST_RE.match(digest):
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
         raise BadDigestError(f"not a digest: {digest!r}")
     return digest
 

@@ -217,14 +217,23 @@ class ValidatorNode:
                 "signature": rec["signature"],
             }
 
+        from fastapi.responses import Response
+
         @app.get(
             "/updates/{round}/{miner}",
             summary="The update this validator holds for a miner (bytes that matched its commitment)",
+            response_class=Response,
+            responses={
+                200: {
+                    "content": {
+                        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                    }
+                }
+            },
         )
         def held_update(round: int, miner: str) -> Any:
-            from fastapi.responses import Response
-
-            digest = self.state.round(round).get("updates", {}).get(miner)
+            # read without creating: a lookup of an unknown round must not add a record (state.json growth)
+            digest = self.state.rounds().get(round, {}).get("updates", {}).get(miner)
             if not digest or not self.public.has(digest):
                 raise HTTPException(status_code=404, detail="not held")
             return Response(self.public.get(digest), media_type="application/octet-stream")

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from fastapi import HTTPException
-from schemathesis.core.failures import FailureGroup
 
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
 from protocol.transfer import BlobStore
@@ -31,9 +30,8 @@ from .apispec import LiveNode, live_nodes, load_schema, run_campaign
 #: Cases per short run: every (operation, mode) of both nodes gets several (about 20 s on 2 busy cores).
 SHORT_INPUTS = 400
 
-#: Findings the fix of which lies in a file this suite's owner may not edit; tolerated here, listed (with
-#: the exact fix) in docs/security.md's fuzz section. Each has a strict xfail test below.
-KNOWN = {"UndefinedContentType@validator GET /updates/{round}/{miner}"}
+#: Findings tolerated by the short run (each with its regression test below once fixed): none left.
+KNOWN: set[str] = set()
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +54,6 @@ def test_every_operation_conforms_to_its_spec(nodes: list[LiveNode]) -> None:
     assert res.refused > 0 and res.accepted > 0  # both 2xx and spec-conforming refusals were reached
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=FailureGroup,
-    reason="validator/node.py GET /updates/{round}/{miner} serves application/octet-stream but its spec "
-    "says application/json (fix: response_class=Response and an octet-stream 200 in `responses`)",
-)
 def test_held_update_is_served_as_documented(nodes: list[LiveNode]) -> None:
     v = next(n for n in nodes if n.role == "validator")
     op = load_schema(v.url)["/updates/{round}/{miner}"]["GET"]
@@ -70,13 +62,6 @@ def test_held_update_is_served_as_documented(nodes: list[LiveNode]) -> None:
     case.call_and_validate(timeout=10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="validator/node.py GET /updates/{round}/{miner} reads with state.round(round), which creates an "
-    "empty record: any GET adds a phantom round to /rounds and grows state.json without bound "
-    "(fix: self.state.rounds().get(round, {}).get('updates', {}).get(miner))",
-)
 def test_a_lookup_does_not_create_a_round(nodes: list[LiveNode]) -> None:
     import httpx
 
