@@ -355,6 +355,68 @@ def table(results: Sequence[ScenarioResult]) -> str:
     return "\n".join(lines)
 
 
+#: Share of an honest round's compute each miner mode saves (the rest it spends; lazy modes are exact).
+SAVED: dict[str, float] = {
+    "free-rider": 1.0, "copier": 1.0, "commitment-copier": 1.0, "replayer": 1.0, "withholder": 1.0,
+    "sybil": 1.0, "quote-replayer": 0.0, "poisoner": 0.0, "forger": 0.0, "lazy-other-data": 0.0,
+    "lazy-33": 1 / 3,
+}  # fmt: skip
+
+
+def _saved(label: str) -> float:
+    return next((v for k, v in sorted(SAVED.items(), key=lambda kv: -len(kv[0])) if label.startswith(k)), 0.0)
+
+
+def profit_rows(doc: dict[str, Any], segments: int = 3, checked: int = 2) -> list[dict[str, Any]]:
+    """Expected (``tessera.attack.economics``) against measured profit per cheating round, per cheater of a
+    report written by :func:`run_suite`: ``R`` = the honest miners' mean reward per round in that scenario,
+    compute cost ``c = R / 2``, the cheater's stake, slash fraction :data:`SLASH_FRACTION`; measured profit
+    = reward while cheating - compute spent - stake slashed. ``segments``/``checked``: the run's transcript
+    segments per update and segments each validator replays (the suite's tiny spec: 3 and 2)."""
+    from tessera.attack import economics as ec
+
+    out = []
+    for res in doc["scenarios"]:
+        if res["kind"] != "miner" or not res["rows"]:
+            continue
+        sc = get(res["name"])
+        honest = [r for r in res["rows"] if r["role"] == "miner" and r["label"] == "honest"]
+        weights = [int(r["stake"]) for r in res["rows"] if r["role"] == "validator"]
+        reward = sum(r["reward"] for r in honest) / max(1, len(honest)) / max(1, res["rounds"])
+        for r in res["rows"]:
+            if r["role"] != "miner" or r["label"] in HONEST_WORK:
+                continue
+            n = max(1, r["rounds"] - sc.cheat_from + 1)
+            saved = _saved(r["label"])
+            if r["label"].startswith("lazy-33"):
+                st = ec.lazy_strategy(1 / 3, segments, checked, weights, evidence_shared=True)
+            else:
+                st = ec.deterministic_strategy(r["label"], saved, sc.provable)
+            e = ec.Economy(reward, reward / 2, r["stake"], SLASH_FRACTION)
+            measured = (r["reward_cheating"] - (1 - saved) * e.compute_cost * n - r["stake_slashed"]) / n
+            out.append({
+                "scenario": res["name"], "mode": r["label"], "rounds_cheating": n, "model_p_zero": st.p_zero,
+                "refused": f"{min(r['detected_rounds'], n)}/{n}", "model_profit": st.expected_profit(e),
+                "measured_profit": measured,
+            })  # fmt: skip
+    return out
+
+
+def profit_markdown(doc: dict[str, Any]) -> str:
+    """:func:`profit_rows` as a Markdown table."""
+    lines = [
+        "| scenario (mode) | rounds cheating | model P(reward zeroed) | measured (rounds refused) | "
+        "model E[profit]/round | measured profit/round |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for p in profit_rows(doc):
+        lines.append(
+            f"| {p['scenario']} ({p['mode']}) | {p['rounds_cheating']} | {p['model_p_zero']:.3f} | {p['refused']} | "
+            f"{p['model_profit']:.1f} | {p['measured_profit']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The report JSON (as written by :func:`run_suite`) as Markdown tables for docs/security.md."""
     out = [

@@ -43,6 +43,13 @@ def register(subparsers: Any) -> None:
         help="anvil (default): a fresh anvil + deployed contracts per scenario; memory: in-memory ledger (fast)",
     )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="JSON",
+        help="print a finished run's report (--out) as Markdown tables, with the expected against the "
+        "measured profit of each cheat, and exit",
+    )
     p.add_argument("--model", action="store_true", help="print the detection/profit model table and exit")
     p.add_argument("--segments", type=int, default=3, help="--model: transcript segments per update")
     p.add_argument("--checked", type=int, default=2, help="--model: segments each validator replays")
@@ -83,6 +90,17 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.model:
         return _model(args)
+    if args.report:
+        from tessera.attack.runner import markdown, profit_markdown
+
+        try:
+            doc = json.loads(args.report.read_text())
+            print(markdown(doc) + "\n\n" + profit_markdown(doc))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AttackError(
+                f"{args.report} is not a report written by tessera attack --out: {exc}"
+            ) from exc
+        return 0
     if args.quick:
         names, rounds = list(QUICK), 2
     elif args.all:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tessera.attack.errors import UnknownScenarioError
@@ -32,3 +35,41 @@ def test_unknown_scenario_is_a_typed_error() -> None:
     with pytest.raises(UnknownScenarioError):
         get("nope")
     assert main(["attack", "nope"]) == 2
+
+
+def _row(role: str, label: str, stake: float, reward: float, cheat: float, slashed: float, det: int) -> dict:
+    return {
+        "scenario": "x", "role": role, "label": label, "address": "0x" + "11" * 20, "stake": stake,
+        "reward": reward, "reward_cheating": cheat, "slashes": int(slashed > 0), "stake_slashed": slashed,
+        "detected_rounds": det, "rounds": 3, "stages": [],
+    }  # fmt: skip
+
+
+def test_report_prints_expected_against_measured_profit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tessera.attack.runner import profit_rows
+
+    scenario = {
+        "name": "free-rider-zero", "kind": "miner", "description": "", "rounds": 3, "seconds": 1.0,
+        "honest_share": 1.0, "heldout": [5.0, 4.0], "heldout_baseline": [5.0, 4.0], "heldout_rel_diff": 0.0,
+        "validator": {}, "checks": {"network_live": True}, "errors": [],
+        "rows": [
+            _row("validator", "honest", 1000, 150, 150, 0, 0), _row("validator", "honest", 1000, 150, 150, 0, 0),
+            _row("miner", "honest", 100, 600, 600, 0, 0), _row("miner", "honest", 100, 600, 600, 0, 0),
+            _row("miner", "free-rider-zero", 100, 0, 0, 27.1, 3),
+        ],
+    }  # fmt: skip
+    doc = {"chain": "anvil", "rounds": 3, "scenarios": [scenario]}
+    (p,) = profit_rows(doc)
+    # R = 200 per round, c = 100; a free rider saves all compute, is always zeroed and slashed 10% of 100
+    assert p["model_p_zero"] == 1.0 and p["refused"] == "3/3"
+    assert p["model_profit"] == pytest.approx(-10.0)
+    assert p["measured_profit"] == pytest.approx(-27.1 / 3)
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(doc))
+    assert main(["attack", "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "| free-rider-zero (free-rider-zero) | 3 | 1.000 | 3/3 | -10.0 | -9.0 |" in out
+    report.write_text("[]")
+    assert main(["attack", "--report", str(report)]) == 2
