@@ -39,7 +39,50 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-fast-forward", action="store_true", help="wait out every phase deadline")
     p.add_argument("--no-live", action="store_true", help="print progress lines instead of the live view")
     p.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
+    p.add_argument(
+        "--adversary",
+        action="append",
+        default=[],
+        metavar="NODE=MODE",
+        help="run a node as an adversary, e.g. miner3=poisoner-scaled (a `tessera miner run --behaviour`) or "
+        "validator1=random (a `tessera validator run --mode`); repeatable. Node names are miner0.. and "
+        "validator0..",
+    )
     p.set_defaults(handler=_run)
+
+
+def adversary_args(specs: list[str], miners: int, validators: int) -> dict[str, list[str]]:
+    """``NODE=MODE`` pairs as the extra flags of those nodes; :class:`TesseraError` on a bad pair."""
+    from tessera.commands.validator import MODES
+    from tessera.errors import TesseraError
+
+    out: dict[str, list[str]] = {}
+    for spec in specs:
+        node, sep, mode = spec.partition("=")
+        if not sep or not mode:
+            raise TesseraError(f"--adversary {spec!r}: expected NODE=MODE, e.g. miner3=poisoner-scaled")
+        if node.startswith("miner") and node[5:].isdigit() and int(node[5:]) < miners:
+            from miner.behaviour import available
+            from tessera.attack.miners import register_all
+
+            register_all()
+            if mode not in available():
+                raise TesseraError(
+                    f"--adversary {spec!r}: unknown miner behaviour; choose from {available()}"
+                )
+            out[node] = ["--behaviour", mode]
+        elif node.startswith("validator") and node[9:].isdigit() and int(node[9:]) < validators:
+            if mode not in MODES:
+                raise TesseraError(
+                    f"--adversary {spec!r}: unknown validator mode; choose from {sorted(MODES)}"
+                )
+            out[node] = ["--mode", mode]
+        else:
+            raise TesseraError(
+                f"--adversary {spec!r}: no node {node!r} (miner0..miner{miners - 1}, "
+                f"validator0..validator{validators - 1})"
+            )
+    return out
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -59,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         merge_method=args.merge,
         fresh=not args.resume,
         fast_forward=not args.no_fast_forward,
+        extra_args=adversary_args(args.adversary, args.miners, args.validators),
     )
     report = run_devnet(cfg, args.rounds, live=not args.no_live, timeout=args.timeout)
     summary = {

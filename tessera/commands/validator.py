@@ -12,6 +12,7 @@ MODES = {
     "random": "RandomValidator",
     "colluding": "ColludingValidator",
     "silent": "SilentValidator",
+    "bad-signer": "BadSignerValidator",
 }
 
 

@@ -73,3 +73,14 @@ def test_report_prints_expected_against_measured_profit(
     assert "| free-rider-zero (free-rider-zero) | 3 | 1.000 | 3/3 | -10.0 | -9.0 |" in out
     report.write_text("[]")
     assert main(["attack", "--report", str(report)]) == 2
+
+
+def test_devnet_adversary_flags() -> None:
+    from tessera.commands.devnet import adversary_args
+    from tessera.errors import TesseraError
+
+    got = adversary_args(["miner3=poisoner-scaled", "validator1=bad-signer"], miners=4, validators=2)
+    assert got == {"miner3": ["--behaviour", "poisoner-scaled"], "validator1": ["--mode", "bad-signer"]}
+    for bad in ("miner4=poisoner-scaled", "miner0", "miner0=nope", "validator0=nope", "oracle0=random"):
+        with pytest.raises(TesseraError):
+            adversary_args([bad], miners=4, validators=2)
