@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,8 +137,12 @@ class ValidatorNode:
         private_key: str,
         *,
         check_evidence: CheckEvidence | None = None,
+        entropy: Callable[[str, int], bytes] | None = None,
     ) -> None:
         self.cfg = cfg
+        # 32 fresh bytes per (purpose, round): seed-share secrets and score salts. A test harness may pass a
+        # deterministic source so that runs it compares share their round seeds; a node never does.
+        self._entropy = entropy or (lambda purpose, r: os.urandom(32))
         self.spec = spec
         self.coord = coord
         self.discovery = discovery
@@ -392,7 +397,7 @@ class ValidatorNode:
             return
         rec = self.state.round(r)
         if "seed_secret" not in rec:
-            self.state.set(r, seed_secret=os.urandom(32).hex())
+            self.state.set(r, seed_secret=self._entropy("seed", r).hex())
         self.coord.commit_seed(r, bytes.fromhex(self.state.round(r)["seed_secret"]))
 
     def _seed_reveal(self, r: int) -> None:
@@ -482,6 +487,7 @@ class ValidatorNode:
             assign_seed=st.assign_seed,
             seed=st.seed,
             registry=self.coord.miners(r),
+            validators=self.coord.validators(),
         )
         t0 = time.perf_counter()
         complete = True
@@ -667,6 +673,7 @@ class ValidatorNode:
             assign_seed=st.assign_seed,
             seed=st.seed,
             registry=self.coord.miners(st.round),
+            validators=self.coord.validators(),
         )
 
     def _commit_scores(self, r: int) -> None:
@@ -680,7 +687,7 @@ class ValidatorNode:
             for m in miners:
                 v = self.state.verdict(r, m)
                 scores.append(min(SCORE_MAX, int(v["score"])) if v else 0)
-            self.state.set(r, miners=miners, scores=scores, salt=os.urandom(32).hex())
+            self.state.set(r, miners=miners, scores=scores, salt=self._entropy("salt", r).hex())
             rec = self.state.round(r)
         self.coord.commit_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))
         self.state.set(r, score_committed=True)

@@ -12,7 +12,8 @@ Stages, in order (the first failure decides; later, costlier stages are not run)
                  an attested miner is recomputed only in a seed-chosen ``attested_check_probability``
                  of rounds;
 7. ``recompute`` the transcript's step-0 digest is the checkpoint's (anchor); ``segments_per_miner``
-                 seed-chosen segments are replayed from the served start state and compared with the
+                 seed-chosen segments (this validator's window of the round's order, so the validators
+                 check different segments) are replayed from the served start state and compared with the
                  served end state (both checked against the transcript digests); the update is exactly
                  what the codec makes of theta_r minus the final state plus the miner's error-feedback
                  residual, which is fetched through the header's ``ef`` chain (the residual the miner
@@ -51,7 +52,7 @@ from training.errors import TrainingError
 from training.inner import replay_segment, states_close
 from training.model import build_model, lm_loss, load_params, module_of
 from validator.errors import SourceMismatchError
-from validator.sampling import check_this_round, segments_to_check
+from validator.sampling import check_this_round, segments_to_check, validator_slot
 
 #: Fetches bytes by digest from the miner (raises on failure).
 FetchBytes = Callable[[str], bytes]
@@ -149,6 +150,9 @@ class RoundContext:
     assign_seed: bytes
     seed: bytes
     registry: Sequence[str]
+    validators: Sequence[str] = ()
+    """The round's registered validators: this validator's slot among them picks its window of segments
+    (``validator.sampling``); empty (or not among them): an independent draw."""
     assignments: dict[str, Assignment] = field(default_factory=dict)
     _heldout: dict[int, tuple[Tensor, float]] = field(default_factory=dict)
 
@@ -344,7 +348,12 @@ def _recompute(
         v.evidence["segments"] = []
         return
     segs = segments_to_check(
-        ctx.seed, v.miner, len(steps) - 1, policy.segments_per_miner, ctx.validator.encode()
+        ctx.seed,
+        v.miner,
+        len(steps) - 1,
+        policy.segments_per_miner,
+        ctx.validator.encode(),
+        slot=validator_slot(ctx.validator, ctx.validators),
     )
     v.evidence["segments"] = [steps[i] for i in segs]
     batches = miner_batches(

@@ -130,6 +130,7 @@ def measure(
             ctx = RoundContext(
                 spec=spec, dataset=ds, round=1, chain_id=31337, contract="0x" + "c0" * 20, validator=v,
                 checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed, seed=seed, registry=registry,
+                validators=vals,
             )  # fmt: skip
             commitment = update_commitment(31337, ctx.contract, 1, miner, built.digest)
             verdict, _ = verify_update(ctx, miner, commitment, lambda: built.update, fetch_state, policy)

@@ -3,7 +3,9 @@
 Detection of one validator is ``validator.sampling``'s model (reused, not duplicated): a miner whose
 transcript has ``S`` segments and that fakes a fraction ``f`` of its inner steps spoils ``b = ceil(f S)``
 segments at best; a validator that replays ``m`` seed-chosen segments misses all of them with probability
-``C(S - b, m) / C(S, m)``. Validators draw independently (each salts the draw with its address).
+``C(S - b, m) / C(S, m)``. Validators take coordinated windows of one seed-chosen order of the segments
+(``validator.sampling``), so they check ``min(S, V m)`` distinct segments between them and their catches
+are dependent; every function here takes ``coordinated=False`` for independent draws (the old rule).
 
 This module adds what the settlement makes of detections:
 
@@ -11,7 +13,9 @@ This module adds what the settlement makes of detections:
   scores (``Consensus.isWeightedMedian``). A validator that catches the miner scores it 0, the others
   score it as if honest, so the median is 0 exactly when the catching validators hold at least half the
   revealed weight. With two equal validators one catch suffices; with three, two are needed.
-  :func:`p_reward_zeroed` computes this exactly (a dynamic programme over the validators' weights).
+  :func:`p_reward_zeroed` computes this exactly: for coordinated windows by inclusion-exclusion over the
+  sets of validators that all miss (a set ``T`` misses when every bad segment lies outside the union of
+  its windows: ``C(S - |U_T|, b) / C(S, b)``), for independent draws by a dynamic programme over weights.
 - **Slashed.** Slashing needs votes of 2/3 of the validator stake on one evidence hash. If validators
   vote after re-running a peer's evidence (it is reproducible), one catch suffices:
   ``p_slash = 1 - prod(miss_i)`` (:func:`p_detect_any`). If each only votes on what it caught itself,
@@ -38,7 +42,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tessera.attack.errors import ModelInputError
-from validator.sampling import catch_probability_round
+from validator.sampling import catch_probability_round, window
 
 
 def bad_segments(f: float, n_segments: int) -> int:
@@ -55,13 +59,58 @@ def p_one_validator(f: float, n_segments: int, m: int, q: float = 1.0) -> float:
     return catch_probability_round(f, n_segments, m, validators=1, q=q)
 
 
-def p_detect_any(f: float, n_segments: int, m: int, validators: int, q: float = 1.0) -> float:
-    """Probability that at least one of ``validators`` independent validators catches the miner.
+def p_detect_any(
+    f: float, n_segments: int, m: int, validators: int, q: float = 1.0, *, coordinated: bool = True
+) -> float:
+    """Probability that at least one of ``validators`` validators catches the miner.
 
     ``q`` is the per-round recomputation probability of an attested miner (1 otherwise); the seed
     coin is shared by all validators, so it multiplies the whole expression.
     """
-    return catch_probability_round(f, n_segments, m, validators=validators, q=q)
+    return catch_probability_round(f, n_segments, m, validators=validators, q=q, coordinated=coordinated)
+
+
+#: Most validators :func:`p_reward_zeroed` enumerates exactly for coordinated windows (3^V terms).
+MAX_EXACT_VALIDATORS = 12
+
+
+def _coordinated_weight_catches(
+    b: int, n_segments: int, m: int, weights: Sequence[int], num: int, den: int
+) -> float:
+    """P(the validators that catch hold ``>= num/den`` of the weight), windows in slot order."""
+    v = len(weights)
+    if v > MAX_EXACT_VALIDATORS:
+        raise ModelInputError(
+            f"{v} validators: the exact coordinated model enumerates at most {MAX_EXACT_VALIDATORS}"
+        )
+    wins = [set(window(i, n_segments, m)) for i in range(v)]
+    total_c = math.comb(n_segments, b)
+    # g[T]: P(every validator in T misses) = P(all bad segments outside the union of T's windows)
+    g = []
+    for mask in range(1 << v):
+        cover: set[int] = set()
+        for i in range(v):
+            if mask >> i & 1:
+                cover |= wins[i]
+        g.append(math.comb(n_segments - len(cover), b) / total_c)
+    total = sum(weights)
+    out = 0.0
+    full = (1 << v) - 1
+    for missers in range(1 << v):
+        caught_w = sum(weights[i] for i in range(v) if not missers >> i & 1)
+        if den * caught_w < num * total:
+            continue
+        # P(exactly these miss) by Moebius inversion over the supersets of ``missers``
+        rest = full & ~missers
+        sub, acc = rest, 0.0
+        while True:
+            extra = bin(sub).count("1")
+            acc += (-1) ** extra * g[missers | sub]
+            if sub == 0:
+                break
+            sub = (sub - 1) & rest
+        out += acc
+    return min(1.0, max(0.0, out))
 
 
 def p_weight_catches(p_catch: float, weights: Sequence[int], quorum: float = 0.5) -> float:
@@ -95,14 +144,29 @@ def _ratio(q: float) -> tuple[int, int]:
 
 
 def p_reward_zeroed(
-    f: float, n_segments: int, m: int, weights: Sequence[int], q: float = 1.0, quorum: float = 0.5
+    f: float,
+    n_segments: int,
+    m: int,
+    weights: Sequence[int],
+    q: float = 1.0,
+    quorum: float = 0.5,
+    *,
+    coordinated: bool = True,
 ) -> float:
     """Probability that a miner faking ``f`` of its steps has its consensus score (and reward) zeroed.
 
-    ``weights`` are the revealed stakes of the honest validators (each replays ``m`` segments).
+    ``weights`` are the revealed stakes of the honest validators (each replays ``m`` segments), in slot
+    order (ascending address) for coordinated windows.
     """
-    p1 = p_one_validator(f, n_segments, m)
-    return q * p_weight_catches(p1, weights, quorum)
+    if not coordinated:
+        return q * p_weight_catches(p_one_validator(f, n_segments, m), weights, quorum)
+    if not weights or any(w < 0 for w in weights):
+        raise ModelInputError("weights must be a non-empty list of non-negative integers")
+    b = bad_segments(f, n_segments)
+    if b == 0 or sum(weights) == 0:
+        return 0.0
+    num, den = _ratio(quorum)
+    return q * _coordinated_weight_catches(b, n_segments, m, weights, num, den)
 
 
 def p_within(p_round: float, rounds: int) -> float:
@@ -184,18 +248,20 @@ def lazy_strategy(
     weights: Sequence[int],
     *,
     q: float = 1.0,
-    evidence_shared: bool = False,
+    evidence_shared: bool = True,
+    coordinated: bool = True,
 ) -> Strategy:
     """A miner faking ``f`` of its inner steps (saves about ``f`` of its compute).
 
-    ``evidence_shared=False`` is what the validator node does today: each validator votes to slash only
-    on its own failed check, so a slash needs catching validators with 2/3 of the stake.
+    ``evidence_shared=True`` is what the validator node does since F8: on a slash proposal it re-runs the
+    proposer's failing segment and votes if it fails, so one catch leads to a slash; ``False`` models
+    validators that vote only on their own failed check (catchers must hold 2/3 of the stake).
     """
-    p_zero = p_reward_zeroed(f, n_segments, m, weights, q)
+    p_zero = p_reward_zeroed(f, n_segments, m, weights, q, coordinated=coordinated)
     if evidence_shared:
-        p_slash = p_detect_any(f, n_segments, m, len(weights), q)
+        p_slash = p_detect_any(f, n_segments, m, len(weights), q, coordinated=coordinated)
     else:
-        p_slash = p_reward_zeroed(f, n_segments, m, weights, q, quorum=2 / 3)
+        p_slash = p_reward_zeroed(f, n_segments, m, weights, q, quorum=2 / 3, coordinated=coordinated)
     return Strategy(f"lazy f={f:g}", f, p_zero, p_slash)
 
 

@@ -225,6 +225,17 @@ class Network:
             self._close_chain()
             raise
 
+    def _entropy(self, key: str) -> Callable[[str, int], bytes]:
+        """A validator's seed-share secrets and salts, derived from its key: every run of the suite draws the
+        same round seeds for the same validators, so a scenario and its all-honest reference differ only in
+        the adversary's behaviour (seeds change assignments and data, a spread larger than 1%)."""
+        import hashlib
+
+        def draw(purpose: str, r: int) -> bytes:
+            return hashlib.sha256(f"tessera.attack.entropy\0{key}\0{purpose}\0{r}".encode()).digest()
+
+        return draw
+
     def _build(self, p: Participant, i: int) -> Any:
         """A node for participant ``i`` (again after a crash: same key, same data directory)."""
         from protocol.coordinator import MemoryCoordinator
@@ -250,7 +261,9 @@ class Network:
             vcfg = ValidatorConfig(
                 data_dir=data_dir, dht=False, stake=stake, fetch_timeout=5.0, fetch_attempts=1, **self._vo
             )
-            return (p.factory or ValidatorNode)(vcfg, self.spec, coord, disc, p.key)
+            return (p.factory or ValidatorNode)(
+                vcfg, self.spec, coord, disc, p.key, entropy=self._entropy(p.key)
+            )
         raise AttackError(f"unknown role {p.role!r}")
 
     def _inject(self) -> None:

@@ -66,6 +66,8 @@ class ScenarioResult:
     validator: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, bool] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    reference: str = ""
+    """The all-honest run its held-out loss is compared with (see :func:`reference`)."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -126,8 +128,11 @@ def _rewards(run: NetworkRun, address: str, from_round: int) -> tuple[float, flo
     return total, cheat
 
 
-def evaluate(sc: Scenario, run: NetworkRun, base: Sequence[float]) -> ScenarioResult:
-    """Rows and figures of a finished run; ``base``: the all-honest run's held-out losses."""
+def evaluate(
+    sc: Scenario, run: NetworkRun, base: Sequence[float] = (), reference_name: str = ""
+) -> ScenarioResult:
+    """Rows and figures of a finished run; ``base``: its all-honest reference's held-out losses (the held-out
+    comparison is left out without one; :func:`rebase` adds it later)."""
     rows = []
     for p in run.participants:
         total, cheat = _rewards(run, p.address, sc.cheat_from)
@@ -151,12 +156,9 @@ def evaluate(sc: Scenario, run: NetworkRun, base: Sequence[float]) -> ScenarioRe
         if p.label in HONEST_WORK:
             honest_cheat_rounds += cheat
     share = honest_cheat_rounds / all_cheat_rounds if all_cheat_rounds else 1.0
-    base = list(base)
-    k = min(len(run.heldout), len(base)) - 1  # the same checkpoint (a stalled run certifies fewer)
-    rel = (run.heldout[k] - base[k]) / base[k] if k >= 0 else 0.0
     res = ScenarioResult(
         sc.name, sc.kind, sc.description, run.rounds, round(run.seconds, 1), rows, round(share, 6),
-        [round(x, 5) for x in run.heldout], [round(x, 5) for x in base], round(rel, 5), errors=run.errors[-10:],
+        [round(x, 5) for x in run.heldout], [], 0.0, errors=run.errors[-10:],
     )  # fmt: skip
     res.checks["network_live"] = not run.stalled
     if run.stalled:
@@ -169,10 +171,6 @@ def evaluate(sc: Scenario, run: NetworkRun, base: Sequence[float]) -> ScenarioRe
         if sc.provable:
             res.checks["cheaters_slashed"] = all(r.slashes > 0 for r in cheaters)
         res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
-    if sc.kind in ("miner", "validator") and base:
-        # one-sided: the claim is that an attack cannot make the model worse by more than 1%; a run with
-        # one miner fewer in the average may as well end a little better (seen: -1.2% for a zero update)
-        res.checks["heldout_no_worse_than_1%"] = rel <= 0.01
     if sc.kind == "fault":
         for rnd, _phase, who in sc.faults:
             p = run.participants[who]
@@ -190,7 +188,52 @@ def evaluate(sc: Scenario, run: NetworkRun, base: Sequence[float]) -> ScenarioRe
             checks.pop("adversarial_validator_earns_less_per_stake")
         res.checks.update(checks)
         res.checks["honest_share>=0.99"] = share >= 0.99
+    if base:
+        rebase(res, sc, base, reference_name)
     return res
+
+
+def rebase(res: ScenarioResult, sc: Scenario, base: Sequence[float], reference_name: str) -> None:
+    """Compare ``res``'s held-out loss with its all-honest reference's (``base``), at the same checkpoint."""
+    if not base:
+        res.errors.append(f"no held-out figures from the reference {reference_name}")
+    k = min(len(res.heldout), len(base)) - 1  # the same checkpoint (a stalled run certifies fewer)
+    rel = (res.heldout[k] - base[k]) / base[k] if k >= 0 else 0.0
+    res.heldout_baseline = [round(x, 5) for x in base]
+    res.heldout_rel_diff = round(rel, 5)
+    res.reference = reference_name
+    if sc.kind in ("miner", "validator") and base:
+        # one-sided: the claim is that an attack cannot make the model worse by more than 1%
+        res.checks["heldout_no_worse_than_1%"] = rel <= 0.01
+
+
+def reference(sc: Scenario) -> Scenario:
+    """The all-honest counterpart of ``sc``: the same participants, every adversary replaced by an honest
+    node of its role and stake (built like the scenario's own honest nodes: TEE evidence included). With
+    the harness's fixed entropy the two runs draw the same round seeds, so their held-out losses differ
+    only by what the adversary did (and the work it did not contribute)."""
+    from tessera.attack.harness import Participant
+
+    def build() -> list[Participant]:
+        parts = sc.build()
+        template = {p.role: p for p in parts if p.label == "honest"}
+        return [
+            p
+            if p.label == "honest"
+            else Participant(
+                p.role, "honest", p.stake, template[p.role].factory if p.role in template else None
+            )
+            for p in parts
+        ]
+
+    return Scenario(
+        f"reference:{sc.name}", "baseline", f"all-honest counterpart of {sc.name}", build, tee=sc.tee
+    )
+
+
+def reference_key(sc: Scenario) -> tuple[Any, ...]:
+    """Scenarios with the same key share one reference run."""
+    return (sc.tee, tuple((p.role, p.stake) for p in sc.build()))
 
 
 def _validator_figures(run: NetworkRun) -> dict[str, Any]:
@@ -241,20 +284,21 @@ def _failed(sc: Scenario, rounds: int, exc: BaseException) -> ScenarioResult:
 
 
 def _run_one(
-    name: str, rounds: int, spec_json: dict[str, Any], chain: str, base: list[float]
+    name: str, rounds: int, spec_json: dict[str, Any], chain: str, as_reference: bool = False
 ) -> dict[str, Any]:
-    """One scenario in a worker process; its result as JSON (plain data crosses the process boundary)."""
+    """One scenario (or its all-honest reference) in a worker process; its result as JSON, without the
+    held-out comparison (plain data crosses the process boundary)."""
     from protocol.runspec import RunSpec
 
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("miner", "validator"):  # as the CLI sets them in the parent
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    sc = get(name)
+    sc = reference(get(name)) if as_reference else get(name)
     try:
         run = run_scenario(sc, rounds, RunSpec.from_json(spec_json), chain=chain)
-        return evaluate(sc, run, base).to_json()
+        return evaluate(sc, run).to_json()
     except Exception as exc:  # a crashed scenario is a finding, not the end of the suite
-        log.error("scenario %s failed: %s", name, exc, exc_info=True)
+        log.error("scenario %s failed: %s", sc.name, exc, exc_info=True)
         return _failed(sc, rounds, exc).to_json()
 
 
@@ -267,27 +311,36 @@ def run_suite(
     chain: str = "anvil",
     jobs: int = 1,
 ) -> list[ScenarioResult]:
-    """Run the baseline and each named scenario; write JSON to ``out`` (after every scenario) if given.
+    """Run the baseline, each named scenario and their all-honest references; write JSON to ``out`` (after
+    every run) if given.
 
-    ``chain``: ``anvil`` (default: each scenario on a fresh anvil with freshly deployed contracts) or
-    ``memory`` (the in-memory ledger; the report says so). ``jobs`` > 1 runs that many scenarios at once,
-    each in its own process with its own anvil (a scenario spends most of its time waiting for blocks and
-    peers, so this shortens the suite even on 2 cores); results are reported in the order given.
+    Each scenario's held-out loss is compared with its all-honest reference (:func:`reference`: the same
+    participants with the adversaries made honest, the same round seeds); scenarios of the same shape
+    share one reference, and the all-honest ``baseline`` is its own. ``chain``: ``anvil`` (default: each
+    run on a fresh anvil with freshly deployed contracts) or ``memory`` (the in-memory ledger; the report
+    says so). ``jobs`` > 1 runs that many at once, each in its own process with its own anvil (a run spends
+    most of its time waiting for blocks and peers, so this shortens the suite even on 2 cores); results
+    are reported in the order given.
 
     A scenario whose network fails is reported with ``checks = {"ran": False}`` and the error; the
     suite goes on with the next one.
     """
     t0 = time.perf_counter()
     spec = spec or tiny_spec()
-    base_sc = get("baseline")
-    base: list[float] = []
-    try:
-        baseline = run_scenario(base_sc, rounds, spec, chain=chain)
-        base = list(baseline.heldout)
-        results = [evaluate(base_sc, baseline, base)]
-    except Exception as exc:  # reported like any other scenario; the others run without a reference
-        log.error("baseline failed: %s", exc, exc_info=True)
-        results = [_failed(base_sc, rounds, exc)]
+    order = ["baseline", *[n for n in names if n != "baseline"]]
+    scenarios = {n: get(n) for n in order}
+    ref_of: dict[str, str] = {}  # scenario -> reference run name ("baseline" for the all-honest shape)
+    refs: dict[tuple[Any, ...], str] = {reference_key(scenarios["baseline"]): "baseline"}
+    for n in order:
+        key = reference_key(scenarios[n])
+        refs.setdefault(key, f"reference:{n}")
+        ref_of[n] = refs[key]
+    ref_runs = [r for r in dict.fromkeys(ref_of.values()) if r != "baseline"]
+    jobs_list = [(r.removeprefix("reference:"), True) for r in ref_runs] + [(n, False) for n in order]
+    ref_heldout: dict[str, list[float]] = {}
+    done: dict[str, ScenarioResult] = {}
+    waiting: list[str] = []
+    references: dict[str, Any] = {}
 
     def save() -> None:
         if out is None:
@@ -299,40 +352,59 @@ def run_suite(
             "jobs": jobs,
             "seconds": round(time.perf_counter() - t0, 1),
             "spec": spec.to_json(),
-            "scenarios": [r.to_json() for r in results],
+            "scenarios": [done[n].to_json() for n in order if n in done],
+            "references": references,
         }
         out.write_text(json.dumps(doc, indent=1))
 
-    if progress:
-        progress(results[-1])
-    save()
-    todo = [n for n in names if n != "baseline"]
-    if jobs <= 1:
-        for name in todo:
-            results.append(ScenarioResult.from_json(_run_one(name, rounds, spec.to_json(), chain, base)))
-            if progress:
-                progress(results[-1])
-            save()
-        return results
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    done: dict[str, ScenarioResult] = {}
-    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no forked threads, locks or torch state
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futures = {pool.submit(_run_one, n, rounds, spec.to_json(), chain, base): n for n in todo}
-        for fut in as_completed(futures):
-            name = futures[fut]
-            try:
-                res = ScenarioResult.from_json(fut.result())
-            except Exception as exc:  # the worker process itself died
-                res = _failed(get(name), rounds, exc)
-            done[name] = res
+    def finish(name: str, as_reference: bool, doc: dict[str, Any]) -> None:
+        res = ScenarioResult.from_json(doc)
+        if as_reference:
+            ref = f"reference:{name}"
+            ref_heldout[ref] = res.heldout
+            references[ref] = {"seconds": res.seconds, "heldout": res.heldout, "checks": res.checks}
             if progress:
                 progress(res)
-            results[1:] = [done[n] for n in todo if n in done]
-            save()
-    return results
+        else:
+            if name == "baseline":
+                ref_heldout["baseline"] = res.heldout
+            waiting.append(name)
+            done[name] = res
+        for n in list(waiting):
+            if ref_of[n] in ref_heldout:
+                waiting.remove(n)
+                rebase(done[n], scenarios[n], ref_heldout[ref_of[n]], ref_of[n])
+                if progress:
+                    progress(done[n])
+        save()
+
+    if jobs <= 1:
+        for name, as_ref in jobs_list:
+            finish(name, as_ref, _run_one(name, rounds, spec.to_json(), chain, as_ref))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no forked threads, locks or torch
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futures = {
+                pool.submit(_run_one, name, rounds, spec.to_json(), chain, as_ref): (name, as_ref)
+                for name, as_ref in jobs_list
+            }
+            for fut in as_completed(futures):
+                name, as_ref = futures[fut]
+                try:
+                    doc = fut.result()
+                except Exception as exc:  # the worker process itself died
+                    sc = reference(scenarios[name]) if as_ref else scenarios[name]
+                    doc = _failed(sc, rounds, exc).to_json()
+                finish(name, as_ref, doc)
+    for n in waiting:  # a reference run failed: reported without the held-out comparison
+        done[n].errors.append(f"reference {ref_of[n]} did not run")
+        if progress:
+            progress(done[n])
+    save()
+    return [done[n] for n in order if n in done]
 
 
 def table(results: Sequence[ScenarioResult]) -> str:

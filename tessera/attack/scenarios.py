@@ -147,8 +147,8 @@ def _sybils(n: int) -> list[Participant]:
 
 
 def _validator_factory(cls: Any, **kwargs: Any) -> Callable[..., Any]:
-    def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str) -> Any:
-        return cls(cfg, spec, coord, disc, key, **kwargs)
+    def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str, **extra: Any) -> Any:
+        return cls(cfg, spec, coord, disc, key, **kwargs, **extra)
 
     return make
 

@@ -14,7 +14,6 @@ is the honest node's code, so the contract and the other validators see a normal
 
 from __future__ import annotations
 
-import os
 import random
 from typing import Any
 
@@ -44,7 +43,7 @@ class _ScoringValidator(ValidatorNode):
         if rec.get("scores") is None:
             miners = sorted(self.coord.update_commitments(r), key=lambda a: int(a, 16))
             scores = [max(0, min(SCORE_MAX, int(s))) for s in self.choose_scores(r, miners)]
-            self.state.set(r, miners=miners, scores=scores, salt=os.urandom(32).hex())
+            self.state.set(r, miners=miners, scores=scores, salt=self._entropy("salt", r).hex())
             rec = self.state.round(r)
         self.coord.commit_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))
         self.state.set(r, score_committed=True)

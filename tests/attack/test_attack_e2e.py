@@ -63,8 +63,28 @@ def test_parallel_suite_reports_in_order(tmp_path: Path) -> None:
     assert [r.name for r in results] == ["baseline", *names]
     doc = json.loads(out.read_text())
     assert doc["jobs"] == 2 and [s["name"] for s in doc["scenarios"]] == ["baseline", *names]
+    # both have the same shape (2 validators, 3 honest miners and the adversary): one all-honest reference
+    assert list(doc["references"]) == ["reference:poisoner-flip"]
+    assert results[0].reference == "baseline" and results[0].heldout_rel_diff == 0.0
     for res in results[1:]:
         assert res.checks.get("ran", True), res.errors
         cheaters = [r for r in res.rows if r.role == "miner" and r.label != "honest"]
         assert cheaters and all(r.reward_cheating == 0 for r in cheaters), table([res])
-        assert res.heldout_baseline == results[0].heldout
+        assert res.reference == "reference:poisoner-flip"
+        assert res.heldout_baseline == doc["references"]["reference:poisoner-flip"]["heldout"]
+        assert "heldout_no_worse_than_1%" in res.checks
+
+
+@pytest.mark.timeout(600)
+def test_reference_runs_draw_the_same_seeds() -> None:
+    """The harness's validators derive their seed shares from their keys, so two runs of one shape train
+    the same trajectory: the held-out comparison measures the adversary, not the luck of the seeds."""
+    from tessera.attack.runner import reference, reference_key
+
+    a = run_scenario(get("baseline"), rounds=2, chain="memory")
+    b = run_scenario(get("baseline"), rounds=2, chain="memory")
+    assert a.heldout == b.heldout and len(a.heldout) == 3
+    flip = get("poisoner-flip")
+    ref = reference(flip)
+    assert [p.label for p in ref.build()] == ["honest"] * len(flip.build())
+    assert reference_key(flip) == reference_key(get("free-rider-zero")) != reference_key(get("baseline"))

@@ -10,13 +10,16 @@ import pytest
 
 from protocol.coordinator import weighted_median
 from tessera.attack import economics as ec
-from validator.sampling import segments_to_check
+from validator.sampling import segments_to_check, validator_slot
 
 VALIDATORS = ["0x" + f"{i:040x}" for i in range(1, 6)]
 
 
-def _simulate(f: float, n_segments: int, m: int, weights: list[int], trials: int, rng: random.Random):
-    """Monte-Carlo over round seeds with the real segment draw and the real lower median.
+def _simulate(
+    f: float, n_segments: int, m: int, weights: list[int], trials: int, rng: random.Random, coordinated: bool
+):
+    """Monte-Carlo over round seeds with the real segment draw (coordinated windows, what the node does, or
+    independent salted draws) and the real lower median.
 
     Returns (P(any validator catches), P(consensus score is 0)).
     """
@@ -26,8 +29,10 @@ def _simulate(f: float, n_segments: int, m: int, weights: list[int], trials: int
         seed = rng.randbytes(32)
         bad = set(rng.sample(range(n_segments), b))  # which segments the miner spoils (any choice)
         scores = []
-        for v in VALIDATORS[: len(weights)]:
-            segs = segments_to_check(seed, "0xminer", n_segments, m, v.encode())
+        for i, v in enumerate(VALIDATORS[: len(weights)]):
+            slot = validator_slot(v, VALIDATORS[: len(weights)]) if coordinated else None
+            assert slot is None or slot == i
+            segs = segments_to_check(seed, "0xminer", n_segments, m, v.encode(), slot=slot)
             scores.append(0 if bad & set(segs) else 5000)
         any_caught += 0 in scores
         zeroed += weighted_median(scores, weights) == 0
@@ -47,20 +52,41 @@ def _tol(p: float, n: int) -> float:
         (0.05, 20, 4, [1, 1, 1, 1]),
     ],
 )
-def test_model_matches_monte_carlo(f: float, n_segments: int, m: int, weights: list[int]) -> None:
-    rng = random.Random(hashlib.sha256(repr((f, n_segments, m, weights)).encode()).digest())
+@pytest.mark.parametrize("coordinated", [True, False], ids=["coordinated", "independent"])
+def test_model_matches_monte_carlo(
+    f: float, n_segments: int, m: int, weights: list[int], coordinated: bool
+) -> None:
+    rng = random.Random(hashlib.sha256(repr((f, n_segments, m, weights, coordinated)).encode()).digest())
     trials = 4000
-    any_mc, zero_mc = _simulate(f, n_segments, m, weights, trials, rng)
-    any_model = ec.p_detect_any(f, n_segments, m, len(weights))
-    zero_model = ec.p_reward_zeroed(f, n_segments, m, weights)
+    any_mc, zero_mc = _simulate(f, n_segments, m, weights, trials, rng, coordinated)
+    any_model = ec.p_detect_any(f, n_segments, m, len(weights), coordinated=coordinated)
+    zero_model = ec.p_reward_zeroed(f, n_segments, m, weights, coordinated=coordinated)
     assert abs(any_mc - any_model) < _tol(any_model, trials), (any_mc, any_model)
     assert abs(zero_mc - zero_model) < _tol(zero_model, trials), (zero_mc, zero_model)
 
 
 def test_three_equal_validators_need_two_catches() -> None:
     p1 = ec.p_one_validator(0.1, 10, 2)
-    assert ec.p_reward_zeroed(0.1, 10, 2, [1, 1, 1]) == pytest.approx(3 * p1**2 * (1 - p1) + p1**3)
-    assert ec.p_reward_zeroed(0.1, 10, 2, [1, 1]) == pytest.approx(1 - (1 - p1) ** 2)
+    indep = {"coordinated": False}
+    assert ec.p_reward_zeroed(0.1, 10, 2, [1, 1, 1], **indep) == pytest.approx(3 * p1**2 * (1 - p1) + p1**3)
+    assert ec.p_reward_zeroed(0.1, 10, 2, [1, 1], **indep) == pytest.approx(1 - (1 - p1) ** 2)
+    # coordinated windows are disjoint: with one bad segment, two validators can never both catch it
+    assert ec.p_reward_zeroed(0.1, 10, 2, [1, 1, 1]) == pytest.approx(0.0, abs=1e-12)
+    assert ec.p_reward_zeroed(0.1, 10, 2, [1, 1]) == pytest.approx(4 / 10)
+
+
+def test_coordinated_windows_cover_the_transcript() -> None:
+    """With V * m >= S the validators between them replay every segment: any faked segment is caught."""
+    assert ec.p_detect_any(0.01, 3, 2, 2) == 1.0
+    assert ec.p_reward_zeroed(0.01, 3, 2, [1, 1]) == 1.0
+    assert ec.p_detect_any(0.01, 3, 2, 2, coordinated=False) == pytest.approx(1 - (1 / 3) ** 2)
+    for seed in (b"a", b"b", b"c"):
+        picks = [set(segments_to_check(seed, "0xm", 3, 2, slot=i)) for i in range(2)]
+        assert picks[0] | picks[1] == {0, 1, 2}
+    # never worse than independent draws, for any configuration
+    for s_, m_, v_ in ((30, 2, 2), (10, 3, 3), (7, 2, 5)):
+        for f in (0.05, 0.2):
+            assert ec.p_detect_any(f, s_, m_, v_) >= ec.p_detect_any(f, s_, m_, v_, coordinated=False) - 1e-12
 
 
 def test_defaults_meet_the_issue_target() -> None:

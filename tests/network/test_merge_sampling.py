@@ -58,10 +58,14 @@ def test_target_faking_10pct_caught_within_10_rounds() -> None:
         for r in range(10):
             bad = set(rng.sample(range(30), 3))
             seed = f"{t}-{r}".encode()
-            if any(set(segments_to_check(seed, "0xm", 30, 2, v)) & bad for v in (b"v1", b"v2")):
+            if any(set(segments_to_check(seed, "0xm", 30, 2, slot=i)) & bad for i in (0, 1)):
                 caught_within += 1
                 break
     emp = caught_within / trials
     assert abs(emp - p) < 0.05, (emp, p)
     single = catch_probability_round(0.1, 30, 2, 1)
     assert math.isclose(single, 1 - math.comb(27, 2) / math.comb(30, 2))
+    # two coordinated validators replay 4 distinct segments: miss = C(26, 3) / C(30, 3)
+    both = catch_probability_round(0.1, 30, 2, 2)
+    assert math.isclose(both, 1 - math.comb(26, 3) / math.comb(30, 3))
+    assert both > catch_probability_round(0.1, 30, 2, 2, coordinated=False)
