@@ -298,8 +298,10 @@ def _colluders() -> list[Participant]:
 
     free_rider = _adversary("free-rider-zero", FreeRiderZero())
 
-    def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str) -> Any:
-        return ColludingValidator(cfg, spec, coord, disc, key, favoured=free_rider.address, punish=True)
+    def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str, **extra: Any) -> Any:
+        return ColludingValidator(
+            cfg, spec, coord, disc, key, favoured=free_rider.address, punish=True, **extra
+        )
 
     colluder = Participant("validator", "colluding-validator", VALIDATOR_STAKE, make)
     # miners first: the colluder's factory reads the free rider's address

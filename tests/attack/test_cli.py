@@ -84,3 +84,14 @@ def test_devnet_adversary_flags() -> None:
     for bad in ("miner4=poisoner-scaled", "miner0", "miner0=nope", "validator0=nope", "oracle0=random"):
         with pytest.raises(TesseraError):
             adversary_args([bad], miners=4, validators=2)
+
+
+def test_validator_factories_take_the_harness_entropy() -> None:
+    """The harness builds every validator with ``entropy=`` (shared round seeds with the reference run)."""
+    import inspect
+
+    for name, sc in registry().items():
+        for p in sc.build():
+            if p.role == "validator" and p.factory is not None:
+                params = inspect.signature(p.factory).parameters.values()
+                assert any(x.kind is inspect.Parameter.VAR_KEYWORD for x in params), name
