@@ -27,7 +27,7 @@ from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundStat
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.nodeloop import step_forever
+from protocol.nodeloop import failure_reporter, step_forever
 from protocol.records import Served
 from protocol.runspec import COMPUTE_LOCK, RunSpec, warm_up_torch
 from protocol.tensorblob import (
@@ -167,14 +167,9 @@ class MinerNode:
             stop=stop or threading.Event(),
             interval=self.cfg.poll_interval,
             retry_on=(ProtocolError, MinerError),
-            on_error=self._step_failed,
+            on_error=failure_reporter(self, "miner", log),
             done=lambda: bool(self.cfg.max_rounds) and self.rounds_done >= self.cfg.max_rounds,
         )
-
-    def _step_failed(self, exc: BaseException, backoff: float) -> None:
-        self.last_error = f"{type(exc).__name__}: {exc}"
-        self.metrics.errors.labels(type=type(exc).__name__).inc()
-        log.warning("miner step failed (retrying in %.1fs): %s", backoff, self.last_error)
 
     def step(self) -> None:
         """Take whatever action the chain's current state calls for."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+from typing import Any, Protocol
 
 MAX_BACKOFF = 15.0
 """Seconds: the longest wait between retries of a failing step."""
@@ -34,3 +36,22 @@ def step_forever(
         if done is not None and done():
             break
         stop.wait(backoff)
+
+
+class _Reporting(Protocol):
+    last_error: str
+    metrics: Any
+
+
+def failure_reporter(
+    node: _Reporting, role: str, logger: logging.Logger
+) -> Callable[[BaseException, float], None]:
+    """The ``on_error`` of a node: keep the error for ``/status``, count it in the node's Prometheus
+    ``errors{type}`` and log one line saying when the step is retried."""
+
+    def on_error(exc: BaseException, backoff: float) -> None:
+        node.last_error = f"{type(exc).__name__}: {exc}"
+        node.metrics.errors.labels(type=type(exc).__name__).inc()
+        logger.warning("%s step failed (retrying in %.1fs): %s", role, backoff, node.last_error)
+
+    return on_error

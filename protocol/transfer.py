@@ -164,20 +164,38 @@ def _stream_bounded(
     digest_fn: DigestFn,
     seconds: float,
 ) -> bytes:
-    """:func:`_stream_one` with a wall-clock limit: the transfer runs in a worker thread with its own
-    client (unless the caller gave one); at the limit the client is closed and the worker abandoned (it ends
-    at its next read, at most ``policy.timeout`` later), so a trickling peer cannot hold the caller."""
+    """:func:`_stream_one` with a wall-clock limit (:func:`_bounded`)."""
+    return _bounded(
+        lambda cl, cancel: _stream_one(cl, url, digest, policy, digest_fn, cancel),
+        client,
+        url,
+        seconds,
+        f"{url.rstrip('/')}/blobs/{digest}",
+    )
+
+
+def _bounded(
+    work: Callable[[httpx.Client, threading.Event], bytes],
+    client: httpx.Client | None,
+    url: str,
+    seconds: float,
+    what: str,
+) -> bytes:
+    """Run ``work(client, cancel)`` with a wall-clock limit: in a worker thread with its own client (unless
+    the caller gave one); at the limit ``cancel`` is set, the client closed and the worker abandoned (it
+    ends at its next read, at most one read timeout later), so a trickling peer cannot hold the caller.
+    A peer that hit the limit, or a read timeout, is marked stalled (:func:`stalled_recently`)."""
     box: dict[str, Any] = {}
     cancel = threading.Event()
     cl = client or httpx.Client(follow_redirects=False)
 
-    def work() -> None:
+    def run() -> None:
         try:
-            box["data"] = _stream_one(cl, url, digest, policy, digest_fn, cancel)
+            box["data"] = work(cl, cancel)
         except BaseException as exc:  # handed to the caller below
             box["exc"] = exc
 
-    worker = threading.Thread(target=work, name="tessera-fetch", daemon=True)
+    worker = threading.Thread(target=run, name="tessera-fetch", daemon=True)
     worker.start()
     worker.join(max(0.0, seconds))
     if worker.is_alive():
@@ -186,9 +204,7 @@ def _stream_bounded(
         if client is None:
             with contextlib.suppress(Exception):  # closing under a blocked read: whatever it raises is moot
                 cl.close()
-        raise FetchTimeoutError(
-            f"{url.rstrip('/')}/blobs/{digest}: no complete answer within {seconds:.1f}s (stalling peer)"
-        )
+        raise FetchTimeoutError(f"{what}: no complete answer within {seconds:.1f}s (stalling peer)")
     if client is None:
         cl.close()
     if "exc" in box:
@@ -208,30 +224,9 @@ def get_capped(url: str, *, max_bytes: int, timeout: float, client: httpx.Client
     off like one that sends none), :class:`PeerUnavailableError` (unreachable, 5xx),
     :class:`BlobNotFoundError` (404) or :class:`TransferError` (any other status).
     """
-    box: dict[str, Any] = {}
-    cl = client or httpx.Client(follow_redirects=False)
-
-    def work() -> None:
-        try:
-            box["data"] = _get_capped_once(cl, url, max_bytes, timeout)
-        except BaseException as exc:  # handed to the caller below
-            box["exc"] = exc
-
-    worker = threading.Thread(target=work, name="tessera-get", daemon=True)
-    worker.start()
-    worker.join(max(0.0, timeout))
-    if worker.is_alive():
-        _mark_stalled(url)
-        if client is None:
-            with contextlib.suppress(Exception):  # closing under a blocked read: whatever it raises is moot
-                cl.close()
-        raise FetchTimeoutError(f"{url}: no complete answer within {timeout:.1f}s (stalling peer)")
-    if client is None:
-        cl.close()
-    if "exc" in box:
-        raise box["exc"]
-    data: bytes = box["data"]
-    return data
+    return _bounded(
+        lambda cl, _cancel: _get_capped_once(cl, url, max_bytes, timeout), client, url, timeout, url
+    )
 
 
 def _get_capped_once(cl: httpx.Client, url: str, max_bytes: int, timeout: float) -> bytes:

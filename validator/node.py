@@ -45,7 +45,7 @@ from protocol.coordinator import (
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.nodeloop import step_forever
+from protocol.nodeloop import failure_reporter, step_forever
 from protocol.records import Served
 from protocol.runspec import COMPUTE_LOCK, RunSpec, warm_up_torch
 from protocol.tensorblob import (
@@ -297,13 +297,8 @@ class ValidatorNode:
             stop=stop or threading.Event(),
             interval=self.cfg.poll_interval,
             retry_on=(ProtocolError, ValidatorError),
-            on_error=self._step_failed,
+            on_error=failure_reporter(self, "validator", log),
         )
-
-    def _step_failed(self, exc: BaseException, backoff: float) -> None:
-        self.last_error = f"{type(exc).__name__}: {exc}"
-        self.metrics.errors.labels(type=type(exc).__name__).inc()
-        log.warning("validator step failed (retrying in %.1fs): %s", backoff, self.last_error)
 
     def step(self) -> None:
         """Take whatever action the chain's current state calls for."""

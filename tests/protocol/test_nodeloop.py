@@ -61,3 +61,23 @@ def test_done_ends_the_loop_and_untyped_errors_propagate() -> None:
         step_forever(
             bug, stop=_Clock(limit=5), interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None
         )
+
+
+def test_failure_reporter_keeps_counts_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    from types import SimpleNamespace
+
+    from protocol.nodeloop import failure_reporter
+
+    counts: dict[str, int] = {}
+
+    class _Counter:
+        def labels(self, type: str) -> SimpleNamespace:
+            return SimpleNamespace(inc=lambda: counts.__setitem__(type, counts.get(type, 0) + 1))
+
+    node = SimpleNamespace(last_error="", metrics=SimpleNamespace(errors=_Counter()))
+    report = failure_reporter(node, "miner", logging.getLogger("test.nodeloop"))
+    with caplog.at_level(logging.WARNING, logger="test.nodeloop"):
+        report(ProtocolError("rpc down"), 2.0)
+    assert node.last_error == "ProtocolError: rpc down" and counts == {"ProtocolError": 1}
+    assert "miner step failed (retrying in 2.0s): ProtocolError: rpc down" in caplog.text
