@@ -470,20 +470,7 @@ class ValidatorNode:
             return False
         commits = self.coord.update_commitments(r)
         log.info("round %d: verifying %d committed updates", r, len(commits))
-        ctx = RoundContext(
-            spec=self.spec,
-            dataset=self.dataset,
-            round=r,
-            chain_id=self.coord.chain_id,
-            contract=self.coord.contract,
-            validator=self.address,
-            checkpoint=theta.params,
-            checkpoint_digest=bytes.fromhex(theta.digest[2:]),
-            assign_seed=st.assign_seed,
-            seed=st.seed,
-            registry=self.coord.miners(r),
-            validators=self.coord.validators(),
-        )
+        ctx = self._round_context(st, theta)
         t0 = time.perf_counter()
         complete = True
         # updates already fetched first: a peer that stalls must not eat the time of the others
