@@ -52,6 +52,8 @@ POINTS = ("commit", "reveal", "score-commit", "score-reveal", "certify")
 _ORDER = ("commit", "reveal", "score-commit", "score-reveal", "finalize", "certify")
 FAULT_ROUND = 2
 """Chain round of the fault on a fresh devnet (round 1 is the join round)."""
+STARTUP_HOLD_S = 120.0
+"""Seconds the fast-forward waits, at most, for a restarted node's API to come up."""
 
 
 class FaultsError(TesseraError):
@@ -265,6 +267,7 @@ class _Harness:
                 elif not self._restored:
                     self._maybe_restore(where)
                 hold = not self._injected_at and where[1] == self.run.point and where[0] >= FAULT_ROUND
+                hold = hold or self._target_starting()
                 if not hold:
                     self.net.fast_forward()
                 done = self._restored and not self._pending and self.net.certified_rounds() >= self.last_round
@@ -272,6 +275,25 @@ class _Harness:
                 log.info("chain not readable now: %s", exc)
             time.sleep(0.25)
         self.note(f"rounds 1..{self.last_round} certified")
+
+    def _target_starting(self) -> bool:
+        """Whether a restarted node is still starting (its API not up yet, at most
+        :data:`STARTUP_HOLD_S`): the fast-forward then waits, as a real phase (minutes) outlasts a restart;
+        without it the devnet could mine past a whole commit phase while the node loads torch (seen with
+        seed 7: ``kill-miner`` restarted during round 3's commit and missed it)."""
+        if self.sc.name not in ("kill-miner", "kill-validator") or not self.run.restored:
+            return False
+        if time.time() - float(self.run.restored["at"]) > STARTUP_HOLD_S:
+            return False
+        node = self.net.nodes[self.sc.target]
+        try:
+            ok = httpx.get(f"{node.url}/health", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok and not self.run.restored.get("ready_s"):
+            self.run.restored["ready_s"] = round(time.time() - float(self.run.restored["at"]), 1)
+            self.note(f"{self.sc.target} answers /health {self.run.restored['ready_s']}s after its restart")
+        return not ok
 
     def _maybe_inject(self, where: tuple[int, str]) -> None:
         r, point = where
