@@ -14,6 +14,7 @@ lasts as long as its work, not as long as its deadlines. ``fast_forward=False`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -336,10 +337,12 @@ class Devnet:
         logf.close()
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Kill a node process (SIGKILL by default: no cleanup, as in a crash)."""
+        """Kill a node (SIGKILL by default: no cleanup, as in a crash) with the processes it started: each
+        node leads its own process group, and its hivemind DHT runs in a forked child (plus a p2pd), which a
+        signal to the node alone would leave orphaned and running."""
         n = self.nodes[name]
         if n.proc is not None and n.proc.poll() is None:
-            n.proc.send_signal(sig)
+            _signal_group(n.proc.pid, sig)
             n.proc.wait(timeout=30)
 
     def restart(self, name: str) -> None:
@@ -434,12 +437,19 @@ class Devnet:
             except subprocess.TimeoutExpired:
                 n.proc.kill()
                 n.proc.wait()
+            _signal_group(n.proc.pid, signal.SIGKILL)  # whatever it started and left behind
         if self.dht is not None:
             self.dht.shutdown()
             self.dht = None
         if self.anvil is not None:
             self.anvil.stop()
             self.anvil = None
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the process group ``pid`` leads (a node started with ``start_new_session``); gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
 
 
 def anvil_rpc(rpc_url: str, method: str, params: list[Any]) -> Any:
