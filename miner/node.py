@@ -39,6 +39,7 @@ from protocol.tensorblob import (
 )
 from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
 from training.data import Dataset, prepare
+from training.device import use_deterministic
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class MinerNode:
     def start(self) -> MinerNode:
         """Start the HTTP API and register on-chain if needed."""
         torch.set_num_threads(max(1, self.cfg.threads))
+        use_deterministic(self.cfg.device)
         log.info("torch warm-up took %.2fs", warm_up_torch())
         app = create_node_app(
             role="miner",
@@ -280,6 +282,7 @@ class MinerNode:
                 ef_source=ef_source,
                 behaviour=self.behaviour,
                 snapshot_every=self.cfg.snapshot_every,
+                device=self.cfg.device,
             )
         self.metrics.phase_seconds.labels(phase="train").observe(built.train_seconds)
         self.state.blobs.put(built.update)
@@ -433,6 +436,7 @@ class MinerNode:
                     assignment=a,
                     snapshots=live.snapshots,
                     step=step,
+                    device=self.cfg.device,
                 )
             return encode_tensors(tensors)
 

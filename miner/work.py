@@ -22,7 +22,7 @@ from training.codecs import ErrorFeedback
 from training.data import Dataset, miner_batches
 from training.digest import state_digest
 from training.diloco import pseudo_gradient
-from training.inner import replay_segment, train_inner
+from training.inner import Device, replay_segment, train_inner
 
 
 @dataclass
@@ -83,13 +83,15 @@ def build_update(
     behaviour: Behaviour,
     ef_source: tuple[int, bytes] | None = None,
     snapshot_every: int = 10,
+    device: Device = "cpu",
 ) -> BuiltUpdate:
     """Train the round's assignment and package the compressed update.
 
     ``ef_state`` is what an earlier round's :attr:`BuiltUpdate.ef_state` held; its residual (``ef/*``) is
     used only with ``ef_source``, that round's (round, update digest), which the header names so that a
     validator can fetch the same residual and recompute the compressed update (F12). Only the residual of
-    parameters assigned again is carried; the rest is dropped.
+    parameters assigned again is carried; the rest is dropped. The inner loop computes on ``device``
+    (``training.device``); the pseudo-gradient, the codec and everything returned are on the CPU in fp32.
     """
     a = assignment_for(spec, assign_seed, registry, miner)
     ctx = RoundContext(round, miner, a.module_ids, spec.inner.steps)
@@ -105,6 +107,7 @@ def build_update(
         round,
         keep_states=True,
         optimizer_state=carried or None,
+        device=device,
     )
     train_s = time.perf_counter() - t0
     tr = res.transcript
@@ -163,8 +166,10 @@ def transcript_state(
     assignment: Assignment,
     snapshots: Mapping[int, Mapping[str, Tensor]],
     step: int,
+    device: Device = "cpu",
 ) -> dict[str, Tensor]:
-    """The transcript state at ``step``: a kept snapshot, or a replay from the nearest earlier one."""
+    """The transcript state at ``step``: a kept snapshot, or a replay (on ``device``) from the nearest
+    earlier one; on the CPU either way."""
     if step in snapshots:
         return {k: v.clone() for k, v in snapshots[step].items()}
     base = max((s for s in snapshots if s < step), default=None)
@@ -172,5 +177,5 @@ def transcript_state(
         raise KeyError(step)
     batches = round_batches(spec, ds, assign_seed, assignment)
     return replay_segment(
-        spec.model, spec.inner, checkpoint, assignment, batches, round, snapshots[base], step
+        spec.model, spec.inner, checkpoint, assignment, batches, round, snapshots[base], step, device=device
     )

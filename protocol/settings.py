@@ -69,6 +69,22 @@ class NodeConfig:
     """Fetch attempts over all peers, with exponential backoff."""
     threads: int = 1
     """torch CPU threads."""
+    device: str = "cpu"
+    """Where training, replay and loss evaluation compute: ``cpu``, ``cuda`` or ``cuda:N`` (torch's
+    deterministic settings are applied either way, ``training.device``). Updates, transcript states and
+    digests stay CPU fp32 whatever the device; a GPU's results differ from a CPU's in the last bits, which
+    validators accept within the replay tolerances (docs/operator-miner.md, "Running on a GPU")."""
+
+    def __post_init__(self) -> None:
+        # cpu needs no torch; cuda is checked against the machine here so a bad setting fails at load
+        if self.device != "cpu":
+            from training.device import resolve_device
+            from training.errors import DeviceError
+
+            try:
+                resolve_device(self.device)
+            except DeviceError as exc:
+                raise ValueError(str(exc)) from exc
 
     def private_key(self, env: Mapping[str, str] | None = None) -> str:
         """The node's private key, from its keystore or ``key_env`` (:class:`SettingsError` if neither)."""

@@ -31,3 +31,7 @@ class ReplayError(TrainingError):
 
 class MergeError(TrainingError):
     """Pseudo-gradients cannot be merged (unknown parameter, wrong shape, non-finite values)."""
+
+
+class DeviceError(TrainingError):
+    """A compute device is malformed or not available on this machine (``training.device``)."""

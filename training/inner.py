@@ -7,6 +7,10 @@ or carried from the miner's previous round), learning rate
 part in the forward pass but are never updated. On one platform and torch build, a replay is
 bit-identical; across platforms, compare with :data:`REPLAY_REL_TOL`.
 
+Device: the loop and the replay compute on the ``device`` they are given (``training.device``; the model,
+the batches and AdamW's moments live there) and return every tensor on the CPU in fp32, so transcript
+states, digests and updates do not depend on where they were computed.
+
 Transcript: the *state* at inner step s is the trained parameters plus AdamW's moments and step counts,
 named ``param/<name>``, ``exp_avg/<name>``, ``exp_avg_sq/<name>``, ``step`` (s) and ``adam_step`` (AdamW's
 own count, which includes steps carried from earlier rounds). The transcript holds
@@ -28,6 +32,9 @@ from training.config import InnerConfig, ModelConfig
 from training.digest import state_digest
 from training.errors import ReplayError
 from training.model import TesseraModel, build_model, lm_loss, load_params, module_params
+
+#: Where the inner loop computes (a ``torch.device`` or its name: ``cpu``, ``cuda``, ``cuda:N``).
+Device = torch.device | str
 
 REPLAY_REL_TOL = 1e-4
 """Cross-platform replay tolerance: every tensor of a replayed state must satisfy
@@ -103,7 +110,8 @@ def _capture(
     adam_step: int,
     copy: bool = True,
 ) -> dict[str, Tensor]:
-    """The state (see the module doc); ``copy=False`` returns live views, valid until the next step."""
+    """The state (see the module doc) on the CPU; ``copy=False`` returns live views where they are (on the
+    compute device), valid until the next step (for digesting only)."""
     state: dict[str, Tensor] = {
         "step": torch.tensor(step, dtype=torch.int64),
         "adam_step": torch.tensor(adam_step, dtype=torch.int64),
@@ -116,7 +124,7 @@ def _capture(
             "exp_avg_sq": st["exp_avg_sq"] if st else torch.zeros_like(p),
         }
         for kind, t in entries.items():
-            state[f"{kind}/{name}"] = t.clone() if copy else t
+            state[f"{kind}/{name}"] = t.to("cpu", copy=True) if copy else t
     return state
 
 
@@ -139,10 +147,10 @@ def _restore(
                     raise ReplayError(f"snapshot shape of {kind}/{name} does not match the model")
             p.copy_(state[f"param/{name}"])
             if adam_step > 0:
-                opt.state[p] = {
+                opt.state[p] = {  # AdamW keeps a non-capturable step count on the CPU
                     "step": torch.tensor(float(adam_step)),
-                    "exp_avg": state[f"exp_avg/{name}"].clone(),
-                    "exp_avg_sq": state[f"exp_avg_sq/{name}"].clone(),
+                    "exp_avg": state[f"exp_avg/{name}"].to(p.device, copy=True),
+                    "exp_avg_sq": state[f"exp_avg_sq/{name}"].to(p.device, copy=True),
                 }
     return step, adam_step
 
@@ -178,9 +186,13 @@ def _setup(
     checkpoint: Mapping[str, Tensor],
     assignment: Assignment,
     model: TesseraModel | None,
+    device: Device,
 ) -> tuple[TesseraModel, dict[str, torch.nn.Parameter], torch.optim.AdamW]:
     if model is None:
         model = build_model(model_cfg)
+    dev = torch.device(device)
+    if next(model.parameters()).device != dev:
+        model.to(dev)
     load_params(model, checkpoint)
     trained = set(module_params(dict(model.named_parameters()), assignment.module_ids))
     params: dict[str, torch.nn.Parameter] = {}
@@ -208,11 +220,12 @@ def _steps(
 ) -> list[float]:
     losses: list[Tensor] = []
     plist = list(params.values())
+    dev = next(model.parameters()).device
     for s in range(first, last):
         lr = lr_at(inner_cfg, round_index * inner_cfg.steps + s)
         for g in opt.param_groups:
             g["lr"] = lr
-        ce, total = lm_loss(model, batches[s], assignment.path)
+        ce, total = lm_loss(model, batches[s].to(dev), assignment.path)
         opt.zero_grad(set_to_none=True)
         total.backward()
         # An expert that routed no token this step has no gradient, and AdamW would skip it: its own step
@@ -245,16 +258,18 @@ def train_inner(
     keep_states: bool = False,
     model: TesseraModel | None = None,
     optimizer_state: Mapping[str, Tensor] | None = None,
+    device: Device = "cpu",
 ) -> InnerResult:
     """Run ``inner_cfg.steps`` AdamW steps on the assigned modules from ``checkpoint`` (all parameters).
 
     ``batches`` is ``[H, B, T+1]`` (see ``training.data.miner_batches``); ``model`` may be passed to reuse
     its storage (its parameters are overwritten with the checkpoint); ``optimizer_state`` carries AdamW's
-    moments from the miner's previous round (see :func:`start_state`).
+    moments from the miner's previous round (see :func:`start_state`); ``device`` is where it computes
+    (``training.device``); inputs and results are CPU tensors.
     """
     if batches.shape[0] < inner_cfg.steps:
         raise ReplayError(f"need {inner_cfg.steps} batches, got {batches.shape[0]}")
-    model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model)
+    model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model, device)
     _, adam_offset = _restore(params, opt, start_state(checkpoint, list(params), optimizer_state))
     transcript = Transcript(inner_cfg.transcript_interval)
     state0 = _capture(params, opt, 0, adam_offset, copy=keep_states)
@@ -293,14 +308,16 @@ def replay_segment(
     state: Mapping[str, Tensor],
     end_step: int,
     model: TesseraModel | None = None,
+    device: Device = "cpu",
 ) -> dict[str, Tensor]:
     """Recompute the transcript state at ``end_step`` from the served state at its ``step``.
 
     A validator calls it with the round's checkpoint, the miner's assignment and batches (which it
     recomputes), a served start state whose digest is in the transcript, and the next recorded step; it
     then checks ``state_digest(result)`` against the transcript (or :func:`states_close` across platforms).
+    ``device`` is where it computes; the result is on the CPU.
     """
-    model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model)
+    model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model, device)
     start, adam_step = _restore(params, opt, state)
     if not 0 <= start < end_step <= inner_cfg.steps:
         raise ReplayError(f"bad segment {start}..{end_step} for H={inner_cfg.steps}")

@@ -59,6 +59,7 @@ from protocol.tensorblob import (
 from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob, get_capped, sha256_digest
 from protocol.update import decode_update, update_digest
 from training.data import Dataset, prepare
+from training.device import use_deterministic
 from validator.config import ValidatorConfig
 from validator.errors import CertificationError, SourceMismatchError, ValidatorError
 from validator.merge import MergePolicy, next_checkpoint
@@ -166,6 +167,7 @@ class ValidatorNode:
             attested_check_probability=cfg.attested_check_probability,
             min_own_gain=cfg.min_own_gain,
             usefulness_rel_norm=cfg.usefulness_rel_norm,
+            device=cfg.device,
         )
         self.merge_policy = MergePolicy(cfg.merge_method, cfg.clip_factor, cfg.trim)
         self._ds: Dataset | None = None
@@ -191,6 +193,7 @@ class ValidatorNode:
     def start(self) -> ValidatorNode:
         """Start the HTTP API and register on-chain if needed."""
         torch.set_num_threads(max(1, self.cfg.threads))
+        use_deterministic(self.cfg.device)
         log.info("torch warm-up took %.2fs", warm_up_torch())
         app = create_node_app(role="validator", status=self.status, store=self.public, metrics=self.metrics)
         self._add_routes(app)
@@ -529,7 +532,7 @@ class ValidatorNode:
             if verdict.provable and self.cfg.slash:
                 self._slash(verdict)
         with COMPUTE_LOCK:
-            before = heldout_loss(self.spec, self.dataset, theta.params)
+            before = heldout_loss(self.spec, self.dataset, theta.params, device=self.cfg.device)
         self.state.set(r, verify_seconds=round(time.perf_counter() - t0, 4), heldout_before=round(before, 6))
         return complete
 
@@ -758,7 +761,7 @@ class ValidatorNode:
         )
         self.state.put_checkpoint(p + 1, digest)
         with COMPUTE_LOCK:
-            after = heldout_loss(self.spec, self.dataset, params)
+            after = heldout_loss(self.spec, self.dataset, params, device=self.cfg.device)
         self.state.set(p, heldout_after=round(after, 6))
         self.discovery.announce(p + 1, "validator", self.url, [Served("checkpoint", digest, len(data))])
         log.info("round %d: merged %d updates into %s", p, len(contributions), digest[:18])

@@ -19,6 +19,9 @@ Stages, in order (the first failure decides; later, costlier stages are not run)
                  residual, which is fetched through the header's ``ef`` chain (the residual the miner
                  committed to after its own earlier update) and checked within ``ef_rel_tol``, as is the
                  residual it commits to now (F12: a scaled or otherwise altered update fails here);
+                 the largest honest differences measured are kept in the verdict's metrics
+                 (``replay_param_rel_diff``, ``replay_moment_rel_diff``, ``ef_rel_err``,
+                 ``ef_after_rel_err``) so an operator sees the margin to each tolerance;
 8. ``usefulness`` loss before/after applying the update, rescaled to ``usefulness_rel_norm`` of the
                  weights' norm (direction only: scaling an update cannot raise its score), on the
                  miner's own batches and on held-out windows; the score is the relative loss drop on its own data, zero unless it beats
@@ -27,6 +30,9 @@ Stages, in order (the first failure decides; later, costlier stages are not run)
 
 A failure at ``format``, ``header``, ``bounds``, ``attestation`` or ``recompute`` on bytes that match the
 commitment is *provable*: anyone can re-run the check from the evidence, so it is slashing evidence.
+
+Replays and loss evaluations compute on ``VerifyPolicy.device`` (``training.device``); the states they
+return, and the codec that recomputes the update, are on the CPU in fp32.
 """
 
 from __future__ import annotations
@@ -105,6 +111,9 @@ class VerifyPolicy:
     """Relative own-data loss drop an update must exceed to score above 0."""
     max_heldout_excess: float = 0.0
     """If the held-out gain exceeds the own gain by more than this, the score is scaled by own/held."""
+    device: str = "cpu"
+    """Where replays and loss evaluations compute (``cpu``, ``cuda``, ``cuda:N``; ``training.device``). The
+    comparisons, the codec and everything fetched or served stay on the CPU in fp32."""
     usefulness_rel_norm: float = 0.01
     """Usefulness is scored on the update rescaled to this norm relative to the assigned modules' weights
     (``||delta'|| = usefulness_rel_norm * ||theta_assigned||``), so the score depends on the update's
@@ -172,10 +181,12 @@ class _Fail(Exception):
 
 
 def _loss(model: torch.nn.Module, params: Mapping[str, Tensor], batches: Tensor, path: Any) -> float:
+    """Mean loss of ``batches`` (CPU) under ``params`` (CPU), computed where ``model`` lives."""
     load_params(model, params)
     model.eval()
+    dev = next(model.parameters()).device
     with torch.no_grad():
-        vals = [float(lm_loss(model, b, path)[0]) for b in batches]  # type: ignore[arg-type]
+        vals = [float(lm_loss(model, b.to(dev), path)[0]) for b in batches]  # type: ignore[arg-type]
     return sum(vals) / max(1, len(vals))
 
 
@@ -365,12 +376,16 @@ def _recompute(
         ctx.spec.model.seq_len,
     )
     replayed_steps = 0
+    worst_param = worst_moment = 0.0
     for i in segs:
         t0 = time.perf_counter()
-        _replay_one(ctx, a, update, batches, get, policy, i, ev)
+        d_param, d_moment = _replay_one(ctx, a, update, batches, get, policy, i, ev)
+        worst_param, worst_moment = max(worst_param, d_param), max(worst_moment, d_moment)
         replayed_steps += steps[i + 1] - steps[i]
         v.metrics["replay_seconds"] = v.metrics.get("replay_seconds", 0.0) + time.perf_counter() - t0
     v.metrics["replayed_steps"] = replayed_steps
+    v.metrics["replay_param_rel_diff"] = _sig(worst_param)
+    v.metrics["replay_moment_rel_diff"] = _sig(worst_moment)
 
 
 def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict[str, Tensor]:
@@ -382,6 +397,11 @@ def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict
     if state_digest(st).hex() != digest:
         raise _Fail("recompute", f"{what} does not match its digest", False)
     return st
+
+
+def _sig(x: float) -> float:
+    """``x`` to 4 significant digits (a metric: small honest differences must not round to 0)."""
+    return float(f"{x:.4g}")
 
 
 def _rel_err(got: Mapping[str, Tensor], want: Mapping[str, Tensor]) -> float:
@@ -443,7 +463,7 @@ def _check_error_feedback(
     ef.load_state_dict({f"ef/{n}": t for n, t in prev.items()})
     _encs, sent = ef.compress(truth)
     err = _rel_err(delta, sent)
-    v.metrics["ef_rel_err"] = round(err, 9)
+    v.metrics["ef_rel_err"] = _sig(err)
     if err > policy.ef_rel_tol:
         raise _Fail(
             "recompute",
@@ -457,7 +477,7 @@ def _check_error_feedback(
     if set(after) != set(want) or any(after[k].shape != want[k].shape for k in want):
         raise _Fail("recompute", "the committed residual does not cover the update's parameters", True, **ev)
     err_after = _rel_err(after, want)
-    v.metrics["ef_after_rel_err"] = round(err_after, 9)
+    v.metrics["ef_after_rel_err"] = _sig(err_after)
     if err_after > policy.ef_rel_tol:
         raise _Fail(
             "recompute", f"the committed residual is not the recomputed one ({err_after:.3g})", True, **ev
@@ -473,14 +493,25 @@ def _replay_one(
     policy: VerifyPolicy,
     i: int,
     ev: dict[str, Any],
-) -> None:
-    """Replay transcript segment ``i`` (states ``i`` -> ``i + 1``); :class:`_Fail` (provable) if it fails."""
+) -> tuple[float, float]:
+    """Replay transcript segment ``i`` (states ``i`` -> ``i + 1``); :class:`_Fail` (provable) if it fails.
+
+    Returns the largest relative difference, per tensor, of the replay against the served end state:
+    (parameters, moments and counters), 0 when the digests agree."""
     steps, digests = list(update.header.transcript_steps), list(update.header.transcript_digests)
     start, end = get(i), get(i + 1)
     try:
         with COMPUTE_LOCK:
             got = replay_segment(
-                ctx.spec.model, ctx.spec.inner, ctx.checkpoint, a, batches, ctx.round, start, steps[i + 1]
+                ctx.spec.model,
+                ctx.spec.inner,
+                ctx.checkpoint,
+                a,
+                batches,
+                ctx.round,
+                start,
+                steps[i + 1],
+                device=policy.device,
             )
     except TrainingError as exc:
         raise _Fail("recompute", f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
@@ -499,6 +530,7 @@ def _replay_one(
             worst_tensor=worst[0],
             worst_rel_diff=worst[1],
         )
+    return (0.0, 0.0) if same else replay_differences(got, end)
 
 
 def recheck_segment(
@@ -558,6 +590,18 @@ def _replay_matches(got: Mapping[str, Tensor], served: Mapping[str, Tensor], pol
     )
 
 
+def replay_differences(got: Mapping[str, Tensor], served: Mapping[str, Tensor]) -> tuple[float, float]:
+    """The largest per-tensor relative L2 difference of a replayed state against the served one, as
+    ``(parameters, moments and counters)``: what ``param_rel_tol`` and ``replay_rel_tol`` bound."""
+    params = {k for k in got if k.startswith("param/")}
+    d_param = _worst_rel_diff({k: got[k] for k in params}, {k: served[k] for k in params if k in served})
+    d_other = _worst_rel_diff(
+        {k: v for k, v in got.items() if k not in params},
+        {k: v for k, v in served.items() if not k.startswith("param/")},
+    )
+    return d_param[1], d_other[1]
+
+
 def _worst_rel_diff(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> tuple[str, float]:
     """The tensor of ``a`` furthest from ``b`` in relative L2 (names missing in either count as inf)."""
     worst = ("", 0.0)
@@ -597,7 +641,7 @@ def _usefulness(
 ) -> None:
     spec = ctx.spec
     t0 = time.perf_counter()
-    model = build_model(spec.model)
+    model = build_model(spec.model).to(policy.device)
     batches = miner_batches(
         ctx.dataset, ctx.assign_seed, a, spec.inner.steps, spec.inner.batch_size, spec.model.seq_len
     )
@@ -634,9 +678,12 @@ def _usefulness(
     v.score = max(1, int(s * SCORE_SCALE))
 
 
-def heldout_loss(spec: RunSpec, ds: Dataset, params: Mapping[str, Tensor], windows: int = 32) -> float:
-    """Held-out loss of a full checkpoint (DiPaCo: the mean over paths of each path's held-out stream)."""
-    model = build_model(spec.model)
+def heldout_loss(
+    spec: RunSpec, ds: Dataset, params: Mapping[str, Tensor], windows: int = 32, device: str = "cpu"
+) -> float:
+    """Held-out loss of a full checkpoint (DiPaCo: the mean over paths of each path's held-out stream),
+    computed on ``device``."""
+    model = build_model(spec.model).to(device)
     if spec.model.mode == "dipaco":
         from training.model import all_paths
 

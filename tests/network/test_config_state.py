@@ -127,3 +127,28 @@ def test_roles_share_the_node_fields_and_help_shows_their_docs() -> None:
     text = " ".join(p.format_help().split())
     assert "Relative L2 tolerance of the recomputed compressed update" in text
     assert "(default: ~/.tessera/validator)" in text
+
+
+def test_device_setting() -> None:
+    """``device`` is shared by both roles (flag, env, file), validated when the config loads."""
+    assert load_miner_config(None, {}, env={}).device == "cpu"
+    assert load_miner_config(None, {"device": "cpu"}, env={"TESSERA_MINER_DEVICE": "gpu"}).device == "cpu"
+    with pytest.raises(MinerConfigError, match="cpu, cuda or cuda:N"):
+        load_miner_config(None, {}, env={"TESSERA_MINER_DEVICE": "gpu"})
+    with pytest.raises(ValidatorConfigError, match="cpu, cuda or cuda:N"):
+        load_validator_config(None, {"device": "cuda:x"}, env={})
+    if not torch.cuda.is_available():
+        with pytest.raises(MinerConfigError, match="CUDA is not available"):
+            load_miner_config(None, {"device": "cuda"}, env={})
+        with pytest.raises(ValidatorConfigError, match="CUDA is not available"):
+            load_validator_config(None, {}, env={"TESSERA_VALIDATOR_DEVICE": "cuda:0"})
+    import argparse
+
+    from tessera.commands import miner, validator
+
+    for mod in (miner, validator):
+        parser = argparse.ArgumentParser()
+        mod.register(parser.add_subparsers())
+        role = mod.__name__.rsplit(".", 1)[1]
+        args = parser.parse_args([role, "run", "--device", "cuda:1"])
+        assert args.cfg_device == "cuda:1"
