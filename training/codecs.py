@@ -34,6 +34,7 @@ from torch import Tensor
 
 from training.config import CodecConfig
 from training.errors import CodecError
+from training.exact import F64, dct_basis, sparse_idct_tiles
 
 TILE = 64
 """Side of a DCT tile (``chunk`` must be ``TILE * TILE`` with the dct transform)."""
@@ -150,18 +151,10 @@ def unpack_bits(data: Tensor, width: int, count: int) -> Tensor:
     return torch.from_numpy((bits.astype(np.int64) << np.arange(width, dtype=np.int64)).sum(axis=1))
 
 
-_DCT: dict[int, Tensor] = {}
-
-
 def dct_matrix(n: int = TILE) -> Tensor:
-    """Orthonormal DCT-II matrix ``D`` (``D @ D.T = I``), computed in fp64 and rounded to fp32."""
-    if n not in _DCT:
-        k = torch.arange(n, dtype=torch.float64).unsqueeze(1)
-        i = torch.arange(n, dtype=torch.float64).unsqueeze(0)
-        d = torch.cos(math.pi * (2 * i + 1) * k / (2 * n)) * math.sqrt(2.0 / n)
-        d[0] /= math.sqrt(2.0)
-        _DCT[n] = d.float()
-    return _DCT[n]
+    """Orthonormal DCT-II matrix ``D`` (``D @ D.T = I``) in fp32, the same bits on every machine
+    (:func:`training.exact.dct_basis`)."""
+    return dct_basis(n)
 
 
 def _to_chunks(x: Tensor, lay: Layout, cfg: CodecConfig) -> list[tuple[Tensor, int]]:
@@ -181,13 +174,6 @@ def _to_chunks(x: Tensor, lay: Layout, cfg: CodecConfig) -> list[tuple[Tensor, i
     return groups
 
 
-def _from_chunks(groups: list[Tensor], lay: Layout, cfg: CodecConfig) -> Tensor:
-    if cfg.transform == "dct":
-        d = dct_matrix()
-        groups = [(d.T @ c.view(-1, TILE, TILE) @ d).reshape(c.shape[0], -1) for c in groups]
-    return torch.cat([g.reshape(-1) for g in groups])[: lay.numel]
-
-
 def _quantise(v: Tensor, bits: int) -> tuple[Tensor, Tensor]:
     """Codes ``[m, k]`` and per-row scales of ``v`` at ``bits`` bits."""
     levels = (1 << bits) - 1
@@ -198,8 +184,9 @@ def _quantise(v: Tensor, bits: int) -> tuple[Tensor, Tensor]:
 
 
 def _dequantise(codes: Tensor, scale: Tensor, bits: int) -> Tensor:
+    """float64 values ``[m, k]``: elementwise, so the same bits on every machine (``training.exact``)."""
     levels = (1 << bits) - 1
-    return (codes.float() * (2.0 / levels) - 1.0) * scale.unsqueeze(1)
+    return (codes.to(F64) * (2.0 / levels) - 1.0) * scale.to(F64).unsqueeze(1)
 
 
 def encode(x: Tensor, cfg: CodecConfig) -> Encoded:
@@ -241,11 +228,16 @@ def check_fields(enc: Encoded, cfg: CodecConfig) -> None:
 
 
 def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
-    """Decompress to an fp32 tensor of ``enc.shape``. Raises :class:`CodecError` on malformed input."""
+    """Decompress to an fp32 tensor of ``enc.shape``. Raises :class:`CodecError` on malformed input.
+
+    The result is defined by IEEE-754 alone (dequantisation and the inverse DCT are fixed sequences of
+    elementwise float64 operations, rounded once to fp32; see ``training.exact``), so every validator
+    decodes the same bits on any CPU or GPU and the merge built on it is reproducible.
+    """
     check_fields(enc, cfg)
     lay = layout(math.prod(enc.shape), cfg)
     if cfg.bits == 32:
-        values = enc.fields["val"].float()
+        values = enc.fields["val"].to(F64)
     else:
         codes = unpack_bits(enc.fields["val"], cfg.bits, lay.kept)
         scales = enc.fields["scale"].float()
@@ -258,7 +250,7 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
         if lay.tail:
             c = codes[lay.full_chunks * lay.k_full :].view(1, lay.k_tail)
             parts.append(_dequantise(c, scales[lay.full_chunks :], cfg.bits).reshape(-1))
-        values = torch.cat(parts) if parts else torch.zeros(0)
+        values = torch.cat(parts) if parts else torch.zeros(0, dtype=F64)
     if not bool(torch.isfinite(values).all()):
         raise CodecError("non-finite values")
     width_tail = cfg.chunk if cfg.transform == "dct" else lay.tail
@@ -275,19 +267,18 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
             i = idx[pos : pos + m * k].view(m, k)
             if bool((i >= width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
                 raise CodecError("indices out of range or not strictly increasing")
-            g = torch.zeros(m, width)
-            g.scatter_(1, i, values[pos : pos + m * k].view(m, k))
-            groups.append(g)
+            v = values[pos : pos + m * k].view(m, k)
+            if cfg.transform == "dct":
+                groups.append(sparse_idct_tiles(i // TILE, i % TILE, v, TILE))
+            else:
+                g = torch.zeros(m, width, dtype=F64)
+                g.scatter_(1, i, v)
+                groups.append(g.to(torch.float32))
             pos += m * k
     else:
-        if lay.full_chunks:
-            groups.append(values[: lay.full_chunks * cfg.chunk].view(lay.full_chunks, cfg.chunk))
-        if lay.tail:
-            tail = values[lay.full_chunks * cfg.chunk :].unsqueeze(0)
-            if cfg.transform == "dct":
-                tail = torch.nn.functional.pad(tail, (0, cfg.chunk - lay.tail))
-            groups.append(tail)
-    return _from_chunks(groups, lay, cfg).view(enc.shape)
+        groups.append(values.to(torch.float32))
+    flat = torch.cat([g.reshape(-1) for g in groups]) if groups else torch.zeros(0)
+    return flat[: lay.numel].view(enc.shape)
 
 
 def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:

@@ -1,7 +1,8 @@
 """DiLoCo: per-module pseudo-gradients, their weighted merge, and the outer Nesterov step.
 
-All of it is fp32 tensor math in a fixed order, so validators that merge the same accepted updates in the
-same order on the CPU get bit-identical checkpoints:
+The merge and the outer step are defined by IEEE-754 alone (``training.exact``: elementwise float64
+operations in an order the code fixes, one rounding to fp32), so validators that merge the same accepted
+updates get bit-identical checkpoints on any CPU instruction set, ARM or GPU:
 
 - ``pseudo_gradient(base, local) = base - local`` for the trained parameters (a miner's delta);
 - ``merge``: for each parameter, the weighted mean over the contributions that carry it (a module
@@ -20,6 +21,7 @@ from torch import Tensor
 
 from training.config import OuterConfig
 from training.errors import MergeError
+from training.exact import F64
 
 
 def pseudo_gradient(base: Mapping[str, Tensor], local: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -35,7 +37,8 @@ def pseudo_gradient(base: Mapping[str, Tensor], local: Mapping[str, Tensor]) -> 
 def merge(
     contributions: Sequence[tuple[float, Mapping[str, Tensor]]], mode: str = "mean"
 ) -> dict[str, Tensor]:
-    """Per-parameter weighted mean over the contributions that include it, accumulated in the given order.
+    """Per-parameter weighted mean over the contributions that include it, accumulated in the given order
+    in float64 and rounded once to fp32 (the same bits on every machine).
 
     ``mode='sender_mean'`` divides each value by the weight of the contributions that are non-zero there
     (values nobody sent stay 0).
@@ -57,17 +60,18 @@ def merge(
             if not bool(torch.isfinite(t).all()):
                 raise MergeError(f"non-finite values in {name!r}")
             shapes[name] = t.shape
-            term = t.float() * w
+            term = t.detach().to("cpu", F64) * float(w)
             sums[name] = sums[name] + term if name in sums else term
-            weights[name] = weights.get(name, 0.0) + w
+            weights[name] = weights.get(name, 0.0) + float(w)
             if mode == "sender_mean":
-                mask = (t != 0).float() * w
+                mask = (t != 0).to("cpu", F64) * float(w)
                 senders[name] = senders[name] + mask if name in senders else mask
     if mode == "sender_mean":
         return {
-            n: sums[n] / torch.where(senders[n] > 0, senders[n], torch.ones_like(senders[n])) for n in sums
+            n: (sums[n] / torch.where(senders[n] > 0, senders[n], torch.ones_like(senders[n]))).float()
+            for n in sums
         }
-    return {name: sums[name] / weights[name] for name in sums}
+    return {name: (sums[name] / weights[name]).float() for name in sums}
 
 
 class OuterOptimizer:
@@ -84,15 +88,18 @@ class OuterOptimizer:
         for name in sorted(update):
             if name not in params or params[name].shape != update[name].shape:
                 raise MergeError(f"update for unknown parameter or shape {name!r}")
-            g = update[name].float()
+            g = update[name].detach().to("cpu", F64)
             if cfg.momentum > 0:
-                m = self.momentum.get(name)
-                m = g.clone() if m is None else m * cfg.momentum + g
+                prev = self.momentum.get(name)
+                # momentum is kept (and saved) in fp32; the step uses the rounded value, so a validator
+                # that restarts from a saved checkpoint steps exactly like one that did not stop
+                m = g.float() if prev is None else (prev.to(F64) * cfg.momentum + g).float()
                 self.momentum[name] = m
-                step = g + cfg.momentum * m if cfg.nesterov else m
+                step = g + m.to(F64) * cfg.momentum if cfg.nesterov else m.to(F64)
             else:
                 step = g
-            out[name] = (params[name].float() - cfg.lr * step).to(params[name].dtype)
+            base = params[name].detach().to("cpu", F64)
+            out[name] = (base - step * cfg.lr).to(params[name].dtype)
         return out
 
     def state_dict(self) -> dict[str, Tensor]:

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from training.config import ModelConfig
 from training.errors import ModuleIdError
+from training.exact import canonical_normal
 
 Path = tuple[int, ...]
 
@@ -99,7 +100,7 @@ class Embed(nn.Module):
 class TesseraModel(nn.Module):
     """The modular transformer; ``forward(tokens, path)`` returns ``(logits, aux_loss)``."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         self.embed = Embed(cfg)
@@ -113,18 +114,20 @@ class TesseraModel(nn.Module):
             if cfg.mode == "moe":
                 self.moe = nn.ModuleList(Experts(cfg) for _ in range(cfg.n_layers))
         self.head = Head(cfg)
-        self._init_weights()
+        self._init_weights(torch.Generator().manual_seed(seed))
 
-    def _init_weights(self) -> None:
+    @torch.no_grad()
+    def _init_weights(self, gen: torch.Generator) -> None:
+        # canonical_normal, not nn.init.normal_: the latter's bits depend on the CPU's instruction set,
+        # and every node rebuilds theta_0 from the seed and checks it against the on-chain digest.
         for name, p in self.named_parameters():
             if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name.endswith("ln.weight"):
                 nn.init.ones_(p)
             elif p.dim() == 1:
                 nn.init.zeros_(p)
-            elif name.endswith(".proj.weight"):
-                nn.init.normal_(p, std=0.02 / math.sqrt(2 * self.cfg.n_layers))
             else:
-                nn.init.normal_(p, std=0.02)
+                std = 0.02 / math.sqrt(2 * self.cfg.n_layers) if name.endswith(".proj.weight") else 0.02
+                p.copy_(canonical_normal(p.shape, gen, std))
 
     def _moe(self, layer: int, router: nn.Linear, x: Tensor) -> tuple[Tensor, Tensor]:
         cfg = self.cfg
@@ -170,10 +173,10 @@ class TesseraModel(nn.Module):
 
 
 def build_model(cfg: ModelConfig, seed: int = 0) -> TesseraModel:
-    """A freshly initialised model; the same (cfg, seed) gives bit-identical weights on one platform."""
+    """A freshly initialised model; the same (cfg, seed) gives bit-identical weights on every machine."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return TesseraModel(cfg)
+        torch.manual_seed(seed)  # the layers' own default init draws here before being overwritten
+        return TesseraModel(cfg, seed)
 
 
 def lm_loss(model: TesseraModel, batch: Tensor, path: Sequence[int] | None = None) -> tuple[Tensor, Tensor]:

@@ -1,8 +1,10 @@
 """The merge: accepted pseudo-gradients -> robust per-module average -> outer step -> theta_{r+1}.
 
 Inputs come from the chain's consensus (miners with a positive consensus score, weighted by it), so every
-honest validator merges the same set. Everything runs on the CPU in fp32 in a fixed order (miners by
-ascending address, parameters by name), so validators get bit-identical checkpoints and can co-sign their
+honest validator merges the same set. Every operation is one whose result IEEE-754 defines (elementwise
+float64 arithmetic in a fixed order: miners by ascending address, parameters by name; norms by a fixed
+pairwise tree; sorting and selection; see ``training.exact`` and docs/decisions/reproducible-merge.md), so
+validators on any CPU instruction set, ARM or GPU get bit-identical checkpoints and can co-sign their
 digest.
 
 Robustness, per parameter tensor over the miners that sent it:
@@ -27,6 +29,7 @@ from torch import Tensor
 
 from training.config import OuterConfig
 from training.diloco import OuterOptimizer, merge
+from training.exact import F64, ieee_mode, l2_norm, sequential_sum
 from validator.errors import MergeFailedError
 
 
@@ -49,12 +52,12 @@ def _clip(
     out: list[tuple[float, dict[str, Tensor]]] = [(w, dict(d)) for w, _, d in contribs]
     for name in names:
         idx = [i for i, (_, _, d) in enumerate(contribs) if name in d]
-        norms = [float(torch.linalg.vector_norm(contribs[i][2][name].float())) for i in idx]
+        norms = [l2_norm(contribs[i][2][name]) for i in idx]
         med = sorted(norms)[(len(norms) - 1) // 2]
         bound = factor * med
         for i, n in zip(idx, norms, strict=True):
             if n > bound > 0:
-                out[i][1][name] = contribs[i][2][name].float() * (bound / n)
+                out[i][1][name] = (contribs[i][2][name].to(F64) * (bound / n)).float()
     return out
 
 
@@ -62,18 +65,20 @@ def _trimmed(contribs: list[tuple[float, dict[str, Tensor]]], trim: float) -> di
     names = sorted({n for _, d in contribs for n in d})
     out: dict[str, Tensor] = {}
     for name in names:
-        stack = torch.stack([d[name].float() for _, d in contribs if name in d])
+        # + 0.0 turns -0.0 into +0.0: sorting kernels may order the two zeros either way
+        stack = torch.stack([d[name].float() for _, d in contribs if name in d]) + 0.0
         n = stack.shape[0]
         k = int(math.floor(trim * n))
         if n >= 3 and k == 0:
             k = 1 if n >= 5 else 0
         if n >= 3 and k > 0 and n - 2 * k >= 1:
             srt = torch.sort(stack, dim=0).values
-            out[name] = srt[k : n - k].mean(dim=0)
+            kept = list(srt[k : n - k])
+            out[name] = (sequential_sum(kept) / len(kept)).float()
         elif n >= 3:
-            out[name] = torch.median(stack, dim=0).values
+            out[name] = torch.median(stack, dim=0).values  # a selection: one of the inputs, exactly
         else:
-            out[name] = stack.mean(dim=0)
+            out[name] = (sequential_sum(list(stack)) / n).float()
     return out
 
 
@@ -99,8 +104,8 @@ def next_checkpoint(
     outer: OuterConfig,
     policy: MergePolicy,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """theta_{r+1} and the outer momentum after the merge (CPU, fp32, fixed order)."""
-    with torch.no_grad():
+    """theta_{r+1} and the outer momentum after the merge (on the CPU; the same bits on every machine)."""
+    with torch.no_grad(), ieee_mode():
         cpu = [
             (w, m, {k: v.detach().to("cpu", torch.float32) for k, v in d.items()})
             for w, m, d in contributions

@@ -1,4 +1,9 @@
-"""Golden values (tests/training/golden/golden.json, made by make_golden.py) pin the shared math."""
+"""Golden values (tests/training/golden/golden.json, made by make_golden.py) pin the shared math.
+
+They hold on every machine: exactly for what is defined independently of the kernels, within a measured
+tolerance for what runs through them (see make_golden.py). CI and a new machine with other instruction
+sets must pass them unchanged.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,11 @@ import torch
 from make_golden import (
     CODECS,
     MINERS,
+    TRAINED_RTOL,
     digest_inputs,
     exact_input,
+    fixed_dct_encoding,
+    fixed_updates,
     pseudo_gradient_case,
 )
 from training_fixtures import tiny_model
@@ -66,17 +74,24 @@ def test_model_init_assignment_offsets_split() -> None:
     assert list(ds.router.cuts) == GOLDEN["corpus_split"]["router_cuts"]
 
 
+def test_dct_decode_is_exact() -> None:
+    enc, cfg = fixed_dct_encoding()
+    assert state_digest({"x": decode(enc, cfg)}).hex() == GOLDEN["dct_decode"]
+
+
 def test_pseudo_gradient_and_outer_step() -> None:
     want = GOLDEN["pseudo_gradient"]
     theta, delta, info = pseudo_gradient_case()
     assert info["batches_sha256"] == want["batches_sha256"]
+    assert len(info["transcript"]) == want["transcript_len"]
+    # through torch's kernels: within the tolerance measured across instruction sets, not bit for bit
     norms = {k: float(v.norm()) for k, v in sorted(delta.items())}
-    assert norms == pytest.approx(want["norms"], rel=1e-4)
-    # Bit-exact on the platform that made the golden file (CI runs there); validators rely on it.
-    assert info["transcript"] == want["transcript"]
-    assert state_digest(delta).hex() == want["digest"]
-    new = OuterOptimizer(OuterConfig()).step(
-        theta, merge([(1.0, delta), (2.0, {k: v * 0.5 for k, v in delta.items()})])
-    )
+    assert norms == pytest.approx(want["norms"], rel=TRAINED_RTOL)
+    # the same inputs on one machine: bit for bit (what a validator's replay relies on)
+    again = pseudo_gradient_case()
+    assert again[2]["transcript"] == info["transcript"]
+    assert state_digest(again[1]) == state_digest(delta)
+    # the merge and the outer step of fixed updates: bit for bit on every machine
+    new = OuterOptimizer(OuterConfig()).step(theta, merge(fixed_updates(theta)))
     assert state_digest(new).hex() == GOLDEN["outer_step"]
     assert torch.isfinite(torch.cat([v.reshape(-1) for v in new.values()])).all()
