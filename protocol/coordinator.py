@@ -239,15 +239,23 @@ class MemoryLedger:
         self,
         genesis_checkpoint: bytes,
         *,
-        phase_blocks: int = 5,
+        phase_blocks: int | Sequence[int] = 5,
         emission: int = 1000 * 10**18,
         validator_share_bps: int = 1000,
         chain_id: int = 31337,
     ) -> None:
+        """``phase_blocks``: blocks of every phase, or of COMMIT, REVEAL, SCORE_COMMIT and SCORE_REVEAL
+        each (the contract's ``commit_blocks`` ... ``score_reveal_blocks``)."""
+        lengths = (
+            (phase_blocks,) * 4 if isinstance(phase_blocks, int) else tuple(int(b) for b in phase_blocks)
+        )
+        if len(lengths) != 4 or min(lengths) < 1:
+            raise ValueError(f"phase_blocks must be one positive count or four, not {phase_blocks!r}")
         self.chain_id = chain_id
         self.contract = to_checksum_address("0x" + "c0" * 20)
         self.block = 1
-        self.phase_blocks = phase_blocks
+        self.phase_lengths: tuple[int, ...] = lengths
+        self.phase_blocks = max(lengths)
         self.emission = emission
         self.validator_share_bps = validator_share_bps
         self.miners: list[str] = []
@@ -269,6 +277,11 @@ class MemoryLedger:
         """Advance the block number."""
         self.block += n
 
+    def deadline(self) -> int:
+        """Last block of the current phase."""
+        i = int(self.phase)
+        return self.phase_start + (self.phase_lengths[i] if i < 4 else self.phase_blocks) - 1
+
 
 class MemoryCoordinator:
     """One participant's view of a :class:`MemoryLedger`."""
@@ -288,7 +301,7 @@ class MemoryCoordinator:
             raise WrongPhaseError(f"round {round} is not the current round {led.round}")
         if led.phase != phase:
             raise WrongPhaseError(f"round {round} is in {led.phase.name}, not {phase.name}")
-        if led.block > led.phase_start + led.phase_blocks - 1:
+        if led.block > led.deadline():
             raise WrongPhaseError(f"{phase.name} of round {round} closed")
         return led.rounds[round]
 
@@ -297,7 +310,7 @@ class MemoryCoordinator:
         return RoundState(
             led.round,
             led.phase,
-            led.phase_start + led.phase_blocks - 1,
+            led.deadline(),
             led.block,
             led.checkpoints.get(led.round),
             led.seeds[led.round - 1],
@@ -478,7 +491,7 @@ class MemoryCoordinator:
 
     def advance(self) -> bool:
         led = self.ledger
-        if led.phase == Phase.FINALIZE or led.block <= led.phase_start + led.phase_blocks - 1:
+        if led.phase == Phase.FINALIZE or led.block <= led.deadline():
             return False
         if led.phase == Phase.REVEAL:
             rd = led.rounds[led.round]
