@@ -34,7 +34,7 @@ from torch import Tensor
 
 from training.config import CodecConfig
 from training.errors import CodecError
-from training.exact import F64, dct_basis, sparse_idct_tiles
+from training.exact import F64, dct_basis, quantised_idct_tiles, sparse_idct_tiles
 
 TILE = 64
 """Side of a DCT tile (``chunk`` must be ``TILE * TILE`` with the dct transform)."""
@@ -236,6 +236,7 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
     """
     check_fields(enc, cfg)
     lay = layout(math.prod(enc.shape), cfg)
+    codes = torch.zeros(0, dtype=torch.int64)  # the quantised codes (none at 32 bits)
     if cfg.bits == 32:
         values = enc.fields["val"].to(F64)
     else:
@@ -258,9 +259,9 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
     if cfg.name == "topk":
         idx = unpack_bits(enc.fields["idx"], index_bits(cfg), lay.kept)
         pos = 0
-        for m, width, k in (
-            (lay.full_chunks, cfg.chunk, lay.k_full),
-            (1 if lay.tail else 0, width_tail, lay.k_tail),
+        for first, m, width, k in (
+            (0, lay.full_chunks, cfg.chunk, lay.k_full),
+            (lay.full_chunks, 1 if lay.tail else 0, width_tail, lay.k_tail),
         ):
             if m == 0:
                 continue
@@ -268,7 +269,13 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
             if bool((i >= width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
                 raise CodecError("indices out of range or not strictly increasing")
             v = values[pos : pos + m * k].view(m, k)
-            if cfg.transform == "dct":
+            if cfg.transform == "dct" and cfg.bits != 32:
+                # exact integer inverse DCT of the numerators 2q - (L - 1), times scale / (L - 1) per tile
+                levels = (1 << cfg.bits) - 1
+                num = codes[pos : pos + m * k].view(m, k) * 2 - levels
+                factor = enc.fields["scale"][first : first + m].to(F64) / levels
+                groups.append(quantised_idct_tiles(i // TILE, i % TILE, num, factor, TILE, cfg.bits))
+            elif cfg.transform == "dct":
                 groups.append(sparse_idct_tiles(i // TILE, i % TILE, v, TILE))
             else:
                 g = torch.zeros(m, width, dtype=F64)

@@ -110,13 +110,8 @@ def _cos(x: decimal.Decimal, ctx: decimal.Context) -> decimal.Decimal:
 
 
 @cache
-def dct_basis(n: int) -> Tensor:
-    """Orthonormal DCT-II matrix ``D`` (``D @ D.T = I`` to fp32 rounding) as fp32, identical everywhere.
-
-    ``D[k, i] = c_k cos(pi (2i + 1) k / 2n)`` with ``c_0 = sqrt(1/n)``, ``c_k = sqrt(2/n)``, computed with
-    50-digit decimal arithmetic and rounded once to float64 (``float(Decimal)`` is correctly rounded),
-    then to fp32: no platform's libm or vector ``cos`` is involved.
-    """
+def _dct_decimal(n: int) -> tuple[tuple[decimal.Decimal, ...], ...]:
+    """``D[k, i] = c_k cos(pi (2i + 1) k / 2n)`` (``c_0 = sqrt(1/n)``, ``c_k = sqrt(2/n)``) to 50 digits."""
     ctx = decimal.Context(prec=_PREC)
     pi = _pi(ctx)
     c0 = (decimal.Decimal(1) / n).sqrt(ctx)
@@ -124,19 +119,74 @@ def dct_basis(n: int) -> Tensor:
     rows = []
     for k in range(n):
         scale = c0 if k == 0 else ck
-        # reduce the angle pi * p / 2n modulo 2 pi in exact integers before the series
+        # reduce the angle pi * a / 2n modulo 2 pi in exact integers before the series
         angles = [((2 * i + 1) * k) % (4 * n) for i in range(n)]
-        rows.append([float(ctx.multiply(scale, _cos(pi * a / (2 * n), ctx))) for a in angles])
+        rows.append(tuple(ctx.multiply(scale, _cos(pi * a / (2 * n), ctx)) for a in angles))
+    return tuple(rows)
+
+
+@cache
+def dct_basis(n: int) -> Tensor:
+    """Orthonormal DCT-II matrix ``D`` (``D @ D.T = I`` to fp32 rounding) as fp32, identical everywhere.
+
+    Computed with 50-digit decimal arithmetic and rounded once to float64 (``float(Decimal)`` is
+    correctly rounded), then to fp32: no platform's libm or vector ``cos`` is involved.
+    """
+    rows = [[float(v) for v in row] for row in _dct_decimal(n)]
     return torch.tensor(rows, dtype=F64).to(torch.float32)
 
 
-def sparse_idct_tiles(rows: Tensor, cols: Tensor, coef: Tensor, n: int) -> Tensor:
-    """Inverse 2-D DCT of ``m`` sparse ``n x n`` coefficient tiles, as fp32 ``[m, n * n]``.
+@cache
+def dct_basis_fixed(n: int, shift: int) -> Tensor:
+    """``round(D * 2^shift)`` as exact integers held in float64 (round half to even, from the decimals)."""
+    q = decimal.Decimal(2) ** shift
+    rows = [[int((v * q).to_integral_value(decimal.ROUND_HALF_EVEN)) for v in row] for row in _dct_decimal(n)]
+    return torch.tensor(rows, dtype=torch.int64).to(F64)
 
-    Tile t has coefficient ``coef[t, s]`` at (``rows[t, s]``, ``cols[t, s]``) for each slot s. Its
-    spatial values are ``sum_s coef[t, s] * outer(D[rows[t, s]], D[cols[t, s]])``, accumulated over the
-    slots in order, in float64: ``D[i, a] * D[j, b]`` is exact, times the coefficient is one rounding, plus
-    the accumulator is another. The result is therefore defined by IEEE-754 alone (no matmul kernel).
+
+def fixed_shift(n: int, k: int, bits: int) -> int:
+    """The largest basis scaling ``2^shift`` for which :func:`quantised_idct_tiles` stays exact.
+
+    Every partial sum of the inverse transform is an integer of magnitude at most
+    ``k * (2^bits - 1) * max|D_fixed|^2 <= k * 2^bits * 2^(2 shift) * 2/n``; float64 holds integers exactly
+    below 2^53, so ``shift = floor((53 - ceil(log2 k) - bits + log2(n/2)) / 2)`` (capped at 30).
+    """
+    log_k = max(0, (k - 1).bit_length())
+    log_half_n = (n // 2).bit_length() - 1
+    return min(30, (53 - log_k - bits + log_half_n) // 2)
+
+
+def quantised_idct_tiles(
+    rows: Tensor, cols: Tensor, numerators: Tensor, factor: Tensor, n: int, bits: int
+) -> Tensor:
+    """Inverse 2-D DCT of ``m`` sparse tiles whose coefficients are ``numerators[t, s] * factor[t]``.
+
+    The quantised codecs send integer numerators (``2q - (2^bits - 1)``) and one scale per tile. With the
+    basis fixed to integers (:func:`dct_basis_fixed`), ``sum_s N_s * outer(D[r_s], D[c_s])`` is a sum of
+    integers that stays below 2^53 (:func:`fixed_shift`), so the batched matrix product computes it
+    *exactly* whatever order or kernel (BLAS, AVX-512, a GPU) adds it in. Then, elementwise: times the
+    tile's ``factor * 2^(-2 shift)`` (one rounding), to fp32 (one rounding).
+    """
+    m, k = numerators.shape
+    shift = fixed_shift(n, k, bits)
+    basis = dct_basis_fixed(n, shift)
+    peak = float(basis.abs().max())
+    if k * ((1 << bits) - 1) * peak * peak >= 2.0**53:
+        raise ValueError(f"inverse DCT of {k} coefficients at {bits} bits would not be exact")
+    left = basis[rows] * numerators.to(F64).unsqueeze(2)  # [m, k, n]: |N| * |D| < 2^53, exact
+    right = basis[cols]  # [m, k, n]
+    exact = torch.bmm(left.transpose(1, 2), right)  # integers, exact in any summation order
+    spatial = exact * (factor.to(F64) * 2.0 ** (-2 * shift)).view(m, 1, 1)
+    return spatial.reshape(m, n * n).to(torch.float32)
+
+
+def sparse_idct_tiles(rows: Tensor, cols: Tensor, coef: Tensor, n: int) -> Tensor:
+    """Inverse 2-D DCT of ``m`` sparse tiles with arbitrary float coefficients, as fp32 ``[m, n * n]``.
+
+    The fallback for raw fp32 values (no quantisation, so no integer form): tile t's values are
+    ``sum_s coef[t, s] * outer(D[rows[t, s]], D[cols[t, s]])`` accumulated over the slots in order in
+    float64 elementwise operations (``D[i, a] * D[j, b]`` exact, times the coefficient one rounding, plus
+    the accumulator another): defined by IEEE-754 alone, about 15x slower than a matrix product.
     """
     basis = dct_basis(n).to(F64)
     m, k = coef.shape
