@@ -55,26 +55,40 @@ def fixed_encoding(shape: tuple[int, ...], cfg: CodecConfig, gen: torch.Generato
     return Encoded(shape, fields)
 
 
-def case() -> dict[str, str]:
-    """Digests of the decoded updates and of the merges (mean, Nesterov, trimmed mean)."""
+Inputs = tuple[
+    dict[str, torch.Tensor],
+    list[tuple[float, str, dict[str, tuple[Encoded, CodecConfig]]]],
+    dict[str, torch.Tensor],
+]
+
+
+def inputs() -> Inputs:
+    """theta, the (weight, miner, encoded update) contributions, and the outer momentum."""
     gen = torch.Generator().manual_seed(12)
     params = {n: canonical_normal(SHAPE, gen, 0.02) for n in NAMES}
     contributions = []
     for j, miner in enumerate(MINERS):
         cfg = CODECS["dct2"] if j % 2 == 0 else CODECS["topk4"]
         big = 50.0 if j == 3 else 1.0  # this one is clipped to clip_factor x the median norm
-        delta = {
-            n: decode(fixed_encoding(SHAPE, cfg, gen, 1e-3 * big), cfg) for n in NAMES if (j + len(n)) % 5
-        }
-        contributions.append((float(j + 1), miner, delta))
-    out = {f"decoded/{m}": state_digest(d).hex() for _, m, d in contributions}
+        encs = {n: (fixed_encoding(SHAPE, cfg, gen, 1e-3 * big), cfg) for n in NAMES if (j + len(n)) % 5}
+        contributions.append((float(j + 1), miner, encs))
     momentum = {n: canonical_normal(SHAPE, gen, 1e-3) for n in NAMES}
-    runs = {
-        "mean": (OuterConfig.plain_average(), MergePolicy()),
-        "nesterov": (OuterConfig(), MergePolicy()),
-        "trimmed": (OuterConfig(), MergePolicy(method="trimmed_mean")),
-    }
-    for label, (outer, policy) in runs.items():
+    return params, contributions, momentum
+
+
+RUNS = {
+    "mean": (OuterConfig.plain_average(), MergePolicy()),
+    "nesterov": (OuterConfig(), MergePolicy()),
+    "trimmed": (OuterConfig(), MergePolicy(method="trimmed_mean")),
+}
+
+
+def case() -> dict[str, str]:
+    """Digests of the decoded updates and of the merges (mean, Nesterov, trimmed mean)."""
+    params, encoded, momentum = inputs()
+    contributions = [(w, m, {n: decode(e, c) for n, (e, c) in encs.items()}) for w, m, encs in encoded]
+    out = {f"decoded/{m}": state_digest(d).hex() for _, m, d in contributions}
+    for label, (outer, policy) in RUNS.items():
         new, mom = next_checkpoint(params, momentum if outer.momentum else {}, contributions, outer, policy)
         out[f"checkpoint/{label}"] = state_digest(new).hex()
         out[f"momentum/{label}"] = state_digest(mom).hex()
