@@ -1,4 +1,12 @@
-"""The loop every node role runs: step, wait, and on a typed failure retry with exponential backoff."""
+"""The loop every node role runs: step, wait, and on a failure retry with exponential backoff.
+
+A node's step handles peers' input (records, updates, blobs, signatures); an error of any type that one
+peer's input causes must not stop the process. Typed errors (``retry_on``) are reported in one line; any
+other :class:`Exception` is reported the same way (kept for ``/status``, counted in ``errors{type}``) and
+logged with its traceback, since it names a boundary that should have refused the input with a typed
+error. Only ``BaseException``s that are not ``Exception``s (``KeyboardInterrupt``, ``SystemExit``) end the
+loop, unless ``survive_untyped=False`` asks for the old behaviour (tests of a bug's propagation).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,8 @@ import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 15.0
 """Seconds: the longest wait between retries of a failing step."""
@@ -19,18 +29,26 @@ def step_forever(
     retry_on: tuple[type[BaseException], ...],
     on_error: Callable[[BaseException, float], None],
     done: Callable[[], bool] | None = None,
+    survive_untyped: bool = True,
 ) -> None:
     """Call ``step`` every ``interval`` seconds until ``stop`` is set or ``done()`` holds.
 
     An exception of ``retry_on`` (the node's typed errors: chain, network, its own) is passed to
     ``on_error(exc, backoff)`` and the step is retried after ``backoff`` seconds, doubling up to
-    :data:`MAX_BACKOFF` while it keeps failing; anything else is a bug and propagates."""
+    :data:`MAX_BACKOFF` while it keeps failing. Any other ``Exception`` is handled the same way after its
+    traceback is logged (``survive_untyped=False``: it propagates)."""
     backoff = interval
     while not stop.is_set():
         try:
             step()
             backoff = interval
         except retry_on as exc:
+            on_error(exc, backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+        except Exception as exc:
+            if not survive_untyped:
+                raise
+            log.error("untyped %s in a node step (retried)", type(exc).__name__, exc_info=exc)
             on_error(exc, backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
         if done is not None and done():

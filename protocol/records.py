@@ -1,20 +1,21 @@
 """Signed node records: what a node announces in the DHT (who, which round, what it serves, where).
 
 A record is canonical JSON bytes (never pickle) carrying an EIP-191 signature of its canonical body by
-the node's Ethereum key. Readers validate strictly: exact key set, types, sizes, URL scheme, expiry and
+the node's Ethereum key. Readers validate strictly: exact key set, types, sizes, the URL (:func:`check_url`), expiry and
 the signature recovering to the claimed address. Anything else is refused with a typed
 :class:`RecordError` subclass; the reader carries on with the other records.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
+import httpx
 from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_utils import is_checksum_address
@@ -34,6 +35,11 @@ ROLES = ("miner", "validator")
 #: What a node may say it serves.
 SERVED_KINDS = ("update", "checkpoint", "transcript", "evidence")
 
+#: Longest URL a record may carry.
+MAX_URL_CHARS = 256
+_DNS_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_URL_PATH = re.compile(r"^(/([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})*)*$")
+_PORT = re.compile(r"^[0-9]{1,5}$")
 _HEX_DIGEST = re.compile(r"^(0x)?[0-9a-f]{16,128}$")
 _RECORD_KEYS = {"v", "chain_id", "address", "role", "round", "url", "serves", "expires", "signature"}
 
@@ -44,6 +50,10 @@ class RecordError(ProtocolError):
 
 class MalformedRecordError(RecordError):
     """The record bytes are not a well-formed record (size, encoding, keys, types, values)."""
+
+
+class BadURLError(MalformedRecordError):
+    """The record's URL is not an ``http(s)://host[:port][/path]`` URL every client parses the same way."""
 
 
 class BadSignatureError(RecordError):
@@ -160,18 +170,75 @@ def validate_fields(rec: NodeRecord) -> None:
     _require(rec.role in ROLES, f"role must be one of {ROLES}")
     _require(_is_int(rec.round) and 0 <= rec.round < 2**63, "round must be a non-negative integer")
     _require(_is_int(rec.expires) and 0 < rec.expires < 2**40, "expires must be a unix time")
-    _require(isinstance(rec.url, str) and len(rec.url) <= 256, "url must be a string of at most 256 chars")
-    try:
-        parts = urlsplit(rec.url)
-    except ValueError as exc:
-        raise MalformedRecordError(f"url does not parse: {exc}") from exc
-    _require(parts.scheme in ("http", "https") and bool(parts.hostname), "url must be http(s)://host[:port]")
-    _require(parts.username is None and parts.password is None, "url must not carry credentials")
+    check_url(rec.url)
     _require(len(rec.serves) <= MAX_SERVED, f"at most {MAX_SERVED} served items")
     for s in rec.serves:
         _require(s.kind in SERVED_KINDS, f"served kind must be one of {SERVED_KINDS}")
         _require(isinstance(s.digest, str) and bool(_HEX_DIGEST.match(s.digest)), "digest must be hex")
         _require(_is_int(s.size) and 0 <= s.size < 2**40, "size must be a non-negative integer")
+
+
+def check_url(url: object) -> str:
+    """``url`` if it is a peer URL this node will fetch from, else :class:`BadURLError`.
+
+    Parsed strictly, so that what a record announces is what every client parses: printable ASCII only
+    (no control bytes, no spaces, no DEL), at most :data:`MAX_URL_CHARS`; scheme ``http`` or ``https``;
+    no credentials, query or fragment; a host that is a DNS name, an IPv4 address or a bracketed IPv6
+    address; an optional decimal port in 1..65535; an optional path of RFC 3986 path characters; and
+    ``httpx`` (the fetching client) must parse it too.
+    """
+
+    def bad(why: str) -> BadURLError:
+        return BadURLError(f"url {str(url)[:80]!r}: {why}")
+
+    if not isinstance(url, str):
+        raise bad("not a string")
+    if not 0 < len(url) <= MAX_URL_CHARS:
+        raise bad(f"must be 1 to {MAX_URL_CHARS} characters")
+    if not all(0x21 <= ord(c) <= 0x7E for c in url):
+        raise bad("holds a control, space, DEL or non-ASCII character")
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("http", "https"):
+        raise bad("scheme must be http or https")
+    netloc, slash, path = rest.partition("/")
+    path = slash + path
+    if "?" in path or "#" in path or "?" in netloc or "#" in netloc:
+        raise bad("must not carry a query or fragment")
+    if "@" in netloc:
+        raise bad("must not carry credentials")
+    if not _URL_PATH.match(path):
+        raise bad("path holds characters outside RFC 3986")
+    port: str | None
+    if netloc.startswith("["):
+        host, close, after = netloc[1:].partition("]")
+        if not close or (after and not after.startswith(":")):
+            raise bad("malformed IPv6 host")
+        port = after[1:] if after else None
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError as exc:
+            raise bad(f"bad IPv6 host: {exc}") from exc
+    else:
+        host, colon, port_s = netloc.partition(":")
+        port = port_s if colon else None
+        if not host:
+            raise bad("has no host")
+        if re.fullmatch(r"[0-9.]+", host):
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError as exc:
+                raise bad(f"bad IPv4 host: {exc}") from exc
+        elif len(host) > 253 or not all(_DNS_LABEL.match(label) for label in host.split(".")):
+            raise bad("host is not a DNS name or IP address")
+    if port is not None and (not _PORT.match(port) or not 0 < int(port) <= 65535):
+        raise bad("port must be a decimal number in 1..65535")
+    try:
+        parsed = httpx.URL(url)
+    except Exception as exc:  # httpx.InvalidURL, or whatever else its parser raises
+        raise bad(f"httpx refuses it: {type(exc).__name__}: {exc}") from exc
+    if parsed.scheme != scheme or not parsed.host:
+        raise bad("httpx parses it differently")
+    return url
 
 
 def decode_record(

@@ -61,6 +61,23 @@ class BadDigestError(TransferError):
     """A digest string is not lower-case hex of a sane length."""
 
 
+_failures: dict[str, int] = {}
+_failures_lock = threading.Lock()
+
+
+def count_peer_failure(exc: BaseException) -> None:
+    """Count one peer's failure that was not a :class:`TransferError` (an untyped error caused by one
+    peer's answer or URL), by exception type; :func:`peer_failure_counts` reads the counts."""
+    with _failures_lock:
+        _failures[type(exc).__name__] = _failures.get(type(exc).__name__, 0) + 1
+
+
+def peer_failure_counts() -> dict[str, int]:
+    """Untyped per-peer failures seen by this process's fetches, by exception type."""
+    with _failures_lock:
+        return dict(_failures)
+
+
 def sha256_digest(data: bytes) -> str:
     """The default blob digest: ``0x`` + sha256 hex."""
     return "0x" + hashlib.sha256(data).hexdigest()
@@ -124,10 +141,13 @@ def _stream_one(
                     raise BlobTooLargeError(f"{target}: body exceeds cap {policy.max_bytes}")
     except httpx.TimeoutException as exc:
         raise FetchTimeoutError(f"{target}: timed out after {policy.timeout}s") from exc
-    except httpx.TransportError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.CookieConflict, httpx.StreamError) as exc:
         raise PeerUnavailableError(f"{target}: {type(exc).__name__}: {exc}") from exc
     data = bytes(buf)
-    got = digest_fn(data)
+    try:
+        got = digest_fn(data)
+    except Exception as exc:  # bytes the digest function cannot even parse (e.g. a broken tensor blob)
+        raise DigestMismatchError(f"{target}: bytes have no digest: {type(exc).__name__}: {exc}") from exc
     if got.removeprefix("0x") != digest.removeprefix("0x"):
         raise DigestMismatchError(f"{target}: bytes hash to {got}, expected {digest}")
     return data
@@ -208,9 +228,13 @@ def _bounded(
     if client is None:
         cl.close()
     if "exc" in box:
-        if isinstance(box["exc"], FetchTimeoutError):
+        exc = box["exc"]
+        if isinstance(exc, FetchTimeoutError):
             _mark_stalled(url)  # no answer within the per-read timeout: a stall too
-        raise box["exc"]
+        if isinstance(exc, Exception) and not isinstance(exc, TransferError):
+            count_peer_failure(exc)
+            raise PeerUnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        raise exc
     data: bytes = box["data"]
     return data
 
@@ -248,7 +272,7 @@ def _get_capped_once(cl: httpx.Client, url: str, max_bytes: int, timeout: float)
                     raise BlobTooLargeError(f"{url}: body exceeds cap {max_bytes}")
     except httpx.TimeoutException as exc:
         raise FetchTimeoutError(f"{url}: timed out after {timeout}s") from exc
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.CookieConflict, httpx.StreamError) as exc:
         raise PeerUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from exc
     return bytes(buf)
 
@@ -264,12 +288,16 @@ def fetch_blob(
 ) -> bytes:
     """Fetch the blob ``digest`` from the first peer that serves it intact.
 
-    Peers are tried in order on each attempt; a digest mismatch or an oversize body from one peer moves
-    on to the next (and is not retried against the same peer). Raises the most informative error seen
+    Peers are tried in order on each attempt; any failure of one peer moves on to the next. A digest
+    mismatch, an oversize body or an untyped error (a URL the client refuses, bytes the digest function
+    cannot parse; logged and counted by :func:`count_peer_failure`) is not retried against that peer. Raises the most informative error seen
     when every attempt fails: a mismatch or size error beats a timeout, which beats not-found.
     """
     check_digest_str(digest)
-    peers = [urls] if isinstance(urls, str) else list(urls)
+    given = [urls] if isinstance(urls, str) else list(urls)
+    peers = [u for u in given if isinstance(u, str)]
+    if len(peers) != len(given):
+        log.warning("fetch %s: %d peer URLs are not strings; skipped", digest[:12], len(given) - len(peers))
     if not peers:
         raise BlobNotFoundError(f"no peer to fetch {digest} from")
     pol = policy or FetchPolicy()
@@ -303,6 +331,13 @@ def fetch_blob(
             except TransferError as exc:
                 log.info("fetch %s from %s failed (attempt %d): %s", digest[:12], url, attempt + 1, exc)
                 errors.append(exc)
+            except Exception as exc:  # anything else one peer's URL or answer causes: skip that peer
+                count_peer_failure(exc)
+                log.warning(
+                    "fetch %s from %r failed, peer skipped: %s: %s", digest[:12], url, type(exc).__name__, exc
+                )
+                bad_peers.add(url)
+                errors.append(PeerUnavailableError(f"{url!r}: {type(exc).__name__}: {exc}"))
         if len(bad_peers) == len(peers) or time.monotonic() >= end:
             break
         if attempt + 1 < pol.attempts:

@@ -46,7 +46,7 @@ def test_backoff_doubles_on_typed_errors_and_resets_on_success() -> None:
     assert [b for _, b in seen] == [0.5, 1.0, 2.0, 4.0, 8.0, MAX_BACKOFF, 0.5]
 
 
-def test_done_ends_the_loop_and_untyped_errors_propagate() -> None:
+def test_done_ends_the_loop_and_untyped_errors_are_survived() -> None:
     calls: list[int] = []
     step_forever(
         lambda: calls.append(1), stop=_Clock(limit=100), interval=0.1, retry_on=(ProtocolError,),
@@ -55,12 +55,27 @@ def test_done_ends_the_loop_and_untyped_errors_propagate() -> None:
     assert len(calls) == 3
 
     def bug() -> None:
-        raise KeyError("a bug is not retried")
+        raise KeyError("one peer's input broke a boundary")
 
+    seen: list[str] = []
+    clock = _Clock(limit=5)
+    step_forever(
+        bug, stop=clock, interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: seen.append(type(e).__name__)
+    )  # fmt: skip
+    assert seen == ["KeyError"] * 5 and clock.waits == [0.2, 0.4, 0.8, 1.6, 3.2]  # reported, backed off
     with pytest.raises(KeyError):
         step_forever(
-            bug, stop=_Clock(limit=5), interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None
-        )
+            bug, stop=_Clock(limit=5), interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None,
+            survive_untyped=False,
+        )  # fmt: skip
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        step_forever(
+            interrupted, stop=_Clock(limit=5), interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None
+        )  # fmt: skip
 
 
 def test_failure_reporter_keeps_counts_and_logs(caplog: pytest.LogCaptureFixture) -> None:
