@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import functools
 import re
 import warnings
 from collections.abc import Sequence
@@ -17,12 +16,22 @@ from cryptography.x509.verification import ExtensionPolicy, PolicyBuilder, Store
 
 from attestation.errors import (
     BadChainError,
+    CertificateExpiredError,
+    CertificateNotYetValidError,
     CollateralExpiredError,
     CollateralNotYetValidError,
+    CollateralTooLargeError,
+    EvidenceTooLargeError,
     MalformedCollateralError,
     MalformedError,
     MalformedEvidenceError,
+    ValidityWindowError,
 )
+from attestation.limits import DEFAULT_LIMITS, check_pem_count, check_size
+from attestation.memo import bytes_memo, deep_cost
+
+MEMO_BYTES = 8 * 1024 * 1024
+"""Byte budget of each memo of this module (an accepted chain costs a few KB)."""
 
 X509_ERRORS: tuple[type[Exception], ...] = (
     ValueError,
@@ -64,11 +73,17 @@ _PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n([A-Za-z0-9+/=\r\n]*?
 _PEM_GAP = re.compile(rb"[\r\n\x00]*")
 
 
-def split_pem(pem: bytes, what: str, err: type[MalformedError] = MalformedEvidenceError) -> list[bytes]:
+def split_pem(
+    pem: bytes,
+    what: str,
+    err: type[MalformedError] = MalformedEvidenceError,
+    max_der: int = DEFAULT_LIMITS.max_certificate_bytes,
+) -> list[bytes]:
     """Strictly split concatenated PEM certificates into DER blobs.
 
     Only CERTIFICATE blocks separated by line breaks (and NUL padding at the end) are allowed, and each
-    block must be canonical base64 (so no two different texts carry the same certificates).
+    block must be canonical base64 (so no two different texts carry the same certificates) of at most
+    ``max_der`` bytes (checked on the base64 length, before decoding).
     """
     ders: list[bytes] = []
     pos = 0
@@ -80,6 +95,9 @@ def split_pem(pem: bytes, what: str, err: type[MalformedError] = MalformedEviden
         if lines[-1] != b"":
             raise err(f"{what}: a PEM certificate does not end its base64 with a line break")
         b64 = b"".join(line[:-1] if line.endswith(b"\r") else line for line in lines)
+        if len(b64) > (max_der + 2) // 3 * 4:
+            big = EvidenceTooLargeError if err is MalformedEvidenceError else CollateralTooLargeError
+            raise big(f"{what}: a certificate is over the {max_der:,}-byte cap")
         try:
             der = base64.b64decode(b64, validate=True)
         except (ValueError, binascii.Error):
@@ -93,18 +111,37 @@ def split_pem(pem: bytes, what: str, err: type[MalformedError] = MalformedEviden
     return ders
 
 
-def load_pem_chain(pem: bytes, what: str, *, evidence: bool = True) -> list[x509.Certificate]:
+def load_pem_chain(
+    pem: bytes,
+    what: str,
+    *,
+    evidence: bool = True,
+    max_certs: int = DEFAULT_LIMITS.max_gpu_chain_certs,
+    max_bytes: int = DEFAULT_LIMITS.max_pem_chain_bytes,
+    max_cert_bytes: int = DEFAULT_LIMITS.max_certificate_bytes,
+) -> list[x509.Certificate]:
     """Load the concatenated PEM certificates in ``pem`` (trailing NUL bytes tolerated), leaf first.
 
-    Memoized by the exact bytes (certificates are immutable): many quotes of one platform share a chain.
+    The size of ``pem`` and its number of certificates are capped before anything is decoded
+    (``EvidenceTooLargeError`` / ``CollateralTooLargeError``). Memoized by the exact bytes (certificates
+    are immutable; the memo is bounded in bytes): many quotes of one platform share a chain.
     """
-    return list(_load_pem_chain(bytes(pem), what, evidence))
+    pem = bytes(pem)
+    check_size(pem, max_bytes, what, evidence=evidence)
+    check_pem_count(pem, max_certs, what, evidence=evidence)
+    return list(_load_pem_chain(pem, what, evidence, max_cert_bytes))
 
 
-@functools.lru_cache(maxsize=1024)
-def _load_pem_chain(pem: bytes, what: str, evidence: bool) -> tuple[x509.Certificate, ...]:
+def _chain_cost(pem: bytes, what: str, evidence: bool, max_cert_bytes: int, *, result: object) -> int:
+    return 2 * len(pem) + deep_cost(result)
+
+
+@bytes_memo(MEMO_BYTES, _chain_cost)
+def _load_pem_chain(
+    pem: bytes, what: str, evidence: bool, max_cert_bytes: int
+) -> tuple[x509.Certificate, ...]:
     err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
-    ders = split_pem(pem, what, err)
+    ders = split_pem(pem, what, err, max_cert_bytes)
     if not ders:
         raise err(f"{what}: no certificate found")
     out = []
@@ -117,9 +154,14 @@ def _load_pem_chain(pem: bytes, what: str, evidence: bool) -> tuple[x509.Certifi
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=256)
+def _der_cost(der: bytes, what: str = "", *, result: object) -> int:
+    return len(der) + deep_cost(result)
+
+
+@bytes_memo(MEMO_BYTES, _der_cost)
 def load_der_cert(der: bytes, what: str = "certificate") -> x509.Certificate:
     """Load one DER certificate (cached: pinned roots are loaded once)."""
+    check_size(der, DEFAULT_LIMITS.max_certificate_bytes, what)
     try:
         cert = _quiet_load(x509.load_der_x509_certificate, der)
     except X509_ERRORS as exc:
@@ -128,13 +170,15 @@ def load_der_cert(der: bytes, what: str = "certificate") -> x509.Certificate:
 
 
 def load_cert_any(data: bytes, what: str, *, evidence: bool = False) -> x509.Certificate:
-    """Load one certificate given as PEM or DER."""
+    """Load one certificate given as PEM or DER (at most one certificate's size, checked first)."""
+    check_size(data, DEFAULT_LIMITS.max_pem_chain_bytes, what, evidence=evidence)
     if data.lstrip().startswith(b"-----BEGIN"):
-        chain = load_pem_chain(data, what, evidence=evidence)
+        chain = load_pem_chain(data, what, evidence=evidence, max_certs=1)
         if len(chain) != 1:
             raise MalformedCollateralError(f"{what}: expected one certificate, found {len(chain)}")
         return chain[0]
     err: type[MalformedError] = MalformedEvidenceError if evidence else MalformedCollateralError
+    check_size(data, DEFAULT_LIMITS.max_certificate_bytes, what, evidence=evidence)
     try:
         cert = _quiet_load(x509.load_der_x509_certificate, data)
     except X509_ERRORS as exc:
@@ -142,7 +186,11 @@ def load_cert_any(data: bytes, what: str, *, evidence: bool = False) -> x509.Cer
     return _force(cert, what, err)
 
 
-@functools.lru_cache(maxsize=1024)
+def _spki_cost(cert: x509.Certificate, *, result: bytes) -> int:
+    return deep_cost(cert) + len(result)
+
+
+@bytes_memo(MEMO_BYTES, _spki_cost)
 def _spki(cert: x509.Certificate) -> bytes:
     return cert.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -163,16 +211,23 @@ def subject_of(cert: x509.Certificate) -> str:
 
 
 def check_window(
-    not_before: dt.datetime | None, not_after: dt.datetime | None, now: dt.datetime, what: str, fix: str
+    not_before: dt.datetime | None,
+    not_after: dt.datetime | None,
+    now: dt.datetime,
+    what: str,
+    fix: str,
+    *,
+    expired: type[ValidityWindowError] = CollateralExpiredError,
+    not_yet: type[ValidityWindowError] = CollateralNotYetValidError,
 ) -> None:
     """Raise the typed validity error when ``now`` is outside [not_before, not_after]."""
     if not_before is not None and now < not_before:
-        raise CollateralNotYetValidError(
+        raise not_yet(
             f"{what} is not valid before {not_before.isoformat()} (verification time {now.isoformat()}); "
             f"{fix}"
         )
     if not_after is not None and now > not_after:
-        raise CollateralExpiredError(
+        raise expired(
             f"{what} expired at {not_after.isoformat()} (verification time {now.isoformat()}); {fix}"
         )
 
@@ -183,8 +238,10 @@ def check_cert_window(cert: x509.Certificate, now: dt.datetime, what: str) -> No
         cert.not_valid_before_utc,
         cert.not_valid_after_utc,
         now,
-        f"{what} certificate '{subject_of(cert)}'",
+        f"{what}: certificate '{subject_of(cert)}'",
         "fetch current certificates and collateral from the vendor and attest again",
+        expired=CertificateExpiredError,
+        not_yet=CertificateNotYetValidError,
     )
 
 
@@ -224,7 +281,11 @@ def verify_chain(
     return root
 
 
-@functools.lru_cache(maxsize=512)
+def _args_cost(*args: object, result: object) -> int:
+    return deep_cost(args) + deep_cost(result)
+
+
+@bytes_memo(MEMO_BYTES, _args_cost)
 def _chain_root(
     chain: tuple[x509.Certificate, ...], roots: tuple[x509.Certificate, ...], what: str, require_ca: bool
 ) -> x509.Certificate:
@@ -279,7 +340,7 @@ def verify_path_rfc5280(
     _rfc5280(leaf, tuple(intermediates), root, what)
 
 
-@functools.lru_cache(maxsize=512)
+@bytes_memo(MEMO_BYTES, _args_cost)
 def _rfc5280(
     leaf: x509.Certificate, intermediates: tuple[x509.Certificate, ...], root: x509.Certificate, what: str
 ) -> None:

@@ -26,7 +26,7 @@ import functools
 import hashlib
 import json
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from cryptography import x509
 from attestation.certchain import X509_ERRORS, load_cert_any, load_pem_chain
 from attestation.errors import MalformedCollateralError
 from attestation.intel.tcb import QeIdentity, TcbInfo
+from attestation.limits import DEFAULT_LIMITS, Limits, check_pem_count, check_size
 
 FORMAT_INTEL = "intel-dcap"
 FORMAT_SNP = "amd-sev-snp"
@@ -53,7 +54,8 @@ _INTEL_KEYS = (
 )
 
 
-def _load_crl(der: bytes, what: str) -> x509.CertificateRevocationList:
+def _load_crl(der: bytes, what: str, limits: Limits = DEFAULT_LIMITS) -> x509.CertificateRevocationList:
+    check_size(der, limits.max_crl_bytes, what)
     try:
         crl = x509.load_der_x509_crl(der)
         crl.issuer.rfc4514_string()
@@ -78,51 +80,86 @@ class IntelCollateral:
     qe_identity_issuer_chain: str
     qe_identity: str
     qe_identity_signature: bytes
+    limits: Limits = field(default=DEFAULT_LIMITS, repr=False)
+    """The caps its parts are parsed under (``verify`` checks the policy's caps as well)."""
 
     format = FORMAT_INTEL
 
+    def check_limits(self, limits: Limits) -> None:
+        """Refuse any part over its cap (lengths and certificate counts only: nothing is parsed)."""
+        for text, name in ((self.tcb_info, "the TCB info"), (self.qe_identity, "the QE identity")):
+            check_size(text, limits.max_document_bytes, name)
+        for sig, name in ((self.tcb_info_signature, "TCB info"), (self.qe_identity_signature, "QE identity")):
+            check_size(sig, limits.max_signature_bytes, f"the {name} signature")
+        for crl, name in ((self.root_ca_crl, "the root CA CRL"), (self.pck_crl, "the PCK CRL")):
+            check_size(crl, limits.max_crl_bytes, name)
+        for chain, name in (
+            (self.tcb_info_issuer_chain, "TCB info issuer chain"),
+            (self.qe_identity_issuer_chain, "QE identity issuer chain"),
+            (self.pck_crl_issuer_chain, "PCK CRL issuer chain"),
+        ):
+            check_size(chain, limits.max_pem_chain_bytes, name)
+            check_pem_count(chain.encode(), limits.max_collateral_chain_certs, name, evidence=False)
+
+    def _chain(self, text: str, what: str) -> list[x509.Certificate]:
+        lim = self.limits
+        return load_pem_chain(
+            text.encode(),
+            what,
+            evidence=False,
+            max_certs=lim.max_collateral_chain_certs,
+            max_bytes=lim.max_pem_chain_bytes,
+            max_cert_bytes=lim.max_certificate_bytes,
+        )
+
     @functools.cached_property
     def tcb_info_parsed(self) -> TcbInfo:
-        """The parsed TCB info."""
+        """The parsed TCB info (parse it only once its signature has been checked)."""
+        check_size(self.tcb_info, self.limits.max_document_bytes, "the TCB info")
         return TcbInfo.parse(self.tcb_info)
 
     @functools.cached_property
     def qe_identity_parsed(self) -> QeIdentity:
-        """The parsed QE identity."""
+        """The parsed QE identity (parse it only once its signature has been checked)."""
+        check_size(self.qe_identity, self.limits.max_document_bytes, "the QE identity")
         return QeIdentity.parse(self.qe_identity)
 
     @functools.cached_property
     def tcb_info_chain(self) -> list[x509.Certificate]:
         """The TCB signing chain, leaf first."""
-        return load_pem_chain(self.tcb_info_issuer_chain.encode(), "TCB info issuer chain", evidence=False)
+        return self._chain(self.tcb_info_issuer_chain, "TCB info issuer chain")
 
     @functools.cached_property
     def qe_identity_chain(self) -> list[x509.Certificate]:
         """The QE identity signing chain, leaf first."""
-        return load_pem_chain(
-            self.qe_identity_issuer_chain.encode(), "QE identity issuer chain", evidence=False
-        )
+        return self._chain(self.qe_identity_issuer_chain, "QE identity issuer chain")
 
     @functools.cached_property
     def pck_crl_chain(self) -> list[x509.Certificate]:
         """The PCK CRL issuer chain, PCK CA first."""
-        return load_pem_chain(self.pck_crl_issuer_chain.encode(), "PCK CRL issuer chain", evidence=False)
+        return self._chain(self.pck_crl_issuer_chain, "PCK CRL issuer chain")
 
     @functools.cached_property
     def root_crl(self) -> x509.CertificateRevocationList:
         """The root CA CRL."""
-        return _load_crl(self.root_ca_crl, "root CA CRL")
+        return _load_crl(self.root_ca_crl, "root CA CRL", self.limits)
 
     @functools.cached_property
     def pck_crl_parsed(self) -> x509.CertificateRevocationList:
         """The PCK CA CRL."""
-        return _load_crl(self.pck_crl, "PCK CRL")
+        return _load_crl(self.pck_crl, "PCK CRL", self.limits)
+
+    def size(self) -> int:
+        """The bytes of its parts (what a cache is charged for it, times a parse factor)."""
+        return sum(len(getattr(self, k)) for k in _INTEL_KEYS)
 
     def preload(self) -> IntelCollateral:
-        """Parse everything now (a cache does this once, so verify only checks)."""
+        """Parse everything now (a cache does this once, so verify only checks).
+
+        The chains and CRLs are parsed; the TCB info and QE identity JSON only once their signatures
+        verify (``verify`` does that), so a forged multi-megabyte document costs no parse.
+        """
         for name in (
-            "tcb_info_parsed",
-            "qe_identity_parsed",
             "tcb_info_chain",
             "qe_identity_chain",
             "pck_crl_chain",
@@ -158,8 +195,21 @@ class SnpCollateral:
     """PEM: the ASK then (optionally) the ARK."""
     crl: bytes | None = None
     """DER CRL signed by the ARK (AMD KDS ``/vcek/v1/{product}/crl``), optional."""
+    limits: Limits = field(default=DEFAULT_LIMITS, repr=False)
 
     format = FORMAT_SNP
+
+    def check_limits(self, limits: Limits) -> None:
+        """Refuse any part over its cap (lengths and certificate counts only)."""
+        check_size(self.vcek, limits.max_pem_chain_bytes, "the VCEK")
+        check_size(self.cert_chain, limits.max_pem_chain_bytes, "the ASK/ARK chain")
+        check_pem_count(self.cert_chain, limits.max_snp_chain_certs, "the ASK/ARK chain", evidence=False)
+        if self.crl is not None:
+            check_size(self.crl, limits.max_crl_bytes, "the AMD CRL")
+
+    def size(self) -> int:
+        """The bytes of its parts."""
+        return len(self.vcek) + len(self.cert_chain) + len(self.crl or b"")
 
     @functools.cached_property
     def vcek_cert(self) -> x509.Certificate:
@@ -169,12 +219,20 @@ class SnpCollateral:
     @functools.cached_property
     def chain(self) -> list[x509.Certificate]:
         """The parsed ASK (and ARK)."""
-        return load_pem_chain(self.cert_chain, "ASK/ARK chain", evidence=False)
+        lim = self.limits
+        return load_pem_chain(
+            self.cert_chain,
+            "ASK/ARK chain",
+            evidence=False,
+            max_certs=lim.max_snp_chain_certs,
+            max_bytes=lim.max_pem_chain_bytes,
+            max_cert_bytes=lim.max_certificate_bytes,
+        )
 
     @functools.cached_property
     def crl_parsed(self) -> x509.CertificateRevocationList | None:
         """The parsed CRL, if given."""
-        return None if self.crl is None else _load_crl(self.crl, "AMD ARK CRL")
+        return None if self.crl is None else _load_crl(self.crl, "AMD ARK CRL", self.limits)
 
     def preload(self) -> SnpCollateral:
         """Parse everything now."""
@@ -195,13 +253,33 @@ class NvidiaCollateral:
     """NVIDIA GPU collateral: the device certificate chain read by SPDM GET_CERTIFICATE, leaf first."""
 
     cert_chain: bytes
+    limits: Limits = field(default=DEFAULT_LIMITS, repr=False)
 
     format = FORMAT_NVIDIA
+
+    def check_limits(self, limits: Limits) -> None:
+        """Refuse a chain over its caps (length and certificate count only)."""
+        check_size(self.cert_chain, limits.max_pem_chain_bytes, "the GPU certificate chain")
+        check_pem_count(
+            self.cert_chain, limits.max_gpu_chain_certs, "the GPU certificate chain", evidence=False
+        )
+
+    def size(self) -> int:
+        """The bytes of its parts."""
+        return len(self.cert_chain)
 
     @functools.cached_property
     def chain(self) -> list[x509.Certificate]:
         """The parsed chain."""
-        return load_pem_chain(self.cert_chain, "GPU certificate chain", evidence=False)
+        lim = self.limits
+        return load_pem_chain(
+            self.cert_chain,
+            "GPU certificate chain",
+            evidence=False,
+            max_certs=lim.max_gpu_chain_certs,
+            max_bytes=lim.max_pem_chain_bytes,
+            max_cert_bytes=lim.max_certificate_bytes,
+        )
 
     def preload(self) -> NvidiaCollateral:
         """Parse everything now."""
@@ -233,8 +311,14 @@ def _strfield(d: dict[str, Any], key: str) -> str:
     return v
 
 
-def collateral_from_dict(d: Any) -> Collateral:
-    """Build collateral from its JSON form (see the module doc)."""
+def collateral_from_dict(d: Any, limits: Limits = DEFAULT_LIMITS) -> Collateral:
+    """Build collateral from its JSON form (see the module doc); every part is checked against ``limits``."""
+    coll = _from_dict(d, limits)
+    coll.check_limits(limits)
+    return coll
+
+
+def _from_dict(d: Any, limits: Limits) -> Collateral:
     if not isinstance(d, dict):
         raise MalformedCollateralError("collateral must be a JSON object")
     fmt = d.get("format", FORMAT_INTEL)
@@ -252,40 +336,47 @@ def collateral_from_dict(d: Any) -> Collateral:
             qe_identity_issuer_chain=_strfield(d, "qe_identity_issuer_chain"),
             qe_identity=_strfield(d, "qe_identity"),
             qe_identity_signature=_hexfield(d, "qe_identity_signature"),
+            limits=limits,
         )
     if fmt == FORMAT_SNP:
         vcek_s = _strfield(d, "vcek")
         vcek = vcek_s.encode() if vcek_s.lstrip().startswith("-----") else _hexfield(d, "vcek")
         crl = _hexfield(d, "crl") if d.get("crl") is not None else None
-        return SnpCollateral(vcek, _strfield(d, "cert_chain").encode(), crl)
+        return SnpCollateral(vcek, _strfield(d, "cert_chain").encode(), crl, limits)
     if fmt == FORMAT_NVIDIA:
-        return NvidiaCollateral(_strfield(d, "cert_chain").encode())
+        return NvidiaCollateral(_strfield(d, "cert_chain").encode(), limits)
     raise MalformedCollateralError(
         f"unknown collateral format {fmt!r} (intel-dcap, amd-sev-snp, nvidia-h100)"
     )
 
 
-def loads_collateral(text: str | bytes) -> Collateral:
-    """Parse collateral JSON text."""
+def loads_collateral(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Collateral:
+    """Parse collateral JSON text (refused before parsing when over ``max_collateral_bytes``)."""
+    check_size(text, limits.max_collateral_bytes, "the collateral")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise MalformedCollateralError(f"collateral is not JSON ({exc})") from None
-    return collateral_from_dict(data)
+    return collateral_from_dict(data, limits)
 
 
-def load_collateral(path: str | Path) -> Collateral:
-    """Read a collateral JSON file."""
+def load_collateral(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Collateral:
+    """Read a collateral JSON file (at most ``max_collateral_bytes`` are read)."""
     try:
-        text = Path(path).read_bytes()
+        with Path(path).open("rb") as f:
+            text = f.read(limits.max_collateral_bytes + 1)
     except OSError as exc:
         raise MalformedCollateralError(f"collateral file {path}: {exc}") from None
-    return loads_collateral(text)
+    return loads_collateral(text, limits)
 
 
 def dumps_collateral(c: Collateral) -> str:
     """The JSON wire form of ``c``."""
     return json.dumps(c.to_dict(), indent=1)
+
+
+PARSE_FACTOR = 4
+"""A parsed collateral entry is charged this many times its JSON text (certificates, CRLs, parsed JSON)."""
 
 
 class CollateralCache:
@@ -294,17 +385,34 @@ class CollateralCache:
     Miners ship collateral with their evidence; many miners share a platform, so the same collateral
     arrives many times. The cache parses each distinct document once (certificates, CRLs, TCB info), so
     ``verify`` only checks signatures and windows. It never reads the clock: ``evict_expired(now)``
-    drops Intel entries whose TCB info or QE identity ``nextUpdate`` has passed.
+    drops Intel entries whose TCB info or QE identity ``nextUpdate`` has passed. It is bounded both in
+    entries (``max_entries``) and in bytes (``max_bytes``, each entry charged ``PARSE_FACTOR`` times its
+    text); every text is checked against ``limits`` before it is parsed.
     """
 
-    def __init__(self, max_entries: int = 256) -> None:
+    def __init__(
+        self, max_entries: int = 256, max_bytes: int = 32 * 1024 * 1024, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
         self._max = max_entries
+        self._max_bytes = max_bytes
+        self._limits = limits
         self._entries: OrderedDict[bytes, Collateral] = OrderedDict()
+        self._sizes: dict[bytes, int] = {}
+        self._bytes = 0
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def held_bytes(self) -> int:
+        """Estimated bytes held: ``PARSE_FACTOR`` times the text of each entry."""
+        return self._bytes
+
+    def _drop(self, key: bytes) -> None:
+        del self._entries[key]
+        self._bytes -= self._sizes.pop(key)
 
     def get(self, text: str | bytes) -> Collateral:
         """Return the parsed collateral for ``text`` (parsing and preloading it on a miss)."""
@@ -316,21 +424,28 @@ class CollateralCache:
             self.hits += 1
             return hit
         self.misses += 1
-        coll = loads_collateral(raw)
+        coll = loads_collateral(raw, self._limits)
         coll.preload()
+        size = PARSE_FACTOR * len(raw)
+        if size > self._max_bytes:
+            return coll
         self._entries[key] = coll
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+        self._sizes[key] = size
+        self._bytes += size
+        while len(self._entries) > self._max or self._bytes > self._max_bytes:
+            self._drop(next(iter(self._entries)))
         return coll
 
     def evict_expired(self, now: dt.datetime) -> int:
-        """Drop Intel collateral past its nextUpdate at ``now``; returns how many were dropped."""
-        dead = [
-            k
-            for k, c in self._entries.items()
-            if isinstance(c, IntelCollateral)
-            and min(c.tcb_info_parsed.next_update, c.qe_identity_parsed.next_update) < now
-        ]
+        """Drop Intel collateral past its nextUpdate at ``now`` (or undecodable); returns how many."""
+        dead = [k for k, c in self._entries.items() if isinstance(c, IntelCollateral) and _expired(c, now)]
         for k in dead:
-            del self._entries[k]
+            self._drop(k)
         return len(dead)
+
+
+def _expired(c: IntelCollateral, now: dt.datetime) -> bool:
+    try:
+        return min(c.tcb_info_parsed.next_update, c.qe_identity_parsed.next_update) < now
+    except MalformedCollateralError:
+        return True

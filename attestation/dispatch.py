@@ -14,7 +14,14 @@ from attestation.collateral import (
     NvidiaCollateral,
     SnpCollateral,
 )
-from attestation.errors import MalformedCollateralError, MalformedEvidenceError
+from attestation.errors import (
+    AttestationError,
+    CollateralRequiredError,
+    EvidenceFormatError,
+    MalformedCollateralError,
+    MalformedEvidenceError,
+)
+from attestation.limits import DEFAULT_LIMITS, Limits, check_evidence_size
 from attestation.policy import Policy
 from attestation.verdict import Verdict
 
@@ -36,54 +43,20 @@ def detect_format(evidence: bytes) -> str:
         return FORMAT_SNP
     if len(b) >= 2 and b[1] == 0 and b[0] in range(1, 16):
         return FORMAT_INTEL  # an Intel header with an unsupported version or key type: let it explain
-    raise MalformedEvidenceError(
+    raise EvidenceFormatError(
         "the evidence is not an Intel DCAP quote, an SEV-SNP report or an H100 SPDM report; send the raw "
         "bytes the TEE produced"
     )
 
 
-def verify(
-    evidence: bytes,
-    collateral: Collateral,
-    policy: Policy,
-    now: dt.datetime,
-    expected: Binding | bytes | None = None,
-) -> Verdict:
-    """Verify TEE evidence of any supported format. Pure: no clock, no network, no global trust store.
-
-    ``evidence``: raw quote/report bytes (NVIDIA: binary, see ``nvidia.spdm.decode_report_text``).
-    ``collateral``: the matching :class:`IntelCollateral`, :class:`SnpCollateral` or
-    :class:`NvidiaCollateral`. ``policy``: roots, allow-lists, debug, TCB floor, freshness.
-    ``now``: the verification instant (timezone-aware; naive means UTC). ``expected``: the
-    :class:`Binding` the report data must carry (a replay raises ReplayError), raw expected report-data
-    bytes, or None to skip the binding check (for inspection only; validators always pass a Binding).
-
-    Returns a :class:`Verdict`; raises a subclass of ``AttestationError`` on any refusal.
-    """
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=dt.UTC)
-    fmt = detect_format(evidence)
-    want = {FORMAT_INTEL: IntelCollateral, FORMAT_SNP: SnpCollateral, FORMAT_NVIDIA: NvidiaCollateral}[fmt]
-    if not isinstance(collateral, want):
-        raise MalformedCollateralError(
-            f"the evidence is {fmt} but the collateral is {getattr(collateral, 'format', type(collateral).__name__)}"
-        )
-    if isinstance(collateral, IntelCollateral):
-        from attestation.intel.verify import verify_intel
-
-        return verify_intel(evidence, collateral, policy, now, expected)
-    if isinstance(collateral, SnpCollateral):
-        from attestation.amd.verify import verify_snp
-
-        return verify_snp(evidence, collateral, policy, now, expected)
-    from attestation.nvidia.verify import verify_nvidia
-
-    return verify_nvidia(evidence, collateral, policy, now, expected)
+_NAMES = {
+    FORMAT_INTEL: "an Intel DCAP quote",
+    FORMAT_SNP: "an SEV-SNP report",
+    FORMAT_NVIDIA: "an H100 report",
+}
 
 
-def parse_evidence(evidence: bytes) -> object:
-    """Parse evidence of any supported format into its parsed object (Quote, SnpReport, GpuReport)."""
-    fmt = detect_format(evidence)
+def _parse_as(fmt: str, evidence: bytes) -> object:
     if fmt == FORMAT_INTEL:
         from attestation.intel.quote import Quote
 
@@ -95,6 +68,94 @@ def parse_evidence(evidence: bytes) -> object:
     from attestation.nvidia.spdm import GpuReport
 
     return GpuReport.parse(evidence)
+
+
+def _evidence_for(fmt: str, evidence: bytes, limits: Limits) -> object:
+    """Parse ``evidence`` as ``fmt`` (the collateral's format); a clear format error when it is not one."""
+    check_evidence_size(evidence, limits)
+    try:
+        detected: str | None = detect_format(evidence)
+    except MalformedEvidenceError:
+        detected = None
+    try:
+        return _parse_as(fmt, evidence)
+    except AttestationError as exc:
+        if detected == fmt:
+            raise
+        looks = f"its first bytes look like {_NAMES[detected]}" if detected else "it is of no known format"
+        raise EvidenceFormatError(
+            f"the collateral is for {_NAMES[fmt]} ({fmt}), but the evidence is not one ({exc}); {looks}: "
+            f"send the evidence with the collateral of its own kind"
+        ) from None
+
+
+def verify(
+    evidence: bytes,
+    collateral: Collateral | None,
+    policy: Policy,
+    now: dt.datetime,
+    expected: Binding | bytes | None = None,
+) -> Verdict:
+    """Verify TEE evidence of any supported format. Pure: no clock, no network, no global trust store.
+
+    ``evidence``: raw quote/report bytes (NVIDIA: binary, see ``nvidia.spdm.decode_report_text``).
+    ``collateral``: the matching :class:`IntelCollateral`, :class:`SnpCollateral` or
+    :class:`NvidiaCollateral`; the evidence is parsed as the collateral's format (evidence of another
+    kind is an ``EvidenceFormatError``). ``None`` (Intel only): the quote's signatures, QE report and
+    PCK chain are checked, its TCB status is unknown, and the policy decides (``accept_unknown_tcb``;
+    refused with ``TcbUnknownError`` by default). ``policy``: roots, allow-lists, debug, TCB floor, freshness.
+    ``now``: the verification instant (timezone-aware; naive means UTC). ``expected``: the
+    :class:`Binding` the report data must carry (a replay raises ReplayError), raw expected report-data
+    bytes, or None to skip the binding check (for inspection only; validators always pass a Binding).
+
+    Returns a :class:`Verdict`; raises a subclass of ``AttestationError`` on any refusal.
+    """
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.UTC)
+    if not isinstance(evidence, bytes | bytearray | memoryview):
+        raise MalformedEvidenceError("evidence must be bytes")
+    evidence = bytes(evidence)
+    if collateral is None:
+        fmt = detect_format(evidence)
+        if fmt != FORMAT_INTEL:
+            raise CollateralRequiredError(
+                f"{_NAMES[fmt]} cannot be checked without collateral: its signing key is certified only by "
+                f"the collateral ({'the VCEK and ASK/ARK' if fmt == FORMAT_SNP else 'the device chain'}); "
+                f"ship it with the evidence"
+            )
+    elif isinstance(collateral, IntelCollateral | SnpCollateral | NvidiaCollateral):
+        collateral.check_limits(policy.limits)
+        fmt = collateral.format
+    else:
+        raise MalformedCollateralError(
+            f"collateral must be IntelCollateral, SnpCollateral, NvidiaCollateral or None, not "
+            f"{type(collateral).__name__}"
+        )
+    parsed = _evidence_for(fmt, evidence, policy.limits)
+    if fmt == FORMAT_INTEL:
+        from attestation.intel.quote import Quote
+        from attestation.intel.verify import verify_intel
+
+        assert isinstance(parsed, Quote) and not isinstance(collateral, SnpCollateral | NvidiaCollateral)
+        return verify_intel(parsed, collateral, policy, now, expected)
+    if fmt == FORMAT_SNP:
+        from attestation.amd.report import SnpReport
+        from attestation.amd.verify import verify_snp
+
+        assert isinstance(parsed, SnpReport) and isinstance(collateral, SnpCollateral)
+        return verify_snp(parsed, collateral, policy, now, expected)
+    from attestation.nvidia.spdm import GpuReport
+    from attestation.nvidia.verify import verify_nvidia
+
+    assert isinstance(parsed, GpuReport) and isinstance(collateral, NvidiaCollateral)
+    return verify_nvidia(parsed, collateral, policy, now, expected)
+
+
+def parse_evidence(evidence: bytes, limits: Limits = DEFAULT_LIMITS) -> object:
+    """Parse evidence of any supported format into its parsed object (Quote, SnpReport, GpuReport)."""
+    if isinstance(evidence, bytes | bytearray | memoryview):
+        check_evidence_size(evidence, limits)
+    return _parse_as(detect_format(evidence), evidence)
 
 
 def describe_evidence(evidence: bytes) -> dict[str, object]:

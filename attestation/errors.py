@@ -27,6 +27,22 @@ class MalformedCollateralError(MalformedError):
     """The collateral (JSON, certificates, CRLs, TCB info) cannot be decoded."""
 
 
+class EvidenceFormatError(MalformedEvidenceError):
+    """The evidence is not of the format its collateral is for (or of any supported format)."""
+
+
+class LimitExceededError(MalformedError):
+    """An input is over a size or count cap (``attestation.limits``); refused before it is parsed."""
+
+
+class EvidenceTooLargeError(MalformedEvidenceError, LimitExceededError):
+    """The evidence, or the certificate chain it carries, is over a size or count cap."""
+
+
+class CollateralTooLargeError(MalformedCollateralError, LimitExceededError):
+    """The collateral, or a document, CRL or chain in it, is over a size or count cap."""
+
+
 # --- the evidence is well-formed but of a kind this verifier does not accept ----------------------------
 
 
@@ -48,6 +64,10 @@ class UnknownQeVendorError(UnsupportedError):
 
 class UnsupportedCertificationDataError(UnsupportedError):
     """The quote carries a certification data type that cannot be verified offline."""
+
+
+class CollateralRequiredError(UnsupportedError):
+    """The format cannot be checked at all without collateral (SEV-SNP: the VCEK; H100: the device chain)."""
 
 
 # --- signatures -------------------------------------------------------------------------------------------
@@ -107,6 +127,14 @@ class CollateralNotYetValidError(ValidityWindowError):
     """A certificate, CRL or collateral document is not valid yet at ``now``."""
 
 
+class CertificateExpiredError(ValidityWindowError):
+    """A certificate has expired: of the PCK chain in a quote, a collateral issuer chain, a VCEK or GPU chain."""
+
+
+class CertificateNotYetValidError(ValidityWindowError):
+    """A certificate (of any chain, in the evidence or the collateral) is not valid yet at ``now``."""
+
+
 # --- platform state and policy ----------------------------------------------------------------------------
 
 
@@ -120,6 +148,11 @@ class TcbMismatchError(TcbError):
 
 class TcbNotAcceptableError(TcbError):
     """The TCB status is below the policy's lowest acceptable status, or no TCB level matches."""
+
+
+class TcbUnknownError(TcbError):
+    """No collateral: signatures, QE report and PCK chain verify, but the TCB status and revocation are
+    unknown, and the policy does not accept that (``Policy.accept_unknown_tcb``)."""
 
 
 class MeasurementNotAllowedError(AttestationError):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from attestation.errors import MalformedCollateralError
+from attestation.limits import DEFAULT_LIMITS, Limits, limits_from_dict
 from attestation.roots import AMD_ARK_MILAN_DER, INTEL_SGX_ROOT_CA_DER, NVIDIA_DEVICE_IDENTITY_CA_DER
 
 
@@ -88,6 +89,11 @@ class Policy:
     """Freshness: Intel TCB info and QE identity must have been issued at most this long before ``now``."""
     min_tcb_evaluation_data_number: int | None = None
     """Freshness: lowest acceptable Intel ``tcbEvaluationDataNumber`` of TCB info and QE identity."""
+    accept_unknown_tcb: bool = False
+    """Intel quotes verified without collateral (signatures, QE report, PCK chain only): accept them with
+    TCB status ``Unknown`` (revocation unchecked too) instead of refusing with ``TcbUnknownError``."""
+    limits: Limits = DEFAULT_LIMITS
+    """Size and count caps on evidence and collateral, checked before anything is parsed."""
     name: str = "production"
     """A label printed in verdicts (``production``, ``development``, a network name)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -127,6 +133,8 @@ class Policy:
             if self.max_collateral_age is None
             else self.max_collateral_age.total_seconds(),
             "min_tcb_evaluation_data_number": self.min_tcb_evaluation_data_number,
+            "accept_unknown_tcb": self.accept_unknown_tcb,
+            "limits": self.limits.to_dict(),
         }
 
 
@@ -185,6 +193,10 @@ def policy_from_dict(data: Mapping[str, Any]) -> Policy:
             kw["max_collateral_age"] = dt.timedelta(seconds=float(data["max_collateral_age_s"]))
         if data.get("min_tcb_evaluation_data_number") is not None:
             kw["min_tcb_evaluation_data_number"] = int(data["min_tcb_evaluation_data_number"])
+        if "accept_unknown_tcb" in data:
+            kw["accept_unknown_tcb"] = bool(data["accept_unknown_tcb"])
+        if data.get("limits") is not None:
+            kw["limits"] = limits_from_dict(data["limits"])
         if "name" in data:
             kw["name"] = str(data["name"])
     except (ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -15,6 +15,11 @@ Layout: AMD SEV Secure Nested Paging Firmware ABI Specification (pub. 56860), Ta
 
 The signature (ECDSA P-384 with SHA-384 when SIGNATURE_ALGO = 1) covers bytes 0x000-0x29F.
 POLICY bit 19 is DEBUG (Table 9, "Guest Policy Structure").
+
+The signature area (0x2A0-0x49F) is not covered by the signature, so every byte of it that carries no
+signature bit must be zero (as go-sev-guest requires): bytes 48-71 of R and of S (P-384 scalars are 48
+bytes) and the 368 reserved bytes after S. Otherwise one signed report would have 2^2944 accepted
+encodings.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ REPORT_LEN = 0x4A0
 SIGNED_LEN = 0x2A0
 SUPPORTED_VERSIONS = (2, 3, 4, 5)
 SIG_ALGO_ECDSA_P384_SHA384 = 1
+SIG_COMPONENT_LEN = 72
+P384_SCALAR_LEN = 48
 POLICY_DEBUG_BIT = 1 << 19
 POLICY_RESERVED_ONE_BIT = 1 << 17
 CPUID_FAMILY_TURIN = 0x1A
@@ -156,6 +163,19 @@ class SnpReport:
             raise UnsupportedKeyTypeError(
                 f"SEV-SNP signature algorithm {rep.signature_algo} is not supported (1: ECDSA P-384/SHA-384)"
             )
+        sig = rep.signature
+        for start, end in (
+            (P384_SCALAR_LEN, SIG_COMPONENT_LEN),
+            (SIG_COMPONENT_LEN + P384_SCALAR_LEN, 2 * SIG_COMPONENT_LEN),
+            (2 * SIG_COMPONENT_LEN, len(sig)),
+        ):
+            if any(sig[start:end]):
+                first = start + next(i for i, b in enumerate(sig[start:end]) if b)
+                raise MalformedEvidenceError(
+                    f"SEV-SNP report: byte 0x{SIGNED_LEN + first:03X} of the signature area is not zero (the "
+                    f"unsigned bytes after R's and S's 48 bytes and after S must be zero); send the report "
+                    f"exactly as the firmware wrote it"
+                )
         return rep
 
     def to_bytes(self) -> bytes:

@@ -35,6 +35,7 @@ from attestation.errors import (
     TcbNotAcceptableError,
     UnsupportedKeyTypeError,
 )
+from attestation.limits import check_evidence_size
 from attestation.policy import Policy
 from attestation.verdict import Verdict
 
@@ -98,6 +99,9 @@ def verify_snp(
     expected: Binding | bytes | None = None,
 ) -> Verdict:
     """Verify an SEV-SNP report; return the verdict or raise a typed ``AttestationError``."""
+    if not isinstance(evidence, SnpReport):
+        check_evidence_size(evidence, policy.limits)
+    collateral.check_limits(policy.limits)
     report = evidence if isinstance(evidence, SnpReport) else SnpReport.parse(evidence)
     if report.signing_key != 0:
         raise UnsupportedKeyTypeError(

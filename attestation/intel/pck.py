@@ -7,7 +7,6 @@ PCE-ID (.3), FMSPC (.4) and SGX type (.5).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -24,6 +23,7 @@ from attestation.der import (
     read_tlvs,
 )
 from attestation.errors import MalformedEvidenceError
+from attestation.memo import bytes_memo, deep_cost
 
 SGX_EXTENSION_OID = "1.2.840.113741.1.13.1"
 _WHAT = "PCK certificate SGX extension"
@@ -63,7 +63,11 @@ def _get(pairs: dict[str, tuple[int, bytes]], oid: str, tag: int, name: str) -> 
     return value
 
 
-@functools.lru_cache(maxsize=1024)
+def _ext_cost(cert: x509.Certificate, *, result: object) -> int:
+    return deep_cost(cert) + 512
+
+
+@bytes_memo(4 * 1024 * 1024, _ext_cost)
 def parse_pck_extension(cert: x509.Certificate) -> PckExtension:
     """Read the SGX extension of a PCK leaf certificate."""
     try:

@@ -1,26 +1,31 @@
 """Verification of Intel DCAP quotes (SGX v3/v4/v5, TDX v4/v5) against collateral and a policy.
 
-Order of checks (the first failure is reported):
-quote layout and QE vendor; collateral validity windows and freshness; PCK chain to a pinned root
-(signature by signature, then RFC 5280 path validation); QE report signature by the PCK key; QE report
-data = SHA-256(attestation key || QE auth data); quote signature by the attestation key; TCB info and
-QE identity chains and signatures over their exact text; CRLs (root CA CRL and PCK CRL, their issuers,
-signatures and windows) and revocation of every certificate used; FMSPC/PCE-ID; QE identity; TCB level,
-TDX module identity and the merged status against the policy; debug; measurements; report-data binding.
+Order of checks (the first failure is reported): sizes and certificate counts (before any parsing);
+(1) quote layout, QE vendor, certification data type; (2) the PCK chain the quote carries, to a pinned
+root: certificate count, each certificate's window, signature by signature, then RFC 5280 path
+validation; (3) QE report signature by the PCK key, QE report data = SHA-256(attestation key || QE auth
+data), quote signature by the attestation key; (4) collateral: TCB info and QE identity issuer chains
+(windows, signatures) and their ECDSA signatures over the exact text, before the JSON is parsed, then
+their windows and freshness; (5) CRLs (root CA CRL and PCK CRL: issuers, signatures, windows) and
+revocation of every certificate used; (6) FMSPC/PCE-ID, QE identity, TCB level, TDX module identity and
+the merged status against the policy (without collateral: TCB unknown, which the policy decides);
+(7) debug, measurements, report-data binding. The evidence is checked before the collateral: an expired
+PCK certificate is reported as such (``CertificateExpiredError``) even when the collateral expired too.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
 from attestation.binding import Binding, check_raw, check_report_data
 from attestation.certchain import (
+    MEMO_BYTES,
     _chain_root,
     check_cert_window,
     check_window,
@@ -31,7 +36,7 @@ from attestation.certchain import (
     verify_chain,
     verify_path_rfc5280,
 )
-from attestation.collateral import IntelCollateral
+from attestation.collateral import PARSE_FACTOR, IntelCollateral
 from attestation.errors import (
     BadChainError,
     CollateralExpiredError,
@@ -45,12 +50,15 @@ from attestation.errors import (
     RevokedError,
     TcbMismatchError,
     TcbNotAcceptableError,
+    TcbUnknownError,
     UnknownQeVendorError,
     UnsupportedCertificationDataError,
 )
 from attestation.intel.pck import PckExtension, parse_pck_extension
 from attestation.intel.quote import CERT_PCK_CHAIN, INTEL_QE_VENDOR_ID, EnclaveReport, Quote, TdReport
 from attestation.intel.tcb import QeIdentity, TcbInfo, converge, masked_equal
+from attestation.limits import check_evidence_size
+from attestation.memo import bytes_memo, deep_cost
 from attestation.policy import Policy, TcbStatus
 from attestation.signatures import ecdsa_ok, p256_key_from_raw
 from attestation.verdict import Verdict
@@ -60,13 +68,27 @@ _REFRESH = "fetch current collateral (Intel PCS or your PCCS) and ship it with t
 
 def verify_intel(
     evidence: bytes | Quote,
-    collateral: IntelCollateral,
+    collateral: IntelCollateral | None,
     policy: Policy,
     now: dt.datetime,
     expected: Binding | bytes | None = None,
 ) -> Verdict:
-    """Verify an Intel DCAP quote; return the verdict or raise a typed ``AttestationError``."""
-    quote = evidence if isinstance(evidence, Quote) else Quote.parse(evidence)
+    """Verify an Intel DCAP quote; return the verdict or raise a typed ``AttestationError``.
+
+    ``collateral=None``: the quote itself is checked (layout, PCK chain, QE report, quote signature);
+    its TCB status and revocation are then unknown, refused with ``TcbUnknownError`` unless
+    ``policy.accept_unknown_tcb``, which gives a verdict with ``tcb_status="Unknown"``.
+    """
+    limits = policy.limits
+    if isinstance(evidence, Quote):
+        quote = evidence
+    else:
+        check_evidence_size(evidence, limits)
+        quote = Quote.parse(evidence)
+    if collateral is not None:
+        collateral.check_limits(limits)
+
+    # 1. The quote: QE vendor and certification data.
     if quote.header.qe_vendor_id != INTEL_QE_VENDOR_ID:
         raise UnknownQeVendorError(
             f"QE vendor id {quote.header.qe_vendor_id.hex()} is not Intel's "
@@ -78,16 +100,24 @@ def verify_intel(
             f"configure the quote provider (QPL) to embed the PCK certificate chain (type 5)"
         )
     roots = [load_der_cert(r, "pinned Intel root") for r in policy.intel_roots]
-    tcb_info = collateral.tcb_info_parsed
-    qe_identity = collateral.qe_identity_parsed
-    _check_collateral_windows(collateral, tcb_info, qe_identity, policy, now)
 
-    # PCK chain, QE report, attestation key, quote signature.
-    chain = load_pem_chain(quote.pck_certification.data, "PCK certificate chain")
-    if len(chain) < 2:
-        raise BadChainError("PCK certificate chain: needs at least the PCK certificate and its CA")
+    # 2. The PCK chain the quote carries (count and size capped before it is decoded), to a pinned root.
+    chain = load_pem_chain(
+        quote.pck_certification.data,
+        "PCK certificate chain",
+        max_certs=limits.pck_chain_certs,
+        max_bytes=limits.max_pem_chain_bytes,
+        max_cert_bytes=limits.max_certificate_bytes,
+    )
+    if len(chain) != limits.pck_chain_certs:
+        raise BadChainError(
+            f"PCK certificate chain: {len(chain)} certificates, the quote must carry "
+            f"{limits.pck_chain_certs} (PCK certificate, PCK CA, root)"
+        )
     root = verify_chain(chain, roots, now, "PCK certificate chain")
     verify_path_rfc5280(chain[0], chain[1:], root, now, "PCK certificate chain")
+
+    # 3. QE report, attestation key, quote signature.
     pck_leaf = chain[0]
     if not ecdsa_ok(
         pck_leaf.public_key(), quote.qe.qe_report_signature, quote.qe.qe_report_raw, hashes.SHA256()
@@ -109,17 +139,106 @@ def verify_intel(
             "the quote signature does not verify with its attestation key: the quote body or header was "
             "altered after signing; send the quote bytes exactly as the quoting enclave produced them"
         )
+    ext = parse_pck_extension(pck_leaf)
 
-    # Collateral signatures and chains.
-    for cert in collateral.tcb_info_chain + collateral.qe_identity_chain:
-        check_cert_window(cert, now, "collateral issuer")
+    # 4-6. Collateral (signatures before parsing), revocation, TCB evaluation; or TCB unknown.
+    tcb: _Tcb | None = None
+    if collateral is None:
+        if not policy.accept_unknown_tcb:
+            raise TcbUnknownError(
+                "no collateral: the quote's signature, QE report and PCK chain verify, but its TCB status and "
+                "revocation are unknown and the policy requires them; ship the collateral (Intel PCS/PCCS)"
+            )
+    else:
+        tcb = _evaluate_tcb(quote, qe_report, ext, chain, collateral, roots, policy, now)
+
+    # 7. Debug, measurements, binding.
+    body = quote.body
+    if body.debug and not policy.dangerous_allow_debug:
+        raise DebugError(
+            "the TD/enclave runs in debug mode (its memory is readable by the host); launch it without "
+            "debug (TD attributes DEBUG=0 / SGX ATTRIBUTES.DEBUG=0)"
+        )
+    measurements = _measurements(body)
+    _check_measurements(body, policy)
+    if isinstance(expected, Binding):
+        check_report_data(body.report_data, expected)
+    elif expected is not None:
+        check_raw(body.report_data, expected)
+
+    details: dict[str, object] = {
+        "quote_version": quote.version,
+        "tee": "TDX" if quote.is_tdx else "SGX",
+        "fmspc": ext.fmspc.hex(),
+        "pce_id": ext.pce_id.hex(),
+        "pce_svn": ext.pce_svn,
+        "cpu_svn": ext.cpu_svn.hex(),
+        "qe_svn": qe_report.isv_svn,
+        "trailing_bytes": len(quote.trailing),
+    }
+    if tcb is None:
+        details["not_checked"] = ["TCB info", "QE identity", "CRLs (revocation)", "TCB level"]
+    else:
+        details.update(tcb.details)
+    if isinstance(body, TdReport):
+        details["tee_tcb_svn"] = body.tee_tcb_svn.hex()
+        details["td_attributes"] = body.td_attributes.hex()
+        details["xfam"] = body.xfam.hex()
+    else:
+        details["attributes"] = body.attributes.hex()
+        details["isv_prod_id"] = body.isv_prod_id
+        details["isv_svn"] = body.isv_svn
+    return Verdict(
+        format="intel-tdx" if quote.is_tdx else "intel-sgx",
+        report_data=body.report_data,
+        measurements=measurements,
+        root=subject_of(root),
+        policy=policy.name,
+        debug=body.debug,
+        tcb_status=TCB_UNKNOWN if tcb is None else tcb.status.value,
+        advisory_ids=() if tcb is None else tcb.advisories,
+        binding_checked=expected is not None,
+        details=details,
+    )
+
+
+TCB_UNKNOWN = "Unknown"
+"""``Verdict.tcb_status`` of a quote verified without collateral under ``accept_unknown_tcb``."""
+
+
+@dataclass(frozen=True)
+class _Tcb:
+    status: TcbStatus
+    advisories: tuple[str, ...]
+    details: dict[str, object]
+
+
+def _evaluate_tcb(
+    quote: Quote,
+    qe_report: EnclaveReport,
+    ext: PckExtension,
+    chain: list[x509.Certificate],
+    collateral: IntelCollateral,
+    roots: list[x509.Certificate],
+    policy: Policy,
+    now: dt.datetime,
+) -> _Tcb:
+    # Collateral issuer chains and signatures over the raw text, before the JSON is parsed.
+    for certs, what in (
+        (collateral.tcb_info_chain, "TCB info"),
+        (collateral.qe_identity_chain, "QE identity"),
+    ):
+        for cert in certs:
+            check_cert_window(cert, now, f"the {what} issuer chain")
     _check_collateral_signatures(collateral, tuple(roots))
+    tcb_info = collateral.tcb_info_parsed
+    qe_identity = collateral.qe_identity_parsed
+    _check_collateral_windows(tcb_info, qe_identity, policy, now)
 
     # Revocation.
     _check_revocation(collateral, chain, roots, now)
 
     # TCB evaluation.
-    ext = parse_pck_extension(pck_leaf)
     if ext.fmspc != tcb_info.fmspc or ext.pce_id != tcb_info.pce_id:
         raise TcbMismatchError(
             f"the TCB info is for FMSPC {tcb_info.fmspc.hex()} / PCE {tcb_info.pce_id.hex()}, the platform is "
@@ -148,71 +267,25 @@ def verify_intel(
     refused = sorted(set(all_adv) & policy.refused_advisories)
     if refused:
         raise TcbNotAcceptableError(f"the platform is affected by refused advisories {refused}; patch it")
-
-    # Debug, measurements, binding.
-    body = quote.body
-    if body.debug and not policy.dangerous_allow_debug:
-        raise DebugError(
-            "the TD/enclave runs in debug mode (its memory is readable by the host); launch it without "
-            "debug (TD attributes DEBUG=0 / SGX ATTRIBUTES.DEBUG=0)"
-        )
-    measurements = _measurements(body)
-    _check_measurements(body, policy)
-    if isinstance(expected, Binding):
-        check_report_data(body.report_data, expected)
-    elif expected is not None:
-        check_raw(body.report_data, expected)
-
     details: dict[str, object] = {
-        "quote_version": quote.version,
-        "tee": "TDX" if quote.is_tdx else "SGX",
-        "fmspc": ext.fmspc.hex(),
-        "pce_id": ext.pce_id.hex(),
-        "pce_svn": ext.pce_svn,
-        "cpu_svn": ext.cpu_svn.hex(),
         "platform_tcb_status": status.value,
         "qe_tcb_status": qe_status.value,
-        "qe_svn": qe_report.isv_svn,
         "tcb_evaluation_data_number": tcb_info.tcb_evaluation_data_number,
         "collateral_window": [
             max(tcb_info.issue_date, qe_identity.issue_date).isoformat(),
             min(tcb_info.next_update, qe_identity.next_update).isoformat(),
         ],
-        "trailing_bytes": len(quote.trailing),
     }
     if module_status is not None:
         details["tdx_module_tcb_status"] = module_status[0].value
-    if isinstance(body, TdReport):
-        details["tee_tcb_svn"] = body.tee_tcb_svn.hex()
-        details["td_attributes"] = body.td_attributes.hex()
-        details["xfam"] = body.xfam.hex()
-    else:
-        details["attributes"] = body.attributes.hex()
-        details["isv_prod_id"] = body.isv_prod_id
-        details["isv_svn"] = body.isv_svn
-    return Verdict(
-        format="intel-tdx" if quote.is_tdx else "intel-sgx",
-        report_data=body.report_data,
-        measurements=measurements,
-        root=subject_of(root),
-        policy=policy.name,
-        debug=body.debug,
-        tcb_status=merged.value,
-        advisory_ids=all_adv,
-        binding_checked=expected is not None,
-        details=details,
-    )
+    return _Tcb(merged, all_adv, details)
 
 
 def _check_collateral_windows(
-    c: IntelCollateral, tcb_info: TcbInfo, qe_identity: QeIdentity, policy: Policy, now: dt.datetime
+    tcb_info: TcbInfo, qe_identity: QeIdentity, policy: Policy, now: dt.datetime
 ) -> None:
     check_window(tcb_info.issue_date, tcb_info.next_update, now, "the TCB info", _REFRESH)
     check_window(qe_identity.issue_date, qe_identity.next_update, now, "the QE identity", _REFRESH)
-    for crl, name in ((c.root_crl, "the root CA CRL"), (c.pck_crl_parsed, "the PCK CRL")):
-        check_window(crl.last_update_utc, crl.next_update_utc, now, name, _REFRESH)
-        if crl.next_update_utc is None:
-            raise CollateralExpiredError(f"{name} has no nextUpdate; {_REFRESH}")
     if policy.max_collateral_age is not None:
         for doc, name in ((tcb_info, "TCB info"), (qe_identity, "QE identity")):
             if now - doc.issue_date > policy.max_collateral_age:
@@ -229,9 +302,16 @@ def _check_collateral_windows(
                 )
 
 
-@functools.lru_cache(maxsize=64)
+def _collateral_cost(c: IntelCollateral, *rest: object, result: object) -> int:
+    return PARSE_FACTOR * c.size() + deep_cost(rest)
+
+
+@bytes_memo(MEMO_BYTES, _collateral_cost)
 def _check_collateral_signatures(c: IntelCollateral, roots: tuple[x509.Certificate, ...]) -> None:
-    """Signature checks of TCB info and QE identity: time-independent, so done once per loaded collateral."""
+    """Signature checks of TCB info and QE identity over their raw text, before either is parsed.
+
+    Time-independent, so done once per loaded collateral (memoized, bounded in bytes).
+    """
     _check_signed_doc(c.tcb_info_chain, roots, c.tcb_info, c.tcb_info_signature, "TCB info")
     _check_signed_doc(c.qe_identity_chain, roots, c.qe_identity, c.qe_identity_signature, "QE identity")
 
@@ -252,7 +332,7 @@ def _check_signed_doc(
         )
 
 
-@functools.lru_cache(maxsize=256)
+@bytes_memo(MEMO_BYTES, _collateral_cost)
 def _crl_signatures(
     c: IntelCollateral, root: x509.Certificate, pck_ca: x509.Certificate
 ) -> tuple[bool, bool]:
@@ -287,6 +367,10 @@ def _check_revocation(
         )
     if not pck_ok:
         raise CollateralSignatureError(f"the PCK CRL is not signed by the PCK CA; {_REFRESH}")
+    for crl, name in ((root_crl, "the root CA CRL"), (pck_crl, "the PCK CRL")):
+        check_window(crl.last_update_utc, crl.next_update_utc, now, name, _REFRESH)
+        if crl.next_update_utc is None:
+            raise CollateralExpiredError(f"{name} has no nextUpdate; {_REFRESH}")
     crl_chain = c.pck_crl_chain
     verify_chain(crl_chain, roots, now, "PCK CRL issuer chain")
     for cert in pck_chain[1:] + c.tcb_info_chain + c.qe_identity_chain + crl_chain:

@@ -15,6 +15,7 @@ from attestation.binding import Binding, check_nonce, check_raw
 from attestation.certchain import load_der_cert, subject_of, verify_chain
 from attestation.collateral import NvidiaCollateral
 from attestation.errors import BadChainError, MeasurementNotAllowedError, QuoteSignatureError
+from attestation.limits import check_evidence_size
 from attestation.nvidia.spdm import (
     OPAQUE_DRIVER_VERSION,
     OPAQUE_VBIOS_VERSION,
@@ -46,6 +47,9 @@ def verify_nvidia(
     expected: Binding | bytes | None = None,
 ) -> Verdict:
     """Verify an H100 report (binary); return the verdict or raise a typed ``AttestationError``."""
+    if not isinstance(evidence, GpuReport):
+        check_evidence_size(evidence, policy.limits)
+    collateral.check_limits(policy.limits)
     report = evidence if isinstance(evidence, GpuReport) else GpuReport.parse(evidence)
     roots = [load_der_cert(r, "pinned NVIDIA root") for r in policy.nvidia_roots]
     chain = collateral.chain

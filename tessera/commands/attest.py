@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -17,7 +18,16 @@ def register(subparsers: Any) -> None:
 
     v = sub.add_parser("verify", help="verify a quote or report; exit 0 accepted, 1 refused")
     v.add_argument("file", help="evidence: raw quote/report bytes, or hex text (NVIDIA reports)")
-    v.add_argument("--collateral", help="collateral JSON (see docs/attestation.md)")
+    v.add_argument(
+        "--collateral",
+        help="collateral JSON (see docs/attestation.md); without it an Intel quote's signatures, QE report "
+        "and PCK chain are checked and its TCB status is unknown (refused unless --accept-unknown-tcb)",
+    )
+    v.add_argument(
+        "--accept-unknown-tcb",
+        action="store_true",
+        help="accept an Intel quote checked without collateral (TCB status and revocation unknown)",
+    )
     v.add_argument("--at", help="verification time, ISO 8601 or Unix seconds (default: now)")
     v.add_argument("--policy", help="policy JSON (default: the production policy)")
     v.add_argument("--report-data", help="expected raw report data (hex; NVIDIA: the 32-byte nonce)")
@@ -65,8 +75,11 @@ def _time(text: str | None) -> dt.datetime:
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
-def _read_evidence(path: str) -> bytes:
-    raw = Path(path).read_bytes()
+def _read_evidence(path: str, cap: int) -> bytes:
+    with Path(path).open("rb") as f:
+        raw = f.read(2 * cap + 65)  # hex text is twice the bytes
+    if len(raw) > 2 * cap + 64:
+        return raw  # over the cap whatever its form: verify refuses it as too large, unparsed
     stripped = b"".join(raw.split())
     if stripped and len(stripped) % 2 == 0 and all(c in b"0123456789abcdefABCDEF" for c in stripped):
         return bytes.fromhex(stripped.decode())
@@ -77,9 +90,11 @@ def _verify(args: argparse.Namespace) -> int:
     from attestation import Binding, Policy, describe_evidence_safe, load_collateral, load_policy, verify
     from attestation.errors import AttestationError
 
-    evidence = _read_evidence(args.file)
     now = _time(args.at)
     policy = load_policy(args.policy) if args.policy else Policy()
+    if args.accept_unknown_tcb:
+        policy = dataclasses.replace(policy, accept_unknown_tcb=True)
+    evidence = _read_evidence(args.file, policy.limits.max_evidence_bytes)
     expected: Binding | bytes | None = None
     if args.digest is not None:
         if args.chain_id is None or args.round is None or args.miner is None:
@@ -92,10 +107,11 @@ def _verify(args: argparse.Namespace) -> int:
         expected = bytes.fromhex(args.report_data.removeprefix("0x"))
     fields = describe_evidence_safe(evidence)
     out: dict[str, Any] = {"file": args.file, "at": now.isoformat(), "policy": policy.name, "parsed": fields}
+    if args.collateral is None:
+        out["collateral"] = "none: TCB status and revocation unknown"
     try:
-        if args.collateral is None:
-            raise AttestationError("no --collateral given: a quote cannot be verified without its collateral")
-        verdict = verify(evidence, load_collateral(args.collateral), policy, now, expected)
+        collateral = None if args.collateral is None else load_collateral(args.collateral, policy.limits)
+        verdict = verify(evidence, collateral, policy, now, expected)
     except AttestationError as exc:
         out.update(accepted=False, error=type(exc).__name__, reason=str(exc))
         _print(out, args.json)
@@ -113,6 +129,8 @@ def _print(out: dict[str, Any], as_json: bool) -> None:
     if not out["accepted"]:
         print(f"reason:   {out['error']}: {out['reason']}")
     print(f"at:       {out['at']}   policy: {out['policy']}")
+    if "collateral" in out:
+        print(f"collateral: {out['collateral']}")
     fields = out["verdict"] if out["accepted"] else out["parsed"]
     for key, value in fields.items():
         if isinstance(value, dict):
