@@ -657,16 +657,25 @@ contract TesseraNetwork {
     // ------------------------------------------------------------------ slashing
 
     /// @notice Proposes to slash `target` on `evidence` (a hash of the off-chain evidence; usable once)
-    ///         and counts the caller's vote. Only active validators may propose.
+    ///         and counts the caller's vote. Only active validators may propose. A proposal of evidence
+    ///         that is already open against the same target counts as a vote for it: validators that
+    ///         saw the same cheat in the same block are all counted, whatever the order of their
+    ///         transactions.
     /// @param target The miner or validator to slash.
     /// @param evidence The evidence hash.
     function proposeSlash(address target, bytes32 evidence) external {
         _requireActiveValidator(msg.sender);
-        if (_slashes[evidence].target != address(0)) revert EvidenceUsed(evidence);
-        Account memory t = _accounts[target];
-        if (t.role == Role.None || uint256(t.stake) + _unbonding[target].amount == 0) revert NothingToSlash(target);
-        _slashes[evidence].target = target;
-        emit SlashProposed(evidence, target, msg.sender);
+        SlashProposal memory p = _slashes[evidence];
+        if (p.target == address(0)) {
+            Account memory t = _accounts[target];
+            if (t.role == Role.None || uint256(t.stake) + _unbonding[target].amount == 0) {
+                revert NothingToSlash(target);
+            }
+            _slashes[evidence].target = target;
+            emit SlashProposed(evidence, target, msg.sender);
+        } else if (p.target != target || p.executed) {
+            revert EvidenceUsed(evidence);
+        }
         _vote(evidence, target);
     }
 

@@ -567,6 +567,28 @@ contract TesseraNetworkTest is Fixture {
         net.proposeSlash(m2, "evidence");
     }
 
+    function test_slash_secondProposalOfSameEvidenceCountsAsVote() public {
+        // two validators that saw the same cheat both call proposeSlash (same block, any order)
+        vm.prank(v1);
+        net.proposeSlash(m1, "same");
+        vm.prank(v2);
+        net.proposeSlash(m1, "same");
+        assertEq(net.accountOf(m1).stake, MIN_MINER - MIN_MINER / 10, "both counted: slashed");
+        assertTrue(net.slashProposal("same").executed, "executed");
+        // a different target on the same evidence is refused, as is a proposal after execution
+        vm.prank(v3);
+        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.EvidenceUsed.selector, bytes32("same")));
+        net.proposeSlash(m1, "same");
+        vm.prank(v1);
+        net.proposeSlash(m2, "other");
+        vm.prank(v2);
+        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.EvidenceUsed.selector, bytes32("other")));
+        net.proposeSlash(m1, "other");
+        vm.prank(v1);
+        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyVoted.selector, bytes32("other"), v1));
+        net.proposeSlash(m2, "other");
+    }
+
     function test_slash_reverts() public {
         vm.prank(m1);
         vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotRole.selector, m1, TesseraNetwork.Role.Validator));

@@ -3,6 +3,9 @@ certify, with the adversarial cases (copied commitment, wrong salt, late reveal,
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from web3 import Web3
 
@@ -167,6 +170,36 @@ def test_slash_quorum(net: Net) -> None:
     assert r.account_info(net.miners[0].address).stake == other_before
     with pytest.raises(EvidenceUsed):
         net.validators[2].propose_slash(net.miners[0].address, evidence)
+
+
+def test_slash_proposals_in_the_same_block_all_count(net: Net) -> None:
+    """Two validators that saw the same cheat propose in one block: both count, the slash executes.
+
+    Before the fix the second transaction reverted ``EvidenceUsed`` and the proposal stayed at 1/3 of the
+    stake (issue 10: 6 proposals, 2 slashes).
+    """
+    r = net.reader()
+    target = net.miners[2]
+    before = r.account_info(target.address).stake + r.unbonding(target.address).amount
+    evidence = b"\xab" * 32
+    w3 = net.w3
+    start = w3.eth.block_number
+    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(v.propose_slash, target.address, evidence) for v in net.validators[:2]]
+            deadline = time.monotonic() + 30
+            while w3.provider.make_request("txpool_status", [])["result"]["pending"] != "0x2":  # type: ignore[arg-type]
+                assert time.monotonic() < deadline, "both proposals should reach the pool"
+                time.sleep(0.05)
+            mine(w3, 1)
+            results = [f.result(timeout=60) for f in futures]
+    finally:
+        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
+    assert {res.block_number for res in results} == {start + 1}, "one block"
+    assert r.slash_proposal(evidence)[2] is True
+    after = r.account_info(target.address).stake + r.unbonding(target.address).amount
+    assert after == before - before * net.deployment.params.slash_bps // 10_000
 
 
 def test_typed_reverts_and_empty_round(w3: Web3, anvil: Anvil) -> None:
