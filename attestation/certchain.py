@@ -290,6 +290,8 @@ def _chain_root(
     chain: tuple[x509.Certificate, ...], roots: tuple[x509.Certificate, ...], what: str, require_ca: bool
 ) -> x509.Certificate:
     """The signature checks of ``verify_chain`` (time-independent, so memoized per exact chain)."""
+    if len(set(chain)) != len(chain):
+        raise BadChainError(f"{what}: a certificate appears twice; send the vendor's chain as it is")
     for child, issuer in zip(chain, chain[1:], strict=False):
         _check_issued(child, issuer, what, require_ca=require_ca)
     top = chain[-1]
@@ -368,3 +370,11 @@ def crl_signed_by(crl: x509.CertificateRevocationList, cert: x509.Certificate) -
         return bool(crl.is_signature_valid(cert.public_key()))  # type: ignore[arg-type]
     except X509_ERRORS:
         return False
+
+
+def is_revoked(crl: x509.CertificateRevocationList, cert: x509.Certificate, what: str) -> bool:
+    """Whether ``cert``'s serial number is on ``crl`` (a lookup in cryptography, no Python iteration)."""
+    try:
+        return crl.get_revoked_certificate_by_serial_number(cert.serial_number) is not None
+    except X509_ERRORS as exc:
+        raise MalformedCollateralError(f"{what}: a revoked entry cannot be decoded ({exc})") from None

@@ -60,8 +60,7 @@ def _load_crl(der: bytes, what: str, limits: Limits = DEFAULT_LIMITS) -> x509.Ce
         crl = x509.load_der_x509_crl(der)
         crl.issuer.rfc4514_string()
         _ = (crl.last_update_utc, crl.next_update_utc, crl.signature_hash_algorithm)
-        for revoked in crl:
-            _ = revoked.serial_number
+        len(crl)  # the revoked entries are looked up (``is_revoked``), never iterated in Python
     except X509_ERRORS as exc:
         raise MalformedCollateralError(f"{what}: the CRL cannot be decoded ({exc})") from None
     return crl

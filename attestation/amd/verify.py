@@ -19,7 +19,14 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from attestation.amd.report import SnpReport, SnpTcb
 from attestation.binding import Binding, check_raw, check_report_data
-from attestation.certchain import check_window, crl_signed_by, load_der_cert, subject_of, verify_chain
+from attestation.certchain import (
+    check_window,
+    crl_signed_by,
+    is_revoked,
+    load_der_cert,
+    subject_of,
+    verify_chain,
+)
 from attestation.collateral import SnpCollateral
 from attestation.der import TAG_INTEGER, TAG_OCTET_STRING, decode_integer, read_one, read_tlvs
 from attestation.errors import (
@@ -134,7 +141,7 @@ def verify_snp(
             crl.last_update_utc, crl.next_update_utc, now, "the AMD CRL", "fetch it again from AMD KDS"
         )
         for cert in chain[:-1]:
-            if crl.get_revoked_certificate_by_serial_number(cert.serial_number) is not None:
+            if is_revoked(crl, cert, "the AMD CRL"):
                 raise RevokedError(f"'{subject_of(cert)}' is revoked by AMD's CRL")
     reported = report.reported
     issued = vcek_tcb(vcek, report.is_turin)

@@ -30,6 +30,7 @@ from attestation.certchain import (
     check_cert_window,
     check_window,
     crl_signed_by,
+    is_revoked,
     load_der_cert,
     load_pem_chain,
     subject_of,
@@ -341,7 +342,7 @@ def _crl_signatures(
 
 
 def _revoked(crl: x509.CertificateRevocationList, cert: x509.Certificate) -> bool:
-    return crl.get_revoked_certificate_by_serial_number(cert.serial_number) is not None
+    return is_revoked(crl, cert, "a CRL")
 
 
 def _check_revocation(

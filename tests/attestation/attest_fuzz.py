@@ -4,7 +4,9 @@ allowed out are ``AttestationError`` subclasses."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import functools
 import json
 import random
 from collections.abc import Callable
@@ -25,9 +27,17 @@ from attest_support import (
 
 from attestation import Binding, Policy, detect_format, parse_evidence, verify
 from attestation.amd.report import SnpReport
-from attestation.collateral import Collateral, collateral_from_dict, loads_collateral
+from attestation.collateral import (
+    Collateral,
+    IntelCollateral,
+    NvidiaCollateral,
+    SnpCollateral,
+    collateral_from_dict,
+    loads_collateral,
+)
 from attestation.errors import AttestationError
-from attestation.intel.quote import Quote
+from attestation.intel.quote import CERT_PCK_CHAIN, CERT_QE_REPORT, CertificationData, Quote
+from attestation.limits import DEFAULT_LIMITS, PEM_CERT_MARKER
 from attestation.nvidia.spdm import GpuReport
 from attestation.policy import policy_from_dict
 from attestation.simulated import SimulatedEnclave
@@ -198,8 +208,174 @@ def check_policy(rng: random.Random) -> str:
     return run_one(lambda: policy_from_dict(doc))
 
 
+# --- inputs at and over the default caps (the campaign's "oversized" kinds) ---------------------------------
+
+FORMAT_OF_SEED = {
+    "sgx_quote": "intel-sgx",
+    "tdx_quote": "intel-tdx",
+    "simulated": "intel-tdx-simulated",
+    "snp": "amd-sev-snp",
+    "nvidia": "nvidia-h100",
+}
+"""The format figures of the campaign are kept per format (the simulated TDX quote apart from real ones)."""
+
+LIM = DEFAULT_LIMITS
+
+
+@dataclass(frozen=True)
+class Case:
+    """One campaign input: its format, its generator, and the call that is measured (input built before)."""
+
+    format: str
+    kind: str
+    run: Callable[[], list[str]]
+
+
+def with_pck_pem(quote: bytes, pem: bytes) -> bytes:
+    """``quote`` with its PCK chain PEM replaced (the chain is outside the quote signature)."""
+    q = Quote.parse(quote)
+    qe = dataclasses.replace(q.qe, certification_data=CertificationData(CERT_PCK_CHAIN, pem))
+    outer = CertificationData(CERT_QE_REPORT, qe.to_bytes(), qe)
+    return dataclasses.replace(q, qe=qe, outer_certification=outer).to_bytes()
+
+
+def _last_cert(pem: bytes) -> bytes:
+    pem = pem.rstrip(b"\0\n") + b"\n"
+    return pem[pem.rindex(PEM_CERT_MARKER) :]
+
+
+@functools.lru_cache(maxsize=64)
+def _padded_quote(evidence: bytes, copies: int) -> bytes:
+    pem = Quote.parse(evidence).pck_certification.data.rstrip(b"\0")
+    return with_pck_pem(evidence, pem + _last_cert(pem) * copies + b"\0")
+
+
+@functools.lru_cache(maxsize=8)
+def _huge_text(n: int) -> str:
+    return '{"tcbLevels":[' + ",".join(["{}"] * (n // 3)) + "]}"
+
+
+@functools.lru_cache(maxsize=1)
+def big_crl() -> bytes:
+    """A well-formed DER CRL just under the CRL cap, signed by a throwaway key (refused at its signature)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    t = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Intel SGX PCK Platform CA")])
+    b = x509.CertificateRevocationListBuilder().issuer_name(name).last_update(t)
+    b = b.next_update(t + dt.timedelta(days=3650))
+    n = (LIM.max_crl_bytes - 2048) // 43
+    for i in range(n):
+        b = b.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(2**150 + i).revocation_date(t).build()
+        )
+    der = b.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+    assert len(der) <= LIM.max_crl_bytes, len(der)
+    return der
+
+
+def _size_near(rng: random.Random, cap: int) -> int:
+    """A size at, just over, well under or far over ``cap``."""
+    return rng.choice((cap, cap + 1, cap - 1, rng.randrange(cap // 2, cap), 2 * cap, 16 * cap))
+
+
+def oversized_case(rng: random.Random, pool: list[Seed]) -> Case:
+    """An input built at or over a default cap, for one seed's format."""
+    seed = rng.choice(pool)
+    fmt = FORMAT_OF_SEED[seed.name]
+
+    def verify_with(evidence: bytes, coll: Collateral | None = None) -> Callable[[], list[str]]:
+        return lambda: [check_verify(seed, evidence, coll)]
+
+    op = rng.randrange(6)
+    if op == 0:
+        size = _size_near(rng, LIM.max_evidence_bytes)
+        ev = seed.evidence + bytes(max(0, size - len(seed.evidence)))
+        return Case(fmt, "oversized/evidence-trailing", verify_with(ev))
+    coll = seed.collateral
+    if isinstance(coll, IntelCollateral):
+        if op == 1:
+            copies = rng.choice((1, 2, 3, 10, 100, 1000, 5000))
+            return Case(fmt, "oversized/pck-chain-padded", verify_with(_padded_quote(seed.evidence, copies)))
+        if op == 2:
+            pem = Quote.parse(seed.evidence).pck_certification.data.rstrip(b"\0")
+            pad = _size_near(rng, LIM.max_pem_chain_bytes) - len(pem)
+            ev = with_pck_pem(seed.evidence, pem + b"\n" * max(0, pad - 1) + b"\0")
+            return Case(fmt, "oversized/pck-chain-at-cap", verify_with(ev))
+        assert seed.collateral_json is not None
+        cj = dict(seed.collateral_json)
+        if op == 3:
+            key = rng.choice(("tcb_info", "qe_identity"))
+            size = _size_near(rng, LIM.max_document_bytes)
+            cj[key] = (
+                _huge_text(size)
+                if size > 4 * LIM.max_document_bytes
+                else (cj[key] * (size // len(cj[key]) + 1))[:size]
+            )
+            wire = json.dumps(cj)
+            return Case(fmt, "oversized/forged-document", lambda: [check_collateral_text(seed, wire)])
+        if op == 4:
+            key = rng.choice(("pck_crl", "root_ca_crl"))
+            crl = big_crl() if rng.random() < 0.5 else rng.randbytes(_size_near(rng, LIM.max_crl_bytes))
+            return Case(
+                fmt, "oversized/crl", verify_with(seed.evidence, dataclasses.replace(coll, **{key: crl}))
+            )
+        key = rng.choice(("tcb_info_issuer_chain", "qe_identity_issuer_chain", "pck_crl_issuer_chain"))
+        chain = cj[key].rstrip("\n") + "\n"
+        copies = rng.choice((1, 2, 10, 1000))
+        padded = chain + _last_cert(chain.encode()).decode() * copies
+        return Case(
+            fmt,
+            "oversized/collateral-chain",
+            verify_with(seed.evidence, dataclasses.replace(coll, **{key: padded})),
+        )
+    if isinstance(coll, SnpCollateral):
+        if op in (1, 2, 3):
+            copies = rng.choice((1, 2, 10, 1000))
+            chain = coll.cert_chain + _last_cert(coll.cert_chain) * copies
+            return Case(
+                fmt,
+                "oversized/collateral-chain",
+                verify_with(seed.evidence, dataclasses.replace(coll, cert_chain=chain)),
+            )
+        vcek = coll.vcek + bytes(_size_near(rng, LIM.max_certificate_bytes) - len(coll.vcek))
+        return Case(fmt, "oversized/vcek", verify_with(seed.evidence, dataclasses.replace(coll, vcek=vcek)))
+    assert isinstance(coll, NvidiaCollateral)
+    copies = rng.choice((1, 2, 3, 10, 1000))
+    chain = coll.cert_chain.rstrip(b"\n") + b"\n" + _last_cert(coll.cert_chain) * copies
+    return Case(
+        fmt,
+        "oversized/collateral-chain",
+        verify_with(seed.evidence, dataclasses.replace(coll, cert_chain=chain)),
+    )
+
+
+def check_collateral_text(seed: Seed, wire: str) -> str:
+    """Load collateral JSON text and verify the seed's evidence with it."""
+    return run_one(
+        lambda: verify(seed.evidence, loads_collateral(wire), seed.policy, seed.now, seed.expected)
+    )
+
+
+def check_without_collateral(seed: Seed, evidence: bytes, accept_unknown: bool) -> str:
+    """verify() with no collateral (TCB unknown, decided by the policy)."""
+    pol = dataclasses.replace(seed.policy, accept_unknown_tcb=accept_unknown)
+    return run_one(lambda: verify(evidence, None, pol, seed.now, seed.expected))
+
+
 __all__ = [
+    "Case",
+    "FORMAT_OF_SEED",
     "Seed",
+    "big_crl",
+    "check_collateral_text",
+    "check_without_collateral",
+    "oversized_case",
+    "with_pck_pem",
     "check_collateral",
     "check_parsers",
     "check_policy",

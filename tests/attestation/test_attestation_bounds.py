@@ -32,6 +32,7 @@ from attestation import CollateralCache, Policy, load_policy, loads_collateral, 
 from attestation.amd.report import SnpReport
 from attestation.collateral import IntelCollateral, collateral_from_dict, dumps_collateral
 from attestation.errors import (
+    BadChainError,
     CertificateExpiredError,
     CollateralRequiredError,
     CollateralSignatureError,
@@ -358,3 +359,19 @@ def test_intel_collateral_type_is_checked(tdx: IntelVector) -> None:
     assert isinstance(tdx.collateral, IntelCollateral)
     with pytest.raises(MalformedCollateralError):
         verify(tdx.quote, "not collateral", intel_policy(), tdx.inside)  # type: ignore[arg-type]
+
+
+def test_a_certificate_twice_in_a_chain_is_refused(tdx: IntelVector) -> None:
+    """Padding under the count cap: a repeated root is never part of a vendor's chain."""
+    gpu = nvidia_collateral()
+    pem = gpu.cert_chain.rstrip(b"\n") + b"\n"
+    root = pem[pem.rindex(b"-----BEGIN CERTIFICATE-----") :]
+    padded = dataclasses.replace(gpu, cert_chain=pem + root * 2)  # 7 certificates: under the cap of 8
+    with pytest.raises(BadChainError, match="appears twice"):
+        verify(nvidia_report(), padded, Policy(), utc(2025, 1, 1))
+    pem_i = Quote.parse(tdx.quote).pck_certification.data.rstrip(b"\0")
+    leaf = pem_i[: pem_i.index(b"-----END CERTIFICATE-----") + 26]
+    root_i = pem_i[pem_i.rindex(b"-----BEGIN CERTIFICATE-----") :]
+    twice = with_pck_pem(tdx.quote, leaf + root_i + root_i + b"\0")  # three certificates, root twice
+    with pytest.raises(BadChainError):
+        verify(twice, tdx.collateral, intel_policy(), tdx.inside)

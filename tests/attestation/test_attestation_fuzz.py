@@ -4,9 +4,12 @@ AttestationError subclasses. The quick suite runs a modest count; ``TESSERA_FUZZ
 
 from __future__ import annotations
 
+import json
 import os
 import random
+from pathlib import Path
 
+import fuzz_campaign
 import pytest
 from attest_fuzz import (
     Seed,
@@ -16,6 +19,7 @@ from attest_fuzz import (
     check_verify,
     mutate_bytes,
     mutate_collateral,
+    oversized_case,
     seeds,
 )
 from hypothesis import HealthCheck, given, settings
@@ -73,3 +77,22 @@ def test_policy_documents(rng_seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS, ids=[s.name for s in SEEDS])
 def test_unmutated_seeds_are_accepted(seed: Seed) -> None:
     assert check_verify(seed, seed.evidence) == "accept"
+
+
+@FUZZ
+@given(st.integers(0, 2**32))
+def test_inputs_at_and_over_the_caps(rng_seed: int) -> None:
+    case = oversized_case(random.Random(rng_seed), SEEDS)
+    case.run()
+
+
+def test_campaign_measures_every_format(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    assert fuzz_campaign.main(["--inputs", "400", "--seed", "3", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["unexpected_exceptions"] == 0 and figures["memory_measured"]
+    formats = set(figures["per_format"])
+    assert {"intel-sgx", "intel-tdx", "amd-sev-snp", "nvidia-h100"} <= formats
+    for fig in figures["per_format"].values():
+        assert fig["untyped_exceptions"] == 0
+        assert fig["worst_peak_mb_per_input"] < 50  # issue 11's target (tracemalloc's view)
