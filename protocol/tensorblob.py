@@ -26,6 +26,10 @@ from training.digest import state_digest
 
 #: Default cap on a tensor blob (bytes).
 MAX_TENSOR_BLOB = 256 * 1024 * 1024
+#: The safetensors dtypes a tensor blob may declare. Anything else is refused before
+#: ``safetensors.torch`` parses the blob: ``F4``, ``F6_E2M3``, ``F6_E3M2`` and ``F8_E8M0`` pass the Rust
+#: parser and then raise ``KeyError`` in ``safetensors.torch`` (issue 11).
+ALLOWED_DTYPES = frozenset({"BOOL", "U8", "I8", "I16", "I32", "I64", "F16", "BF16", "F32", "F64"})
 
 
 class TensorBlobError(ProtocolError):
@@ -51,9 +55,17 @@ def decode_tensors(data: bytes, max_bytes: int = MAX_TENSOR_BLOB) -> dict[str, T
         meta = json.loads(data[8 : 8 + n])
         if not isinstance(meta, dict):
             raise ValueError("header is not an object")
+        for name, entry in meta.items():
+            if name == "__metadata__":
+                continue
+            dtype = entry.get("dtype") if isinstance(entry, dict) else None
+            if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
+                raise TensorBlobError(f"tensor {name!r}: dtype {dtype!r} is not allowed")
         return dict(st_load(data))
     except (CanonicalJSONError, SafetensorError, ValueError, RuntimeError, RecursionError) as exc:
         raise TensorBlobError(f"tensor blob does not parse: {exc}") from exc
+    except (KeyError, TypeError, IndexError, OverflowError, MemoryError) as exc:  # safetensors.torch's own
+        raise TensorBlobError(f"tensor blob does not load: {type(exc).__name__}: {exc}") from exc
 
 
 def tensors_digest(tensors: Mapping[str, Tensor]) -> str:

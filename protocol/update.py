@@ -20,9 +20,14 @@ transcript (docs/security.md F12). The update's digest is SHA-256 over the whole
 re-encodes and requires identical bytes, so one update has exactly one digest.
 
 Checks run cheapest first: total size, magic, header size, header JSON, version, codec, field types,
-payload size, the safetensors header size (before the payload is parsed), tensor names, dtypes and
-shapes (from the codec's ``field_specs``, before any value is read), finiteness, then the decode itself.
-Never pickle: safetensors and JSON only.
+payload size; then the run's expectations when the caller gives them (the codec is the run's codec, each
+parameter is one of the run's model with its shape); then the cost of the decode, derived from the header
+alone (:func:`decode_cost`: the decoded fp32 bytes, the decoder's peak memory and its work) against the
+caps, so a few hundred bytes cannot make a node allocate gigabytes; then the safetensors header (size,
+offsets, and dtypes from an explicit allow-list, before ``safetensors.torch`` parses the payload), tensor
+names, dtypes and shapes (from the codec's ``field_specs``, before any value is read), finiteness, then
+the decode itself. Every failure is an :class:`UpdateError` subclass. Never pickle: safetensors and JSON
+only.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import json
 import math
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -43,7 +48,7 @@ from torch import Tensor
 
 from protocol.canonical import CanonicalJSONError, check_json_depth, dumps_canonical, loads_canonical
 from protocol.errors import ProtocolError
-from training.codecs import Encoded, decode, field_specs
+from training.codecs import TILE, Encoded, decode, field_specs, index_bits, layout
 from training.config import CodecConfig
 from training.errors import CodecError, ConfigError, ModuleIdError
 from training.inner import Transcript
@@ -109,6 +114,20 @@ class NonCanonicalUpdate(UpdateError):
     """The bytes decode but are not the canonical encoding of their content."""
 
 
+class DecodeTooCostly(UpdateTooLarge):
+    """Decoding what the header declares would cost more memory or work than the caps allow."""
+
+
+class CodecMismatch(UpdateError):
+    """The header's codec is not the run's codec."""
+
+
+#: The safetensors dtypes a payload may declare; anything else (``F4``, ``F6_E2M3``, ``F6_E3M2``,
+#: ``F8_E8M0``, which the Rust parser accepts and ``safetensors.torch`` does not map) is refused before
+#: the payload is parsed. The codecs use ``U8`` and ``F32`` only.
+ALLOWED_DTYPES = frozenset({"U8", "F32"})
+
+
 @dataclass(frozen=True)
 class UpdateCaps:
     """Size caps, checked before anything is decoded."""
@@ -121,6 +140,173 @@ class UpdateCaps:
     """Parameter tensors listed in the header."""
     max_param_numel: int = 1 << 28
     """Values of any one parameter."""
+    max_decoded_bytes: int = 256 * 1024 * 1024
+    """fp32 bytes of the decoded pseudo-gradient (every parameter the header lists): 64 M values."""
+    max_decode_memory: int = 1024 * 1024 * 1024
+    """Peak bytes the decode may allocate (:func:`decode_cost`'s estimate, outputs included)."""
+    max_memory_ratio: int = 16
+    """The decode's peak memory may be at most this multiple of the decoded bytes (plus
+    :data:`MEMORY_SLACK`, which covers the fixed costs of tiny parameters)."""
+    max_decode_work: int = 1_000_000_000
+    """The decode's estimated time in nanoseconds (:func:`decode_cost`): one second."""
+
+    def covering(self, cost: DecodeCost) -> UpdateCaps:
+        """These caps raised, where needed, so that ``cost`` passes them (the cost of decoding a whole
+        model of the run with the run's codec: an honest update never costs more)."""
+        ratio = math.ceil(max(0, cost.peak_bytes - MEMORY_SLACK) / max(1, cost.decoded_bytes))
+        return replace(
+            self,
+            max_decoded_bytes=max(self.max_decoded_bytes, cost.decoded_bytes),
+            max_decode_memory=max(self.max_decode_memory, cost.peak_bytes),
+            max_memory_ratio=max(self.max_memory_ratio, ratio),
+            max_decode_work=max(self.max_decode_work, cost.work),
+        )
+
+
+#: Bytes of decode memory allowed on top of ``max_memory_ratio`` x the decoded bytes.
+MEMORY_SLACK = 16 * 1024 * 1024
+
+# Decode time per unit, in nanoseconds, fitted on one busy CPU core (2 cores, load ~7; torch, float64,
+# deterministic settings) by the decodes of ``python -m tests.fuzz.campaign --measure`` (docs/security.md).
+_NS_OUT = 60  # per decoded value: float64 zeros/scatter or tile, to fp32, concatenation
+_NS_QVALUE = 260  # per kept value at 2-8 bits: unpack to int64, dequantise in float64, finiteness
+_NS_FVALUE = 110  # per kept raw fp32 value: to float64, finiteness
+_NS_INDEX = 200  # per kept index at widths 1, 2, 4, 8, 12 (vectorised unpacking, range and order checks)
+_NS_INDEX_BIT = 25  # per index bit on numpy's generic unpacking path
+_NS_MAC = 2  # per multiply-add of the quantised inverse DCT (a batched matrix product)
+_NS_SLOT = 20  # per tile value per kept slot of the raw fp32 inverse DCT (an elementwise loop)
+_NS_TILE = 110  # per tile value of the quantised inverse DCT after the product (scale, fp32)
+_NS_PAYLOAD = 6  # per payload byte: safetensors load, finiteness, the canonical re-encoding
+
+
+@dataclass(frozen=True)
+class DecodeCost:
+    """What decoding an update costs, derived from its header alone (:func:`decode_cost`)."""
+
+    decoded_bytes: int
+    """fp32 bytes of the decoded tensors (4 per value of every parameter)."""
+    peak_bytes: int
+    """Upper estimate of the decoder's peak allocation: every decoded output plus the largest transient
+    of one parameter's decode (unpacked codes and indices, float64 values, the scatter or inverse-DCT
+    buffers)."""
+    work: int
+    """Estimated decode time in nanoseconds (weights fitted on a busy core; see ``_NS_*``)."""
+    payload_bytes: int = 0
+    """Bytes of the payload the header implies (the codec's fields)."""
+
+
+def _param_cost(numel: int, cfg: CodecConfig) -> tuple[int, int, float, int]:
+    """(output bytes, transient bytes incl. output, nanoseconds, payload bytes) of one parameter's decode.
+
+    Mirrors ``training.codecs.decode`` step by step (its math is not changed here, only counted):
+    unpacking ``b``-bit values (int64 codes) and dequantising them in float64; unpacking indices (the
+    vectorised widths 1, 2, 4, 8, 12, or numpy's bit-by-bit path at ``17 * width`` bytes per index); then
+    a float64 scatter per chunk (no transform), a float64 inverse DCT per 64x64 tile (batched matrix
+    product over the kept slots for quantised values; an elementwise loop over the slots for raw fp32),
+    or nothing (dense).
+    """
+    lay = layout(numel, cfg)
+    kept = lay.kept
+    payload = sum(
+        math.prod(shape) * dtype.itemsize
+        for dtype, shape in field_specs((numel,), cfg).values()
+    )
+    transient = 0
+    ns = float(_NS_PAYLOAD * payload)
+    if cfg.bits == 32:
+        transient += 8 * kept
+        ns += _NS_FVALUE * kept
+    else:
+        transient += 40 * kept  # int64 codes, float64 values and two temporaries
+        ns += _NS_QVALUE * kept
+    if cfg.name == "topk":
+        width = index_bits(cfg)
+        if width in (1, 2, 4, 8, 12):
+            transient += 24 * kept
+            ns += _NS_INDEX * kept
+        else:
+            transient += 17 * width * kept  # the bits as uint8, then as int64, shifted
+            ns += _NS_INDEX_BIT * width * kept + _NS_INDEX * kept
+        if cfg.transform == "dct":
+            area = lay.n_chunks * TILE * TILE
+            out = 4 * area
+            k = max(lay.k_full, lay.k_tail)
+            if cfg.bits == 32:
+                transient += 4 * 8 * area  # accumulator, outer product and two temporaries
+                ns += _NS_SLOT * k * area + _NS_OUT * area
+            else:
+                transient += 3 * 8 * kept * TILE + 3 * 8 * area  # gathered basis rows; product, scaled
+                ns += _NS_MAC * k * area + _NS_TILE * area + _NS_OUT * area
+        else:
+            out = 4 * numel
+            transient += 12 * numel  # float64 scatter buffer, then fp32
+            ns += _NS_OUT * numel
+    else:
+        out = 4 * numel
+        ns += _NS_OUT * numel
+    return out, transient + out, ns, payload
+
+
+def decode_cost(params: tuple[tuple[str, tuple[int, ...]], ...], cfg: CodecConfig) -> DecodeCost:
+    """The :class:`DecodeCost` of decoding ``params`` (name, shape) with ``cfg``: computed from the header
+    alone, before any payload byte is read, so a decode can be refused before it allocates."""
+    decoded = outputs = largest = payload = 0
+    ns = 0.0
+    for _, shape in params:
+        numel = math.prod(shape)
+        out, transient, t, pay = _param_cost(numel, cfg)
+        decoded += 4 * numel
+        outputs += out
+        largest = max(largest, transient)
+        ns += t
+        payload += pay
+    return DecodeCost(
+        decoded_bytes=decoded, peak_bytes=outputs + largest, work=int(ns), payload_bytes=payload
+    )
+
+
+def check_decode_cost(header: UpdateHeader, caps: UpdateCaps) -> DecodeCost:
+    """:func:`decode_cost` of the header, or :class:`DecodeTooCostly` if it exceeds a cap."""
+    cost = decode_cost(header.params, header.codec)
+    if cost.decoded_bytes > caps.max_decoded_bytes:
+        raise DecodeTooCostly(f"decodes to {cost.decoded_bytes} bytes > cap {caps.max_decoded_bytes}")
+    if cost.peak_bytes > caps.max_decode_memory:
+        raise DecodeTooCostly(f"decoding needs ~{cost.peak_bytes} bytes > cap {caps.max_decode_memory}")
+    if cost.peak_bytes > caps.max_memory_ratio * cost.decoded_bytes + MEMORY_SLACK:
+        raise DecodeTooCostly(
+            f"decoding needs ~{cost.peak_bytes} bytes, more than {caps.max_memory_ratio}x the "
+            f"{cost.decoded_bytes} decoded bytes"
+        )
+    if cost.work > caps.max_decode_work:
+        raise DecodeTooCostly(
+            f"decoding would take ~{cost.work / 1e9:.2f}s > cap {caps.max_decode_work / 1e9:.2f}s"
+        )
+    return cost
+
+
+def codec_wire(cfg: CodecConfig) -> tuple[str, int, int, int, str]:
+    """The codec parameters that travel in a header (``ef_beta`` and ``feedback`` are the miner's)."""
+    return (cfg.name, cfg.chunk, cfg.topk, cfg.bits, cfg.transform)
+
+
+def check_expected(
+    header: UpdateHeader,
+    expected_shapes: dict[str, tuple[int, ...]] | None,
+    expected_codec: CodecConfig | None,
+) -> None:
+    """The run's expectations, checked before anything is decoded: the codec is the run's codec
+    (:class:`CodecMismatch`), every parameter is in the run's model (:class:`HeaderMismatch`) with its
+    shape (:class:`BadTensorShape`)."""
+    if expected_codec is not None and codec_wire(header.codec) != codec_wire(expected_codec):
+        raise CodecMismatch(f"codec {codec_wire(header.codec)} is not the run's {codec_wire(expected_codec)}")
+    if expected_shapes is not None:
+        for name, shape in header.params:
+            if name not in expected_shapes:
+                raise HeaderMismatch(f"parameter {name!r} is not in the model")
+            if tuple(expected_shapes[name]) != shape:
+                raise BadTensorShape(
+                    f"parameter {name!r} declared {shape}, model has {expected_shapes[name]}"
+                )
 
 
 @dataclass(frozen=True)
@@ -201,8 +387,9 @@ class Update:
                 self._decoded.update(
                     {name: decode(self.tensors[name], self.header.codec) for name, _ in self.header.params}
                 )
-            except CodecError as exc:
-                raise InvalidPayload(str(exc)) from exc
+            except (CodecError, ValueError, RuntimeError, IndexError) as exc:
+                # the codec's typed error, or what torch raises on values it was not meant to see
+                raise InvalidPayload(f"{type(exc).__name__}: {exc}") from exc
         return dict(self._decoded)
 
 
@@ -432,6 +619,18 @@ def _tensor_spans(meta: dict[str, Any]) -> list[tuple[int, int, str]]:
             continue
         if not isinstance(entry, dict):
             raise InvalidPayload(f"safetensors entry {name!r} is not an object")
+        dtype = entry.get("dtype")
+        if not isinstance(dtype, str):
+            raise InvalidPayload(f"safetensors entry {name!r}: dtype is not a string")
+        if dtype not in ALLOWED_DTYPES:
+            raise BadTensorDtype(
+                f"safetensors entry {name!r}: dtype {dtype!r} is not one of {sorted(ALLOWED_DTYPES)}"
+            )
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise InvalidPayload(f"safetensors entry {name!r}: shape is not a list of non-negative integers")
         offsets = entry.get("data_offsets")
         if not isinstance(offsets, list) or len(offsets) != 2:
             raise InvalidPayload(f"safetensors entry {name!r}: data_offsets is not a list of two integers")
@@ -478,11 +677,13 @@ def decode_update(
     data: bytes,
     caps: UpdateCaps | None = None,
     expected_shapes: dict[str, tuple[int, ...]] | None = None,
+    expected_codec: CodecConfig | None = None,
 ) -> Update:
     """Parse and check an encoded update; each failure raises its own :class:`UpdateError` subclass.
 
-    ``expected_shapes`` (parameter name -> shape of the model) adds a check that every parameter exists
-    in the model with the declared shape.
+    ``expected_shapes`` (parameter name -> shape of the run's model) and ``expected_codec`` (the run's
+    codec) are checked right after the header is parsed, before anything is decoded; then the header's
+    :func:`decode_cost` against ``caps``. Without them only the caps bound a decode.
     """
     caps = caps or UpdateCaps()
     if len(data) > caps.max_update_bytes:
@@ -511,18 +712,17 @@ def decode_update(
     if pos + plen > len(data):
         raise TruncatedUpdate(f"payload of {plen} bytes declared, {len(data) - pos} present")
     payload = data[pos:]
-    if expected_shapes is not None:
-        for name, shape in header.params:
-            if name not in expected_shapes:
-                raise HeaderMismatch(f"parameter {name!r} is not in the model")
-            if tuple(expected_shapes[name]) != shape:
-                raise BadTensorShape(
-                    f"parameter {name!r} declared {shape}, model has {expected_shapes[name]}"
-                )
+    check_expected(header, expected_shapes, expected_codec)
+    if expected_shapes is not None and expected_codec is not None:
+        # the run's own model and codec are never refused: an update of some of its parameters costs
+        # at most what decoding all of them costs
+        model = tuple((n, tuple(s)) for n, s in sorted(expected_shapes.items()))
+        caps = caps.covering(decode_cost(model, expected_codec))
+    check_decode_cost(header, caps)
     _safetensors_header_len(payload, caps)
     try:
         flat = st_load(payload)
-    except (SafetensorError, ValueError, RuntimeError) as exc:
+    except (SafetensorError, ValueError, RuntimeError, KeyError, TypeError, IndexError, OverflowError) as exc:
         raise InvalidPayload(f"safetensors payload does not parse: {exc}") from exc
     specs = {name: field_specs(shape, header.codec) for name, shape in header.params}
     wanted: dict[str, tuple[torch.dtype, int]] = {}

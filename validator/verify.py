@@ -51,6 +51,7 @@ from protocol.runspec import COMPUTE_LOCK, RunSpec
 from protocol.update import Update, UpdateCaps, UpdateError, decode_update, update_digest
 from training.assignment import Assignment, assign
 from training.codecs import ErrorFeedback
+from training.config import CodecConfig
 from training.data import Dataset, eval_windows, miner_batches
 from training.digest import state_digest
 from training.diloco import pseudo_gradient
@@ -197,6 +198,11 @@ def _apply(base: Mapping[str, Tensor], delta: Mapping[str, Tensor]) -> dict[str,
     return out
 
 
+def _run_model(ctx: RoundContext) -> tuple[dict[str, tuple[int, ...]], CodecConfig]:
+    """The run's parameter shapes and codec, which an update's header must match before it is decoded."""
+    return {n: tuple(t.shape) for n, t in ctx.checkpoint.items()}, ctx.spec.codec
+
+
 def verify_update(
     ctx: RoundContext,
     miner: str,
@@ -240,7 +246,9 @@ def verify_update(
             raise _Fail("digest", "served bytes do not match the on-chain commitment")
         evidence_base = {"update_digest": digest.hex(), "commitment": commitment.hex()}
         try:
-            update = decode_update(data, UpdateCaps(max_update_bytes=policy.max_update_bytes))
+            update = decode_update(  # the run's model and codec checked before decoding (issue 11)
+                data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx)
+            )
         except UpdateError as exc:
             raise _Fail("format", f"{type(exc).__name__}: {exc}", True, **evidence_base) from exc
         lap("format")
@@ -444,7 +452,9 @@ def _check_error_feedback(
                 "recompute", f"error-feedback source of round {s} not available: {exc}", False
             ) from exc
         try:
-            src = decode_update(data, UpdateCaps(max_update_bytes=policy.max_update_bytes)).header
+            src = decode_update(
+                data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx)
+            ).header
         except UpdateError as exc:
             raise _Fail("recompute", f"error-feedback source does not decode: {exc}", True, **ev) from exc
         if src.round != s or src.miner.lower() != v.miner.lower():

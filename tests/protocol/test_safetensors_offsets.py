@@ -25,7 +25,7 @@ def _entry(begin: Any, end: Any) -> dict[str, Any]:
 
 
 def test_valid_safetensors_payload_passes() -> None:
-    wire._safetensors_header_len(st_save({"a": torch.zeros(3), "b": torch.ones(2, dtype=torch.int8)}), CAPS)
+    wire._safetensors_header_len(st_save({"a": torch.zeros(3), "b": torch.ones(2, dtype=torch.uint8)}), CAPS)
     wire._safetensors_header_len(_payload({"__metadata__": {"k": "v"}, "a": _entry(0, 1)}, b"\0"), CAPS)
     wire._safetensors_header_len(_payload({}, b""), CAPS)
 
