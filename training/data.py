@@ -172,14 +172,72 @@ def windows(stream: Tensor, offsets: Sequence[int], length: int) -> Tensor:
     return stream.to(torch.int64)[idx]
 
 
+def batch_offsets(
+    ds: Dataset, seed: bytes, assignment: Assignment, steps: int, batch_size: int, seq_len: int
+) -> list[int]:
+    """Offsets, in the miner's shard stream, of the windows of :func:`miner_batches` (step-major)."""
+    stream = shard_stream(ds, assignment)
+    key = b"tessera.batches\0" + seed + assignment.miner.encode() + struct.pack("<I", assignment.shard)
+    return window_offsets(key, steps * batch_size, stream.numel() - seq_len)
+
+
 def miner_batches(
     ds: Dataset, seed: bytes, assignment: Assignment, steps: int, batch_size: int, seq_len: int
 ) -> Tensor:
     """The miner's token batches for a round: ``int64 [steps, batch_size, seq_len + 1]``."""
     stream = shard_stream(ds, assignment)
-    key = b"tessera.batches\0" + seed + assignment.miner.encode() + struct.pack("<I", assignment.shard)
-    offs = window_offsets(key, steps * batch_size, stream.numel() - seq_len)
+    offs = batch_offsets(ds, seed, assignment, steps, batch_size, seq_len)
     return windows(stream, offs, seq_len + 1).view(steps, batch_size, seq_len + 1)
+
+
+SCORING_ATTEMPTS = 64
+"""Candidate windows drawn per needed scoring window before :func:`scoring_batches` gives up."""
+
+
+def scoring_offsets(
+    ds: Dataset,
+    round_seed: bytes,
+    assignment: Assignment,
+    trained: Sequence[int],
+    count: int,
+    seq_len: int,
+) -> list[int]:
+    """``count`` offsets of windows of the miner's shard that overlap none of the ``trained`` windows,
+    drawn with ``round_seed`` (see :func:`scoring_batches`)."""
+    high = shard_stream(ds, assignment).numel() - seq_len
+    taken = sorted(trained)
+    key = b"tessera.score\0" + round_seed + assignment.miner.encode() + struct.pack("<I", assignment.shard)
+    picked: list[int] = []
+    for o in window_offsets(key, count * SCORING_ATTEMPTS, high):
+        i = bisect.bisect_left(taken, o - seq_len)  # the first trained window that could overlap [o, o + L]
+        if i < len(taken) and taken[i] <= o + seq_len:
+            continue
+        picked.append(o)
+        if len(picked) == count:
+            return picked
+    raise DataError(f"only {len(picked)} of {count} scoring windows avoid the trained ones ({high} offsets)")
+
+
+def scoring_batches(
+    ds: Dataset,
+    round_seed: bytes,
+    assignment: Assignment,
+    trained: Sequence[int],
+    count: int,
+    batch_size: int,
+    seq_len: int,
+) -> Tensor:
+    """Windows of the miner's shard to score its update on: ``int64 [count, batch_size, seq_len + 1]``.
+
+    Drawn with ``round_seed``, the seed the chain fixes only after the update commits close, so a miner
+    cannot know them when it commits (it could overfit batches it knows: issue 10 measured a one-step
+    update on the miner's own batch 0 scoring 10-30x an honest one). A candidate window that overlaps one
+    of the ``trained`` windows (the offsets of :func:`batch_offsets`) is skipped, so the score measures how
+    the update generalises within the shard, not what it memorised.
+    """
+    offs = scoring_offsets(ds, round_seed, assignment, trained, count * batch_size, seq_len)
+    stream = shard_stream(ds, assignment)
+    return windows(stream, offs, seq_len + 1).view(count, batch_size, seq_len + 1)
 
 
 def eval_windows(stream: Tensor, seq_len: int, max_windows: int) -> Tensor:

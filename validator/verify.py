@@ -52,7 +52,7 @@ from protocol.update import Update, UpdateCaps, UpdateError, decode_update, upda
 from training.assignment import Assignment, assign
 from training.codecs import ErrorFeedback
 from training.config import CodecConfig
-from training.data import Dataset, eval_windows, miner_batches
+from training.data import Dataset, batch_offsets, eval_windows, miner_batches, scoring_batches
 from training.digest import state_digest
 from training.diloco import pseudo_gradient
 from training.errors import TrainingError
@@ -652,12 +652,20 @@ def _usefulness(
     spec = ctx.spec
     t0 = time.perf_counter()
     model = build_model(spec.model).to(policy.device)
-    batches = miner_batches(
+    # Scored on windows of the miner's shard that the round seed picks (fixed only after the commits
+    # closed) and that it did not train on: not on batches it knew when it committed (issue 10).
+    trained = batch_offsets(
         ctx.dataset, ctx.assign_seed, a, spec.inner.steps, spec.inner.batch_size, spec.model.seq_len
     )
-    n = batches.shape[0]
-    pick = sorted({(i * n) // max(1, policy.eval_own_batches) for i in range(policy.eval_own_batches)})
-    own = batches[pick]
+    own = scoring_batches(
+        ctx.dataset,
+        ctx.seed,
+        a,
+        trained,
+        max(1, policy.eval_own_batches),
+        spec.inner.batch_size,
+        spec.model.seq_len,
+    )
     after = _apply(ctx.checkpoint, _normalised(ctx.checkpoint, delta, policy.usefulness_rel_norm))
     own_before = _loss(model, ctx.checkpoint, own, a.path)
     own_after = _loss(model, after, own, a.path)
