@@ -10,11 +10,12 @@ Determinism. :func:`use_deterministic` applies what torch offers: ``torch.use_de
 (True)`` (ops with a deterministic variant use it, the others raise instead of silently varying), cuDNN
 without autotuning (``cudnn.benchmark = False``, ``cudnn.deterministic = True``), fp32 matmuls without
 TF32 (``set_float32_matmul_precision("highest")``: TF32 keeps 10 mantissa bits and would be far outside
-the replay tolerances) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``. That last one is an environment variable
-because cuBLAS reads it when it creates its handle, at the first matmul on a GPU: with its default
-workspace pool, cuBLAS (CUDA >= 10.2) may split a GEMM's reduction differently from one call to the next
-depending on which workspace buffer a stream gets, and torch's deterministic mode refuses cuBLAS calls
-without a fixed configuration. It must therefore be in the environment before CUDA is initialised;
+the replay tolerances) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``. Why the last one: since CUDA 10.2 cuBLAS
+takes GEMM workspace from a pool shared by streams, and the workspace a call gets can change the algorithm,
+so the bits, from one call to the next; a fixed configuration (``:4096:8``, eight 4 MiB buffers) removes
+that, and torch's deterministic mode refuses cuBLAS calls without one. It is an environment variable, read
+once when the first cuBLAS handle is set up (the first matmul on a GPU), so it must be in the environment
+before CUDA is initialised;
 :func:`use_deterministic` sets it if it is missing and raises :class:`DeviceError` if CUDA was initialised
 before without it. On the CPU these settings change no bits (checked by ``tests/training/test_device.py``).
 
@@ -28,10 +29,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 
 import torch
-from torch import Tensor
 
 from training.errors import DeviceError
 
@@ -91,13 +90,3 @@ def use_deterministic(device: torch.device | str = "cpu") -> torch.device:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     return dev
-
-
-def on_device(tensors: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
-    """Copies of ``tensors`` on ``device`` (new tensors even where they already are there)."""
-    return {k: v.to(device, copy=True) for k, v in tensors.items()}
-
-
-def on_cpu(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """CPU copies of ``tensors`` (what crosses the wire, is digested or is encoded)."""
-    return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}

@@ -1,4 +1,4 @@
-"""``tessera bench training|chain|attestation``: run a benchmark, print its figures, write JSON (+PNG).
+"""``tessera bench training|chain|attestation|crossplatform``: run a benchmark, print its figures, write JSON (+PNG).
 
 Each subcommand imports its benchmark module lazily and calls its ``main(args)``.
 """
@@ -13,6 +13,10 @@ _TARGETS = {
     "training": ("benchmarks.training", "compressed DiLoCo vs synchronous training, codec speed, overhead"),
     "chain": ("benchmarks.chain", "contract gas and chain round-trip figures"),
     "attestation": ("benchmarks.attestation", "attestation verification figures"),
+    "crossplatform": (
+        "benchmarks.crossplatform",
+        "honest replay differences across CPU instruction sets (and CUDA) against the replay tolerances",
+    ),
 }
 
 
@@ -26,6 +30,10 @@ def register(subparsers: Any) -> None:
             from benchmarks.training import add_arguments  # light: heavy imports live in its main()
 
             add_arguments(p)
+        elif name == "crossplatform":
+            from benchmarks.crossplatform import add_arguments as add_crossplatform_arguments
+
+            add_crossplatform_arguments(p)
         else:
             p.add_argument("--out", default=f"bench-{name}", help="output directory")
             p.add_argument("extra", nargs=argparse.REMAINDER, help="arguments for the benchmark itself")
