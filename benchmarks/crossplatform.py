@@ -623,6 +623,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spec_names = sorted({c.split("-", 1)[0] for c in specs})
     return {
         "command": _command(args),
+        "commit": _commit(),
         "machine": {
             "cpu": _cpu_model(),
             "avx512": all(f in flags for f in AVX512),
@@ -660,6 +661,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "pairs": pairs,
         "wall_seconds": round(time.perf_counter() - t_start, 1),
     }
+
+
+def _commit() -> str | None:
+    """The git commit the code ran at (``+dirty`` with uncommitted changes); None outside a checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def _cpu_model() -> str:
