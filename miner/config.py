@@ -39,7 +39,8 @@ class MinerConfig(NodeConfig):
     snapshot_every: int = 10
     """Keep every n-th transcript state; others are replayed from the nearest when asked for."""
     tee: str = "none"
-    """``none`` or ``simulated`` (serve evidence from the development enclave)."""
+    """``none`` or ``simulated`` (serve evidence from the development enclave whose seed is in
+    ``$TESSERA_DEV_TEE_SEED``; devnet only)."""
 
 
 def load_miner_config(

@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 EvidenceFn = Callable[[int, str, bytes], bytes | None]
 
 
-def simulated_evidence(chain_id: int, seed: bytes = b"tessera-devnet") -> EvidenceFn:
-    """Evidence from the development TDX enclave of ``attestation.simulated`` (devnet only)."""
+def simulated_evidence(chain_id: int, seed: bytes) -> EvidenceFn:
+    """Evidence from the development TDX enclave of ``attestation.simulated`` (devnet only; ``seed`` is
+    the run's fresh development root, never a public constant)."""
     from attestation import report_data
     from attestation.simulated import SimulatedEnclave
 
@@ -375,7 +376,8 @@ class MinerNode:
         rec = self.state.record(r)
         assert rec is not None
         self._ensure_live(r)
-        ctx = RoundContext(r, self.address, tuple(rec["modules"]), self.spec.inner.steps)
+        extra = {"update_digest": bytes.fromhex(rec["update_digest"]), "chain_id": self.coord.chain_id}
+        ctx = RoundContext(r, self.address, tuple(rec["modules"]), self.spec.inner.steps, extra)
         data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
         served = [Served("update", "0x" + rec["update_digest"], len(data))]
         self.public.put(data, "0x" + rec["update_digest"]) if data else None

@@ -21,6 +21,28 @@ from tessera.errors import TesseraError
 log = logging.getLogger(__name__)
 
 
+DEV_TEE_SEED_ENV = "TESSERA_DEV_TEE_SEED"
+"""Environment variable holding the devnet's development-enclave seed (64 hex digits, fresh per run)."""
+
+
+def dev_tee_seed(environ: typing.Mapping[str, str] | None = None) -> bytes:
+    """The development enclave's seed from ``$TESSERA_DEV_TEE_SEED``; never a flag (``ps`` shows flags)
+    and never a public constant (issue 10: the devnet's fixed seed let anyone make accepted quotes)."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get(DEV_TEE_SEED_ENV, "")
+    try:
+        seed = bytes.fromhex(raw)
+    except ValueError:
+        seed = b""
+    if len(seed) < 16:
+        raise TesseraError(
+            f"the development TEE needs a random seed of at least 16 bytes as hex in ${DEV_TEE_SEED_ENV} "
+            "(the devnet sets one per run); got none or a malformed one"
+        )
+    return seed
+
+
 def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
     """One ``--field-name`` flag per config field (string-valued; the loader coerces and validates)."""
     parser.add_argument("--config", type=Path, help="TOML config file")

@@ -59,8 +59,10 @@ class ValidatorConfig(NodeConfig):
     """Fraction trimmed at each end by ``trimmed_mean``."""
     slash: bool = True
     """Propose/vote slashing on provable failures."""
-    dangerous_dev_tee_seed: str = ""
-    """Trust evidence from the *development* enclave with this seed (devnet only; never in production)."""
+    dangerous_dev_tee: bool = False
+    """Trust evidence from the *development* enclave whose seed is in ``$TESSERA_DEV_TEE_SEED`` (devnet
+    only; never in production). The seed comes from the environment, never a flag or file: anyone who can
+    read it can make quotes this validator accepts."""
 
 
 def load_validator_config(

@@ -9,8 +9,9 @@ Stages, in order (the first failure decides; later, costlier stages are not run)
                  expected ones;
 5. ``bounds``    every module's pseudo-gradient norm is at most ``max_rel_norm`` times its weights' norm;
 6. ``attestation`` TEE evidence, if served, verifies and binds (chain, round, miner, update digest);
-                 an attested miner is recomputed only in a seed-chosen ``attested_check_probability``
-                 of rounds;
+                 an attested miner is fully recomputed in a seed-chosen ``attested_check_probability``
+                 of rounds and replays ``attested_segments`` seed-chosen segments in every other round
+                 (issue 10: a quote alone must never stand for the training it claims);
 7. ``recompute`` the transcript's step-0 digest is the checkpoint's (anchor); ``segments_per_miner``
                  seed-chosen segments (this validator's window of the round's order, so the validators
                  check different segments) are replayed from the served start state and compared with the
@@ -103,7 +104,13 @@ class VerifyPolicy:
     it, and an honest cosine falls as the error-feedback residual grows (0.72-0.80 by round 12 in
     ``python -m benchmarks.ef_norms``), so a fixed floor would in time refuse, and slash, honest miners."""
     attested_check_probability: float = 0.1
-    """Share of rounds in which an attested miner is recomputed."""
+    """Share of rounds in which an attested miner is recomputed with ``segments_per_miner`` segments."""
+    attested_segments: int = 1
+    """Segments replayed for an attested miner in the other rounds. Not 0: the anchor and error-feedback
+    checks tie the update only to a final state the miner itself serves, and a quote only to the update's
+    digest, so without a replay an attested miner could invent its transcript (issue 10: a development
+    quote and an invented transcript took 88% of the emission). The segment is drawn with the seed fixed
+    after the commits close, which the miner cannot know when it commits."""
     eval_own_batches: int = 1
     """Of the miner's own batches, how many to evaluate before/after."""
     heldout_windows: int = 8
@@ -296,8 +303,11 @@ def verify_update(
                 raise _Fail("attestation", why, True, **evidence_base)
             v.attested = True
         lap("attestation")
-        recompute = not v.attested or check_this_round(ctx.seed, miner, policy.attested_check_probability)
-        _recompute(ctx, v, a, update, delta, fetch_state, fetch_source, policy, recompute, evidence_base)
+        full = not v.attested or check_this_round(ctx.seed, miner, policy.attested_check_probability)
+        segments = (
+            policy.segments_per_miner if full else min(policy.attested_segments, policy.segments_per_miner)
+        )
+        _recompute(ctx, v, a, update, delta, fetch_state, fetch_source, policy, segments, evidence_base)
         lap("recompute")
         with COMPUTE_LOCK:
             _usefulness(ctx, v, a, delta, policy)
@@ -322,7 +332,7 @@ def _recompute(
     fetch_state: FetchState,
     fetch_source: FetchSource | None,
     policy: VerifyPolicy,
-    replay: bool,
+    segments: int,
     ev: dict[str, Any],
 ) -> None:
     h = update.header
@@ -363,14 +373,14 @@ def _recompute(
     if cos < policy.min_final_cosine:
         raise _Fail("recompute", f"update is unrelated to the transcript (cosine {cos:.3f})", True, **ev)
     _check_error_feedback(ctx, v, update, delta, final, fetch_state, fetch_source, policy, ev)
-    if not replay:
+    if segments <= 0:
         v.evidence["segments"] = []
         return
     segs = segments_to_check(
         ctx.seed,
         v.miner,
         len(steps) - 1,
-        policy.segments_per_miner,
+        segments,
         ctx.validator.encode(),
         slot=validator_slot(ctx.validator, ctx.validators),
     )

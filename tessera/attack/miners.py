@@ -206,22 +206,36 @@ class Poisoner(Behaviour):
         return encode_update(Update(up.header, up.tensors))
 
 
+PUBLIC_DEV_SEED = b"tessera-devnet"
+"""The development-enclave seed every devnet used before issue 10 (on every validator's command line)."""
+
+
 class Forger(Behaviour):
-    """Serves attestation evidence that does not hold: corrupted bytes, or a quote for another digest."""
+    """Serves attestation evidence that does not hold: corrupted bytes, a quote for another digest
+    (``mismatch``, from the run's own development enclave), or a well-bound quote from the old public
+    development seed (``public-seed``: what anyone who read ``ps`` on a devnet could make)."""
 
     name = "forger"
 
-    def __init__(self, mode: str = "corrupt") -> None:
+    def __init__(self, mode: str = "corrupt", seed: bytes | None = None) -> None:
         self.mode = mode
+        self.seed = seed
 
     def evidence(self, ctx: RoundContext, evidence: bytes | None) -> bytes | None:
-        """Corrupted or mismatched evidence (fabricated if the node has no TEE)."""
-        if self.mode == "mismatch":
+        """Corrupted, mismatched or publicly forged evidence (fabricated if the node has no TEE)."""
+        if self.mode in ("mismatch", "public-seed"):
             from attestation import report_data
             from attestation.simulated import SimulatedEnclave
+            from tessera.nodes import dev_tee_seed
 
-            enclave = SimulatedEnclave.from_seed(b"tessera-devnet")
-            return enclave.quote(report_data(31337, ctx.round, ctx.miner, b"\x00" * 32))
+            chain_id = int(ctx.extra.get("chain_id", 31337))
+            if self.mode == "mismatch":
+                enclave = SimulatedEnclave.from_seed(self.seed or dev_tee_seed())
+                return enclave.quote(report_data(chain_id, ctx.round, ctx.miner, b"\x00" * 32))
+            digest = bytes(ctx.extra.get("update_digest", b"\x00" * 32))
+            return SimulatedEnclave.from_seed(PUBLIC_DEV_SEED).quote(
+                report_data(chain_id, ctx.round, ctx.miner, digest)
+            )
         if evidence is None:
             return b"\x04\x00\x02\x00" + b"\x00" * 1000
         b = bytearray(evidence)
@@ -258,3 +272,4 @@ def register_all() -> None:
     register("poisoner-nan", lambda: Poisoner("nan"))
     register("forger", lambda: Forger("corrupt"))
     register("forger-mismatch", lambda: Forger("mismatch"))
+    register("forger-public-seed", lambda: Forger("public-seed"))

@@ -8,6 +8,7 @@ honest and is excluded from their "reward while cheating" (``cheat_from``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,8 @@ from tessera.attack.miners import (
 MINER_STAKE = 100
 VALIDATOR_STAKE = 1000
 CHAIN_ID = 31337
-DEV_SEED = b"tessera-devnet"
+DEV_SEED = os.urandom(32)
+"""This process's development-enclave root: fresh per run, like the devnet's (issue 10)."""
 
 
 @dataclass
@@ -228,7 +230,9 @@ def _build_registry() -> dict[str, Scenario]:
     add(Scenario("forger", "miner", "serves corrupted TEE evidence", tee=True,
                  build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger", Forger("corrupt"), True)]))  # fmt: skip
     add(Scenario("forger-mismatch", "miner", "serves a valid quote bound to another digest", tee=True,
-                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-mismatch", Forger("mismatch"), True)]))  # fmt: skip
+                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-mismatch", Forger("mismatch", DEV_SEED), True)]))  # fmt: skip
+    add(Scenario("forger-public-seed", "miner", "serves well-bound quotes from the old public devnet TEE seed", tee=True,
+                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-public-seed", Forger("public-seed"), True)]))  # fmt: skip
     add(Scenario("withholder", "miner", "commits but never serves", provable=False,
                  build=lambda: [*_honest(), _adversary("withholder", Withholder())]))  # fmt: skip
     add(Scenario("sybil", "miner", "4 low-stake identities: one trains, three re-label its update",

@@ -31,7 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     from protocol.discovery import Discovery
     from protocol.runspec import RunSpec
     from tessera.attack.miners import register_all
-    from tessera.nodes import connect, overrides_from_args, run_until_signal, start_dht
+    from tessera.nodes import connect, dev_tee_seed, overrides_from_args, run_until_signal, start_dht
 
     # make the adversarial modes selectable (``--behaviour NAME``) before the node builds its behaviour
     register_all()
@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port)
     try:
         discovery = Discovery(coord.chain_id, key, dht, cfg.checkpoint_urls)
-        evidence = simulated_evidence(coord.chain_id) if cfg.tee == "simulated" else None
+        evidence = simulated_evidence(coord.chain_id, dev_tee_seed()) if cfg.tee == "simulated" else None
         node = MinerNode(cfg, spec, coord, discovery, evidence_fn=evidence).start()
         print(f"miner {coord.address} serving at {node.url}", flush=True)
         run_until_signal(node)

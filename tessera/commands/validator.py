@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from protocol.discovery import Discovery
     from protocol.runspec import RunSpec
-    from tessera.nodes import connect, overrides_from_args, run_until_signal, start_dht
+    from tessera.nodes import connect, dev_tee_seed, overrides_from_args, run_until_signal, start_dht
     from validator.config import ValidatorConfig, load_validator_config, load_validator_key
     from validator.node import ValidatorNode, dev_evidence_checker
 
@@ -71,11 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port)
     try:
         discovery = Discovery(coord.chain_id, key, dht, cfg.peer_urls)
-        checker = (
-            dev_evidence_checker(coord.chain_id, cfg.dangerous_dev_tee_seed.encode())
-            if cfg.dangerous_dev_tee_seed
-            else None
-        )
+        checker = dev_evidence_checker(coord.chain_id, dev_tee_seed()) if cfg.dangerous_dev_tee else None
         cls = node_class(getattr(args, "mode", "honest") or "honest")
         node: ValidatorNode = cls(cfg, spec, coord, discovery, key, check_evidence=checker).start()
         print(f"validator {coord.address} serving at {node.url} (live page: {node.url}/)", flush=True)

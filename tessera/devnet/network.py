@@ -32,6 +32,7 @@ import httpx
 from eth_account import Account
 
 from tessera.errors import TesseraError
+from tessera.nodes import DEV_TEE_SEED_ENV
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,9 @@ class Devnet:
         for name, front in self.http_fronts.items():
             front.set_target(ports[name])
         vurls = ",".join(self._public_url(f"validator{i}", ports) for i in range(cfg.validators))
+        # a fresh development-TEE root per run, handed to the nodes in their environment (not on a
+        # command line that `ps` shows): issue 10 forged quotes from the old fixed, public seed
+        tee_env = {DEV_TEE_SEED_ENV: secrets.token_hex(32)} if cfg.tee == "simulated" else {}
         common = [
             "--run-file",
             str(self.run_path),
@@ -202,14 +206,14 @@ class Devnet:
                 cfg.merge_method,
             ]
             if cfg.tee == "simulated":
-                args += ["--dangerous-dev-tee-seed", "tessera-devnet"]
+                args += ["--dangerous-dev-tee", "true"]
             self.nodes[name] = NodeProc(
                 name,
                 "validator",
                 keys[name],
                 ports[name],
                 args,
-                {"TESSERA_VALIDATOR_KEY": keys[name]},
+                {"TESSERA_VALIDATOR_KEY": keys[name], **tee_env},
                 wd / "logs" / f"{name}.log",
             )
         for i in range(cfg.miners):
@@ -231,7 +235,7 @@ class Devnet:
                 keys[name],
                 ports[name],
                 args,
-                {"TESSERA_MINER_KEY": keys[name]},
+                {"TESSERA_MINER_KEY": keys[name], **tee_env},
                 wd / "logs" / f"{name}.log",
             )
         for n in self.nodes.values():
