@@ -174,7 +174,7 @@ _NS_FVALUE = 110  # per kept raw fp32 value: to float64, finiteness
 _NS_INDEX = 200  # per kept index at widths 1, 2, 4, 8, 12 (vectorised unpacking, range and order checks)
 _NS_INDEX_BIT = 25  # per index bit on numpy's generic unpacking path
 _NS_MAC = 2  # per multiply-add of the quantised inverse DCT (a batched matrix product)
-_NS_SLOT = 20  # per tile value per kept slot of the raw fp32 inverse DCT (an elementwise loop)
+_NS_SLOT = 40  # per tile value per kept slot of the raw fp32 inverse DCT (an elementwise loop)
 _NS_TILE = 110  # per tile value of the quantised inverse DCT after the product (scale, fp32)
 _NS_PAYLOAD = 6  # per payload byte: safetensors load, finiteness, the canonical re-encoding
 
@@ -207,17 +207,14 @@ def _param_cost(numel: int, cfg: CodecConfig) -> tuple[int, int, float, int]:
     """
     lay = layout(numel, cfg)
     kept = lay.kept
-    payload = sum(
-        math.prod(shape) * dtype.itemsize
-        for dtype, shape in field_specs((numel,), cfg).values()
-    )
-    transient = 0
+    payload = sum(math.prod(shape) * dtype.itemsize for dtype, shape in field_specs((numel,), cfg).values())
+    transient = 4 * payload  # the payload loaded, re-encoded and re-framed (the canonical-bytes check)
     ns = float(_NS_PAYLOAD * payload)
     if cfg.bits == 32:
-        transient += 8 * kept
+        transient += 16 * kept  # float64 values, finiteness mask, temporaries
         ns += _NS_FVALUE * kept
     else:
-        transient += 40 * kept  # int64 codes, float64 values and two temporaries
+        transient += 56 * kept  # int64 codes (unpacked through three temporaries), float64 values
         ns += _NS_QVALUE * kept
     if cfg.name == "topk":
         width = index_bits(cfg)
@@ -232,7 +229,7 @@ def _param_cost(numel: int, cfg: CodecConfig) -> tuple[int, int, float, int]:
             out = 4 * area
             k = max(lay.k_full, lay.k_tail)
             if cfg.bits == 32:
-                transient += 4 * 8 * area  # accumulator, outer product and two temporaries
+                transient += 6 * 8 * area  # accumulator, outer product, temporaries (float64)
                 ns += _NS_SLOT * k * area + _NS_OUT * area
             else:
                 transient += 3 * 8 * kept * TILE + 3 * 8 * area  # gathered basis rows; product, scaled

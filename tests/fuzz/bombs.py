@@ -14,6 +14,7 @@ growth of ``ru_maxrss`` instead (a lower bound: only new high-water marks count)
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import resource
@@ -109,15 +110,28 @@ def _can_reset_hwm() -> bool:
         return False
 
 
+def _malloc_trim() -> Callable[[], Any]:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return lambda: libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return lambda: None
+
+
 class PeakRSS:
-    """Peak resident bytes added by a call (see the module doc)."""
+    """Peak resident bytes added by a call (see the module doc). Free heap memory is handed back to the
+    kernel first (``malloc_trim``), so an allocation that reuses it is counted too."""
 
     def __init__(self) -> None:
         self.exact = _can_reset_hwm()
+        self._trim = _malloc_trim()
 
     def measure(self, fn: Callable[[], Any]) -> tuple[int, BaseException | None]:
         """(peak bytes above the resident size before the call, the exception ``fn`` raised or None)."""
         err: BaseException | None = None
+        self._trim()
         if self.exact:
             with open("/proc/self/clear_refs", "w") as fh:
                 fh.write("5")
@@ -130,3 +144,122 @@ class PeakRSS:
             err = exc
         after = _status_kib("VmHWM") if self.exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return max(0, after - before) * 1024, err
+
+
+#: Codec families whose largest admitted update (at the default caps) the measuring campaign decodes.
+CAP_FAMILIES: list[tuple[str, CodecConfig]] = [
+    ("run-codec topk32 2-bit", CodecConfig()),
+    ("topk chunk64 k4 2-bit", CodecConfig(chunk=64, topk=4, bits=2)),
+    ("dense 2-bit", CodecConfig(name="dense", bits=2)),
+    ("dense 8-bit", CodecConfig(name="dense", bits=8)),
+    ("dense fp32", CodecConfig(name="dense", bits=32)),
+    ("topk one huge chunk fp32", CodecConfig(chunk=1 << 28, topk=1, bits=32)),
+    ("topk one huge chunk 2-bit", CodecConfig(chunk=1 << 28, topk=1, bits=2)),
+    ("topk generic index width 20", CodecConfig(chunk=1 << 20, topk=1 << 10, bits=2)),
+    ("dct k32 2-bit", CodecConfig(chunk=4096, topk=32, transform="dct")),
+    ("dct k1 2-bit", CodecConfig(chunk=4096, topk=1, transform="dct")),
+    ("dct k256 8-bit", CodecConfig(chunk=4096, topk=256, bits=8, transform="dct")),
+    ("dct k32 fp32", CodecConfig(chunk=4096, topk=32, bits=32, transform="dct")),
+]
+
+
+def _admitted(numel: int, codec: CodecConfig, caps: wire.UpdateCaps) -> bool:
+    if numel > caps.max_param_numel:
+        return False
+    cost = wire.decode_cost((("head.out.weight", (numel,)),), codec)
+    return (
+        cost.decoded_bytes <= caps.max_decoded_bytes
+        and cost.peak_bytes <= caps.max_decode_memory
+        and cost.peak_bytes <= caps.max_memory_ratio * cost.decoded_bytes + wire.MEMORY_SLACK
+        and cost.work <= caps.max_decode_work
+        and cost.payload_bytes + 4096 <= caps.max_update_bytes
+    )
+
+
+def largest_admitted(codec: CodecConfig, caps: wire.UpdateCaps | None = None) -> int:
+    """The most values one parameter may have under ``caps`` with ``codec`` (0 if none): binary search."""
+    caps = caps or wire.UpdateCaps()
+    lo, hi = 0, caps.max_param_numel
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _admitted(mid, codec, caps):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def at_cap_updates(
+    caps: wire.UpdateCaps | None = None, families: list[tuple[str, CodecConfig]] | None = None
+) -> list[tuple[str, bytes]]:
+    """(label, bytes) of the largest update each codec of ``families`` (default :data:`CAP_FAMILIES`) may
+    send under ``caps``."""
+    out = []
+    for label, codec in CAP_FAMILIES if families is None else families:
+        n = largest_admitted(codec, caps)
+        if n:
+            out.append((f"{label} at the cap ({n} values)", crafted_update({"head.out.weight": (n,)}, codec)))
+    return out
+
+
+def measure_at_cap(
+    caps: wire.UpdateCaps | None = None,
+    repeat: int = 2,
+    families: list[tuple[str, CodecConfig]] | None = None,
+) -> list[dict[str, Any]]:
+    """Decode each :func:`at_cap_updates` update ``repeat`` times at ``caps`` (the first decode of a family
+    also warms its caches); the best-of wall time and worst peak RSS per family, with the declared size."""
+    import time
+
+    caps = caps or wire.UpdateCaps()
+    probe = PeakRSS()
+    rows = []
+    for label, data in at_cap_updates(caps, families):
+        header_len = int.from_bytes(data[8:12], "little")
+        from protocol.canonical import loads_canonical
+
+        h = wire.parse_header(loads_canonical(data[12 : 12 + header_len]), caps)
+        cost = wire.decode_cost(h.params, h.codec)
+        times, peaks, outcome = [], [], "accepted"
+        for _ in range(repeat):
+            t = time.perf_counter()
+            peak, err = probe.measure(functools.partial(wire.decode_update, data, caps))
+            times.append(time.perf_counter() - t)
+            peaks.append(peak)
+            if err is not None:
+                outcome = type(err).__name__
+        rows.append(
+            {
+                "family": label,
+                "bytes": len(data),
+                "declared_decoded_mib": round(cost.decoded_bytes / 2**20, 1),
+                "estimated_peak_mib": round(cost.peak_bytes / 2**20, 1),
+                "estimated_seconds": round(cost.work / 1e9, 2),
+                "seconds": round(min(times), 3),
+                "seconds_first": round(times[0], 3),
+                "peak_mib": round(max(peaks) / 2**20, 1),
+                "peak_over_declared": round(max(peaks) / max(1, cost.decoded_bytes), 2),
+                "outcome": outcome,
+            }
+        )
+    return rows
+
+
+class TracePeak:
+    """Peak bytes Python allocated during a call (``tracemalloc``): exact for pure-Python decoders such as
+    ``decode_record``, blind to torch's allocations (use :class:`PeakRSS` there)."""
+
+    def measure(self, fn: Callable[[], Any]) -> tuple[int, BaseException | None]:
+        """(peak traced bytes during the call, the exception ``fn`` raised or None)."""
+        import tracemalloc
+
+        err: BaseException | None = None
+        if not tracemalloc.is_tracing():
+            tracemalloc.start()
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        try:
+            fn()
+        except Exception as exc:
+            err = exc
+        return max(0, tracemalloc.get_traced_memory()[1] - base), err

@@ -4,6 +4,11 @@ A :class:`Target` generates one input from a ``random.Random`` and feeds it to t
 engine counts inputs that were accepted, refused with an allowed (typed) error, or that raised anything
 else (a *failure*, kept with its input for reproduction, deduplicated by type and raising line).
 Nothing is unpickled; inputs are bytes or text.
+
+With ``measure=True`` every input's wall time and peak resident memory (``tests.fuzz.bombs.PeakRSS``:
+the kernel's high-water mark reset before the input, so torch's allocations count) are taken, and the
+worst of each is kept with its input; where the target can say how many bytes an input declares it
+decodes to (``Target.declared_bytes``), the worst ratio of peak memory to that size is kept too.
 """
 
 from __future__ import annotations
@@ -147,6 +152,21 @@ class Result:
     failures: dict[str, Failure] = field(default_factory=dict)
     refused_by: dict[str, int] = field(default_factory=dict)
     crashed_servers: int = 0
+    measured: bool = False
+    worst_seconds: float = 0.0
+    worst_seconds_input: str = ""
+    worst_seconds_outcome: str = ""
+    worst_cpu_seconds: float = 0.0
+    """Largest CPU time of one input (all threads; torch runs on one thread when measuring)."""
+    worst_cpu_input: str = ""
+    worst_peak_bytes: int = 0
+    worst_peak_input: str = ""
+    worst_peak_outcome: str = ""
+    worst_ratio: float = 0.0
+    """Largest peak memory / declared decoded bytes, over inputs declaring at least ``RATIO_FLOOR``."""
+    worst_ratio_input: str = ""
+    largest_declared_accepted: int = 0
+    """Largest declared decoded size among accepted inputs."""
 
     @property
     def failed(self) -> int:
@@ -166,6 +186,24 @@ class Result:
             "inputs_per_second": round(self.inputs / max(self.seconds, 1e-9), 1),
             "refused_by": dict(sorted(self.refused_by.items(), key=lambda kv: -kv[1])),
             "failures": [f.__dict__ for f in self.failures.values()],
+            **(
+                {
+                    "worst_seconds": round(self.worst_seconds, 4),
+                    "worst_cpu_seconds": round(self.worst_cpu_seconds, 4),
+                    "worst_cpu_input": self.worst_cpu_input,
+                    "worst_seconds_outcome": self.worst_seconds_outcome,
+                    "worst_seconds_input": self.worst_seconds_input,
+                    "worst_peak_mib": round(self.worst_peak_bytes / 2**20, 1),
+                    "worst_peak_bytes": self.worst_peak_bytes,
+                    "worst_peak_outcome": self.worst_peak_outcome,
+                    "worst_peak_input": self.worst_peak_input,
+                    "worst_peak_over_declared": round(self.worst_ratio, 2),
+                    "worst_ratio_input": self.worst_ratio_input,
+                    "largest_declared_accepted_mib": round(self.largest_declared_accepted / 2**20, 1),
+                }
+                if self.measured
+                else {}
+            ),
         }
 
 
@@ -174,6 +212,9 @@ class Target:
 
     name = "target"
     allowed: tuple[type[BaseException], ...] = ()
+    memory = "rss"
+    """How ``measure`` takes an input's peak memory: ``rss`` (the process's resident set, torch included)
+    or ``tracemalloc`` (Python's allocations only: exact for pure-Python decoders)."""
 
     def setup(self) -> None:
         """Build seed corpora, start servers."""
@@ -193,6 +234,22 @@ class Target:
         """Whether a server under test has died (checked periodically)."""
         return False
 
+    def declared_bytes(self, data: bytes) -> int | None:
+        """How many bytes the input declares it decodes to, if the target knows (for memory ratios)."""
+        return None
+
+    def describe(self, data: bytes) -> str:
+        """A short description of an input (what it declares), kept with the worst inputs."""
+        return ""
+
+    def warm_up(self) -> None:
+        """One-time work (caches, lazy imports) done before measuring, so it is not billed to an input."""
+
+
+#: Inputs declaring fewer decoded bytes than this are left out of the memory ratio (the caps allow a fixed
+#: 16 MiB on top of the ratio: tiny parameters have fixed costs, e.g. a whole DCT tile).
+RATIO_FLOOR = 16 << 20
+
 
 def _where(exc: BaseException) -> str:
     """The innermost frame in Tessera's own code (not the fuzzer, not a dependency)."""
@@ -207,29 +264,63 @@ def _where(exc: BaseException) -> str:
     return f"{f.filename.removeprefix(root)}:{f.lineno}" if f else "?"
 
 
+def _hex(target: Target, data: bytes) -> str:
+    what = target.describe(data)
+    return (what + " | " if what else "") + data[:2048].hex()
+
+
 def run_campaign(
     target: Target,
     inputs: int,
     seed: int = 0,
     progress: Callable[[Result], None] | None = None,
     time_limit: float | None = None,
+    measure: bool = False,
 ) -> Result:
     """Run ``inputs`` generated inputs against ``target``; never raises for the target's exceptions."""
+    from .bombs import PeakRSS, TracePeak
+
     rng = random.Random(seed)
-    res = Result(target.name)
+    res = Result(target.name, measured=measure)
     target.setup()
+    probe = (TracePeak() if target.memory == "tracemalloc" else PeakRSS()) if measure else None
+    if measure:
+        target.warm_up()
     t0 = time.perf_counter()
     try:
         for i in range(inputs):
             data = target.generate(rng)
             res.inputs += 1
-            try:
-                target.check(data)
+            exc: BaseException | None = None
+            if probe is None:
+                try:
+                    target.check(data)
+                except Exception as e:
+                    exc = e
+            else:
+                started, cpu = time.perf_counter(), time.process_time()
+                peak, exc = probe.measure(lambda d=data: target.check(d))
+                took, cpu = time.perf_counter() - started, time.process_time() - cpu
+                outcome = "accepted" if exc is None else type(exc).__name__
+                if took > res.worst_seconds:
+                    res.worst_seconds, res.worst_seconds_outcome = took, outcome
+                    res.worst_seconds_input = _hex(target, data)
+                if cpu > res.worst_cpu_seconds:
+                    res.worst_cpu_seconds, res.worst_cpu_input = cpu, _hex(target, data)
+                if peak > res.worst_peak_bytes:
+                    res.worst_peak_bytes, res.worst_peak_outcome = peak, outcome
+                    res.worst_peak_input = _hex(target, data)
+                declared = target.declared_bytes(data)
+                if declared is not None and declared >= RATIO_FLOOR and peak / declared > res.worst_ratio:
+                    res.worst_ratio, res.worst_ratio_input = peak / declared, _hex(target, data)
+                if declared is not None and exc is None:
+                    res.largest_declared_accepted = max(res.largest_declared_accepted, declared)
+            if exc is None:
                 res.accepted += 1
-            except target.allowed as exc:
+            elif isinstance(exc, target.allowed):
                 res.refused += 1
                 res.refused_by[type(exc).__name__] = res.refused_by.get(type(exc).__name__, 0) + 1
-            except Exception as exc:  # the point of fuzzing: anything untyped is a finding
+            else:  # the point of fuzzing: anything untyped is a finding
                 key = f"{type(exc).__name__}@{_where(exc)}"
                 if key in res.failures:
                     res.failures[key].count += 1
@@ -244,8 +335,8 @@ def run_campaign(
                 if progress is not None:
                     res.seconds = time.perf_counter() - t0
                     progress(res)
-                if time_limit is not None and time.perf_counter() - t0 > time_limit:
-                    break
+            if time_limit is not None and time.perf_counter() - t0 > time_limit:
+                break
         if target.crashed():
             res.crashed_servers += 1
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import random
 import socket
@@ -68,10 +69,36 @@ def _frame(header: bytes, payload: bytes) -> bytes:
     return MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
 
 
+#: Parameter names a crafted update may declare (real names of the model, so ``module_of`` accepts them).
+_CRAFT_NAMES = ["embed.tok.weight", "head.ln.bias", "head.ln.weight", "head.out.weight", "trunk.0.ln1.weight"]
+#: Largest payload a crafted update is built with (bigger ones are refused by size before anything else).
+_CRAFT_MAX_PAYLOAD = 4 << 20
+
+
+def _random_codec(rng: random.Random) -> Any:
+    from training.config import CodecConfig
+
+    if rng.random() < 0.3:
+        return CodecConfig(
+            chunk=4096,
+            topk=rng.choice([1, 2, 32, 256, 1024, 4096]),
+            bits=rng.choice([2, 4, 8, 32]),
+            transform="dct",
+        )
+    name = rng.choice(["topk", "topk", "dense"])
+    chunk = rng.choice([4096, 64, 1 << rng.randint(1, 28), rng.randint(1, 1 << 20)])
+    topk = rng.choice([1, 2, 32, chunk, rng.randint(1, chunk)]) if name == "topk" else min(32, chunk)
+    return CodecConfig(name=name, chunk=chunk, topk=min(topk, chunk), bits=rng.choice([2, 4, 8, 32]))
+
+
 class UpdateTarget(Target):
-    """``decode_update`` on havoc'd bytes, mutated headers and mutated safetensors headers."""
+    """``decode_update`` at its default caps on havoc'd bytes, mutated headers and mutated safetensors
+    headers; with ``costly`` > 0, that share of inputs are well-formed updates crafted for random codecs
+    and parameter shapes (``tests.fuzz.bombs``), the declared decodes up to the largest the header allows
+    (issue 11: chunks as large as their parameter, DCT tiles, generic index widths)."""
 
     name = "update"
+    costly = 0.0
 
     def setup(self) -> None:
         from protocol.errors import ProtocolError
@@ -79,9 +106,48 @@ class UpdateTarget(Target):
         self.allowed = (ProtocolError,)
         self.seeds = _valid_updates()
 
+    def warm_up(self) -> None:
+        from protocol.update import decode_update
+        from training.config import CodecConfig
+
+        from .bombs import crafted_update
+
+        for codec in (
+            CodecConfig(transform="dct", chunk=4096, topk=2),
+            CodecConfig(transform="dct", chunk=4096, topk=2, bits=32),
+        ):
+            decode_update(crafted_update({"head.ln.weight": (64,)}, codec))  # the DCT bases are computed once
+        for data in self.seeds:
+            decode_update(data)
+
+    def _crafted(self, rng: random.Random) -> bytes:
+        from training.codecs import field_specs
+
+        from .bombs import crafted_update
+
+        for _ in range(20):
+            codec = _random_codec(rng)
+            names = sorted(rng.sample(_CRAFT_NAMES, rng.randint(1, 3)))
+            params: dict[str, tuple[int, ...]] = {}
+            for n in names:
+                numel = rng.choice(
+                    [rng.randint(1, 1 << 12), 1 << rng.randint(10, 28), rng.randint(1, 1 << 28)]
+                )
+                params[n] = (numel,) if rng.random() < 0.5 or numel < 64 else (numel // 64, 64)
+            payload = sum(
+                math.prod(shape) * dtype.itemsize
+                for s in params.values()
+                for dtype, shape in field_specs(s, codec).values()
+            )
+            if payload <= _CRAFT_MAX_PAYLOAD:
+                return crafted_update(params, codec)
+        return rng.choice(self.seeds)
+
     def generate(self, rng: random.Random) -> bytes:
         from protocol.canonical import dumps_canonical
 
+        if self.costly and rng.random() < self.costly:
+            return self._crafted(rng)
         data = rng.choice(self.seeds)
         header, payload = _split_update(data)
         op = rng.random()
@@ -107,7 +173,37 @@ class UpdateTarget(Target):
     def check(self, data: bytes) -> None:
         from protocol.update import UpdateCaps, decode_update
 
-        decode_update(data, UpdateCaps(max_update_bytes=1 << 20, max_param_numel=1 << 22))
+        decode_update(data, UpdateCaps())  # the defaults: what a node without the run's model applies
+
+    def _header(self, data: bytes) -> Any:
+        from protocol.canonical import loads_canonical
+        from protocol.update import UpdateCaps, parse_header
+
+        try:
+            header, _ = _split_update(data)
+            return parse_header(loads_canonical(header), UpdateCaps())
+        except Exception:
+            return None
+
+    def declared_bytes(self, data: bytes) -> int | None:
+        from protocol.update import decode_cost
+
+        h = self._header(data)
+        return None if h is None else decode_cost(h.params, h.codec).decoded_bytes
+
+    def describe(self, data: bytes) -> str:
+        from protocol.update import decode_cost
+
+        h = self._header(data)
+        if h is None:
+            return ""
+        c = h.codec
+        cost = decode_cost(h.params, c)
+        shapes = ",".join(f"{n}{list(s)}" for n, s in h.params)
+        return (
+            f"codec {c.name} chunk={c.chunk} topk={c.topk} bits={c.bits} {c.transform}; {shapes}; "
+            f"declared {cost.decoded_bytes} B, estimated peak {cost.peak_bytes} B, {cost.work / 1e9:.3f} s"
+        )
 
 
 # ----------------------------------------------------------------------------------------------- record
@@ -115,10 +211,25 @@ class UpdateTarget(Target):
 NOW = 1_800_000_000
 
 
+def _odd_url(rng: random.Random) -> str:
+    scheme = rng.choice(["http", "https", "HTTP", "ftp", "file", "javascript", "", "http:", "h"])
+    host = rng.choice(
+        ["127.0.0.1", "h", "node.example", "[::1]", "[::1", "999.1.1.1", "", "-h", "h_1", "a" * 70]
+    )
+    port = rng.choice(["", ":80", ":abc", ":80:90", ":0", ":65536", ":-1", ":+80", ":", ": 80", ":8000"])
+    path = rng.choice(["", "/", "/x", "/%zz", "/a b", "?q", "#f", "/" + "x" * 300])
+    url = f"{scheme}://{host}{port}{path}" if rng.random() < 0.9 else f"{host}{port}"
+    if rng.random() < 0.4:
+        i = rng.randint(0, len(url))
+        url = url[:i] + rng.choice(["\x00", "\x08", "\x7f", " ", "\t", "\n", "\u00e9", "@", "u:p@"]) + url[i:]
+    return url
+
+
 class RecordTarget(Target):
     """``decode_record`` on havoc'd bytes, mutated documents, deep nesting and odd JSON tokens."""
 
     name = "record"
+    memory = "tracemalloc"  # pure Python (json, eth_account): traced allocations are the decoder's own
 
     def setup(self) -> None:
         from protocol.records import RecordError, Served, make_record
@@ -136,6 +247,10 @@ class RecordTarget(Target):
     def generate(self, rng: random.Random) -> bytes:
         data = rng.choice(self.seeds)
         op = rng.random()
+        if op < 0.1:  # the URL: issue 11's odd ports, control bytes, schemes, hosts
+            doc = json.loads(data)
+            doc["url"] = _odd_url(rng)
+            return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         if op < 0.4:
             return mutate_bytes(data, rng)
         if op < 0.85:
@@ -155,6 +270,12 @@ class RecordTarget(Target):
         while k < len(text) and text[k] not in ",}":
             k += 1
         return text[:j].encode() + token + text[k:].encode()
+
+    def warm_up(self) -> None:
+        from protocol.records import decode_record
+
+        for data in self.seeds:  # lazy imports and caches of eth_account, not billed to an input
+            decode_record(data, now=NOW + 10)
 
     def check(self, data: bytes) -> None:
         from protocol.records import decode_record
