@@ -249,3 +249,18 @@ def test_named_cases_each_refused_by_us_accepted_by_dcap_qvl() -> None:
         assert region(q, pos) == reg
         a, b = _compare(vec, flip(vec.quote, pos), vec.collateral_json, at)
         assert a != "accept" and b == "accept", (reg, a, b)
+
+
+def test_padded_pck_chains_agree() -> None:
+    """Issue 11: a PCK chain padded with root copies. dcap-qvl refuses 1,000 copies ("Too many
+    intermediate certificates") and 5,000 (its quote size limit), as we do (caps, before parsing); one
+    extra copy it accepts and we refuse: the spec's chain has exactly three certificates."""
+    from attest_fuzz import _padded_quote
+
+    vec = intel_vectors()["tdx_quote"]
+    at = int(vec.inside.timestamp())
+    for copies in (1000, 5000):
+        a, b = _compare(vec, _padded_quote(vec.quote, copies), vec.collateral_json, at)
+        assert a == "malformed" and b != "accept", (copies, a, b)
+    a, b = _compare(vec, _padded_quote(vec.quote, 1), vec.collateral_json, at)
+    assert (a, b) == ("malformed", "accept")
