@@ -59,6 +59,11 @@ class ValidatorConfig(NodeConfig):
     """Fraction trimmed at each end by ``trimmed_mean``."""
     slash: bool = True
     """Propose/vote slashing on provable failures."""
+    withhold_grace_seconds: float = 30.0
+    """How long after its first failure to arrive a miner's update (or transcript states) is retried before
+    its verdict becomes final (scored 0). Long enough for a restart (issue 10 measured 18 s), short
+    enough that a miner that commits and withholds does not hold the round: the scores of everyone else
+    are committed once the grace has passed, not at the phase deadline."""
     dangerous_dev_tee: bool = False
     """Trust evidence from the *development* enclave whose seed is in ``$TESSERA_DEV_TEE_SEED`` (devnet
     only; never in production). The seed comes from the environment, never a flag or file: anyone who can

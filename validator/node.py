@@ -60,6 +60,7 @@ from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob,
 from protocol.update import decode_update, update_digest
 from training.data import Dataset, prepare
 from training.device import use_deterministic
+from validator.budget import BlockClock
 from validator.config import ValidatorConfig
 from validator.errors import CertificationError, SourceMismatchError, ValidatorError
 from validator.merge import MergePolicy, next_checkpoint
@@ -180,6 +181,9 @@ class ValidatorNode:
         self.history: list[dict[str, Any]] = []
         self._last_phase: tuple[int, int] = (0, -1)
         self._pending: set[str] = set()
+        self._first_miss: dict[str, float] = {}
+        """When each pending miner's update or states first failed to arrive this round (monotonic)."""
+        self._clock = BlockClock()
         self._rechecked_phases: set[tuple[int, int]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -307,10 +311,12 @@ class ValidatorNode:
         """Take whatever action the chain's current state calls for."""
         st = self.coord.current()
         r = st.round
+        self._clock.observe(st.block)
         self.metrics.round.set(r)
         if self._cache.round != r:
             self._cache = _RoundCache(r)
             self._pending = set()
+            self._first_miss = {}
         if r > 1:
             self._settle_previous(r - 1)
         if st.checkpoint is None:
@@ -495,6 +501,9 @@ class ValidatorNode:
                 self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
                 return decode_tensors(data)
 
+            # this miner's budget ends where the phase's margin begins, in wall-clock time (issue 10)
+            now_block = self.coord.current().block
+            deadline = self._clock.time_of(now_block, st.deadline - RETRY_MARGIN_BLOCKS)
             verdict, _update = verify_update(
                 ctx,
                 miner,
@@ -505,10 +514,14 @@ class ValidatorNode:
                 evidence=self._cache.evidence.get(miner),
                 check_evidence=self.check_evidence,
                 fetch_source=self._source_fetcher(miner, url),
+                deadline=deadline,
             )
             retryable = verdict.stage == "fetch" or (verdict.stage == "recompute" and not verdict.provable)
-            if retryable and st.block < st.deadline - RETRY_MARGIN_BLOCKS:
-                # a peer that is slow or restarting: try again next step while the phase leaves time
+            first_miss = self._first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0
+            in_grace = time.monotonic() - first_miss < self.cfg.withhold_grace_seconds
+            if retryable and in_grace and now_block < st.deadline - RETRY_MARGIN_BLOCKS:
+                # a peer that is slow or restarting: try again next step, for at most the grace period, so
+                # that a miner that withholds costs the others no more than that (issue 10)
                 self._pending.add(miner)
                 self._cache.updates.pop(miner, None)
                 log.info("round %d: %s not verifiable yet (%s); retrying", r, miner[:10], verdict.reason)

@@ -221,20 +221,26 @@ def verify_update(
     evidence: bytes | None = None,
     check_evidence: CheckEvidence | None = None,
     fetch_source: FetchSource | None = None,
+    deadline: float | None = None,
 ) -> tuple[Verdict, Update | None]:
     """Run every stage for one miner; returns the verdict and (when it decoded) the update.
 
     ``fetch_source`` fetches the miner's earlier update that the header's ``ef.source`` names; without it
-    an update that names one is refused (unprovably)."""
+    an update that names one is refused (unprovably). ``deadline`` (``time.monotonic()``) is the budget:
+    once it has passed, the next stage or replay segment is not started and the verdict is the unprovable
+    stage ``budget`` (scored 0), so one slow or stalling miner cannot make the validator miss a phase
+    (``validator.budget``)."""
     v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
     update: Update | None = None
     t = time.perf_counter()
 
-    def lap(name: str) -> None:
+    def lap(name: str, check: bool = True) -> None:
         nonlocal t
         now = time.perf_counter()
         v.timings[name] = round(now - t, 6)
         t = now
+        if check and deadline is not None and time.monotonic() > deadline:
+            raise _Fail("budget", f"verification budget exhausted after {name}", False)
 
     try:
         if commitment is None:
@@ -307,11 +313,13 @@ def verify_update(
         segments = (
             policy.segments_per_miner if full else min(policy.attested_segments, policy.segments_per_miner)
         )
-        _recompute(ctx, v, a, update, delta, fetch_state, fetch_source, policy, segments, evidence_base)
+        _recompute(
+            ctx, v, a, update, delta, fetch_state, fetch_source, policy, segments, evidence_base, deadline
+        )
         lap("recompute")
         with COMPUTE_LOCK:
             _usefulness(ctx, v, a, delta, policy)
-        lap("usefulness")
+        lap("usefulness", check=False)
         v.accepted = v.score > 0
         v.stage = "ok" if v.accepted else "usefulness"
         v.reason = "accepted" if v.accepted else "the update does not lower the loss on the miner's data"
@@ -319,7 +327,7 @@ def verify_update(
         v.stage, v.reason, v.provable = f.stage, f.reason, f.provable
         v.evidence.update(f.evidence)
         v.accepted, v.score = False, 0
-        lap(f.stage)
+        lap(f.stage, check=False)
     return v, update
 
 
@@ -334,6 +342,7 @@ def _recompute(
     policy: VerifyPolicy,
     segments: int,
     ev: dict[str, Any],
+    deadline: float | None = None,
 ) -> None:
     h = update.header
     digests = list(h.transcript_digests)
@@ -396,6 +405,8 @@ def _recompute(
     replayed_steps = 0
     worst_param = worst_moment = 0.0
     for i in segs:
+        if deadline is not None and time.monotonic() > deadline:
+            raise _Fail("budget", f"verification budget exhausted before replaying step {steps[i]}", False)
         t0 = time.perf_counter()
         d_param, d_moment = _replay_one(ctx, a, update, batches, get, policy, i, ev)
         worst_param, worst_moment = max(worst_param, d_param), max(worst_moment, d_moment)
