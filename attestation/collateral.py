@@ -415,6 +415,7 @@ class CollateralCache:
 
     def get(self, text: str | bytes) -> Collateral:
         """Return the parsed collateral for ``text`` (parsing and preloading it on a miss)."""
+        check_size(text, self._limits.max_collateral_bytes, "the collateral")  # before hashing it
         raw = text.encode() if isinstance(text, str) else text
         key = hashlib.sha256(raw).digest()
         hit = self._entries.get(key)

@@ -256,6 +256,8 @@ def test_collateral_cache_is_bounded_in_bytes() -> None:
         cache.get(text)
     assert len(cache) == 3 and cache.held_bytes <= 3 * per_entry + 100
     assert cache.get(texts[-1]) is cache.get(texts[-1]) and cache.hits == 2
+    with pytest.raises(CollateralTooLargeError):
+        cache.get(" " * (DEFAULT_LIMITS.max_collateral_bytes + 1))  # refused before it is hashed or parsed
 
 
 # --- the first failing check in the order of verification -------------------------------------------------
