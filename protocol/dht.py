@@ -200,7 +200,7 @@ class DHTNode:
         if not isinstance(entries, dict):
             out.refused.append(("", RecordError("round key holds a non-dictionary value")))
             return out
-        for subkey, item in sorted(entries.items(), key=lambda kv: str(kv[0])):
+        for subkey, item in sorted(entries.items(), key=lambda kv: _text(kv[0])):
             value = getattr(item, "value", item)
             try:
                 if not isinstance(value, bytes):
@@ -212,9 +212,26 @@ class DHTNode:
                     raise RecordError(f"record of {rec.address} stored under subkey {subkey}")
                 out.records.append(rec)
             except RecordError as exc:
-                log.warning("refused DHT record %s/%s: %s", round, subkey, exc)
-                out.refused.append((str(subkey), exc))
+                log.warning("refused DHT record %s/%s: %s", round, _text(subkey)[:80], exc)
+                out.refused.append((_text(subkey), exc))
+            except Exception as exc:  # anything else one stored value causes: refused like a bad record
+                log.warning(
+                    "refused DHT record %s/%s: untyped %s: %s",
+                    round,
+                    _text(subkey)[:80],
+                    type(exc).__name__,
+                    exc,
+                )
+                out.refused.append((_text(subkey)[:80], RecordError(f"{type(exc).__name__}: {exc}")))
         return out
+
+
+def _text(x: Any) -> str:
+    """``str(x)``, or a placeholder where a stranger's stored subkey cannot even be printed."""
+    try:
+        return str(x)
+    except Exception:
+        return f"<{type(x).__name__}>"
 
 
 def start_dht(

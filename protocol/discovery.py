@@ -69,6 +69,10 @@ class Discovery:
             log.warning("DHT lookup failed: %s", exc)
             self.errors.append(str(exc))
             return []
+        except Exception as exc:  # a value some peer stored that the DHT client cannot handle: not fatal
+            log.warning("DHT lookup failed (untyped %s): %s", type(exc).__name__, exc)
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            return []
         self.refused += len(res.refused)
         self._cache[round] = (time.monotonic(), list(res.records))
         return res.records

@@ -193,3 +193,66 @@ def test_fetch_skips_peer_entries_that_are_not_strings(good: tuple[NodeServer, B
     server, store = good
     digest = store.put(b"not-a-string peers")
     assert fetch_blob([None, 5, server.url], digest, policy=FAST) == store.get(digest)  # type: ignore[list-item]
+
+
+class _Found:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class _Future:
+    def __init__(self, value: object) -> None:
+        self._value = value
+
+    def result(self, timeout: float | None = None) -> object:
+        return self._value
+
+
+class _Weird:
+    """A subkey whose ``str`` raises: any value a stranger stores must be refused, not crash the reader."""
+
+    def __str__(self) -> str:
+        raise UnicodeError("no text for you")
+
+
+def test_dht_lookup_refuses_bad_url_records_and_odd_values_one_by_one() -> None:
+    from types import SimpleNamespace
+
+    from protocol.dht import DHTConfig, DHTNode
+
+    acct = Account.create()
+    good = sign_record(
+        NodeRecord(31337, acct.address, "validator", 3, "http://127.0.0.1:8000", NOW + 600), acct.key
+    )
+    bad_acct = Account.create()
+    bad = _signed_record_with_url("http://127.0.0.1:abc")
+    entries = {
+        acct.address: _Found(good.encode()),
+        bad_acct.address: _Found(bad),
+        "zz": _Found(b"\x00not json"),
+        "yy": _Found(12),
+        _Weird(): _Found(b"{}"),
+    }
+    node = DHTNode(DHTConfig())
+    node._dht = SimpleNamespace(get=lambda *a, **k: _Future(_Found(entries)))
+    try:
+        res = node.lookup(31337, 3, now=NOW)
+    finally:
+        node._dht = None
+    assert [r.address for r in res.records] == [acct.address]
+    assert len(res.refused) == 4 and all(isinstance(e, RecordError) for _, e in res.refused)
+
+
+def test_discovery_survives_an_untyped_error_from_the_dht() -> None:
+    from protocol.discovery import Discovery
+
+    class _Broken:
+        running = True
+
+        def lookup(self, chain_id: int, round: int) -> object:
+            raise TypeError("a value the DHT client cannot handle")
+
+    d = Discovery(31337, "0x" + "42" * 32, dht=_Broken(), fallback_urls=("http://127.0.0.1:9",))  # type: ignore[arg-type]
+    assert d.find(3) == []
+    assert d.urls_for(3, "checkpoint", "ab" * 32) == ["http://127.0.0.1:9"]
+    assert d.errors and "TypeError" in d.errors[-1]
