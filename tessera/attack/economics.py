@@ -284,6 +284,9 @@ DETERMINISTIC: tuple[tuple[str, float, bool], ...] = (
     ("poisoner-flip", 0.0, True),
     ("forger", 0.0, True),
     ("withholder", 1.0, False),
+    # trains honestly, then bends the update towards what it guesses is scored: the update no longer is
+    # the compression of (theta_r - its final state) + its residual, which every validator recomputes
+    ("overfit-after-honest", 0.0, True),
 )
 
 
@@ -299,6 +302,10 @@ def strategy_table(
     """One row per strategy: detection probabilities, expected profit and advantage, and minimum stakes."""
     strategies = [deterministic_strategy(n, s, p) for n, s, p in DETERMINISTIC]
     strategies += [lazy_strategy(f, n_segments, m, weights, q=q) for f in fractions]
+    # fits the batch it knows at commit time with all its steps (saves nothing): every segment but the
+    # first is spoiled, and since issue 10 the score is measured on windows it could not know anyway
+    spoiled = lazy_strategy((n_segments - 1) / n_segments, n_segments, m, weights, q=q)
+    strategies.append(Strategy("overfit-scorer", 0.0, spoiled.p_zero, spoiled.p_slash))
     rows = []
     for st in strategies:
         row: dict[str, Any] = asdict(st)

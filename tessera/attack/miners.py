@@ -108,6 +108,22 @@ class LazyOtherData(LazyMiner):
         super().__init__(1.0)
 
 
+class OverfitScorer(Behaviour):
+    """Spends its whole round fitting the one batch it knows before committing (its batch 0: what the
+    usefulness score was measured on before issue 10), and attests the result with an honest TEE.
+
+    Its transcript is self-consistent but not the assigned training, so any replayed segment but the first
+    fails (provably); the score itself is measured on windows drawn after the commits closed, which it
+    could not fit.
+    """
+
+    name = "overfit-scorer"
+
+    def batches(self, ctx: RoundContext, batches: Tensor) -> Tensor:
+        """Batch 0 at every step."""
+        return batches[:1].expand_as(batches).clone()
+
+
 class Copier(Behaviour):
     """Re-labels another miner's most recent revealed update as its own (round, miner, base checkpoint).
 
@@ -261,6 +277,7 @@ def register_all() -> None:
         FreeRiderStale,
         LazyMiner,
         LazyOtherData,
+        OverfitScorer,
         Replayer,
         QuoteReplayer,
         Withholder,

@@ -24,6 +24,7 @@ from tessera.attack.miners import (
     FreeRiderZero,
     LazyMiner,
     LazyOtherData,
+    OverfitScorer,
     Poisoner,
     QuoteReplayer,
     Replayer,
@@ -193,6 +194,9 @@ def _build_registry() -> dict[str, Scenario]:
                  lambda: [*_honest(), _adversary("lazy-33", LazyMiner(1 / 3, 3))]))  # fmt: skip
     add(Scenario("lazy-other-data", "miner", "trains on other data than assigned",
                  lambda: [*_honest(), _adversary("lazy-other-data", LazyOtherData())]))  # fmt: skip
+    add(Scenario("overfit-scorer", "miner", "fits the batch it knows at commit time, attested by an honest TEE",
+                 tee=True, build=lambda: [*_tee_validators(), *_honest(0, 3),
+                                          _adversary("overfit-scorer", OverfitScorer(), True)]))  # fmt: skip
     copier = Scenario(
         "copier", "miner", "re-labels another miner's previous revealed update", lambda: [], cheat_from=2
     )
