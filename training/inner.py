@@ -37,8 +37,9 @@ from training.model import TesseraModel, build_model, lm_loss, load_params, modu
 Device = torch.device | str
 
 REPLAY_REL_TOL = 1e-4
-"""Cross-platform replay tolerance: every tensor of a replayed state must satisfy
-``||a - b||_2 <= REPLAY_REL_TOL * max(||b||_2, 1e-12)`` (the same platform gives 0)."""
+"""Default tolerance of :func:`states_close`: every tensor of a replayed state must satisfy
+``||a - b||_2 <= REPLAY_REL_TOL * max(||b||_2, 1e-12)`` (the same platform gives 0). The validator uses its
+own, calibrated across platforms (``validator.config``: 1e-4 for parameters, 1e-3 for AdamW moments)."""
 
 
 def lr_at(cfg: InnerConfig, global_step: int) -> float:

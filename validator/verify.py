@@ -59,6 +59,7 @@ from training.diloco import pseudo_gradient
 from training.errors import TrainingError
 from training.inner import replay_segment, states_close
 from training.model import build_model, lm_loss, load_params, module_of
+from validator.config import EF_REL_TOL, PARAM_REL_TOL, REPLAY_REL_TOL
 from validator.errors import SourceMismatchError
 from validator.sampling import check_this_round, segments_to_check, validator_slot
 
@@ -84,20 +85,25 @@ class VerifyPolicy:
     """Per-module bound: ||pseudo-gradient|| <= max_rel_norm * ||theta||."""
     segments_per_miner: int = 2
     """Transcript segments each validator replays per miner (see ``validator.sampling``)."""
-    replay_rel_tol: float = 1e-4
+    replay_rel_tol: float = REPLAY_REL_TOL
     """Relative L2 tolerance, per tensor, of the replayed AdamW moments and counters against the served
     end state (one platform gives 0). The moments are a pure function of the served start state and the
-    batch, so they prove the forward/backward work was done."""
-    param_rel_tol: float = 1e-4
-    """Relative L2 tolerance of the replayed *parameters* (one platform gives 0). Kept separate from the
+    batch, so they prove the forward/backward work was done. 1e-3 (``validator.config.REPLAY_REL_TOL``):
+    honest replays across CPU instruction sets and thread counts differ by up to 1.4e-5 over a 10-step
+    segment (1.6e-6 over one step), a segment with one of its 10 batches swapped by 0.5-0.7
+    (``tessera bench crossplatform``, docs/benchmarks.md)."""
+    param_rel_tol: float = PARAM_REL_TOL
+    """Relative L2 tolerance of the replayed *parameters* (one platform gives 0; across CPU instruction sets
+    honest replays differ by up to 2.9e-6, one swapped batch by 0.03). Kept separate from the
     moments' so an operator can loosen it for cross-platform replays without loosening the moments; it
     was once 5e-2 to paper over idle MoE experts drifting off the shared AdamW clock, which the inner loop
     now prevents by giving them a zero gradient."""
-    ef_rel_tol: float = 1e-4
+    ef_rel_tol: float = EF_REL_TOL
     """Relative L2 tolerance, over the whole update, of the decoded update against the validator's own
     compression of (theta_r - final state) plus the miner's error-feedback residual, and of the residual the
     miner commits to against the recomputed one. The codec runs in fp32 on the CPU on both sides, so one
-    platform gives 0; a scaled update (x3) is off by 2."""
+    platform gives 0 (and so did every pair of CPU instruction sets measured); a scaled update (x3) is off
+    by 2."""
     min_final_cosine: float = -1.0
     """Least cosine, on the update's non-zero coordinates, between the decoded update and theta_r minus the
     final transcript params; -1 (default) refuses nothing. The exact recompute (``ef_rel_tol``) supersedes
