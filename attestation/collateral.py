@@ -25,6 +25,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import reprlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,15 +346,51 @@ def _from_dict(d: Any, limits: Limits) -> Collateral:
     if fmt == FORMAT_NVIDIA:
         return NvidiaCollateral(_strfield(d, "cert_chain").encode(), limits)
     raise MalformedCollateralError(
-        f"unknown collateral format {fmt!r} (intel-dcap, amd-sev-snp, nvidia-h100)"
+        f"unknown collateral format {reprlib.repr(fmt)} (intel-dcap, amd-sev-snp, nvidia-h100)"
     )
 
 
+class _NotFlat(Exception):
+    """Raised from the JSON decoder's hooks: the collateral is not one object of strings."""
+
+
+def _no_number(text: str) -> object:
+    raise _NotFlat(f"a number ({reprlib.repr(text)})")
+
+
+def _one_object() -> Any:
+    seen = 0
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal seen
+        seen += 1
+        if seen > 1:
+            raise _NotFlat("a nested object")
+        return dict(pairs)
+
+    return hook
+
+
 def loads_collateral(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Collateral:
-    """Parse collateral JSON text (refused before parsing when over ``max_collateral_bytes``)."""
+    """Parse collateral JSON text: one object whose values are strings (or null).
+
+    Refused before parsing when over ``max_collateral_bytes``; while parsing, at the first number or
+    the second object (the decoder's hooks raise), so no input builds more than the cap's worth of
+    arrays of empty values.
+    """
     check_size(text, limits.max_collateral_bytes, "the collateral")
     try:
-        data = json.loads(text)
+        data = json.loads(
+            text,
+            parse_int=_no_number,
+            parse_float=_no_number,
+            parse_constant=_no_number,
+            object_pairs_hook=_one_object(),
+        )
+    except _NotFlat as exc:
+        raise MalformedCollateralError(
+            f"collateral must be one JSON object of strings; it holds {exc}"
+        ) from None
     except (ValueError, RecursionError) as exc:
         raise MalformedCollateralError(f"collateral is not JSON ({exc})") from None
     return collateral_from_dict(data, limits)

@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import enum
 import json
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,9 @@ class TcbStatus(enum.Enum):
         try:
             return cls(text)
         except ValueError:
-            raise MalformedCollateralError(f"unknown TCB status {text!r} in the collateral") from None
+            raise MalformedCollateralError(
+                f"unknown TCB status {reprlib.repr(text)} in the collateral"
+            ) from None
 
 
 _RANK = {s: i for i, s in enumerate(TcbStatus)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +30,9 @@ def parse_time(text: Any, what: str) -> dt.datetime:
     try:
         t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise _fail(what, f"bad time {text!r}") from None
+        raise _fail(what, f"bad time {reprlib.repr(text)}") from None
     if t.tzinfo is None:
-        raise _fail(what, f"time {text!r} has no time zone")
+        raise _fail(what, f"time {reprlib.repr(text)} has no time zone")
     return t.astimezone(dt.UTC)
 
 
@@ -120,7 +121,7 @@ class TcbInfo:
             version = _int(d["version"], w, "version")
             tcb_id = d.get("id", "SGX")
             if version not in (2, 3) or not isinstance(tcb_id, str) or tcb_id not in ("SGX", "TDX"):
-                raise _fail(w, f"unsupported TCB info version {version} / id {tcb_id!r}")
+                raise _fail(w, f"unsupported TCB info version {version} / id {reprlib.repr(tcb_id)}")
             levels = []
             for lv in _list(d["tcbLevels"], w, "tcbLevels"):
                 lv = _obj(lv, w, "tcb level")
@@ -218,7 +219,7 @@ class QeIdentity:
                 raise _fail(w, f"unsupported QE identity version {version}")
             ident = d["id"]
             if ident not in ("QE", "TD_QE", "QVE"):
-                raise _fail(w, f"unknown enclave identity id {ident!r}")
+                raise _fail(w, f"unknown enclave identity id {reprlib.repr(ident)}")
             levels = tuple(
                 (
                     _int(_obj(_obj(lv, w, "level")["tcb"], w, "tcb")["isvsvn"], w, "isvsvn"),

@@ -255,6 +255,12 @@ def _huge_text(n: int) -> str:
     return '{"tcbLevels":[' + ",".join(["{}"] * (n // 3)) + "]}"
 
 
+@functools.lru_cache(maxsize=64)
+def _json_structure(body: str, size: int) -> str:
+    """A collateral JSON text of about ``size`` characters: one array of ``body`` repeated."""
+    return '{"format":[' + body * max(0, (size - 16) // len(body)) + '""]}'
+
+
 @functools.lru_cache(maxsize=1)
 def big_crl() -> bytes:
     """A well-formed DER CRL just under the CRL cap, signed by a throwaway key (refused at its signature)."""
@@ -291,7 +297,12 @@ def oversized_case(rng: random.Random, pool: list[Seed]) -> Case:
     def verify_with(evidence: bytes, coll: Collateral | None = None) -> Callable[[], list[str]]:
         return lambda: [check_verify(seed, evidence, coll)]
 
-    op = rng.randrange(6)
+    op = rng.randrange(7)
+    if op == 6:
+        body = rng.choice(("[],", "{},", "0,", '"",', "null,", '[""],', "[[]],", "1e5,"))
+        size = _size_near(rng, LIM.max_collateral_bytes)
+        wire = _json_structure(body, size)
+        return Case(fmt, "oversized/collateral-json-structure", lambda: [check_collateral_text(seed, wire)])
     if op == 0:
         size = _size_near(rng, LIM.max_evidence_bytes)
         ev = seed.evidence + bytes(max(0, size - len(seed.evidence)))

@@ -377,3 +377,16 @@ def test_a_certificate_twice_in_a_chain_is_refused(tdx: IntelVector) -> None:
     twice = with_pck_pem(tdx.quote, leaf + root_i + root_i + b"\0")  # three certificates, root twice
     with pytest.raises(BadChainError):
         verify(twice, tdx.collateral, intel_policy(), tdx.inside)
+
+
+@pytest.mark.parametrize("body", ["{},", "0,", "[],", '[""],', "1e5,", "NaN,"])
+def test_collateral_json_is_one_flat_object(body: str) -> None:
+    """A hostile collateral text at the cap: numbers and nested objects stop the decoder at once; arrays
+    are bounded by the cap (256 KiB: about 20 ms, 5 MB for arrays of empty arrays)."""
+    text = '{"format":[' + body * ((DEFAULT_LIMITS.max_collateral_bytes - 16) // len(body)) + '""]}'
+    assert len(text) <= DEFAULT_LIMITS.max_collateral_bytes
+    exc, took = timed(lambda: loads_collateral(text))
+    assert isinstance(exc, MalformedCollateralError) and took < FAST_S, exc
+    assert len(str(exc)) < 400  # the message does not repr the whole value
+    with pytest.raises(MalformedCollateralError, match="nested object"):
+        loads_collateral('{"format": "intel-dcap", "x": {}}')
