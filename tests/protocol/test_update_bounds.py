@@ -102,6 +102,23 @@ def test_the_runs_own_model_and_codec_pass_whatever_the_caps() -> None:
         wire.decode_update(data, expected_shapes={"head.out.weight": (256, 64)}, expected_codec=codec)
 
 
+def test_a_module_of_tiny_parameters_under_a_dct_run_codec_is_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each 64-value parameter costs a whole 64x64 tile, far above 16x its decoded size; with the run's
+    model and codec the update still passes (the ratio cap is lifted, the model bounds the rest)."""
+    codec = CodecConfig(chunk=4096, topk=32, transform="dct")
+    tiny = {f"trunk.0.ln{i % 2 + 1}.{'weight' if i < 2 else 'bias'}": (64,) for i in range(4)}
+    model = {**tiny, "head.out.weight": (4096, 64)}
+    data = crafted_update(tiny, codec)
+    monkeypatch.setattr(wire, "MEMORY_SLACK", 0)  # the fixed allowance would hide the ratio at this size
+    caps = wire.UpdateCaps(max_decoded_bytes=1 << 20, max_decode_memory=1 << 20, max_memory_ratio=16)
+    with pytest.raises(wire.DecodeTooCostly, match="more than 16x"):
+        wire.decode_update(data, caps)
+    up = wire.decode_update(data, caps, expected_shapes=model, expected_codec=codec)
+    assert set(up.pseudo_gradient()) == set(tiny)
+
+
 def _safetensors(dtype: str, shape: list[int], nbytes: int, name: str = "val") -> bytes:
     head = json.dumps({name: {"dtype": dtype, "shape": shape, "data_offsets": [0, nbytes]}}).encode()
     return struct.pack("<Q", len(head)) + head + b"\0" * nbytes
