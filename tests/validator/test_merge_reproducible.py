@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.crossplatform import cpu_flags
+
 HERE = Path(__file__).resolve().parent
 GOLDEN = json.loads((HERE.parent / "training" / "golden" / "golden.json").read_text())["merge_case"]
 
@@ -23,19 +25,8 @@ GOLDEN = json.loads((HERE.parent / "training" / "golden" / "golden.json").read_t
 X86_CAPS = {"avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def _settings() -> list[tuple[str, dict[str, str], int]]:
-    flags = _cpu_flags()
+    flags = cpu_flags()
     out: list[tuple[str, dict[str, str], int]] = [("default-1thread", {"ATEN_CPU_CAPABILITY": "default"}, 1)]
     out.append(("default-4threads", {"ATEN_CPU_CAPABILITY": "default"}, 4))
     if platform.machine() in ("x86_64", "AMD64"):
@@ -74,7 +65,7 @@ def test_merge_digest_is_the_pinned_one(label: str, env: dict[str, str], threads
 
 def test_every_setting_of_this_cpu_is_covered() -> None:
     """The capabilities this CPU supports are all in the list (an AVX-512 machine runs avx512 too)."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     labels = {s[0] for s in SETTINGS}
     if platform.machine() in ("x86_64", "AMD64"):
         for cap, need in X86_CAPS.items():
