@@ -113,12 +113,16 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
 @dataclass
 class Fault:
     """Kill participant ``participant`` (an index) when round ``round`` reaches phase ``phase`` (its int
-    value), and start a fresh node from its data directory: what ``kill -9`` and a restart do."""
+    value), and start a fresh node from its data directory ``down_seconds`` later: what ``kill -9`` and a
+    restart do (issue 10 measured a miner restarted 18 s into REVEAL)."""
 
     round: int
     phase: int
     participant: int
+    down_seconds: float = 0.0
     done: bool = False
+    restart_at: float | None = None
+    """While the node is down: when it comes back (``time.monotonic()``)."""
 
 
 #: Builds a miner node: (config, spec, coordinator, discovery) -> node.
@@ -218,6 +222,8 @@ class Network:
         self.errors: list[str] = []
         self._vo = validator_overrides or {}
         self.faults: list[Fault] = []
+        self.down: set[int] = set()
+        """Participants whose process is down (a fault with ``down_seconds``)."""
         try:
             for i, p in enumerate(participants):
                 p.node = self._build(p, i)
@@ -270,14 +276,25 @@ class Network:
         """Crash and restart participants whose fault is due (round and phase reached)."""
         led = self.ledger
         for f in self.faults:
-            if f.done or led.round != f.round or int(led.phase) != f.phase:
-                continue
             i = f.participant
             p = self.participants[i]
+            if f.restart_at is not None and time.monotonic() >= f.restart_at:
+                f.restart_at = None
+                p.node = self._build(p, i)
+                p.node.start()
+                self.down.discard(i)
+                log.info("fault: %s %s back after %.0fs", p.role, p.address[:10], f.down_seconds)
+                continue
+            if f.done or led.round != f.round or int(led.phase) != f.phase:
+                continue
             p.node.stop()  # the process dies: its in-memory state is lost, its data directory stays
-            p.node = self._build(p, i)
-            p.node.start()
             f.done = True
+            if f.down_seconds > 0:
+                f.restart_at = time.monotonic() + f.down_seconds
+                self.down.add(i)
+            else:
+                p.node = self._build(p, i)
+                p.node.start()
             self.errors.append(
                 f"fault injected: restarted {p.role} {p.address[:10]} in round {f.round} phase {f.phase}"
             )
@@ -340,7 +357,9 @@ class Network:
         from training.errors import TrainingError
         from validator.errors import ValidatorError
 
-        for p in self.participants:
+        for i, p in enumerate(self.participants):
+            if i in self.down:
+                continue
             try:
                 p.node.step()
             except (ProtocolError, MinerError, ValidatorError, TrainingError) as exc:

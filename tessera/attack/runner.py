@@ -107,7 +107,7 @@ def run_scenario(
     from tessera.attack.harness import Fault
 
     net = Network(sc.build(), spec=spec or tiny_spec(), on_step=_fill_board(sc), chain=chain)
-    net.faults = [Fault(r, ph, who) for r, ph, who in sc.faults]
+    net.faults = [Fault(*f) for f in sc.faults]
     net.start()
     try:
         return net.run(rounds, timeout=timeout)
@@ -172,7 +172,7 @@ def evaluate(
             res.checks["cheaters_slashed"] = all(r.slashes > 0 for r in cheaters)
         res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
     if sc.kind == "fault":
-        for rnd, _phase, who in sc.faults:
+        for rnd, _phase, who, *_down in sc.faults:
             p = run.participants[who]
             nxt = run.ledger.rounds.get(rnd + 1)
             s = nxt.settlement if nxt is not None else None
@@ -180,6 +180,13 @@ def evaluate(
                 0 if s is None else s.miner_rewards.get(p.address, 0) + s.validator_rewards.get(p.address, 0)
             )
             res.checks[f"restarted_{p.role}_paid_in_round_{rnd + 1}"] = got > 0
+        # one restarted node must not cost everyone a round (issue 10: round 4 paid nobody)
+        settled = [
+            run.ledger.rounds[r].settlement for r in range(2, run.rounds + 1) if r in run.ledger.rounds
+        ]
+        res.checks["every_round_paid_miners"] = all(
+            st is not None and sum(st.miner_rewards.values()) > 0 for st in settled
+        )
         res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
     if sc.kind == "validator":
         res.validator = _validator_figures(run)

@@ -54,8 +54,8 @@ class Scenario:
     board: Board = field(default_factory=Board)
     tee: bool = False
     """Validators check TEE evidence (development root)."""
-    faults: list[tuple[int, int, int]] = field(default_factory=list)
-    """Crash-and-restart faults: (round, phase, participant index); see ``harness.Fault``."""
+    faults: list[tuple[int, int, int] | tuple[int, int, int, float]] = field(default_factory=list)
+    """Crash-and-restart faults: (round, phase, participant index[, seconds down]); see ``harness.Fault``."""
     scores_dishonestly: bool = True
     """A validator attack on the scores (checked: it earns less per stake than honest validators); False
     for one that attacks something else, such as the certificate (checked: the network stays live)."""
@@ -271,6 +271,8 @@ def _build_registry() -> dict[str, Scenario]:
     ):
         add(Scenario(label, "fault", f"kill -9 and restart participant {who} in round {rnd}, phase {phase}",
                      lambda: _honest(), faults=[(rnd, phase, who)]))  # fmt: skip
+    add(Scenario("fault-miner-down-18s-reveal", "fault", "kill -9 a miner in round 2 REVEAL, restart it 18 s later",
+                 lambda: _honest(), faults=[(2, 1, 2, 18.0)]))  # fmt: skip
     add(Scenario("fault-corrupt-server", "miner", "a miner serves bytes that do not match its commitment",
                  lambda: [*_honest(), _adversary("corrupt-server", _CorruptServer())], provable=False))  # fmt: skip
     return s
