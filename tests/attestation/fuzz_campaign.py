@@ -121,11 +121,15 @@ class Figures:
     worst_mb_kind: str = ""
     worst_mb_input: int = -1
     total_s: float = 0.0
+    walls: list[float] = dataclasses.field(default_factory=list)
+    cpus: list[float] = dataclasses.field(default_factory=list)
 
     def add(self, i: int, kind: str, seconds: float, cpu: float, peak: int, failed: bool) -> None:
         self.inputs += 1
         self.untyped += failed
         self.total_s += seconds
+        self.walls.append(seconds)
+        self.cpus.append(cpu)
         if seconds * 1000 > self.worst_ms:
             self.worst_ms, self.worst_ms_kind, self.worst_ms_input = seconds * 1000, kind, i
         if cpu * 1000 > self.worst_cpu_ms:
@@ -134,6 +138,11 @@ class Figures:
             self.worst_mb, self.worst_mb_kind, self.worst_mb_input = peak / 2**20, kind, i
 
     def to_dict(self) -> dict[str, object]:
+        walls, cpus = sorted(self.walls), sorted(self.cpus)
+
+        def q(xs: list[float], f: float) -> float:
+            return round(1000 * xs[min(len(xs) - 1, int(f * len(xs)))], 2) if xs else 0.0
+
         return {
             "inputs": self.inputs,
             "untyped_exceptions": self.untyped,
@@ -144,6 +153,9 @@ class Figures:
             "worst_cpu_ms_kind": self.worst_cpu_ms_kind,
             "worst_cpu_input": self.worst_cpu_input,
             "mean_ms_per_input": round(1000 * self.total_s / max(1, self.inputs), 3),
+            "p99_ms": q(walls, 0.99),
+            "p999_ms": q(walls, 0.999),
+            "p999_cpu_ms": q(cpus, 0.999),
             "worst_peak_mb_per_input": round(self.worst_mb, 3),
             "worst_peak_kind": self.worst_mb_kind,
             "worst_peak_input": self.worst_mb_input,
