@@ -60,7 +60,6 @@ from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob,
 from protocol.update import decode_update, update_digest
 from training.data import Dataset, prepare
 from training.device import use_deterministic
-from validator.budget import BlockClock
 from validator.config import ValidatorConfig
 from validator.errors import CertificationError, SourceMismatchError, ValidatorError
 from validator.merge import MergePolicy, next_checkpoint
@@ -183,7 +182,6 @@ class ValidatorNode:
         self._pending: set[str] = set()
         self._first_miss: dict[str, float] = {}
         """When each pending miner's update or states first failed to arrive this round (monotonic)."""
-        self._clock = BlockClock()
         self._rechecked_phases: set[tuple[int, int]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -311,7 +309,6 @@ class ValidatorNode:
         """Take whatever action the chain's current state calls for."""
         st = self.coord.current()
         r = st.round
-        self._clock.observe(st.block)
         self.metrics.round.set(r)
         if self._cache.round != r:
             self._cache = _RoundCache(r)
@@ -501,9 +498,12 @@ class ValidatorNode:
                 self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
                 return decode_tensors(data)
 
-            # this miner's budget ends where the phase's margin begins, in wall-clock time (issue 10)
+            # this miner's verification stops where the phase's margin begins (issue 10): the chain is
+            # asked between stages and replayed segments, so a slow miner cannot push the commit late
+            def out_of_time(limit: int = st.deadline - RETRY_MARGIN_BLOCKS) -> bool:
+                return self.coord.current().block >= limit
+
             now_block = self.coord.current().block
-            deadline = self._clock.time_of(now_block, st.deadline - RETRY_MARGIN_BLOCKS)
             verdict, _update = verify_update(
                 ctx,
                 miner,
@@ -514,7 +514,7 @@ class ValidatorNode:
                 evidence=self._cache.evidence.get(miner),
                 check_evidence=self.check_evidence,
                 fetch_source=self._source_fetcher(miner, url),
-                deadline=deadline,
+                out_of_time=out_of_time,
             )
             retryable = verdict.stage == "fetch" or (verdict.stage == "recompute" and not verdict.provable)
             first_miss = self._first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0

@@ -227,15 +227,15 @@ def verify_update(
     evidence: bytes | None = None,
     check_evidence: CheckEvidence | None = None,
     fetch_source: FetchSource | None = None,
-    deadline: float | None = None,
+    out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[Verdict, Update | None]:
     """Run every stage for one miner; returns the verdict and (when it decoded) the update.
 
     ``fetch_source`` fetches the miner's earlier update that the header's ``ef.source`` names; without it
-    an update that names one is refused (unprovably). ``deadline`` (``time.monotonic()``) is the budget:
-    once it has passed, the next stage or replay segment is not started and the verdict is the unprovable
-    stage ``budget`` (scored 0), so one slow or stalling miner cannot make the validator miss a phase
-    (``validator.budget``)."""
+    an update that names one is refused (unprovably). ``out_of_time()`` is asked before each stage and each
+    replayed segment (the node asks the chain whether the phase's margin has begun): once it says yes, the
+    verdict is the unprovable stage ``budget`` (scored 0), so one slow or stalling miner cannot make the
+    validator miss a phase (issue 10)."""
     v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
     update: Update | None = None
     t = time.perf_counter()
@@ -245,7 +245,7 @@ def verify_update(
         now = time.perf_counter()
         v.timings[name] = round(now - t, 6)
         t = now
-        if check and deadline is not None and time.monotonic() > deadline:
+        if check and out_of_time is not None and out_of_time():
             raise _Fail("budget", f"verification budget exhausted after {name}", False)
 
     try:
@@ -320,7 +320,7 @@ def verify_update(
             policy.segments_per_miner if full else min(policy.attested_segments, policy.segments_per_miner)
         )
         _recompute(
-            ctx, v, a, update, delta, fetch_state, fetch_source, policy, segments, evidence_base, deadline
+            ctx, v, a, update, delta, fetch_state, fetch_source, policy, segments, evidence_base, out_of_time
         )
         lap("recompute")
         with COMPUTE_LOCK:
@@ -348,7 +348,7 @@ def _recompute(
     policy: VerifyPolicy,
     segments: int,
     ev: dict[str, Any],
-    deadline: float | None = None,
+    out_of_time: Callable[[], bool] | None = None,
 ) -> None:
     h = update.header
     digests = list(h.transcript_digests)
@@ -411,7 +411,7 @@ def _recompute(
     replayed_steps = 0
     worst_param = worst_moment = 0.0
     for i in segs:
-        if deadline is not None and time.monotonic() > deadline:
+        if out_of_time is not None and out_of_time():
             raise _Fail("budget", f"verification budget exhausted before replaying step {steps[i]}", False)
         t0 = time.perf_counter()
         d_param, d_moment = _replay_one(ctx, a, update, batches, get, policy, i, ev)
