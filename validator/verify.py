@@ -38,6 +38,7 @@ return, and the codec that recomputes the update, are on the CPU in fp32.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -64,6 +65,8 @@ from validator.errors import SourceMismatchError
 from validator.sampling import check_this_round, segments_to_check, validator_slot
 
 #: Fetches bytes by digest from the miner (raises on failure).
+log = logging.getLogger(__name__)
+
 FetchBytes = Callable[[str], bytes]
 #: Fetches a transcript state by its (hex) state digest.
 FetchState = Callable[[str], dict[str, Tensor]]
@@ -334,6 +337,12 @@ def verify_update(
         v.evidence.update(f.evidence)
         v.accepted, v.score = False, 0
         lap(f.stage, check=False)
+    except Exception as exc:  # one miner's input must not stop the verification of the others
+        # an error no stage anticipated: this miner scores 0 (unprovably) and the loop goes on to the next
+        log.exception("round %d: verifying %s raised %s", ctx.round, miner, type(exc).__name__)
+        v.stage, v.reason, v.provable = "error", f"{type(exc).__name__}: {exc}", False
+        v.accepted, v.score = False, 0
+        lap("error", check=False)
     return v, update
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from validator_support import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 
 from protocol.coordinator import update_commitment
@@ -68,3 +69,29 @@ def test_the_budget_is_asked_between_stages_and_segments() -> None:
     )  # fmt: skip
     assert (v.stage, v.score, v.provable) == ("budget", 0, False)
     assert "replayed_steps" not in v.metrics
+
+
+def test_an_unanticipated_error_scores_that_miner_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11: an exception no stage anticipated stays with the miner whose input raised it."""
+    import validator.verify as verify
+
+    rnd: Round = make_round()
+    miner = MINERS[0]
+    built = rnd.build(miner)
+    commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, miner, built.digest)
+    states = {
+        "0x" + d.hex(): built.states[s]
+        for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
+    }
+    states.update(rnd.published)
+
+    def boom(*_: object, **__: object) -> None:
+        raise KeyError("something no stage anticipated")
+
+    monkeypatch.setattr(verify, "_usefulness", boom)
+    v, _ = verify_update(
+        rnd.ctx(), miner, commitment, lambda: built.update, lambda d: states[d], VerifyPolicy(),
+        fetch_source=rnd.fetch_source,
+    )  # fmt: skip
+    assert (v.stage, v.accepted, v.score, v.provable) == ("error", False, 0, False)
+    assert "KeyError" in v.reason
