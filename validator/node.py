@@ -58,6 +58,7 @@ from protocol.tensorblob import (
 )
 from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob, get_capped, sha256_digest
 from protocol.update import decode_update, update_digest
+from training.config import CodecConfig
 from training.data import Dataset, prepare
 from training.device import use_deterministic
 from validator.config import ValidatorConfig
@@ -639,7 +640,7 @@ class ValidatorNode:
             v.reason = "the evidence is not about the committed update"
             return v
         try:
-            update = decode_update(data)
+            update = decode_update(data, None, *self._run_model(theta))
         except ProtocolError:
             return v  # a format failure is re-checked by every validator's own verification
         url = self._miner_url(r, miner)
@@ -656,6 +657,10 @@ class ValidatorNode:
             return None
         v.provable, v.reason = failed, reason
         return v
+
+    def _run_model(self, theta: _Theta) -> tuple[dict[str, tuple[int, ...]], CodecConfig]:
+        """The run's parameter shapes and codec, which an update's header must match before it decodes."""
+        return {n: tuple(t.shape) for n, t in theta.params.items()}, self.spec.codec
 
     def _round_context(self, st: RoundState, theta: _Theta) -> RoundContext:
         assert st.seed is not None
@@ -756,7 +761,9 @@ class ValidatorNode:
                 raise ValidatorError(
                     f"round {p}: update of {miner} (consensus {score}) is neither held nor served by a peer"
                 )
-            contributions.append((float(score), miner, decode_update(data).pseudo_gradient()))
+            # the run's model and codec let the decoder's caps cover an honest update of any size (issue 11)
+            update = decode_update(data, None, *self._run_model(theta))
+            contributions.append((float(score), miner, update.pseudo_gradient()))
         with COMPUTE_LOCK:
             params, momentum = next_checkpoint(
                 theta.params, theta.momentum, contributions, self.spec.outer, self.merge_policy
