@@ -29,7 +29,7 @@ from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
 from protocol.nodeloop import failure_reporter, step_forever
 from protocol.records import Served
-from protocol.runspec import COMPUTE_LOCK, RunSpec, warm_up_torch
+from protocol.runspec import COMPUTE_LOCK, RunSpec, compute_platform, warm_up_torch
 from protocol.tensorblob import (
     decode_tensors,
     encode_tensors,
@@ -119,7 +119,7 @@ class MinerNode:
         """Start the HTTP API and register on-chain if needed."""
         torch.set_num_threads(max(1, self.cfg.threads))
         use_deterministic(self.cfg.device)
-        log.info("torch warm-up took %.2fs", warm_up_torch())
+        log.info("torch warm-up took %.2fs (%s)", warm_up_torch(), compute_platform())
         app = create_node_app(
             role="miner",
             status=self.status,

@@ -44,6 +44,23 @@ def warm_up_torch() -> float:
     return time.perf_counter() - t0
 
 
+#: Environment variables that cap the instruction sets of torch's CPU kernels (ATen, MKL, oneDNN).
+ISA_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def compute_platform() -> str:
+    """The kernels this process computes with, for its start-up log line: torch's version, the CPU
+    instruction set ATen dispatches to, and any MKL/oneDNN caps set in the environment."""
+    import os
+
+    import torch
+
+    caps = " ".join(f"{k}={os.environ[k]}" for k in ISA_ENV[1:] if os.environ.get(k))
+    return f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}" + (
+        f", {caps}" if caps else ""
+    )
+
+
 class RunSpecError(ProtocolError):
     """A run specification is missing or invalid."""
 

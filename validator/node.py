@@ -47,7 +47,7 @@ from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
 from protocol.nodeloop import failure_reporter, step_forever
 from protocol.records import Served
-from protocol.runspec import COMPUTE_LOCK, RunSpec, warm_up_torch
+from protocol.runspec import COMPUTE_LOCK, RunSpec, compute_platform, warm_up_torch
 from protocol.tensorblob import (
     decode_tensors,
     encode_tensors,
@@ -197,7 +197,7 @@ class ValidatorNode:
         """Start the HTTP API and register on-chain if needed."""
         torch.set_num_threads(max(1, self.cfg.threads))
         use_deterministic(self.cfg.device)
-        log.info("torch warm-up took %.2fs", warm_up_torch())
+        log.info("torch warm-up took %.2fs (%s)", warm_up_torch(), compute_platform())
         app = create_node_app(role="validator", status=self.status, store=self.public, metrics=self.metrics)
         self._add_routes(app)
         self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
