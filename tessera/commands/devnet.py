@@ -12,9 +12,23 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "devnet",
         help="run the whole network locally: chain, contracts, validators, miners; write a report",
-        description="Starts anvil (state persisted in --dir), deploys the contracts, starts validators and "
-        "miners as separate processes, runs --rounds rounds on the bundled corpus with a live view, writes "
-        "report.json and report.png to --dir, and stops everything (also on Ctrl-C).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Starts anvil (state persisted in --dir), deploys the contracts, starts validators and\n"
+        "miners as separate processes, runs --rounds rounds on the bundled corpus with a live view, writes\n"
+        "report.json and report.png to --dir, and stops everything (also on Ctrl-C).\n\n"
+        "Phase windows are sized from the work they must hold, measured on this machine before deploying\n"
+        "(in a process started like a node, once per --node-env setting; the slowest wins):\n"
+        "  blocks       = max(floor, ceil(safety x seconds / block time)); floors 60/10/30/10 blocks\n"
+        "  commit       = start + merge + held-out + train x ceil(miners / cores)\n"
+        "  reveal       = start\n"
+        "  score-commit = start + (miners x verify + held-out) x ceil(validators / cores), + 4 margin blocks\n"
+        "  score-reveal = start\n"
+        "start: a node's launch (imports, torch warm-up, a DHT peer), so a node restarted in a phase still\n"
+        "acts in it; train: one miner's round of H inner steps; verify: one validator's check of one update\n"
+        "with its segment replay; safety: --phase-safety (load arriving after the measurement). The\n"
+        "derivation is logged and written to DIR/phases.json and the report. Rounds still last only as\n"
+        "long as their work: the devnet mines the rest of a phase once every node has done its part\n"
+        "(unless --no-fast-forward). docs/deploy.md explains how to size a real deployment.",
     )
     p.add_argument(
         "--rounds",
@@ -48,7 +62,50 @@ def register(subparsers: Any) -> None:
         "validator1=random (a `tessera validator run --mode`); repeatable. Node names are miner0.. and "
         "validator0..",
     )
+    p.add_argument(
+        "--node-env",
+        action="append",
+        default=[],
+        metavar="NODE=VAR=VALUE",
+        help="set an environment variable in one node's process, e.g. miner1=ATEN_CPU_CAPABILITY=default or "
+        "validator0=ONEDNN_MAX_CPU_ISA=AVX2; repeatable",
+    )
+    p.add_argument(
+        "--phase-safety",
+        type=float,
+        default=4.0,
+        help="safety factor on the measured work of each phase (default 4: load arriving after the measurement)",
+    )
+    p.add_argument(
+        "--fixed-phases",
+        action="store_true",
+        help="do not measure: deploy the floors (60/10/30/10 blocks) as they are",
+    )
     p.set_defaults(handler=_run)
+
+
+def node_env_args(specs: list[str], miners: int, validators: int) -> dict[str, dict[str, str]]:
+    """``NODE=VAR=VALUE`` triples as per-node environments; :class:`TesseraError` on a bad one."""
+    import re
+
+    from tessera.errors import TesseraError
+
+    names = [f"validator{i}" for i in range(validators)] + [f"miner{i}" for i in range(miners)]
+    out: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        node, _, assignment = spec.partition("=")
+        var, sep, value = assignment.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+            raise TesseraError(
+                f"--node-env {spec!r}: expected NODE=VAR=VALUE, e.g. miner1=ATEN_CPU_CAPABILITY=default"
+            )
+        if node not in names:
+            raise TesseraError(
+                f"--node-env {spec!r}: no node {node!r} (miner0..miner{miners - 1}, "
+                f"validator0..validator{validators - 1})"
+            )
+        out.setdefault(node, {})[var] = value
+    return out
 
 
 def adversary_args(specs: list[str], miners: int, validators: int) -> dict[str, list[str]]:
@@ -103,6 +160,9 @@ def _run(args: argparse.Namespace) -> int:
         fresh=not args.resume,
         fast_forward=not args.no_fast_forward,
         extra_args=adversary_args(args.adversary, args.miners, args.validators),
+        node_env=node_env_args(args.node_env, args.miners, args.validators),
+        size_phases=not args.fixed_phases,
+        phase_safety=args.phase_safety,
     )
     report = run_devnet(cfg, args.rounds, live=not args.no_live, timeout=args.timeout)
     summary = {
@@ -113,7 +173,9 @@ def _run(args: argparse.Namespace) -> int:
         ],
         "round_wall_seconds": [p["wall_seconds"] for p in report["per_round"]],
         "rewards_total_tokens": {m: round(w / 1e18, 2) for m, w in report["rewards_total_wei"].items()},
+        "phase_blocks": {k: v for k, v in report["phases"].items() if k.endswith("_blocks")},
     }
+    print("\n".join(f"phase window {line}" for line in report["phases"]["derivation"]))
     print(json.dumps(summary, indent=1))
     print(f"report: {args.dir / 'report.json'} and {args.dir / 'report.png'}")
     return 0

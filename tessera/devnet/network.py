@@ -10,6 +10,16 @@ do) and stops everything on :meth:`stop`, also when interrupted.
 Pacing: anvil mines a block a second; when every node has done what a phase needs (all miners committed,
 all validators revealed...), the devnet mines the rest of the phase at once (``anvil_mine``) so a round
 lasts as long as its work, not as long as its deadlines. ``fast_forward=False`` keeps wall-clock phases.
+
+Phase windows: before deploying, the devnet times the work each phase must hold on this machine (a node's
+start, one miner's round, one validator's check of an update, a held-out evaluation, the merge), in a
+process started like a node under every distinct node environment (``node_env``; the slowest wins), and
+derives each phase's blocks from it with a load safety factor, floored at the configured ``*_blocks``
+(:mod:`tessera.devnet.sizing`). The derivation is logged, written to ``phases.json`` and reported.
+
+Node environments: ``node_env`` adds environment variables to chosen nodes' processes, e.g. the CPU
+instruction set torch's kernels may use (``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``,
+``ONEDNN_MAX_CPU_ISA``): ``tessera faults mixed-hardware`` runs nodes under different ones.
 """
 
 from __future__ import annotations
@@ -55,9 +65,18 @@ class DevnetConfig:
     batch_size: int = 8
     segments_per_miner: int = 2
     commit_blocks: int = 60
+    """Least blocks of the commit phase (the sized window is never shorter)."""
     reveal_blocks: int = 10
+    """Least blocks of the reveal phase."""
     score_commit_blocks: int = 30
+    """Least blocks of the score-commit phase."""
     score_reveal_blocks: int = 10
+    """Least blocks of the score-reveal phase."""
+    size_phases: bool = True
+    """Size each phase from the work measured on this machine (:mod:`tessera.devnet.sizing`); False: the
+    ``*_blocks`` above as they are."""
+    phase_safety: float = 4.0
+    """Safety factor on the measured work (``tessera.devnet.sizing.LOAD_SAFETY``)."""
     block_time: float = 1.0
     fast_forward: bool = True
     tee: str = "simulated"
@@ -71,6 +90,13 @@ class DevnetConfig:
     it so that a ``kill -9`` of the chain restarts from the last dump."""
     extra_args: dict[str, list[str]] = field(default_factory=dict)
     """Extra command-line flags per node name (appended: they win over the defaults)."""
+    node_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Extra environment variables per node name (e.g. ``{"miner1": {"ATEN_CPU_CAPABILITY": "default"}}``);
+    they win over the devnet's own."""
+
+    def node_names(self) -> list[str]:
+        """Every node's name: ``validator0..``, then ``miner0..``."""
+        return [f"validator{i}" for i in range(self.validators)] + [f"miner{i}" for i in range(self.miners)]
 
 
 @dataclass
@@ -118,6 +144,8 @@ class Devnet:
     """Node name -> a :class:`tessera.devnet.proxy.FaultProxy` the node reaches the chain through."""
     http_fronts: dict[str, Any] = field(default_factory=dict)
     """Node name -> a proxy in front of the node's HTTP API: its public URL and the URL peers are given."""
+    phases: Any = None
+    """The deployed phase windows (:class:`tessera.devnet.sizing.PhaseWindows`) with their derivation."""
 
     # -- start -----------------------------------------------------------------------------------------
     def start(self) -> Devnet:
@@ -145,6 +173,7 @@ class Devnet:
             spec.save(self.run_path)
         spec = RunSpec.load(self.run_path)
         genesis = tensors_digest({f"param/{k}": v for k, v in spec.genesis_params().items()})
+        self.phases = self._size_phases()
 
         port_file = wd / "anvil.port"
         port = int(port_file.read_text()) if port_file.exists() and not cfg.fresh else free_port()
@@ -171,9 +200,7 @@ class Devnet:
         self.dht = DHTNode(DHTConfig(start_timeout=30)).start()
         peers = ",".join(self.dht.visible_maddrs())
 
-        ports = self._ports(
-            wd, [f"validator{i}" for i in range(cfg.validators)] + [f"miner{i}" for i in range(cfg.miners)]
-        )
+        ports = self._ports(wd, cfg.node_names())
         for name, front in self.http_fronts.items():
             front.set_target(ports[name])
         vurls = ",".join(self._public_url(f"validator{i}", ports) for i in range(cfg.validators))
@@ -244,6 +271,7 @@ class Devnet:
             if n.name in self.http_fronts:
                 n.args += ["--public-url", self.http_fronts[n.name].url]
             n.args += cfg.extra_args.get(n.name, [])
+            n.env.update(cfg.node_env.get(n.name, {}))
             self.spawn(n.name)
         self.wait_healthy(timeout=180)
         self.wait_registered(timeout=120)
@@ -307,21 +335,78 @@ class Devnet:
         return anvil_rpc(self.anvil.rpc_url, method, params)
 
     def _deploy(self, keys: dict[str, str], genesis: str) -> None:
-        cfg = self.cfg
         fund = {}
         for name, k in keys.items():
             if name.startswith("validator"):
                 fund[Account.from_key(k).address] = 2000 * 10**18
             elif name.startswith("miner"):
                 fund[Account.from_key(k).address] = 200 * 10**18
-        params = {
-            "genesis_checkpoint": genesis,
-            "commit_blocks": max(cfg.commit_blocks, 5 * cfg.miners),
-            "reveal_blocks": cfg.reveal_blocks,
-            "score_commit_blocks": max(cfg.score_commit_blocks, 4 * cfg.miners),
-            "score_reveal_blocks": cfg.score_reveal_blocks,
-        }
+        params = {"genesis_checkpoint": genesis, **self.phases.blocks()}
         deploy_contracts(self.anvil.rpc_url, keys["deployer"], self.deployment_path, params, fund)
+
+    def _floors(self) -> dict[str, int]:
+        cfg = self.cfg
+        return {
+            "commit": max(cfg.commit_blocks, 5 * cfg.miners),
+            "reveal": cfg.reveal_blocks,
+            "score_commit": max(cfg.score_commit_blocks, 4 * cfg.miners),
+            "score_reveal": cfg.score_reveal_blocks,
+        }
+
+    def _size_phases(self) -> Any:
+        """The phase windows: measured and derived (:mod:`tessera.devnet.sizing`), or the floors as they
+        are (``size_phases=False``); a resumed devnet keeps the windows it deployed with."""
+        from tessera.devnet.sizing import (
+            PhaseWindows,
+            SizingError,
+            WorkTimes,
+            measure_node_work,
+            phase_windows,
+            slowest,
+        )
+
+        cfg = self.cfg
+        path = cfg.workdir / "phases.json"
+        if not cfg.fresh and path.exists() and (cfg.workdir / "deployment.json").exists():
+            return PhaseWindows.from_json(json.loads(path.read_text()))
+        floors = self._floors()
+        if not cfg.size_phases:
+            zero = WorkTimes(0.0, 0.0, 0.0, 0.0)
+            pw = phase_windows(
+                zero, miners=cfg.miners, validators=cfg.validators, block_time=0, floors=floors
+            )
+        else:
+            settings: list[dict[str, str]] = []
+            for name in cfg.node_names():
+                s = dict(cfg.node_env.get(name, {}))
+                if s not in settings:
+                    settings.append(s)
+            measured = []
+            for s in settings:
+                try:
+                    w = measure_node_work(
+                        self.run_path, miners=cfg.miners, validators=cfg.validators,
+                        segments=cfg.segments_per_miner, merge_method=cfg.merge_method, threads=cfg.threads,
+                        setting=s,
+                    )  # fmt: skip
+                except SizingError as exc:
+                    who = [n for n in cfg.node_names() if cfg.node_env.get(n, {}) == s]
+                    raise DevnetError(f"node setting of {', '.join(who)}: {exc}") from exc
+                log.info("work measured under %s: %s", s or "the devnet's environment", w.to_json())
+                measured.append(w)
+            pw = phase_windows(
+                slowest(measured), miners=cfg.miners, validators=cfg.validators, block_time=cfg.block_time,
+                floors=floors, threads=cfg.threads, safety=cfg.phase_safety,
+            )  # fmt: skip
+            pw.inputs["measured"] = [w.to_json() for w in measured]
+        for line in pw.derivation:
+            log.info("phase window %s", line)
+        path.write_text(json.dumps(pw.to_json(), indent=1))
+        return pw
+
+    def round_seconds(self) -> float:
+        """The longest a round can last if every phase is waited out (the tests' and drivers' patience)."""
+        return float(self.phases.round_seconds(self.cfg.block_time)) if self.phases is not None else 0.0
 
     # -- processes -------------------------------------------------------------------------------------
     def spawn(self, name: str) -> None:

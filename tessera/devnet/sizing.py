@@ -191,10 +191,13 @@ def phase_windows(
             need = 0  # automine: blocks come with transactions, not with time; the floors stand
         out[p] = max(floor, need)
         margin_txt = f" + {margin} margin blocks" if margin else ""
-        lines.append(
-            f"{p}: {terms[p]} = {seconds[p]:.2f}s of work; x safety {safety:g} / block time {block_time:g}s"
-            f"{margin_txt} = {need} blocks; floor {floor} -> {out[p]} blocks"
-        )
+        if block_time > 0:
+            lines.append(
+                f"{p}: {terms[p]} = {seconds[p]:.2f}s of work; x safety {safety:g} / block time "
+                f"{block_time:g}s{margin_txt} = {need} blocks; floor {floor} -> {out[p]} blocks"
+            )
+        else:
+            lines.append(f"{p}: not sized (fixed windows) -> {out[p]} blocks")
     return PhaseWindows(
         **out,
         seconds=seconds,

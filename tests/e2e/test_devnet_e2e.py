@@ -22,8 +22,10 @@ from tessera.devnet.network import Devnet, DevnetConfig
 pytestmark = [pytest.mark.e2e, pytest.mark.chain, pytest.mark.timeout(600)]
 
 
-def _wait(net: Devnet, cond, what: str, timeout: float = 240) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
+def _wait(net: Devnet, cond, what: str, rounds: float = 1.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait for ``cond`` at most ``rounds`` rounds with every phase window waited out (the windows are
+    sized from the work measured at the devnet's start, see ``tessera.devnet.sizing``), at least 240 s."""
+    deadline = time.time() + max(240.0, rounds * net.round_seconds() + 60)
     while time.time() < deadline:
         net.check_alive()
         if cond():
@@ -38,6 +40,10 @@ def test_two_rounds_with_crashes(tmp_path: Path) -> None:
     cfg = DevnetConfig(workdir=tmp_path / "devnet", miners=3, validators=2, inner_steps=8, tee="simulated")
     net = Devnet(cfg).start()
     try:
+        # each phase holds a node's restart and its work, measured at start (a validator killed after its
+        # score commitment must come back and reveal within the score-reveal window, also under load)
+        print("\n".join(net.phases.derivation))
+        assert net.phases.score_reveal * cfg.block_time >= net.phases.seconds["score_reveal"]
         chain = net.chain
         miners = {n.address: n.name for n in net.nodes.values() if n.role == "miner"}
         validators = {n.address: n.name for n in net.nodes.values() if n.role == "validator"}
@@ -65,7 +71,7 @@ def test_two_rounds_with_crashes(tmp_path: Path) -> None:
         net.restart("validator1")
         net.wait_healthy()
 
-        _wait(net, lambda: net.certified_rounds() >= 3, "two certified training rounds", timeout=300)
+        _wait(net, lambda: net.certified_rounds() >= 3, "two certified training rounds", rounds=2)
 
         assert chain.committed_miners(1) == []
         for r in (2, 3):

@@ -1,0 +1,60 @@
+"""The phase-window rule of :mod:`tessera.devnet.sizing` on given work times (no measurement)."""
+
+from __future__ import annotations
+
+from tessera.devnet.sizing import (
+    LOAD_SAFETY,
+    SCORE_COMMIT_MARGIN_BLOCKS,
+    PhaseWindows,
+    WorkTimes,
+    phase_windows,
+    slowest,
+)
+
+FLOORS = {"commit": 60, "reveal": 10, "score_commit": 30, "score_reveal": 10}
+
+
+def test_rule_contention_safety_margin_and_floors() -> None:
+    work = WorkTimes(train_s=10.0, verify_s=2.0, heldout_s=1.0, merge_s=0.5, start_s=6.0)
+    pw = phase_windows(work, miners=4, validators=2, block_time=1.0, floors=FLOORS, cores=2)
+    # commit: 6 + 0.5 + 1 + 10 x ceil(4 / 2) = 27.5 s -> ceil(4 x 27.5) = 110 blocks
+    assert pw.seconds["commit"] == 27.5 and pw.commit == 110
+    # reveal and score-reveal: a node's start, 6 s -> 24 blocks
+    assert pw.reveal == pw.score_reveal == 24
+    # score-commit: 6 + (4 x 2 + 1) x ceil(2 / 2) = 15 s -> 60 blocks + the validators' margin
+    assert pw.score_commit == 60 + SCORE_COMMIT_MARGIN_BLOCKS
+    assert len(pw.derivation) == 4 and "floor 60 -> 110 blocks" in pw.derivation[0]
+    assert pw.blocks() == {
+        "commit_blocks": 110,
+        "reveal_blocks": 24,
+        "score_commit_blocks": 64,
+        "score_reveal_blocks": 24,
+    }
+    assert PhaseWindows.from_json(pw.to_json()).blocks() == pw.blocks()
+    assert pw.round_seconds(2.0) == 2.0 * (110 + 24 + 64 + 24)
+
+
+def test_floors_hold_for_small_work_and_block_time_scales() -> None:
+    small = WorkTimes(train_s=0.1, verify_s=0.1, heldout_s=0.01, merge_s=0.01, start_s=0.5)
+    pw = phase_windows(small, miners=3, validators=2, block_time=1.0, floors=FLOORS, cores=2)
+    assert pw.blocks() == {f"{k}_blocks": v for k, v in FLOORS.items()}
+    big = WorkTimes(train_s=100.0, verify_s=10.0, heldout_s=1.0, merge_s=1.0, start_s=10.0)
+    slow_chain = phase_windows(big, miners=3, validators=2, block_time=12.0, floors=FLOORS, cores=8)
+    fast_chain = phase_windows(big, miners=3, validators=2, block_time=1.0, floors=FLOORS, cores=8)
+    assert slow_chain.commit < fast_chain.commit
+    assert slow_chain.commit * 12.0 >= LOAD_SAFETY * slow_chain.seconds["commit"]
+
+
+def test_no_interval_mining_keeps_the_floors() -> None:
+    work = WorkTimes(train_s=100.0, verify_s=10.0, heldout_s=1.0, merge_s=1.0, start_s=10.0)
+    pw = phase_windows(work, miners=3, validators=2, block_time=0, floors=FLOORS)
+    assert pw.blocks() == {f"{k}_blocks": v for k, v in FLOORS.items()}
+    assert all("not sized" in line for line in pw.derivation)
+
+
+def test_slowest_setting_wins_per_unit() -> None:
+    a = WorkTimes(train_s=1.0, verify_s=3.0, heldout_s=0.1, merge_s=0.1, start_s=5.0, setting={"A": "1"})
+    b = WorkTimes(train_s=2.0, verify_s=1.0, heldout_s=0.2, merge_s=0.05, start_s=4.0, setting={"A": "2"})
+    w = slowest([a, b])
+    assert (w.train_s, w.verify_s, w.heldout_s, w.merge_s, w.start_s) == (2.0, 3.0, 0.2, 0.1, 5.0)
+    assert "A=1" in w.setting["slowest_of"] and "A=2" in w.setting["slowest_of"]
