@@ -22,7 +22,12 @@ def register(subparsers: Any) -> None:
         "drawn from --seed, runs --rounds rounds from there, and checks the chain's events: nothing paid "
         "twice, payouts equal the settlement of the revealed scores, every honest participant paid in every "
         "round it completed, the round after the fault finalized and certified (recovery within one round), "
-        "nobody slashed, and a log line saying what happened. Prints a table; writes "
+        "nobody slashed, and a log line saying what happened. mixed-hardware injects nothing: its nodes run "
+        "under different CPU instruction sets (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, "
+        "ONEDNN_MAX_CPU_ISA; avx512 only where /proc/cpuinfo has it) and every round must be certified, the "
+        "validators' merged digests equal, no honest miner refused or slashed, everyone paid. Phase "
+        "windows are sized from the work measured before each devnet deploys (tessera devnet --help). "
+        "Prints a table; writes "
         "DIR/faults-report.json and each scenario's faults.log and devnet (node logs in DIR/NAME/devnet/logs) under DIR/NAME.\n\n"
         f"scenarios:\n{listing}",
     )

@@ -15,6 +15,12 @@ after it. Faults:
 - ``stall-miner`` / ``corrupt-miner``: a miner's public URL is a proxy that, for the fault round, accepts and
   trickles a byte a second without ever answering, or flips a byte of every body it serves.
 
+- ``mixed-hardware``: no fault is injected; the devnet's node processes run under different CPU
+  instruction sets for torch's kernels (``ATEN_CPU_CAPABILITY`` default/avx2/avx512, the last only where
+  ``/proc/cpuinfo`` shows AVX-512 F/BW/VL/DQ; ``MKL_ENABLE_INSTRUCTIONS`` and ``ONEDNN_MAX_CPU_ISA`` caps
+  on some), and every round must be certified with no honest miner refused or slashed
+  (:func:`mixed_hardware_env`, :func:`check_mixed_hardware`).
+
 After each scenario the chain's events are checked against the issue's promises: nothing paid twice;
 payouts equal what the revealed scores settle to (:func:`protocol.consensus.settle`, the contract's
 arithmetic); every honest participant that was not the fault's target is paid in every round; the target
@@ -54,6 +60,11 @@ FAULT_ROUND = 2
 """Chain round of the fault on a fresh devnet (round 1 is the join round)."""
 STARTUP_HOLD_S = 120.0
 """Seconds the fast-forward waits, at most, for a restarted node's API to come up."""
+CERTIFY_STALL_S = 180.0
+"""Seconds a round may stay finalized and uncertified in a scenario without a fault (``mixed-hardware``)
+before the harness stops and reports why (merging and signing take seconds)."""
+AVX512_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+"""The CPU flags ATen's ``avx512`` kernels need (without them torch dies of an illegal instruction)."""
 
 
 class FaultsError(TesseraError):
@@ -72,6 +83,8 @@ class Scenario:
     """Where it may be injected (drawn with the seed)."""
     log_patterns: tuple[tuple[str, str], ...]
     """(node name or ``*`` for any node, regex) that must occur in the logs after the fault."""
+    inject: bool = True
+    """False: nothing is injected; the scenario is the devnet's set-up (``mixed-hardware``)."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -119,8 +132,71 @@ SCENARIOS: dict[str, Scenario] = {
             POINTS[:2],
             (("validator*", r"served a bad blob|hash to"),),
         ),
+        Scenario(
+            "mixed-hardware",
+            "nodes on different CPU instruction sets (ATen default/avx2/avx512, MKL/oneDNN caps); no fault",
+            "none",
+            ("commit",),
+            (),
+            inject=False,
+        ),
     )
 }
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (empty if ``/proc/cpuinfo`` cannot be read)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def mixed_hardware_env(validators: int, miners: int, flags: set[str]) -> dict[str, dict[str, str]]:
+    """Each node's instruction-set environment for ``mixed-hardware``.
+
+    validator0 runs the oldest x86-64 setting (ATen ``default``: no SIMD kernels; MKL capped at SSE4.2,
+    oneDNN at SSE4.1), validator1 the best this CPU has (no caps), further validators alternate; miners
+    cycle through ATen ``default``, ``avx2`` with MKL and oneDNN capped at AVX2, and ``avx512`` with MKL
+    at AVX-512 where ``flags`` has :data:`AVX512_FLAGS` (else ATen ``default`` with MKL and oneDNN capped
+    at AVX)."""
+    avx512 = all(f in flags for f in AVX512_FLAGS)
+    best = "avx512" if avx512 else "avx2" if "avx2" in flags else "default"
+    oldest = {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+    }
+    vsettings = [oldest, {"ATEN_CPU_CAPABILITY": best}]
+    msettings: list[dict[str, str]] = [{"ATEN_CPU_CAPABILITY": "default"}]
+    if "avx2" in flags:
+        msettings.append(
+            {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+        )
+    if avx512:
+        msettings.append(
+            {
+                "ATEN_CPU_CAPABILITY": "avx512",
+                "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+                "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+            }
+        )
+    else:
+        msettings.append(
+            {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX", "ONEDNN_MAX_CPU_ISA": "AVX"}
+        )
+    env = {f"validator{i}": dict(vsettings[i % len(vsettings)]) for i in range(validators)}
+    env.update({f"miner{i}": dict(msettings[i % len(msettings)]) for i in range(miners)})
+    return env
+
+
+def setting_text(env: dict[str, str]) -> str:
+    """``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ...`` (or ``machine default``)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "machine default"
 
 
 @dataclass
@@ -174,6 +250,11 @@ class _Harness:
             inner_steps=inner_steps,
             state_interval=5 if sc.target == "anvil" else None,
         )
+        if sc.name == "mixed-hardware":
+            self.cfg.node_env = mixed_hardware_env(self.cfg.validators, miners, cpu_flags())
+            # no TEE evidence: every validator replays every update (an attested one only in a share of
+            # rounds), so every honest replay crosses instruction sets
+            self.cfg.tee = "none"
         self.net = Devnet(self.cfg)
         self.proxies: dict[str, FaultProxy] = {}
         if sc.name == "cut-validator":
@@ -192,6 +273,8 @@ class _Harness:
         self._injected_at = 0.0
         self._pending: list[tuple[float, Callable[[], None], str]] = []
         self._restored = False
+        self._stalled_since: tuple[tuple[int, str], float] | None = None
+        self.figures: dict[str, Any] = {}
 
     # -- helpers ---------------------------------------------------------------------------------------
     def note(self, msg: str) -> None:
@@ -216,14 +299,27 @@ class _Harness:
     def execute(self) -> dict[str, Any]:
         """Start the devnet, inject, recover, check; always stops everything."""
         t0 = time.time()
-        self.note(
-            f"seed {self.seed}: fault at round {FAULT_ROUND} point {self.run.point} "
-            f"(+{self.run.offset_s}s), delay {self.run.delay_s}s; target {self.sc.target}"
-        )
+        if self.sc.inject:
+            self.note(
+                f"seed {self.seed}: fault at round {FAULT_ROUND} point {self.run.point} "
+                f"(+{self.run.offset_s}s), delay {self.run.delay_s}s; target {self.sc.target}"
+            )
+        else:
+            self.note(f"no fault injected; rounds {FAULT_ROUND}..{self.last_round} under the nodes' settings")
+        for name, env in sorted(self.cfg.node_env.items()):
+            self.note(f"{name} runs under {setting_text(env)}")
+        error = ""
         try:
             self.net.start()
             self.note(f"devnet up in {time.time() - t0:.0f}s")
-            self._drive(t0)
+            for line in self.net.phases.derivation:
+                self.note(f"phase window {line}")
+            try:
+                self._drive(t0)
+            except FaultsError as exc:
+                # still check what happened: the checks say which promise broke and why
+                error = f"{type(exc).__name__}: {exc}"
+                self.note(f"stopped driving: {exc}")
             checks = self.check()
         finally:
             self.net.stop()
@@ -243,16 +339,26 @@ class _Harness:
             "restored": self.run.restored,
             "events": self.run.events,
             "checks": checks,
-            "ok": all(c["ok"] for c in checks),
+            "ok": all(c["ok"] for c in checks) and not error,
+            **({"error": error} if error else {}),
             "wall_seconds": round(time.time() - t0, 1),
             "proxies": {k: vars(p.stats) for k, p in self.proxies.items()},
+            "node_env": {n: setting_text(e) for n, e in sorted(self.cfg.node_env.items())},
+            "phases": self.net.phases.to_json() if self.net.phases is not None else {},
+            **({"figures": self.figures} if self.figures else {}),
         }
 
     def _drive(self, t0: float) -> None:
         done = False
+        # a round may last its every window when a node is down: give the scenario that long at least
+        timeout = max(self.timeout, time.time() - t0 + (self.rounds + 2) * self.net.round_seconds())
+        if not self.sc.inject:
+            self._injected_at = time.time()
+            self._restored = True
+            self.run.injected = {"round": FAULT_ROUND, "point": "none", "at": self._injected_at}
         while not done:
-            if time.time() - t0 > self.timeout:
-                raise FaultsError(f"{self.sc.name}: not done after {self.timeout:.0f}s; see {self.log_path}")
+            if time.time() - t0 > timeout:
+                raise FaultsError(f"{self.sc.name}: not done after {timeout:.0f}s; see {self.log_path}")
             self.net.check_alive()
             for item in [p for p in self._pending if p[0] <= time.time()]:
                 self._pending.remove(item)
@@ -271,10 +377,30 @@ class _Harness:
                 if not hold:
                     self.net.fast_forward()
                 done = self._restored and not self._pending and self.net.certified_rounds() >= self.last_round
+                if not self.sc.inject and not done:
+                    self._watch_certification(where)
             except (ProtocolError, DevnetError, httpx.HTTPError) as exc:
                 log.info("chain not readable now: %s", exc)
             time.sleep(0.25)
         self.note(f"rounds 1..{self.last_round} certified")
+
+    def _watch_certification(self, where: tuple[int, str]) -> None:
+        """Stop (:class:`FaultsError`) when a finalized round stays uncertified for
+        :data:`CERTIFY_STALL_S`, naming each validator's merged digest and signature."""
+        if where[1] != "certify":
+            self._stalled_since = None
+            return
+        if self._stalled_since is None or self._stalled_since[0] != where:
+            self._stalled_since = (where, time.time())
+            return
+        waited = time.time() - self._stalled_since[1]
+        if waited < CERTIFY_STALL_S:
+            return
+        r = where[0]
+        raise FaultsError(
+            f"theta_{r + 1} not certified {waited:.0f}s after round {r} was finalized: "
+            + "; ".join(_merged_digests(self.net, r, self.cfg.node_env))
+        )
 
     def _target_starting(self) -> bool:
         """Whether a restarted node is still starting (its API not up yet, at most
@@ -405,6 +531,9 @@ class _Harness:
     # -- checks ----------------------------------------------------------------------------------------
     def check(self) -> list[dict[str, Any]]:
         """The scenario's checks against the chain's events, the validators' verdicts and the logs."""
+        if self.sc.name == "mixed-hardware":
+            checks, self.figures = check_mixed_hardware(self.net, self.sc, self.fault_round, self.last_round)
+            return checks
         return check_run(self.net, self.sc, self.fault_round, self.last_round)
 
 
@@ -594,6 +723,159 @@ def check_run(net: Devnet, sc: Scenario, fault_round: int, last_round: int) -> l
     return checks
 
 
+#: Verdict metrics of the largest honest differences a validator measured (``validator.verify``).
+REPLAY_METRICS = ("replay_param_rel_diff", "replay_moment_rel_diff", "ef_rel_err", "ef_after_rel_err")
+
+
+def _validator_names(net: Devnet) -> list[str]:
+    return sorted(n for n, node in net.nodes.items() if node.role == "validator")
+
+
+def _merged_digests(net: Devnet, r: int, node_env: dict[str, dict[str, str]]) -> list[str]:
+    """Each validator's merged theta_{r+1} digest and whether it signed it, for a report line; the first
+    line says whether they differ."""
+    got: dict[str, str | None] = {}
+    lines = []
+    for v in _validator_names(net):
+        summary = {int(x.get("round", -1)): x for x in (net.get(v, "/rounds") or []) if isinstance(x, dict)}
+        digest = (summary.get(r) or {}).get("checkpoint")
+        got[v] = digest
+        signed = net.get(v, f"/signatures/{r}") is not None
+        what = f"merged {digest}" if digest else "has not merged"
+        lines.append(f"{v} ({setting_text(node_env.get(v, {}))}) {what}{', signed' if signed else ''}")
+    digests = {d for d in got.values() if d}
+    head = (
+        "validators' checkpoint digests differ"
+        if len(digests) > 1
+        else "validators' checkpoint digests agree"
+        if len(digests) == 1 and all(got.values())
+        else "not every validator merged"
+    )
+    return [head + ": " + "; ".join(lines)]
+
+
+def check_mixed_hardware(
+    net: Devnet, sc: Scenario, first: int, last: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The checks of ``mixed-hardware`` and its figures: the money checks of :func:`check_run` (nothing
+    paid twice, payouts as settled, every miner and validator paid every round, nobody slashed), then
+    every round certified, the validators' merged digests equal, no honest verdict other than ``ok``, and
+    every node's log naming the instruction set it ran under."""
+    chain = net.chain
+    env = net.cfg.node_env
+    rounds = list(range(first, last + 1))
+    checks = [
+        c
+        for c in check_run(net, sc, first, last)
+        if c["name"] not in ("recovered_within_one_round", "logs_say_what_happened")
+    ]
+
+    certified = [r for r in rounds if chain.checkpoint(r + 1) != b"\0" * 32]
+    missing = [r for r in rounds if r not in certified]
+    detail = f"rounds certified / rounds run: {len(certified)}/{len(rounds)}"
+    for r in missing:
+        detail += f"; round {r} not certified: " + "; ".join(_merged_digests(net, r, env))
+    checks.append(_check("every_round_certified", not missing, detail))
+
+    differ = []
+    agreed = []
+    for r in rounds:
+        line = _merged_digests(net, r, env)[0]
+        if not line.startswith("validators' checkpoint digests agree"):
+            differ.append(f"round {r}: {line}")
+        else:
+            summary = net.get(_validator_names(net)[0], "/rounds") or []
+            agreed.append(next((str(x.get("checkpoint"))[:18] for x in summary if x.get("round") == r), "?"))
+    checks.append(
+        _check(
+            "validators_merged_the_same_digest",
+            not differ,
+            "; ".join(differ)
+            or f"rounds {rounds}: every validator merged the same digest ({', '.join(agreed)})",
+        )
+    )
+
+    names = {n.address.lower(): name for name, n in net.nodes.items()}
+    refused = []
+    judged = replayed = 0
+    worst: dict[str, tuple[float, str]] = {}
+    for r in rounds:
+        committed = [e.miner for e in chain.committed_miners(r)]
+        for v in _validator_names(net):
+            verdicts = {k.lower(): x for k, x in (net.get(v, f"/verdicts/{r}") or {}).items()}
+            for m in committed:
+                who = names.get(m.lower(), m)
+                vd = verdicts.get(m.lower())
+                if vd is None:
+                    refused.append(f"{who} has no verdict of {v} in round {r}")
+                    continue
+                judged += 1
+                metrics = vd.get("metrics") or {}
+                replayed += bool(metrics.get("replayed_steps"))
+                for k in REPLAY_METRICS:
+                    x = metrics.get(k)
+                    if isinstance(x, int | float) and x >= worst.get(k, (-1.0, ""))[0]:
+                        worst[k] = (float(x), f"{who} by {v} in round {r}")
+                if vd.get("stage") != "ok":
+                    refused.append(
+                        f"{who} ({setting_text(env.get(who, {}))}) refused at stage {vd.get('stage')} by {v} "
+                        f"({setting_text(env.get(v, {}))}) in round {r}: {str(vd.get('reason'))[:200]}"
+                    )
+    checks.append(
+        _check(
+            "honest_miners_refused_0",
+            not refused,
+            "; ".join(refused)
+            or f"honest miners refused: 0 ({judged} verdicts, all ok, {replayed} with a segment replay)",
+        )
+    )
+
+    platforms: dict[str, str] = {}
+    wrong = []
+    for name, n in sorted(net.nodes.items()):
+        text = n.log_path.read_text(errors="replace") if n.log_path.exists() else ""
+        m = re.search(r"\((torch [^)]*CPU capability (\w+)[^)]*)\)", text)
+        platforms[name] = m.group(1) if m else "not logged"
+        want = env.get(name, {})
+        if m is None:
+            wrong.append(f"{name}: no CPU capability line in its log")
+            continue
+        if "ATEN_CPU_CAPABILITY" in want and m.group(2).lower() != want["ATEN_CPU_CAPABILITY"].lower():
+            wrong.append(f"{name}: ran under {m.group(2)}, set {want['ATEN_CPU_CAPABILITY']}")
+        for k in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"):
+            if k in want and f"{k}={want[k]}" not in m.group(1):
+                wrong.append(f"{name}: {k} not {want[k]}")
+    checks.append(
+        _check(
+            "nodes_ran_under_their_setting",
+            not wrong,
+            "; ".join(wrong) or "; ".join(f"{k}: {v}" for k, v in platforms.items()),
+        )
+    )
+    from validator.config import ValidatorConfig
+
+    tolerances = {
+        "replay_param_rel_diff": ValidatorConfig.param_rel_tol,
+        "replay_moment_rel_diff": ValidatorConfig.replay_rel_tol,
+        "ef_rel_err": ValidatorConfig.ef_rel_tol,
+        "ef_after_rel_err": ValidatorConfig.ef_rel_tol,
+    }
+    figures = {
+        "rounds_run": len(rounds),
+        "rounds_certified": len(certified),
+        "honest_refused": len(refused),
+        "slashed": len(chain.events("Slashed")),
+        "verdicts": judged,
+        "replayed_verdicts": replayed,
+        "largest_honest_differences": {
+            k: {"value": x, "where": where, "tolerance": tolerances[k]}
+            for k, (x, where) in sorted(worst.items())
+        },
+        "node_platforms": platforms,
+    }
+    return checks, figures
+
+
 # -- entry point ---------------------------------------------------------------------------------------
 
 
@@ -646,18 +928,31 @@ def table(report: dict[str, Any]) -> str:
     notes: list[str] = []
     for r in report["scenarios"]:
         checks = r.get("checks", [])
-        rec = next((c["ok"] for c in checks if c["name"] == "recovered_within_one_round"), False)
+        rec = next((c["ok"] for c in checks if c["name"] == "recovered_within_one_round"), None)
         inj = r.get("injected") or {}
         rows.append(
             (
                 r["scenario"],
                 f"r{inj.get('round', '?')} {inj.get('point', r.get('point', '?'))}",
-                f"{(r.get('restored') or {}).get('down_s', '-')}s",
-                "yes" if rec else "NO",
+                f"{(r.get('restored') or {})['down_s']}s" if "down_s" in (r.get("restored") or {}) else "-",
+                "-" if rec is None else "yes" if rec else "NO",
                 f"{sum(c['ok'] for c in checks)}/{len(checks)}" + ("" if r["ok"] else " FAIL"),
                 f"{r['wall_seconds']:.0f}s",
             )
         )
+        fig = r.get("figures")
+        if fig:
+            notes.append(
+                f"  {r['scenario']}: rounds certified {fig['rounds_certified']}/{fig['rounds_run']}, "
+                f"honest miners refused {fig['honest_refused']}, slashed {fig['slashed']}; "
+                f"{fig['replayed_verdicts']}/{fig['verdicts']} verdicts replayed segments"
+            )
+            for k, d in fig.get("largest_honest_differences", {}).items():
+                notes.append(
+                    f"  {r['scenario']}: largest honest {k} {d['value']:.3g} (tolerance {d['tolerance']:g}; {d['where']})"
+                )
+            for node, platform in fig.get("node_platforms", {}).items():
+                notes.append(f"  {r['scenario']}: {node}: {platform}")
         for c in checks:
             if not c["ok"]:
                 notes.append(f"  {r['scenario']}: {c['name']}: {c['detail']}")
