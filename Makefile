@@ -28,6 +28,7 @@ devnet: setup
 lint: setup-python
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: setup-python
 	$(BIN)/mypy

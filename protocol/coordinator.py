@@ -20,18 +20,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Protocol, runtime_checkable
 
 from eth_abi import encode as abi_encode
 from eth_utils import keccak, to_checksum_address
 
 from protocol.commitments import score_commitment, seed_commitment, update_commitment
+from protocol.consensus import SCORE_MAX, settle
 from protocol.errors import ProtocolError
+from protocol.phases import Phase
 
-#: The contract's largest score (a score of 1.0).
-SCORE_MAX = 10_000
-#: Alias used by scoring code.
+#: Alias used by scoring code (a score of 1.0).
 SCORE_SCALE = SCORE_MAX
 
 
@@ -54,16 +53,6 @@ class NotRegisteredError(CoordinatorError):
 class SeedNotRevealedError(CoordinatorError):
     """A validator that committed a seed share in the round tried to reveal scores without revealing the
     share (the contract's ``SeedNotRevealed``): withholding a share must not leave its scores counted."""
-
-
-class Phase(IntEnum):
-    """Phases of a round, in order (the contract's ``Phase``)."""
-
-    COMMIT = 0
-    REVEAL = 1
-    SCORE_COMMIT = 2
-    SCORE_REVEAL = 3
-    FINALIZE = 4
 
 
 @dataclass(frozen=True)
@@ -105,19 +94,6 @@ def checkpoint_message(chain_id: int, contract: str, round: int, digest: bytes) 
             [CHECKPOINT_TAG, chain_id, to_checksum_address(contract), round, digest],
         )
     )
-
-
-def weighted_median(column: Sequence[int], weights: Sequence[int]) -> int:
-    """The smallest value m with at least half the weight at or below it (the contract's check)."""
-    total = sum(weights)
-    if total == 0:
-        return 0
-    acc = 0
-    for v, w in sorted(zip(column, weights, strict=True)):
-        acc += w
-        if 2 * acc >= total:
-            return v
-    return max(column)
 
 
 @runtime_checkable
@@ -420,24 +396,17 @@ class MemoryCoordinator:
         miners = sorted(rd.commits, key=lambda a: int(a, 16))
         revealers = sorted(rd.reveals, key=lambda a: int(a, 16))
         weights = [led.stakes[v] for v in revealers]
-        medians = [
-            weighted_median([rd.reveals[v][j] for v in revealers], weights) for j in range(len(miners))
-        ]
-        budget = led.emission
-        vbudget = budget * led.validator_share_bps // 10_000
-        total = sum(medians)
-        mpay = {
-            m: ((budget - vbudget) * s // total if total else 0) for m, s in zip(miners, medians, strict=True)
-        }
-        close = [
-            len(miners) * SCORE_MAX - sum(abs(a - b) for a, b in zip(rd.reveals[v], medians, strict=True))
-            for v in revealers
-        ]
-        denom = sum(w * c for w, c in zip(weights, close, strict=True))
-        vpay = {
-            v: (vbudget * w * c // denom if denom else 0)
-            for v, w, c in zip(revealers, weights, close, strict=True)
-        }
+        # the one settlement the Solidity vectors check (contracts/test/Vectors.t.sol), not a copy of it
+        split = settle(
+            [rd.reveals[v] for v in revealers],
+            weights,
+            led.emission,
+            led.validator_share_bps,
+            n_miners=len(miners),
+        )
+        medians = split.medians
+        mpay = dict(zip(miners, split.miner_pay, strict=True))
+        vpay = dict(zip(revealers, split.validator_pay, strict=True))
         for a, amt in [*mpay.items(), *vpay.items()]:
             led.owed[a] = led.owed.get(a, 0) + amt
         rd.settlement = Settlement(dict(zip(miners, medians, strict=True)), mpay, vpay)

@@ -89,7 +89,7 @@ def measure(
     import torch
 
     from miner.work import build_update, transcript_state
-    from protocol.coordinator import weighted_median
+    from protocol.consensus import weighted_median
     from protocol.tensorblob import tensors_digest
     from training.data import prepare
     from validator.verify import RoundContext, VerifyPolicy, verify_update

@@ -244,7 +244,7 @@ def reference_key(sc: Scenario) -> tuple[Any, ...]:
 
 
 def _validator_figures(run: NetworkRun) -> dict[str, Any]:
-    from protocol.coordinator import weighted_median
+    from protocol.consensus import weighted_median
 
     vals = [p for p in run.participants if p.role == "validator"]
     honest = [p for p in vals if p.label == "honest"]

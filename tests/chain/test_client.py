@@ -8,7 +8,7 @@ import pytest
 from web3 import Web3
 
 from protocol import anvil as anvil_mod
-from protocol import chain as chain_mod
+from protocol.chain import client as chain_mod
 from protocol.anvil import Anvil, AnvilError, free_port
 from protocol.chain import Chain, ChainConnectionError, CheckpointCertified, Registered, deploy_network
 from protocol.deployment import Deployment, NetworkParams

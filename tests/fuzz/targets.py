@@ -619,7 +619,7 @@ class ChainTarget(Target):
         if op == "revert":
             data = rng.choice(["0x", "0x" + rng.randbytes(rng.randint(0, 80)).hex(), "junk", 5, None])
             if rng.random() < 0.5:
-                from protocol.chain import _error_table
+                from protocol.chain.abi import _error_table
 
                 sel = rng.choice(list(_error_table()))
                 data = "0x" + sel.hex() + rng.randbytes(rng.choice([0, 31, 32, 64, 96])).hex()

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from protocol.chain import Phase, RoundState
+from protocol.chain import ContractRound, Phase
 from tessera.devnet.network import DevnetConfig, NodeProc
 from tessera.devnet.run import _view, write_report
 
@@ -17,8 +17,8 @@ MINER_KEY = "0x" + "33" * 32
 
 
 class _Chain:
-    def round_state(self) -> RoundState:
-        return RoundState(3, Phase.SCORE_COMMIT, 100, 4, 2, 0, 129)
+    def round_state(self) -> ContractRound:
+        return ContractRound(3, Phase.SCORE_COMMIT, 100, 4, 2, 0, 129)
 
     def block_number(self) -> int:
         return 110

@@ -1,0 +1,71 @@
+"""Typed values the contract returns: roles, the stored round, accounts, unbondings, score entries,
+mined transactions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from protocol.chain.events import ChainEvent
+from protocol.phases import Phase
+
+
+class Role(IntEnum):
+    """Account roles (``TesseraNetwork.Role``)."""
+
+    NONE = 0
+    MINER = 1
+    VALIDATOR = 2
+
+
+@dataclass(frozen=True)
+class ContractRound:
+    """The current round as the contract stores it, plus the current phase's last block."""
+
+    round: int
+    phase: Phase
+    phase_start: int
+    commits: int
+    seed_reveals: int
+    score_reveals: int
+    deadline: int
+    """Last block (inclusive) of the phase; after it anyone may ``advance`` (huge in FINALIZE)."""
+
+
+@dataclass(frozen=True)
+class AccountInfo:
+    """``TesseraNetwork.Account`` of one address."""
+
+    stake: int
+    owed: int
+    last_commit_round: int
+    role: Role
+    validator_index: int
+
+
+@dataclass(frozen=True)
+class UnbondingInfo:
+    """Stake waiting out the unbonding delay."""
+
+    amount: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ScoreEntry:
+    """A validator's score submission for one round."""
+
+    commitment: bytes
+    scores_hash: bytes
+    weight: int
+    revealed: bool
+
+
+@dataclass(frozen=True)
+class TxResult:
+    """A mined, successful transaction."""
+
+    tx_hash: str
+    block_number: int
+    gas_used: int
+    events: tuple[ChainEvent, ...]
