@@ -33,6 +33,7 @@ from protocol.chain.abi import (
 from protocol.chain.client import (
     DROPPED_AFTER_S,
     Chain,
+    http_web3,
     retrying,
 )
 from protocol.chain.deploy import (
@@ -117,6 +118,7 @@ from protocol.chain.values import (
 from protocol.phases import Phase
 
 __all__ = [
+    "http_web3",
     "ARTIFACTS",
     "AccountInfo",
     "AlreadyCommitted",

@@ -99,15 +99,14 @@ def _deploy(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from eth_utils import to_checksum_address
-    from web3 import Web3
 
-    from protocol.chain import Chain, deploy_network, retrying
+    from protocol.chain import Chain, deploy_network, http_web3, retrying
     from protocol.deployment import Deployment, DeploymentError
     from protocol.keys import load_account
 
     params = _params(args)
     account = load_account(keystore=args.keystore, key_env=args.key_env, password_env=args.password_env)
-    w3 = Web3(Web3.HTTPProvider(args.rpc_url, request_kwargs={"timeout": 60}))
+    w3 = http_web3(args.rpc_url, 60)
     chain_id = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
 
     existing: Deployment | None = None

@@ -72,3 +72,25 @@ def test_bls_key_of_reads_the_registered_key_back(net: Net) -> None:
         assert not bls.verify(key, msg, k.sign(r.checkpoint_message(3, b"\x43" * 32)))
     with pytest.raises(bls.BlsError):
         bls.g1_from_eip2537(bytes(128))  # the zero words a non-validator maps to are not a key
+
+
+def test_the_chain_id_is_asked_once_per_connection(net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    """web3's validation middleware asks ``eth_chainId`` before every call; a connected client must not
+    (it was 43% of a devnet's RPC bytes, issue 13)."""
+    import json
+
+    from web3._utils.http_session_manager import HTTPSessionManager
+
+    sent: list[str] = []
+    post = HTTPSessionManager.make_post_request
+
+    def counting(self: HTTPSessionManager, uri: str, data: bytes, **kwargs: object) -> bytes:
+        sent.append(json.loads(data)["method"])
+        return post(self, uri, data, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(HTTPSessionManager, "make_post_request", counting)
+    chain = Chain.connect(net.deployment)
+    for _ in range(3):
+        chain.round_state()
+    assert sent.count("eth_chainId") == 1, sent
+    assert sent.count("eth_call") == 6
