@@ -104,37 +104,6 @@ def load_corpus(args: argparse.Namespace) -> Any:
     return load_bundled_corpus()
 
 
-def wire_transport(codec: Any) -> Any:
-    """A simulation transport that sends each update through ``protocol.update`` and counts its bytes."""
-    from protocol.update import build_update, decode_update, encode_update
-    from training.codecs import encode
-    from training.config import CodecConfig
-
-    fp32 = CodecConfig(name="dense", chunk=4096, bits=32)
-
-    def transport(round_index, assignment, encs, delta, res, base_digest):  # type: ignore[no-untyped-def]
-        used = codec
-        if encs is None:
-            encs = {n: encode(t, fp32) for n, t in delta.items()}
-            used = fp32
-        data = encode_update(
-            build_update(
-                round_index,
-                assignment.miner,
-                list(assignment.module_ids),
-                encs,
-                used,
-                base_digest,
-                res.transcript,
-                res.tokens,
-                ef_after=b"\0" * 32,  # the simulation keeps no residual chain: only the bytes are measured
-            )
-        )
-        return decode_update(data).pseudo_gradient(), len(data)
-
-    return transport
-
-
 def plot_report(path: Path, series: dict[str, list[float]], ylabel: str, title: str) -> None:
     """A line plot of named series over rounds."""
     import matplotlib
@@ -172,6 +141,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from tessera.errors import TesseraError
+    from tessera.simwire import wire_transport
     from training.data import prepare
     from training.simulation import Baseline, Simulation
 
