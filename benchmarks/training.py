@@ -19,6 +19,7 @@ docs/benchmarks.md. This module's import is light; everything heavy is imported 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -28,7 +29,9 @@ from typing import Any
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``tessera bench training``."""
     p.add_argument("--out", default="bench-training", help="output directory")
-    p.add_argument("--full", action="store_true", help="the long campaign (>= 50 outer rounds per mode)")
+    p.add_argument(
+        "--full", action="store_true", help="the campaign: full-size model, 50 rounds of H=30, 4 miners x 8"
+    )
     p.add_argument("--rounds", type=int, help="override the number of outer rounds of the quality runs")
     p.add_argument("--tradeoff-rounds", type=int, help="outer rounds (at H=30) of each trade-off run")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -38,30 +41,51 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="quality runs for these modes (default both)",
     )
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="run seeds (init and rounds)")
     p.add_argument(
-        "--reference", action="store_true", help="also run uncompressed DiLoCo against the same baseline"
+        "--windows",
+        type=int,
+        default=0,
+        help="held-out windows per evaluation (0: every window of the held-out stream)",
+    )
+    p.add_argument(
+        "--cache",
+        help="directory of cached runs keyed by their config (default <out>/cache): baselines and rows "
+        "already measured are reused",
     )
     p.add_argument(
         "--only",
-        choices=["codec", "overhead", "quality", "tradeoff"],
+        choices=["codec", "overhead", "quality", "tradeoff", "screen"],
         action="append",
-        help="run only these parts (repeatable)",
+        help="run only these parts (repeatable; 'screen' is the recipe study, not run by default)",
     )
 
 
-# The configuration the figures are about (see docs/training.md for why).
+# The configuration the figures are about (see docs/decisions/training-recipe.md for why).
 CHOSEN: dict[str, Any] = {
     "inner_steps": 30,
     "codec": {"name": "topk", "chunk": 4096, "topk": 32, "bits": 2, "transform": "dct", "ef_beta": 1.0},
     "outer": {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"},
+    "carry": False,
+    "ef_key": "name",
 }
+
+NESTEROV: dict[str, Any] = {"lr": 0.7, "momentum": 0.9, "nesterov": True, "merge": "mean"}
+"""DiLoCo's outer step (lr 0.7, Nesterov momentum 0.9): the reference's."""
+
+REFERENCE: dict[str, Any] = {"codec": None, "outer": NESTEROV, "carry": True, "ef_key": "name"}
+"""The bar: uncompressed (fp32) DiLoCo with the Nesterov outer step and carried inner AdamW moments, as
+DiLoCo runs it."""
+
+CACHE_VERSION = 2
+"""Part of every cache key: bump it when the simulation's math changes, so stale results are not reused."""
 
 
 def _scale(full: bool) -> dict[str, Any]:
     if full:
         return {
             "model": {"seq_len": 64, "d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 128},
-            "rounds": 60,
+            "rounds": 50,
             "batch": 8,
         }
     return {
@@ -72,7 +96,13 @@ def _scale(full: bool) -> dict[str, Any]:
 
 
 def _run_config(
-    mode: str, scale: dict[str, Any], rounds: int, h: int, codec: dict[str, Any], outer: dict[str, Any]
+    mode: str,
+    scale: dict[str, Any],
+    rounds: int,
+    h: int,
+    codec: dict[str, Any],
+    outer: dict[str, Any],
+    carry: bool = False,
 ) -> Any:
     from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, RunConfig
 
@@ -84,71 +114,198 @@ def _run_config(
         warmup_steps=min(100, max(1, h * rounds // 10)),
         total_steps=h * rounds,
         transcript_interval=min(10, h),
-        carry_optimizer=False,
+        carry_optimizer=carry,
     )
     return RunConfig(model, inner, OuterConfig(**outer), CodecConfig(**codec))
 
 
-def quality_run(
+class RunCache:
+    """Finished runs as JSON files named by the SHA-256 of their config (so a baseline runs once per seed)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @staticmethod
+    def key(config: dict[str, Any]) -> str:
+        """The cache key of a run's config (any JSON-safe dict)."""
+        blob = json.dumps({"version": CACHE_VERSION, **config}, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:24]
+
+    def get(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The cached result of ``config``, if any."""
+        path = self.root / f"{self.key(config)}.json"
+        if not path.exists():
+            return None
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+
+    def put(self, config: dict[str, Any], result: dict[str, Any]) -> None:
+        """Store ``result`` under ``config`` (written whole, then renamed)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / f"{self.key(config)}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"config": config, **result}) + "\n")
+        tmp.replace(path)
+
+
+def _eval_rounds(rounds: int, points: int) -> set[int]:
+    """Rounds (1-based) after which the model is evaluated: ``points`` evenly spaced, the last included."""
+    return {max(1, round(rounds * (i + 1) / points)) for i in range(max(1, points))} | {rounds}
+
+
+def run_variant(
+    kind: str,
     mode: str,
     scale: dict[str, Any],
     rounds: int,
     h: int,
-    codec: dict[str, Any] | None,
-    outer: dict[str, Any],
+    seed: int,
+    variant: dict[str, Any],
     corpus: Any,
-    baseline: list[float] | None = None,
-    eval_every: int = 1,
+    cache: RunCache | None = None,
+    windows: int = 0,
+    points: int = 1,
 ) -> dict[str, Any]:
-    """Run the miners (and the baseline unless given) for ``rounds``; per-round losses and bit counts."""
-    from tessera.commands.simulate import wire_transport
+    """One run: ``kind='miners'`` (the simulation with ``variant``'s codec, or fp32 when it is None, outer
+    step, carried moments and error-feedback keying) or ``kind='dp'`` (synchronous data-parallel training
+    on the same batches). Returns the held-out loss curve, the final loss and the bit counts; cached."""
+    from tessera.simwire import wire_transport
     from training.data import prepare
     from training.model import module_params
     from training.simulation import Baseline, Simulation
 
-    run = _run_config(mode, scale, rounds, h, codec or CHOSEN["codec"], outer)
+    config = {
+        "kind": kind,
+        "mode": mode,
+        "scale": scale,
+        "rounds": rounds,
+        "h": h,
+        "seed": seed,
+        "variant": variant if kind == "miners" else None,
+        "corpus": corpus.digest,
+        "windows": windows,
+        "points": points,
+    }
+    if cache is not None and (hit := cache.get(config)) is not None:
+        return hit
+    run = _run_config(
+        mode, scale, rounds, h, variant["codec"] or CHOSEN["codec"], variant["outer"], variant["carry"]
+    )
     ds = prepare(corpus, run.model)
     miners = [f"0x{i + 1:040x}" for i in range(4)]
-    sim = Simulation(run, ds, miners, compress=codec is not None, transport=wire_transport(run.codec))
-    base = Baseline(sim) if baseline is None else None
-    losses, base_losses, wire_bytes, payload_bits = [], [], 0, []
+    sim = Simulation(
+        run,
+        ds,
+        miners,
+        run_seed=seed,
+        compress=variant["codec"] is not None,
+        transport=wire_transport(run.codec),
+        eval_windows=windows or 10**9,
+        ef_key=variant.get("ef_key", "name"),
+    )
+    stepper: Any = Baseline(sim) if kind == "dp" else sim
+    at = _eval_rounds(rounds, points)
+    curve, wire_bytes, payload_bits = [], 0, []
     t0 = time.perf_counter()
     for r in range(rounds):
-        ev = (r + 1) % eval_every == 0 or r == rounds - 1
-        st = sim.step(r, evaluate_after=ev)
+        st = stepper.step(r, evaluate_after=(r + 1) in at)
         wire_bytes += st.bytes_sent
         payload_bits.append(st.payload_bits_per_param_step)
-        if ev:
-            losses.append((r + 1, st.eval_loss))
-        if base is not None:
-            b = base.step(r, evaluate_after=ev)
-            if ev:
-                base_losses.append((r + 1, b.eval_loss))
+        if (r + 1) in at:
+            curve.append((r + 1, st.eval_loss))
     per_round_params = sum(
         sum(t.numel() for t in module_params(sim.params, a.module_ids).values())
         for a in sim.assignments(0).values()
     )
-    final = losses[-1][1]
-    base_curve = baseline if baseline is not None else [loss for _, loss in base_losses]
-    base_final = base_curve[-1]
+    result = {
+        "params": sum(t.numel() for t in sim.params.values()),
+        "tokens": rounds * h * run.inner.batch_size * run.model.seq_len * len(miners),
+        "eval_loss": curve,
+        "final_loss": curve[-1][1],
+        "payload_bits_per_param_step": sum(payload_bits) / len(payload_bits),
+        "wire_bits_per_param_step": 8.0 * wire_bytes / (per_round_params * rounds * h)
+        if kind == "miners"
+        else 32.0,
+        "seconds": time.perf_counter() - t0,
+    }
+    if cache is not None:
+        cache.put(config, result)
+    return result
+
+
+def compare(
+    label: str,
+    mode: str,
+    scale: dict[str, Any],
+    rounds: int,
+    h: int,
+    seeds: list[int],
+    variant: dict[str, Any],
+    corpus: Any,
+    cache: RunCache | None,
+    windows: int = 0,
+    points: int = 1,
+) -> dict[str, Any]:
+    """A table row: ``variant`` on every seed against uncompressed DiLoCo (Nesterov, :data:`REFERENCE`) and
+    data-parallel training at the same rounds, H and seed (both run once per seed and cached).
+
+    Gaps are ``100 * (loss - bar) / bar`` per seed; the row gives their mean and spread (max - min)."""
+    per_seed = []
+    for seed in seeds:
+        args = (mode, scale, rounds, h, seed)
+        mine = run_variant("miners", *args, variant, corpus, cache, windows, points)
+        ref = run_variant("miners", *args, REFERENCE, corpus, cache, windows, points)
+        dp = run_variant("dp", *args, REFERENCE, corpus, cache, windows, points)
+        per_seed.append(
+            {
+                "seed": seed,
+                "final_loss": mine["final_loss"],
+                "diloco_loss": ref["final_loss"],
+                "dp_loss": dp["final_loss"],
+                "gap_diloco_pct": 100.0 * (mine["final_loss"] - ref["final_loss"]) / ref["final_loss"],
+                "gap_dp_pct": 100.0 * (mine["final_loss"] - dp["final_loss"]) / dp["final_loss"],
+                "payload_bits_per_param_step": mine["payload_bits_per_param_step"],
+                "wire_bits_per_param_step": mine["wire_bits_per_param_step"],
+                "eval_loss": mine["eval_loss"],
+                "diloco_eval_loss": ref["eval_loss"],
+                "dp_eval_loss": dp["eval_loss"],
+                "params": mine["params"],
+            }
+        )
+
+    def stat(key: str) -> tuple[float, float]:
+        xs = [s[key] for s in per_seed]
+        return sum(xs) / len(xs), max(xs) - min(xs)
+
+    gd, sd = stat("gap_diloco_pct")
+    gp, sp = stat("gap_dp_pct")
     return {
+        "label": label,
         "mode": mode,
         "rounds": rounds,
         "inner_steps": h,
-        "codec": codec,
-        "outer": outer,
-        "params": sum(t.numel() for t in sim.params.values()),
-        "tokens": rounds * h * run.inner.batch_size * run.model.seq_len * len(miners),
-        "eval_loss": losses,
-        "baseline_eval_loss": base_losses if baseline is None else None,
-        "final_loss": final,
-        "final_baseline_loss": base_final,
-        "gap_pct": 100.0 * (final - base_final) / base_final,
-        "payload_bits_per_param_step": sum(payload_bits) / len(payload_bits),
-        "wire_bits_per_param_step": 8.0 * wire_bytes / (per_round_params * rounds * h),
-        "seconds": time.perf_counter() - t0,
-        "_baseline_curve": base_curve,
+        "variant": variant,
+        "seeds": per_seed,
+        "params": per_seed[0]["params"],
+        "payload_bits_per_param_step": stat("payload_bits_per_param_step")[0],
+        "wire_bits_per_param_step": stat("wire_bits_per_param_step")[0],
+        "gap_diloco_pct": gd,
+        "gap_diloco_spread": sd,
+        "gap_dp_pct": gp,
+        "gap_dp_spread": sp,
     }
+
+
+def print_row(row: dict[str, Any]) -> None:
+    """One line of the table."""
+    print(
+        f"{row['mode']:<6} {row['label']:<44} payload {row['payload_bits_per_param_step']:.5f} "
+        f"wire {row['wire_bits_per_param_step']:.5f}  vs DiLoCo {row['gap_diloco_pct']:+6.2f}% "
+        f"(spread {row['gap_diloco_spread']:.2f})  vs DP {row['gap_dp_pct']:+6.2f}% "
+        f"(spread {row['gap_dp_spread']:.2f})  per seed "
+        + " ".join(f"{s['gap_diloco_pct']:+.2f}" for s in row["seeds"]),
+        flush=True,
+    )
 
 
 def codec_speed(n_values: int = 1 << 22, repeats: int = 3) -> list[dict[str, Any]]:
@@ -244,22 +401,31 @@ def overhead(scale: dict[str, Any], steps: int = 30, repeats: int = 3) -> dict[s
     }
 
 
-def _plot_curves(path: Path, runs: dict[str, dict[str, Any]]) -> None:
+def chosen_variant() -> dict[str, Any]:
+    """The chosen recipe as a run variant."""
+    return {k: CHOSEN[k] for k in ("codec", "outer", "carry", "ef_key")}
+
+
+def _plot_curves(path: Path, rows: dict[str, dict[str, Any]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False)
-    for ax, (mode, res) in zip(axes[0], runs.items(), strict=True):
-        xs, ys = zip(*res["eval_loss"], strict=True)
-        ax.plot(xs, ys, label=f"miners: {res['payload_bits_per_param_step']:.4f} bits/param/step")
-        if res.get("fp32_diloco_eval_loss"):
-            fx, fy = zip(*res["fp32_diloco_eval_loss"], strict=True)
-            ax.plot(fx, fy, label="uncompressed DiLoCo (32 bits every H steps)")
-        bx, by = zip(*res["baseline_eval_loss"], strict=True)
-        ax.plot(bx, by, label="synchronous data-parallel (32 bits/param/step)")
-        ax.set_title(f"{mode}: gap {res['gap_pct']:+.1f}% after {res['rounds']} rounds")
+    fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4), squeeze=False)
+    for ax, (mode, row) in zip(axes[0], rows.items(), strict=True):
+        s = row["seeds"][0]
+        for key, label in (
+            ("eval_loss", f"miners: {row['payload_bits_per_param_step']:.4f} bits/param/step"),
+            ("diloco_eval_loss", "uncompressed DiLoCo, Nesterov (32 bits every H steps)"),
+            ("dp_eval_loss", "synchronous data-parallel (32 bits/param/step)"),
+        ):
+            xs, ys = zip(*s[key], strict=True)
+            ax.plot(xs, ys, marker=".", label=label)
+        ax.set_title(
+            f"{mode} seed {s['seed']}: {s['gap_diloco_pct']:+.1f}% vs DiLoCo, "
+            f"{s['gap_dp_pct']:+.1f}% vs DP ({row['rounds']} rounds)"
+        )
         ax.set_xlabel("outer round")
         ax.set_ylabel("held-out loss (nats/byte)")
         ax.grid(alpha=0.3)
@@ -277,13 +443,21 @@ def _plot_tradeoff(path: Path, rows: list[dict[str, Any]]) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for r in rows:
-        ax.scatter(r["payload_bits_per_param_step"], r["gap_pct"])
-        ax.annotate(r["label"], (r["payload_bits_per_param_step"], r["gap_pct"]), fontsize=7)
+        ax.errorbar(
+            r["payload_bits_per_param_step"],
+            r["gap_diloco_pct"],
+            yerr=r["gap_diloco_spread"] / 2,
+            fmt="o" if r["mode"] == "dipaco" else "s",
+            capsize=2,
+        )
+        ax.annotate(
+            f"{r['mode']}: {r['label']}", (r["payload_bits_per_param_step"], r["gap_diloco_pct"]), fontsize=6
+        )
     ax.set_xscale("log")
     ax.axvline(0.005, color="grey", ls="--", lw=0.8)
     ax.axhline(3.0, color="grey", ls="--", lw=0.8)
-    ax.set_xlabel("payload bits per parameter per inner step (log)")
-    ax.set_ylabel("final held-out loss gap vs synchronous (%)")
+    ax.set_xlabel("payload bits per trained parameter per inner step (log)")
+    ax.set_ylabel("final held-out loss gap vs uncompressed DiLoCo (%, mean of seeds; bar: spread)")
     ax.set_title("trade-off: communication vs quality")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -291,37 +465,86 @@ def _plot_tradeoff(path: Path, rows: list[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
-def tradeoff_grid(full: bool) -> list[tuple[str, int, dict[str, Any] | None, dict[str, Any]]]:
-    """(label, H, codec or None for fp32, outer) of the trade-off study; the chosen config is first."""
-    avg = CHOSEN["outer"]
-    nest = {"lr": 0.7, "momentum": 0.9, "nesterov": True, "merge": "mean"}
-    c = CHOSEN["codec"]
-    grid: list[tuple[str, int, dict[str, Any] | None, dict[str, Any]]] = [
-        ("chosen: top-32/4096 2b DCT, EF, average", CHOSEN["inner_steps"], c, avg),
-        ("fp32 DiLoCo, average", 30, None, avg),
-        ("top-32 2b DCT, EF, Nesterov 0.7/0.9", 30, c, nest),
+Grid = list[tuple[str, int, dict[str, Any]]]
+
+
+def tradeoff_grid(full: bool) -> Grid:
+    """(label, H, variant) of the trade-off study (codec None: fp32); the chosen recipe is first."""
+    ch = chosen_variant()
+    c = ch["codec"]
+    grid: Grid = [
+        ("chosen", CHOSEN["inner_steps"], ch),
+        ("fp32 DiLoCo, average", 30, {**REFERENCE, "outer": CHOSEN["outer"]}),
     ]
     if full:
         grid += [
-            ("fp32 DiLoCo, Nesterov 0.7/0.9", 30, None, nest),
-            ("top-32 2b, SparseLoCo EF beta 0.95", 30, {**c, "ef_beta": 0.95}, avg),
-            ("top-32 2b, sender-mean merge", 30, c, {**avg, "merge": "sender_mean"}),
-            ("top-16 2b", 30, {**c, "topk": 16}, avg),
-            ("top-64 2b", 30, {**c, "topk": 64}, avg),
-            ("top-32 8b", 30, {**c, "bits": 8}, avg),
-            ("top-32 2b, no DCT", 30, {**c, "transform": "none"}, avg),
-            (
-                "top-2/256 2b (small chunks, no DCT)",
-                30,
-                {**c, "chunk": 256, "topk": 2, "transform": "none"},
-                avg,
-            ),
-            ("top-32 2b, H=15", 15, c, avg),
-            ("top-32 2b, H=60", 60, c, avg),
-            ("top-256 8b", 30, {**c, "topk": 256, "bits": 8}, avg),
-            ("top-1024 8b", 30, {**c, "topk": 1024, "bits": 8}, avg),
+            ("top-16", 30, {**ch, "codec": {**c, "topk": 16}}),
+            ("top-64", 30, {**ch, "codec": {**c, "topk": 64}}),
+            ("top-32 8b", 30, {**ch, "codec": {**c, "bits": 8}}),
+            ("top-32, H=15", 15, ch),
+            ("top-32, H=60", 60, ch),
+            ("top-256 8b", 30, {**ch, "codec": {**c, "topk": 256, "bits": 8}}),
+            ("top-1024 8b", 30, {**ch, "codec": {**c, "topk": 1024, "bits": 8}}),
         ]
     return grid
+
+
+def screen_grid() -> Grid:
+    """The recipe study (docs/decisions/training-recipe.md): each change from the old default, one at a
+    time and stacked."""
+    old_codec = {"name": "topk", "chunk": 4096, "topk": 32, "bits": 2, "transform": "dct", "ef_beta": 1.0}
+    avg = {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"}
+    old = {"codec": old_codec, "outer": avg, "carry": False, "ef_key": "name"}
+    carry = {**old, "carry": True}
+    ef95 = {**carry, "codec": {**old_codec, "ef_beta": 0.95}}
+    shaped = {**ef95, "codec": {**old_codec, "ef_beta": 0.95, "transform": "shaped"}}
+    return [
+        ("old default (fresh moments)", 30, old),
+        ("+ carried moments", 30, carry),
+        ("+ carried, EF decay 0.95", 30, ef95),
+        ("+ carried, EF 0.95, EF keyed by assignment", 30, {**ef95, "ef_key": "assignment"}),
+        ("+ carried, EF 0.95, sender-mean merge", 30, {**ef95, "outer": {**avg, "merge": "sender_mean"}}),
+        ("+ carried, EF 0.95, outer lr 0.8", 30, {**ef95, "outer": {**avg, "lr": 0.8}}),
+        ("+ carried, EF 0.95, outer lr 1.2", 30, {**ef95, "outer": {**avg, "lr": 1.2}}),
+        ("+ carried, EF 0.95, Nesterov 0.7/0.9", 30, {**ef95, "outer": NESTEROV}),
+        ("fp32 DiLoCo fresh moments, Nesterov", 30, {**REFERENCE, "carry": False}),
+        ("+ carried, EF 0.95, shaped tiles", 30, shaped),
+        ("+ carried, EF 0.95, shaped, EF keyed by assignment", 30, {**shaped, "ef_key": "assignment"}),
+        ("+ carried, EF 0.95, shaped, outer lr 1.2", 30, {**shaped, "outer": {**avg, "lr": 1.2}}),
+        ("+ carried, EF 0.95, shaped, Nesterov 0.7/0.9", 30, {**shaped, "outer": NESTEROV}),
+    ]
+
+
+def _rows(
+    title: str,
+    grid: Grid,
+    modes: list[str],
+    scale: dict[str, Any],
+    total_steps: int,
+    args: argparse.Namespace,
+    corpus: Any,
+    cache: RunCache,
+    sink: Any,
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for label, h, variant in grid:
+        for mode in modes:
+            row = compare(
+                label,
+                mode,
+                scale,
+                max(1, total_steps // h),
+                h,
+                args.seeds,
+                variant,
+                corpus,
+                cache,
+                args.windows,
+            )
+            print_row(row)
+            rows.append(row)
+            sink(title, rows)
+    return rows
 
 
 def main(args: argparse.Namespace) -> int:
@@ -336,17 +559,28 @@ def main(args: argparse.Namespace) -> int:
     rounds = args.rounds or scale["rounds"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    cache = RunCache(Path(args.cache) if args.cache else out / "cache")
     corpus = load_bundled_corpus()
+    modes = args.mode or ["moe", "dipaco"]
     result: dict[str, Any] = {
         "command": "tessera bench training" + (" --full" if args.full else ""),
         "scale": scale,
         "rounds": rounds,
         "miners": 4,
+        "seeds": args.seeds,
+        "windows": args.windows or "all",
         "chosen": CHOSEN,
+        "reference": REFERENCE,
         "corpus_digest": corpus.digest,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
     }
+
+    def save(part: str | None = None, rows: Any = None) -> None:  # partial results survive
+        if part is not None:
+            result[part] = rows
+        (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")
+
     if "codec" in parts:
         result["codec_speed"] = codec_speed(n_values=(1 << 22) if args.full else (1 << 20))
         for row in result["codec_speed"]:
@@ -359,85 +593,34 @@ def main(args: argparse.Namespace) -> int:
         print(
             f"overhead: miner loop {o['miner_tokens_per_s']:.0f} tok/s vs plain {o['plain_tokens_per_s']:.0f} tok/s = {o['ratio_pct']:.1f}%"
         )
-    baselines: dict[tuple[str, str, int, int], list[float]] = {}
     if "quality" in parts:
-        runs = {}
-        for mode in args.mode or ["moe", "dipaco"]:
-            res = quality_run(
-                mode, scale, rounds, CHOSEN["inner_steps"], CHOSEN["codec"], CHOSEN["outer"], corpus
-            )
-            baselines[(mode, json.dumps(scale), CHOSEN["inner_steps"], rounds)] = res["_baseline_curve"]
-            runs[mode] = res
-            if args.reference:
-                ref = quality_run(
-                    mode, scale, rounds, 30, None, CHOSEN["outer"], corpus, baseline=res["_baseline_curve"]
-                )
-                res["fp32_diloco_final_loss"] = ref["final_loss"]
-                res["fp32_diloco_gap_pct"] = ref["gap_pct"]
-                res["fp32_diloco_eval_loss"] = ref["eval_loss"]
-                print(
-                    f"quality {mode}: uncompressed DiLoCo (average) {ref['final_loss']:.4f} (gap {ref['gap_pct']:+.2f}%)"
-                )
-            print(
-                f"quality {mode}: loss {res['final_loss']:.4f} vs synchronous {res['final_baseline_loss']:.4f} "
-                f"(gap {res['gap_pct']:+.2f}%), {res['payload_bits_per_param_step']:.5f} payload bits/param/step, "
-                f"{res['wire_bits_per_param_step']:.5f} wire bits/param/step"
-            )
-            _plot_curves(out / "training_quality.png", runs)
-            result["quality"] = {
-                m: {k: v for k, v in r.items() if not k.startswith("_")} for m, r in runs.items()
-            }
-            (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")  # partial results survive
-    if "tradeoff" in parts:
-        rows = []
-        # The grid runs on the small model (it has many rows); its own baselines, equal tokens per row.
-        t_scale = _scale(False)
-        t_rounds = args.tradeoff_rounds or (50 if args.full else rounds)
-        total_steps = t_rounds * 30
-        mode = "dipaco"
-        for label, h, codec, outer in tradeoff_grid(args.full):
-            r_count = max(1, total_steps // h)
-            key = (mode, json.dumps(t_scale), h, r_count)
-            res = quality_run(
+        quality: dict[str, dict[str, Any]] = {}
+        for mode in modes:
+            row = compare(
+                "chosen",
                 mode,
-                t_scale,
-                r_count,
-                h,
-                codec,
-                outer,
+                scale,
+                rounds,
+                CHOSEN["inner_steps"],
+                args.seeds,
+                chosen_variant(),
                 corpus,
-                baseline=baselines.get(key),
-                eval_every=r_count,
+                cache,
+                args.windows,
+                points=5,
             )
-            baselines.setdefault(key, res["_baseline_curve"])
-            row = {
-                "label": label,
-                **{
-                    k: v
-                    for k, v in res.items()
-                    if k
-                    in (
-                        "inner_steps",
-                        "rounds",
-                        "codec",
-                        "outer",
-                        "final_loss",
-                        "final_baseline_loss",
-                        "gap_pct",
-                        "payload_bits_per_param_step",
-                        "wire_bits_per_param_step",
-                    )
-                },
-            }
-            rows.append(row)
-            print(
-                f"trade-off {label:<28} H={h:<3} gap {row['gap_pct']:+6.2f}%  {row['payload_bits_per_param_step']:.5f} bits/param/step",
-                flush=True,
-            )
-            result["tradeoff"] = {"mode": mode, "scale": t_scale, "rows": rows}
-            (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")  # partial results survive
-        result["tradeoff"] = {"mode": mode, "scale": t_scale, "rows": rows}
+            print_row(row)
+            quality[mode] = row
+            save("quality", quality)
+        _plot_curves(out / "training_quality.png", quality)
+    # the grids run on the small model (many rows), at the same inner steps per row
+    t_scale = _scale(False)
+    t_total = (args.tradeoff_rounds or (50 if args.full else rounds)) * 30
+    if "tradeoff" in parts:
+        rows = _rows("tradeoff", tradeoff_grid(args.full), modes, t_scale, t_total, args, corpus, cache, save)
         _plot_tradeoff(out / "training_tradeoff.png", rows)
-    (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")
+    if "screen" in parts:
+        _rows("screen", screen_grid(), modes, t_scale, t_total, args, corpus, cache, save)
+    save()
     print(f"wrote {out / 'training.json'}")
     return 0

@@ -106,6 +106,8 @@ class Simulation:
         compress: bool = True,
         experts_per_miner: int | None = None,
         transport: Transport | None = None,
+        eval_windows: int = 256,
+        ef_key: str = "name",
     ) -> None:
         self.run = run
         self.ds = ds
@@ -114,10 +116,16 @@ class Simulation:
         self.compress = compress
         self.experts_per_miner = experts_per_miner
         self.transport = transport
+        self.eval_windows = eval_windows
+        if ef_key not in ("name", "assignment"):
+            raise ValueError(f"unknown ef_key {ef_key!r}")
+        self.ef_key = ef_key
         self.model = build_model(run.model, run_seed)
         self.params = param_state(self.model)
         self.outer = OuterOptimizer(run.outer)
-        self.feedback = {m: ErrorFeedback(run.codec) for m in self.miners}
+        # error-feedback memory per (miner, key): key "" (one memory per parameter name, what a devnet miner
+        # keeps) or the assignment's modules, so a residual built on one path's data waits for that path
+        self.feedback: dict[tuple[str, str], ErrorFeedback] = {}
         self.optimizer_states: dict[str, dict[str, Tensor]] = {}
 
     def assignments(self, round_index: int) -> dict[str, Assignment]:
@@ -137,6 +145,7 @@ class Simulation:
         contributions: list[tuple[float, dict[str, Tensor]]] = []
         base_digest = state_digest(self.params) if self.transport is not None else b""
         sent_by: dict[str, dict[str, Tensor]] = {}
+        ef_of: dict[str, ErrorFeedback] = {}
         sent_bytes, bits, losses, tokens = 0, [], [], 0
         for miner, a in sorted(self.assignments(round_index).items()):
             res = train_inner(
@@ -154,7 +163,10 @@ class Simulation:
             delta = pseudo_gradient(self.params, res.params)
             encs: dict[str, Encoded] | None = None
             if self.compress:
-                encs, delta = self.feedback[miner].compress(delta)
+                key = (miner, ",".join(a.module_ids) if self.ef_key == "assignment" else "")
+                ef = self.feedback.setdefault(key, ErrorFeedback(self.run.codec))
+                encs, delta = ef.compress(delta)
+                ef_of[miner] = ef
                 payload = sum(encoded_bits(e.shape, self.run.codec) for e in encs.values())
             else:
                 payload = fp32_bits(delta)
@@ -173,11 +185,11 @@ class Simulation:
         self.params = self.outer.step(self.params, merge(contributions, self.run.outer.merge))
         if self.compress and self.run.codec.feedback == "applied":
             for miner, sent in sent_by.items():
-                self.feedback[miner].settle(sent, {n: old[n] - self.params[n] for n in sent})
+                ef_of[miner].settle(sent, {n: old[n] - self.params[n] for n in sent})
         loss = float("nan")
         if evaluate_after:
             load_params(self.model, self.params)
-            loss = evaluate(self.model, self.ds, self.run.model.seq_len)
+            loss = evaluate(self.model, self.ds, self.run.model.seq_len, self.eval_windows)
         return RoundStats(
             round_index, loss, sum(losses) / len(losses), sent_bytes, sum(bits) / len(bits), tokens
         )
@@ -227,7 +239,11 @@ class Baseline:
             losses.append(loss_sum)
             tokens += n_total * (sim.run.model.seq_len)
         numel = sum(p.numel() for p in params)
-        loss = evaluate(self.model, sim.ds, sim.run.model.seq_len) if evaluate_after else float("nan")
+        loss = (
+            evaluate(self.model, sim.ds, sim.run.model.seq_len, sim.eval_windows)
+            if evaluate_after
+            else float("nan")
+        )
         return RoundStats(round_index, loss, sum(losses) / len(losses), 4 * numel * inner.steps, 32.0, tokens)
 
 
