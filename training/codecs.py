@@ -86,17 +86,51 @@ def layout(numel: int, cfg: CodecConfig) -> Layout:
     )
 
 
-def index_bits(cfg: CodecConfig) -> int:
-    """Bits per packed index."""
+def _side(n: int) -> int:
+    """The largest divisor of ``n`` that is at most :data:`TILE` (1 for an empty side)."""
+    for d in range(min(n, TILE), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def tile_grid(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """``(R, C, tr, tc)`` of the ``shaped`` transform: the tensor seen as ``R x C`` (its first dimension by
+    the rest; a vector or scalar is one row) cut into ``tr x tc`` tiles, each side the largest divisor up to
+    :data:`TILE` of the tensor's, so no tile is padded."""
+    if len(shape) >= 2:
+        rows, cols = shape[0], math.prod(shape[1:])
+    else:
+        rows, cols = 1, math.prod(shape)
+    return rows, cols, _side(rows), _side(cols)
+
+
+def layout_of(shape: tuple[int, ...], cfg: CodecConfig) -> Layout:
+    """The chunk layout of a tensor of ``shape``: :func:`layout` of its size, or with the ``shaped``
+    transform one chunk per tile of :func:`tile_grid`, each keeping ``ceil(topk * area / chunk)``."""
+    if cfg.transform != "shaped":
+        return layout(math.prod(shape), cfg)
+    rows, cols, tr, tc = tile_grid(shape)
+    area = tr * tc
+    tiles = (rows // tr) * (cols // tc) if rows and cols else 0
+    return Layout(rows * cols, tiles, 0, min(area, math.ceil(cfg.topk * area / cfg.chunk)), 0)
+
+
+def index_bits(cfg: CodecConfig, shape: tuple[int, ...] | None = None) -> int:
+    """Bits per packed index (with the ``shaped`` transform, of ``shape``'s tile; without a shape, the
+    bound ``ceil(log2(chunk))``)."""
+    if cfg.transform == "shaped" and shape is not None:
+        _, _, tr, tc = tile_grid(shape)
+        return max(1, math.ceil(math.log2(tr * tc)))
     return max(1, math.ceil(math.log2(cfg.chunk)))
 
 
 def field_specs(shape: tuple[int, ...], cfg: CodecConfig) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """Exact dtype and shape of each field for a tensor of ``shape`` (what a decoder checks first)."""
-    lay = layout(math.prod(shape), cfg)
+    lay = layout_of(shape, cfg)
     specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
     if cfg.name == "topk":
-        specs["idx"] = (torch.uint8, (math.ceil(lay.kept * index_bits(cfg) / 8),))
+        specs["idx"] = (torch.uint8, (math.ceil(lay.kept * index_bits(cfg, shape) / 8),))
     if cfg.bits == 32:
         specs["val"] = (torch.float32, (lay.kept,))
     else:
@@ -157,8 +191,28 @@ def dct_matrix(n: int = TILE) -> Tensor:
     return dct_basis(n)
 
 
+def _tiles(x: Tensor) -> Tensor:
+    """The ``shaped`` tiles of ``x`` in spatial order, ``[m, tr, tc]`` (row-major over the tile grid)."""
+    rows, cols, tr, tc = tile_grid(tuple(x.shape))
+    t = x.reshape(rows // tr, tr, cols // tc, tc).permute(0, 2, 1, 3)
+    return t.reshape(-1, tr, tc)
+
+
+def _untile(tiles: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Inverse of :func:`_tiles`: ``[m, tr * tc]`` back to ``shape``."""
+    rows, cols, tr, tc = tile_grid(shape)
+    t = tiles.reshape(rows // tr, cols // tc, tr, tc).permute(0, 2, 1, 3)
+    return t.reshape(shape)
+
+
 def _to_chunks(x: Tensor, lay: Layout, cfg: CodecConfig) -> list[tuple[Tensor, int]]:
     """``[(chunks [m, width], k)]`` for the full chunks and the tail, in the codec's basis."""
+    if cfg.transform == "shaped":
+        tiles = _tiles(x.float())
+        if tiles.shape[0] == 0:
+            return []
+        dr, dc = dct_matrix(tiles.shape[1]), dct_matrix(tiles.shape[2])
+        return [((dr @ tiles @ dc.T).reshape(tiles.shape[0], -1), lay.k_full)]
     flat = x.reshape(-1).float()
     groups: list[tuple[Tensor, int]] = []
     if lay.full_chunks:
@@ -194,7 +248,7 @@ def encode(x: Tensor, cfg: CodecConfig) -> Encoded:
     if not bool(torch.isfinite(x).all()):
         raise CodecError("cannot encode non-finite values")
     x = x.detach().to("cpu")
-    lay = layout(x.numel(), cfg)
+    lay = layout_of(tuple(x.shape), cfg)
     idx_parts: list[Tensor] = []
     val_parts: list[Tensor] = []
     for chunks, k in _to_chunks(x, lay, cfg):
@@ -206,13 +260,17 @@ def encode(x: Tensor, cfg: CodecConfig) -> Encoded:
             val_parts.append(chunks)
     fields: dict[str, Tensor] = {}
     if cfg.name == "topk":
-        fields["idx"] = pack_bits(torch.cat([i.reshape(-1) for i in idx_parts]), index_bits(cfg))
+        idx_all = (
+            torch.cat([i.reshape(-1) for i in idx_parts]) if idx_parts else torch.zeros(0, dtype=torch.int64)
+        )
+        fields["idx"] = pack_bits(idx_all, index_bits(cfg, tuple(x.shape)))
     if cfg.bits == 32:
-        fields["val"] = torch.cat([v.reshape(-1) for v in val_parts]).contiguous()
+        fields["val"] = torch.cat([v.reshape(-1) for v in val_parts] or [torch.zeros(0)]).contiguous()
     else:
         quant = [_quantise(v, cfg.bits) for v in val_parts]
-        fields["val"] = pack_bits(torch.cat([c.reshape(-1) for c, _ in quant]), cfg.bits)
-        fields["scale"] = torch.cat([s for _, s in quant]).contiguous()
+        codes_all = [c.reshape(-1) for c, _ in quant] or [torch.zeros(0, dtype=torch.int64)]
+        fields["val"] = pack_bits(torch.cat(codes_all), cfg.bits)
+        fields["scale"] = torch.cat([s for _, s in quant] or [torch.zeros(0)]).contiguous()
     return Encoded(tuple(x.shape), fields)
 
 
@@ -235,7 +293,7 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
     decodes the same bits on any CPU or GPU and the merge built on it is reproducible.
     """
     check_fields(enc, cfg)
-    lay = layout(math.prod(enc.shape), cfg)
+    lay = layout_of(enc.shape, cfg)
     codes = torch.zeros(0, dtype=torch.int64)  # the quantised codes (none at 32 bits)
     if cfg.bits == 32:
         values = enc.fields["val"].to(F64)
@@ -255,12 +313,17 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
     if not bool(torch.isfinite(values).all()):
         raise CodecError("non-finite values")
     width_tail = cfg.chunk if cfg.transform == "dct" else lay.tail
+    width_full = cfg.chunk
+    tr = tc = TILE  # the tile's sides (with a transform)
+    if cfg.transform == "shaped":
+        _, _, tr, tc = tile_grid(enc.shape)
+        width_full = tr * tc
     groups: list[Tensor] = []
     if cfg.name == "topk":
-        idx = unpack_bits(enc.fields["idx"], index_bits(cfg), lay.kept)
+        idx = unpack_bits(enc.fields["idx"], index_bits(cfg, enc.shape), lay.kept)
         pos = 0
         for first, m, width, k in (
-            (0, lay.full_chunks, cfg.chunk, lay.k_full),
+            (0, lay.full_chunks, width_full, lay.k_full),
             (lay.full_chunks, 1 if lay.tail else 0, width_tail, lay.k_tail),
         ):
             if m == 0:
@@ -269,14 +332,14 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
             if bool((i >= width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
                 raise CodecError("indices out of range or not strictly increasing")
             v = values[pos : pos + m * k].view(m, k)
-            if cfg.transform == "dct" and cfg.bits != 32:
+            if cfg.transform != "none" and cfg.bits != 32:
                 # exact integer inverse DCT of the numerators 2q - (L - 1), times scale / (L - 1) per tile
                 levels = (1 << cfg.bits) - 1
                 num = codes[pos : pos + m * k].view(m, k) * 2 - levels
                 factor = enc.fields["scale"][first : first + m].to(F64) / levels
-                groups.append(quantised_idct_tiles(i // TILE, i % TILE, num, factor, TILE, cfg.bits))
-            elif cfg.transform == "dct":
-                groups.append(sparse_idct_tiles(i // TILE, i % TILE, v, TILE))
+                groups.append(quantised_idct_tiles(i // tc, i % tc, num, factor, tr, cfg.bits, tc))
+            elif cfg.transform != "none":
+                groups.append(sparse_idct_tiles(i // tc, i % tc, v, tr, tc))
             else:
                 g = torch.zeros(m, width, dtype=F64)
                 g.scatter_(1, i, v)
@@ -285,12 +348,14 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
     else:
         groups.append(values.to(torch.float32))
     flat = torch.cat([g.reshape(-1) for g in groups]) if groups else torch.zeros(0)
+    if cfg.transform == "shaped":
+        return _untile(flat, enc.shape) if lay.numel else torch.zeros(enc.shape)
     return flat[: lay.numel].view(enc.shape)
 
 
 def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
     """Per-chunk bound on the round-trip error (L-inf without transform, L2 with DCT); see the module doc."""
-    lay = layout(x.numel(), cfg)
+    lay = layout_of(tuple(x.shape), cfg)
     out = []
     levels = (1 << cfg.bits) - 1
     for chunks, k in _to_chunks(x.detach().to("cpu"), lay, cfg):
@@ -301,7 +366,7 @@ def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
         else:
             s, tau = mags.amax(dim=1), torch.zeros(chunks.shape[0])
         q = torch.zeros_like(s) if cfg.bits == 32 else s / levels
-        if cfg.transform == "dct":
+        if cfg.transform != "none":
             dropped = (
                 (mags.pow(2).sum(dim=1) - mags.topk(k, dim=1).values.pow(2).sum(dim=1)).clamp_min(0).sqrt()
             )
@@ -313,6 +378,8 @@ def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
 
 def chunk_errors(x: Tensor, x_hat: Tensor, cfg: CodecConfig) -> Tensor:
     """Measured per-chunk error in the norm :func:`error_bound` bounds."""
+    if cfg.transform == "shaped":
+        return _tiles(x_hat.float() - x.float()).flatten(1).norm(dim=1)
     lay = layout(x.numel(), cfg)
     diff = (x_hat.float() - x.float()).reshape(-1)
     out = []

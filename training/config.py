@@ -134,8 +134,11 @@ class CodecConfig:
     """Values kept per chunk (``topk`` codec)."""
     bits: int = 2
     """Bits per kept value: 2, 4, 8 (uniform, one fp16 scale per chunk) or 32 (raw fp32)."""
-    transform: Literal["none", "dct"] = "none"
-    """``dct``: select and quantise in the 2-D DCT-II basis of 64x64 tiles (DeMo); ``none``: as is."""
+    transform: Literal["none", "dct", "shaped"] = "none"
+    """``dct``: select and quantise in the 2-D DCT-II basis of 64x64 tiles of the flattened tensor (DeMo);
+    ``shaped``: the same in tiles that follow the tensor's rows and columns (each side the largest divisor
+    of the tensor's side up to 64, so nothing is padded; a vector is one row), keeping
+    ``ceil(topk * tile area / chunk)`` coefficients per tile; ``none``: as is."""
     ef_beta: float = 1.0
     """Error-feedback decay: the miner accumulates ``e = ef_beta * e + delta`` and sends C(e)."""
     feedback: Literal["sent", "applied"] = "sent"
@@ -150,10 +153,10 @@ class CodecConfig:
             raise ConfigError("bits must be 2, 4, 8 or 32")
         if self.chunk < 1 or not 1 <= self.topk <= self.chunk:
             raise ConfigError("need 1 <= topk <= chunk")
-        if self.transform not in ("none", "dct"):
+        if self.transform not in ("none", "dct", "shaped"):
             raise ConfigError(f"unknown transform {self.transform!r}")
-        if self.transform == "dct" and self.name != "topk":
-            raise ConfigError("the dct transform needs the topk codec")
+        if self.transform in ("dct", "shaped") and self.name != "topk":
+            raise ConfigError(f"the {self.transform} transform needs the topk codec")
         if self.transform == "dct" and self.chunk != 4096:
             raise ConfigError("the dct transform works on 64x64 tiles: chunk must be 4096")
         if self.feedback not in ("sent", "applied"):

@@ -157,45 +157,55 @@ def fixed_shift(n: int, k: int, bits: int) -> int:
 
 
 def quantised_idct_tiles(
-    rows: Tensor, cols: Tensor, numerators: Tensor, factor: Tensor, n: int, bits: int
+    rows: Tensor,
+    cols: Tensor,
+    numerators: Tensor,
+    factor: Tensor,
+    n: int,
+    bits: int,
+    n_cols: int | None = None,
 ) -> Tensor:
-    """Inverse 2-D DCT of ``m`` sparse tiles whose coefficients are ``numerators[t, s] * factor[t]``.
+    """Inverse 2-D DCT of ``m`` sparse ``n x n_cols`` tiles (square when ``n_cols`` is None) whose
+    coefficients are ``numerators[t, s] * factor[t]``, as fp32 ``[m, n * n_cols]``.
 
     The quantised codecs send integer numerators (``2q - (2^bits - 1)``) and one scale per tile. With the
-    basis fixed to integers (:func:`dct_basis_fixed`), ``sum_s N_s * outer(D[r_s], D[c_s])`` is a sum of
-    integers that stays below 2^53 (:func:`fixed_shift`), so the batched matrix product computes it
-    *exactly* whatever order or kernel (BLAS, AVX-512, a GPU) adds it in. Then, elementwise: times the
-    tile's ``factor * 2^(-2 shift)`` (one rounding), to fp32 (one rounding).
+    bases fixed to integers (:func:`dct_basis_fixed`), ``sum_s N_s * outer(D_n[r_s], D_c[c_s])`` is a sum
+    of integers that stays below 2^53 (:func:`fixed_shift` of the shorter side, the larger basis values),
+    so the batched matrix product computes it *exactly* whatever order or kernel (BLAS, AVX-512, a GPU)
+    adds it in. Then, elementwise: times the tile's ``factor * 2^(-2 shift)`` (one rounding), to fp32.
     """
+    nc = n if n_cols is None else n_cols
     m, k = numerators.shape
-    shift = fixed_shift(n, k, bits)
-    basis = dct_basis_fixed(n, shift)
-    peak = float(basis.abs().max())
-    if k * ((1 << bits) - 1) * peak * peak >= 2.0**53:
+    shift = fixed_shift(min(n, nc), k, bits)
+    basis_r, basis_c = dct_basis_fixed(n, shift), dct_basis_fixed(nc, shift)
+    peak = float(basis_r.abs().max()) * float(basis_c.abs().max())
+    if k * ((1 << bits) - 1) * peak >= 2.0**53:
         raise ValueError(f"inverse DCT of {k} coefficients at {bits} bits would not be exact")
-    left = basis[rows] * numerators.to(F64).unsqueeze(2)  # [m, k, n]: |N| * |D| < 2^53, exact
-    right = basis[cols]  # [m, k, n]
+    left = basis_r[rows] * numerators.to(F64).unsqueeze(2)  # [m, k, n]: |N| * |D| < 2^53, exact
+    right = basis_c[cols]  # [m, k, nc]
     exact = torch.bmm(left.transpose(1, 2), right)  # integers, exact in any summation order
     spatial = exact * (factor.to(F64) * 2.0 ** (-2 * shift)).view(m, 1, 1)
-    return spatial.reshape(m, n * n).to(torch.float32)
+    return spatial.reshape(m, n * nc).to(torch.float32)
 
 
-def sparse_idct_tiles(rows: Tensor, cols: Tensor, coef: Tensor, n: int) -> Tensor:
-    """Inverse 2-D DCT of ``m`` sparse tiles with arbitrary float coefficients, as fp32 ``[m, n * n]``.
+def sparse_idct_tiles(rows: Tensor, cols: Tensor, coef: Tensor, n: int, n_cols: int | None = None) -> Tensor:
+    """Inverse 2-D DCT of ``m`` sparse ``n x n_cols`` tiles with arbitrary float coefficients, as fp32
+    ``[m, n * n_cols]``.
 
     The fallback for raw fp32 values (no quantisation, so no integer form): tile t's values are
     ``sum_s coef[t, s] * outer(D[rows[t, s]], D[cols[t, s]])`` accumulated over the slots in order in
     float64 elementwise operations (``D[i, a] * D[j, b]`` exact, times the coefficient one rounding, plus
     the accumulator another): defined by IEEE-754 alone, about 15x slower than a matrix product.
     """
-    basis = dct_basis(n).to(F64)
+    nc = n if n_cols is None else n_cols
+    basis_r, basis_c = dct_basis(n).to(F64), dct_basis(nc).to(F64)
     m, k = coef.shape
-    acc = torch.zeros(m, n, n, dtype=F64)
+    acc = torch.zeros(m, n, nc, dtype=F64)
     c64 = coef.to(F64)
     for s in range(k):
-        outer = basis[rows[:, s]].unsqueeze(2) * basis[cols[:, s]].unsqueeze(1)
+        outer = basis_r[rows[:, s]].unsqueeze(2) * basis_c[cols[:, s]].unsqueeze(1)
         acc = acc + outer * c64[:, s].view(m, 1, 1)
-    return acc.reshape(m, n * n).to(torch.float32)
+    return acc.reshape(m, n * nc).to(torch.float32)
 
 
 def canonical_normal(shape: Sequence[int], generator: torch.Generator, std: float) -> Tensor:
