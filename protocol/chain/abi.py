@@ -13,7 +13,7 @@ from typing import Any
 from eth_abi import decode as abi_decode
 from eth_utils import keccak, to_checksum_address
 
-from protocol.chain.errors import REVERT_TYPES, ChainError, ContractRevert, UnknownRevert
+from protocol.chain.errors import REVERT_TYPES, TOKEN_REVERT_TYPES, ChainError, ContractRevert, UnknownRevert
 from protocol.chain.values import Role
 from protocol.phases import Phase
 
@@ -44,7 +44,9 @@ def _error_table() -> dict[bytes, tuple[str, list[str], list[str]]]:
         keccak(text="Error(string)")[:4]: ("Error", ["string"], ["message"]),
         keccak(text="Panic(uint256)")[:4]: ("Panic", ["uint256"], ["code"]),
     }
-    for item in artifacts()["TesseraNetwork"]["abi"]:
+    # the token's errors first: a network error with the same selector (none today) would win
+    abis = artifacts()["TesseraToken"]["abi"] + artifacts()["TesseraNetwork"]["abi"]
+    for item in abis:
         if item["type"] != "error":
             continue
         types = [_abi_type(i) for i in item["inputs"]]
@@ -80,7 +82,7 @@ def decode_revert(function: str, data: Any) -> ContractRevert:
         elif n in ("role", "expected") and name in ("NotRole", "AlreadyRegistered"):
             v = Role(v)
         out[n] = v
-    cls = REVERT_TYPES.get(name)
+    cls = REVERT_TYPES.get(name) or TOKEN_REVERT_TYPES.get(name)
     if cls is None:  # an error of a newer ABI than this client's classes: still typed, still named
         cls = type(name, (ContractRevert,), {"name": name})
     return cls(function, out, raw.hex())

@@ -25,6 +25,7 @@ from protocol.chain.errors import (
     ChainError,
     MalformedResponseError,
     NoAccountError,
+    NotDeployedError,
     TransactionDropped,
     TransactionFailed,
     _decoding,
@@ -78,6 +79,16 @@ def _b32(value: bytes | str) -> bytes:
     return value
 
 
+def check_rpc_url(url: str | None) -> str:
+    """``url`` if it is an ``http(s)://host...`` JSON-RPC URL; else a :class:`ChainError` saying what to write."""
+    if not url:
+        raise ChainError("no RPC URL: pass --rpc-url or set rpc_url in the deployment file")
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest or rest.startswith("/"):
+        raise ChainError(f"RPC URL {url!r} must look like http://HOST:PORT or https://HOST/PATH")
+    return url
+
+
 def http_web3(url: str, timeout: float = 30) -> Web3:
     """A ``Web3`` over HTTP that asks the node for its chain id once per process, not per request.
 
@@ -124,14 +135,23 @@ class Chain:
         rpc_url: str | None = None,
         timeout: float = 30,
     ) -> Chain:
-        """Connects to ``rpc_url`` (default: the deployment's) and checks the chain id."""
-        url = rpc_url or deployment.rpc_url
-        if not url:
-            raise ChainError("no RPC URL: pass rpc_url or set rpc_url in the deployment file")
+        """Connects to ``rpc_url`` (default: the deployment's), checks the chain id and that the network
+        contract exists there (a wrong file or a restarted dev chain is one clear error, not a
+        ``BadFunctionCallOutput`` at the first read)."""
+        url = check_rpc_url(rpc_url or deployment.rpc_url)
         w3 = http_web3(url, timeout)
-        got = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
+        with _decoding("eth_chainId"):
+            got = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
         if got != deployment.chain_id:
             raise ChainError(f"{url} is chain {got}, the deployment is on chain {deployment.chain_id}")
+        network = to_checksum_address(deployment.network)
+        with _decoding("eth_getCode"):
+            code = retrying(lambda: bytes(w3.eth.get_code(network)), "eth_getCode")
+        if not code:
+            raise NotDeployedError(
+                f"no contract at {network} on chain {got} ({url}): deploy first (`tessera contracts deploy`), "
+                "or use the deployment file of this chain (a restarted dev chain forgets its contracts)"
+            )
         return cls(w3, deployment, account)
 
     # ------------------------------------------------------------------ plumbing

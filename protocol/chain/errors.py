@@ -25,6 +25,10 @@ class NoAccountError(ChainError):
     """A transaction was requested from a read-only client."""
 
 
+class NotDeployedError(ChainError):
+    """The deployment file names a contract address with no code on the chain it was connected to."""
+
+
 class TransactionFailed(ChainError):
     """A transaction was mined but failed without a decodable reason (out of gas, ...)."""
 
@@ -61,13 +65,16 @@ class ContractRevert(ChainError):
     """
 
     name: ClassVar[str] = "Unknown"
+    #: What the user can do about it, appended to the message (empty: the name and arguments say it).
+    hint: ClassVar[str] = ""
 
     def __init__(self, function: str, args_dict: Mapping[str, Any], raw: str = "") -> None:
         self.function = function
         self.args_dict = dict(args_dict)
         self.raw = raw
         shown = ", ".join(f"{k}={_show(v)}" for k, v in self.args_dict.items())
-        super().__init__(f"{function} reverted with {self.name}({shown})")
+        hint = f": {self.hint}" if self.hint else ""
+        super().__init__(f"{function} reverted with {self.name}({shown}){hint}")
 
 
 def _show(v: Any) -> str:
@@ -125,6 +132,7 @@ class StakeTooLow(ContractRevert):
     """Active stake below the minimum."""
 
     name = "StakeTooLow"
+    hint = "the stake is below the run's minimum for the action (`tessera account status` shows it)"
 
 
 class InvalidAmount(ContractRevert):
@@ -326,5 +334,75 @@ REVERT_TYPES: dict[str, type[ContractRevert]] = {
         QuorumNotReached,
         InvalidSignature,
         InvalidParam,
+    )
+}
+
+
+# The token's errors (Solady ERC20), raised through the network when it moves stake: registering or
+# adding stake without the tokens used to surface as ``Unknown(data=0xf4d678b8)``.
+class TotalSupplyOverflow(ContractRevert):
+    """Solady ERC20: the total supply would overflow."""
+
+    name = "TotalSupplyOverflow"
+
+
+class AllowanceOverflow(ContractRevert):
+    """Solady ERC20: the allowance would overflow."""
+
+    name = "AllowanceOverflow"
+
+
+class AllowanceUnderflow(ContractRevert):
+    """Solady ERC20: the allowance would underflow."""
+
+    name = "AllowanceUnderflow"
+
+
+class InsufficientBalance(ContractRevert):
+    """Solady ERC20: the account holds fewer tokens than the call moves."""
+
+    name = "InsufficientBalance"
+    hint = (
+        "the account holds fewer TSR tokens than this call moves (staking needs the tokens in the "
+        "account: ask the run's launcher, who holds the genesis allocation; `tessera account status` "
+        "shows the balance)"
+    )
+
+
+class InsufficientAllowance(ContractRevert):
+    """Solady ERC20: the spender's allowance is below the amount moved."""
+
+    name = "InsufficientAllowance"
+
+
+class InvalidPermit(ContractRevert):
+    """Solady ERC20: an EIP-2612 permit signature is invalid."""
+
+    name = "InvalidPermit"
+
+
+class PermitExpired(ContractRevert):
+    """Solady ERC20: an EIP-2612 permit is past its deadline."""
+
+    name = "PermitExpired"
+
+
+class Permit2AllowanceIsFixedAtInfinity(ContractRevert):
+    """Solady ERC20: Permit2's allowance cannot be changed."""
+
+    name = "Permit2AllowanceIsFixedAtInfinity"
+
+
+TOKEN_REVERT_TYPES: dict[str, type[ContractRevert]] = {
+    c.name: c
+    for c in (
+        TotalSupplyOverflow,
+        AllowanceOverflow,
+        AllowanceUnderflow,
+        InsufficientBalance,
+        InsufficientAllowance,
+        InvalidPermit,
+        PermitExpired,
+        Permit2AllowanceIsFixedAtInfinity,
     )
 }

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from web3 import Web3
 
 from protocol import anvil as anvil_mod
-from protocol.chain import client as chain_mod
 from protocol.anvil import Anvil, AnvilError, free_port
 from protocol.chain import Chain, ChainConnectionError, CheckpointCertified, Registered, deploy_network
+from protocol.chain import client as chain_mod
 from protocol.deployment import Deployment, NetworkParams
 from tests.chain.conftest import Net, make_net, new_account
 
@@ -94,3 +95,14 @@ def test_the_chain_id_is_asked_once_per_connection(net: Net, monkeypatch: pytest
         chain.round_state()
     assert sent.count("eth_chainId") == 1, sent
     assert sent.count("eth_call") == 6
+
+
+def test_connect_names_a_missing_contract_and_a_bad_url(net: Net) -> None:
+    from protocol.chain import ChainError, NotDeployedError
+
+    dep = dataclasses.replace(net.deployment, network="0x" + "ab" * 20)
+    with pytest.raises(NotDeployedError, match=r"no contract at 0x[aAbB]{40} on chain \d+"):
+        Chain.connect(dep)
+    for bad in ["127.0.0.1:8545", "ftp://h", "http://", "http:///x", "localhost"]:
+        with pytest.raises(ChainError, match="must look like http://HOST:PORT"):
+            Chain.connect(net.deployment, rpc_url=bad)
