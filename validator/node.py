@@ -849,23 +849,18 @@ class ValidatorNode:
                 self._keep_update(p, miner, data)
                 return data
         for url in peers:
-            try:
-                with httpx.stream(
-                    "GET", f"{url.rstrip('/')}/updates/{p}/{miner}", timeout=self.cfg.fetch_timeout
-                ) as resp:
-                    if resp.status_code != 200:
-                        continue
-                    buf = bytearray()
-                    for chunk in resp.iter_bytes():
-                        buf += chunk
-                        if len(buf) > self.cfg.max_update_bytes:
-                            raise TransferError("update larger than max_update_bytes")
-            except (httpx.HTTPError, TransferError) as exc:
+            try:  # bounded in bytes and in wall time: a peer that drips bytes cannot hold the validator
+                body = get_capped(
+                    f"{url.rstrip('/')}/updates/{p}/{miner}",
+                    max_bytes=self.cfg.max_update_bytes,
+                    timeout=self.cfg.fetch_timeout,
+                )
+            except TransferError as exc:
                 log.info("round %d: %s did not serve the update of %s: %s", p, url, miner[:10], exc)
                 continue
-            if self._matches_commitment(p, miner, commitment, bytes(buf)):
-                self._keep_update(p, miner, bytes(buf))
-                return bytes(buf)
+            if self._matches_commitment(p, miner, commitment, body):
+                self._keep_update(p, miner, body)
+                return body
         return None
 
     def _certify(self, p: int, digest: str) -> None:
