@@ -148,6 +148,12 @@ class RunSpec:
 
         return param_state(build_model(self.model, seed=self.genesis_seed))
 
+    def genesis_digest(self) -> str:
+        """``0x`` + the digest of theta_0: the genesis checkpoint the contracts must be deployed with."""
+        from protocol.tensorblob import tensors_digest
+
+        return tensors_digest({f"param/{k}": v for k, v in self.genesis_params().items()})
+
     def load_corpus(self) -> Any:
         """The run's corpus (``training.corpus.Corpus``)."""
         from training.corpus import load_bundled_corpus, parse_corpus

@@ -87,6 +87,24 @@ def connect(deployment_path: Path | None, rpc_url: str, private_key: str) -> Any
     return ChainCoordinator(chain, private_key)
 
 
+def check_genesis(coord: Any, spec: Any, run_file: Path) -> None:
+    """Refuse to start a node whose run file is not the run deployed on chain: its theta_0 digest must be
+    the contract's genesis checkpoint (a mismatch used to leave the node waiting for a checkpoint that
+    never verifies, with no log line)."""
+    on_chain = "0x" + bytes(coord.chain.checkpoint(1)).hex()
+    if on_chain == "0x" + "00" * 32:
+        raise TesseraError(
+            f"the deployment on chain {coord.chain_id} has no genesis checkpoint (0x00): the launcher must "
+            "redeploy with `tessera contracts deploy --run-file run.json`"
+        )
+    ours = spec.genesis_digest()
+    if ours != on_chain:
+        raise TesseraError(
+            f"run file {run_file} does not match the deployment: its theta_0 is {ours}, the genesis "
+            f"checkpoint on chain {coord.chain_id} is {on_chain}; use the run file the launcher published"
+        )
+
+
 def start_dht(enabled: bool, peers: tuple[str, ...], port: int) -> Any:
     """A started :class:`protocol.dht.DHTNode`, or None when disabled."""
     if not enabled:

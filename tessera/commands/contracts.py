@@ -42,6 +42,11 @@ def register(subparsers: Any) -> None:
     )
     d.add_argument("--out", type=Path, default=Path("deployment.json"), help="deployment file to write")
     d.add_argument(
+        "--run-file",
+        type=Path,
+        help="the run's run.json (`tessera runspec init`): its theta_0 digest becomes the genesis checkpoint",
+    )
+    d.add_argument(
         "--params", type=Path, help="JSON object of NetworkParams fields (overridden by flags below)"
     )
     from protocol.deployment import NetworkParams  # light: dataclass only
@@ -92,6 +97,33 @@ def _params(args: argparse.Namespace) -> Any:
     except TypeError as exc:
         raise DeploymentError(f"bad parameters: {exc}") from exc
     params.validate()
+    return _with_genesis(params, getattr(args, "run_file", None))
+
+
+ZERO_GENESIS = "0x" + "00" * 32
+
+
+def _with_genesis(params: Any, run_file: Path | None) -> Any:
+    """``params`` with the genesis checkpoint of ``run_file``; a zero genesis is refused: no node can start
+    round 1 from it (validators wait for a certificate and miners for a checkpoint, silently)."""
+    from dataclasses import replace
+
+    from protocol.deployment import DeploymentError
+
+    if run_file is not None:
+        from protocol.runspec import RunSpec
+
+        genesis = RunSpec.load(run_file).genesis_digest()
+        if params.genesis_checkpoint not in (ZERO_GENESIS, genesis):
+            raise DeploymentError(
+                f"--genesis-checkpoint {params.genesis_checkpoint} differs from {run_file}'s theta_0 ({genesis})"
+            )
+        params = replace(params, genesis_checkpoint=genesis)
+    if params.genesis_checkpoint == ZERO_GENESIS:
+        raise DeploymentError(
+            "refusing to deploy with genesis checkpoint 0x00: pass --run-file run.json (its theta_0 digest) "
+            "or --genesis-checkpoint 0x<64 hex>; nodes cannot start round 1 without it"
+        )
     return params
 
 

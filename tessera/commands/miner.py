@@ -31,7 +31,14 @@ def _run(args: argparse.Namespace) -> int:
     from protocol.discovery import Discovery
     from protocol.runspec import RunSpec
     from tessera.attack.miners import register_all
-    from tessera.nodes import connect, dev_tee_seed, overrides_from_args, run_until_signal, start_dht
+    from tessera.nodes import (
+        check_genesis,
+        connect,
+        dev_tee_seed,
+        overrides_from_args,
+        run_until_signal,
+        start_dht,
+    )
 
     # make the adversarial modes selectable (``--behaviour NAME``) before the node builds its behaviour
     register_all()
@@ -39,6 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     key = load_miner_key(cfg)
     spec = RunSpec.load(cfg.run_file)
     coord = connect(cfg.deployment, cfg.rpc_url, key)
+    check_genesis(coord, spec, cfg.run_file)
     dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port)
     try:
         discovery = Discovery(coord.chain_id, key, dht, cfg.checkpoint_urls)

@@ -60,7 +60,14 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from protocol.discovery import Discovery
     from protocol.runspec import RunSpec
-    from tessera.nodes import connect, dev_tee_seed, overrides_from_args, run_until_signal, start_dht
+    from tessera.nodes import (
+        check_genesis,
+        connect,
+        dev_tee_seed,
+        overrides_from_args,
+        run_until_signal,
+        start_dht,
+    )
     from validator.config import ValidatorConfig, load_validator_config, load_validator_key
     from validator.node import ValidatorNode, dev_evidence_checker
 
@@ -68,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     key = load_validator_key(cfg)
     spec = RunSpec.load(cfg.run_file)
     coord = connect(cfg.deployment, cfg.rpc_url, key)
+    check_genesis(coord, spec, cfg.run_file)
     dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port)
     try:
         discovery = Discovery(coord.chain_id, key, dht, cfg.peer_urls)

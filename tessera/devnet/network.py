@@ -153,7 +153,6 @@ class Devnet:
         from protocol.anvil import Anvil, free_port
         from protocol.dht import DHTConfig, DHTNode
         from protocol.runspec import RunSpec
-        from protocol.tensorblob import tensors_digest
         from training.config import InnerConfig, ModelConfig
 
         cfg = self.cfg
@@ -172,7 +171,7 @@ class Devnet:
         if cfg.fresh or not self.run_path.exists():
             spec.save(self.run_path)
         spec = RunSpec.load(self.run_path)
-        genesis = tensors_digest({f"param/{k}": v for k, v in spec.genesis_params().items()})
+        genesis = spec.genesis_digest()
         self.phases = self._size_phases()
 
         port_file = wd / "anvil.port"

@@ -29,6 +29,7 @@ from tests.chain.conftest import new_account
 pytestmark = pytest.mark.chain
 
 REPO = Path(__file__).resolve().parents[2]
+GENESIS = "0x" + "11" * 32
 
 
 def cli(argv: list[str]) -> int:
@@ -51,6 +52,7 @@ def test_deploy_is_idempotent_and_resumable(
     ks = write_keystore(deployer, tmp_path / "deployer.keystore.json", "hunter2")
     monkeypatch.setenv("TESSERA_KEYSTORE_PASSWORD", "hunter2")
     base = ["contracts", "deploy", "--rpc-url", anvil.rpc_url, "--keystore", str(ks), "--out", str(tmp_out)]
+    base += ["--genesis-checkpoint", GENESIS]
     assert cli([*base, "--commit-blocks", "6"]) == 0
     first = tmp_out.read_bytes()
     dep = Deployment.load(tmp_out)
@@ -73,6 +75,8 @@ def test_deploy_is_idempotent_and_resumable(
         "DEPLOYER_KEY",
         "--out",
         str(tmp_out),
+        "--genesis-checkpoint",
+        GENESIS,
     ]
     assert cli([*env_run, "--fund", f"{who}=5"]) == 0
     dep2 = Deployment.load(tmp_out)
@@ -148,3 +152,38 @@ def test_artifacts_match_forge_output() -> None:
     assert artifacts()["TesseraNetwork"]["bytecode"] == built["bytecode"]["object"], (
         "protocol/contracts.json is stale: run `cd contracts && npm run build`"
     )
+
+
+def test_deploy_takes_the_genesis_from_the_run_file_and_nodes_check_it(
+    w3: Web3, anvil: Anvil, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eth_account import Account as Acct
+
+    from protocol.chain import Chain
+    from protocol.chaincoord import ChainCoordinator
+    from protocol.runspec import RunSpec
+    from tessera.nodes import check_genesis
+
+    deployer = new_account(w3)
+    monkeypatch.setenv("K", "0x" + bytes(deployer.key).hex())
+    out = tmp_path / "deployment.json"
+    base = ["contracts", "deploy", "--rpc-url", anvil.rpc_url, "--key-env", "K", "--out", str(out)]
+    # without a genesis checkpoint: refused before anything is sent (nodes could never start round 1)
+    nonce = w3.eth.get_transaction_count(deployer.address)
+    assert cli(base) == 2 and not out.exists()
+    assert w3.eth.get_transaction_count(deployer.address) == nonce
+    run = tmp_path / "run.json"
+    spec = RunSpec(genesis_seed=3)
+    spec.save(run)
+    # a --genesis-checkpoint that contradicts the run file is refused too
+    assert cli([*base, "--run-file", str(run), "--genesis-checkpoint", GENESIS]) == 2 and not out.exists()
+    assert cli([*base, "--run-file", str(run)]) == 0
+    dep = Deployment.load(out)
+    assert dep.params.genesis_checkpoint == spec.genesis_digest()
+    chain = Chain.connect(dep, Acct.from_key(bytes(deployer.key)))
+    assert "0x" + chain.checkpoint(1).hex() == spec.genesis_digest()
+    coord = ChainCoordinator(chain, "0x" + bytes(deployer.key).hex())
+    check_genesis(coord, spec, run)  # the published run file: accepted
+    other = RunSpec(genesis_seed=4)
+    with pytest.raises(TesseraError, match="does not match the deployment"):
+        check_genesis(coord, other, run)
