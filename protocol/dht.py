@@ -4,7 +4,10 @@ What it adds over hivemind: typed errors with an actionable message when the p2p
 or no bootstrap peer answers, a timeout on every operation, a retry path with backoff on start, a peer
 count for health checks and a ``rejoin`` for a node that finds itself alone (a DHT split), and strict
 validation of every record read (see :mod:`protocol.records`): bad records are refused one by one and
-returned as typed errors beside the good ones, never raised, so a node keeps running.
+returned as typed errors beside the good ones, never raised, so a node keeps running. Every node also runs
+:class:`protocol.dhtvalidator.RecordValidator`, so it neither stores for others nor accepts from others
+anything but valid signed records under their own round key and signer's subkey (issue 11: a stranger's
+store over a round key hid the round).
 
 Records live under the key ``tessera/{chain_id}/round/{round}`` with the announcing address as subkey.
 Values are bytes (canonical JSON); hivemind serialises them with msgpack; nothing is unpickled.
@@ -16,8 +19,10 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from protocol.dhtvalidator import RecordValidator
 from protocol.errors import ProtocolError
 from protocol.records import NodeRecord, RecordError, decode_record
 
@@ -58,6 +63,10 @@ class DHTConfig:
     op_timeout: float = 10.0
     #: Kademlia RPC timeout.
     wait_timeout: float = 3.0
+    #: Run Tessera's record validator (off only in tests that need a node storing anything, like a stranger's).
+    validate_records: bool = True
+    #: The chain whose records this node stores (None: any chain's valid records).
+    chain_id: int | None = None
 
 
 def record_key(chain_id: int, round: int) -> str:
@@ -68,6 +77,30 @@ def record_key(chain_id: int, round: int) -> str:
 async def _peer_count(_dht: Any, node: Any) -> int:
     """Run inside the DHT process: the number of peers in the routing table."""
     return len(node.protocol.routing_table.uid_to_peer_id)
+
+
+def _tessera_validators(node: Any) -> list[RecordValidator]:
+    # hivemind keeps the validators in a CompositeValidator with no public accessor
+    composite = node.protocol.record_validator
+    return [v for v in getattr(composite, "_validators", []) if isinstance(v, RecordValidator)]
+
+
+async def _set_registered(_dht: Any, node: Any, addresses: frozenset[str] | None) -> int:
+    """Run inside the DHT process: give the record validator the registered set."""
+    found = _tessera_validators(node)
+    for v in found:
+        v.set_registered(addresses)
+    return len(found)
+
+
+async def _validator_stats(_dht: Any, node: Any) -> dict[str, int]:
+    """Run inside the DHT process: records accepted and refused (by error class) by the validator."""
+    out: dict[str, int] = {}
+    for v in _tessera_validators(node):
+        out["accepted"] = out.get("accepted", 0) + v.accepted
+        for name, n in v.refused.items():
+            out[name] = out.get(name, 0) + n
+    return out
 
 
 @dataclass
@@ -102,6 +135,7 @@ class DHTNode:
                     start=False,
                     wait_timeout=cfg.wait_timeout,
                     ensure_bootstrap_success=bool(cfg.initial_peers),
+                    record_validators=[RecordValidator(cfg.chain_id)] if cfg.validate_records else [],
                 )
                 dht.run_in_background(await_ready=True, timeout=cfg.start_timeout)
                 self._dht = dht
@@ -160,6 +194,17 @@ class DHTNode:
         fut = self._require().run_coroutine(_peer_count, return_future=True)
         return int(self._result(fut, "peer_count"))
 
+    def set_registered(self, addresses: Sequence[str] | None) -> None:
+        """Store and accept only records signed by ``addresses`` from now on (None: any valid signer)."""
+        arg = None if addresses is None else frozenset(addresses)
+        fut = self._require().run_coroutine(partial(_set_registered, addresses=arg), return_future=True)
+        self._result(fut, "set_registered")
+
+    def validator_stats(self) -> dict[str, int]:
+        """Records this node's validator accepted and refused (by error class), stores and reads alike."""
+        fut = self._require().run_coroutine(_validator_stats, return_future=True)
+        return dict(self._result(fut, "validator_stats"))
+
     def _result(self, fut: Any, what: str) -> Any:
         try:
             return fut.result(timeout=self.config.op_timeout)
@@ -182,11 +227,15 @@ class DHTNode:
         return bool(self._result(fut, "store"))
 
     def announce(self, record: NodeRecord) -> None:
-        """Publish a signed record under its round's key."""
+        """Publish a signed record under its round's key.
+
+        hivemind reports the answer of whichever replica answered last, so a stranger's node that refuses
+        (or pretends to) could make a good store look failed: on a refusal the record is read back, and
+        only a record that cannot be found raises :class:`DHTError`."""
         ok = self.store_raw(
             record_key(record.chain_id, record.round), record.address, record.encode(), float(record.expires)
         )
-        if not ok:
+        if not ok and record not in self.lookup(record.chain_id, record.round).records:
             raise DHTError(f"DHT refused to store the record for round {record.round}")
 
     def lookup(self, chain_id: int, round: int, *, now: float | None = None) -> LookupResult:
