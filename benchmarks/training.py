@@ -68,6 +68,7 @@ CHOSEN: dict[str, Any] = {
     "outer": {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"},
     "carry": False,
     "ef_key": "name",
+    "merge": "validators",
 }
 
 NESTEROV: dict[str, Any] = {"lr": 0.7, "momentum": 0.9, "nesterov": True, "merge": "mean"}
@@ -77,7 +78,7 @@ REFERENCE: dict[str, Any] = {"codec": None, "outer": NESTEROV, "carry": True, "e
 """The bar: uncompressed (fp32) DiLoCo with the Nesterov outer step and carried inner AdamW moments, as
 DiLoCo runs it."""
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 """Part of every cache key: bump it when the simulation's math changes, so stale results are not reused."""
 
 
@@ -153,6 +154,15 @@ def _eval_rounds(rounds: int, points: int) -> set[int]:
     return {max(1, round(rounds * (i + 1) / points)) for i in range(max(1, points))} | {rounds}
 
 
+def _validators_merge() -> Any:
+    """The validators' merge (``validator.merge.robust_merge`` with the default policy: each contribution
+    clipped to twice the median norm, then the mean): what the devnet computes."""
+    from validator.merge import MergePolicy, robust_merge
+
+    policy = MergePolicy()
+    return lambda contributions: robust_merge(contributions, policy)
+
+
 def run_variant(
     kind: str,
     mode: str,
@@ -202,6 +212,7 @@ def run_variant(
         transport=wire_transport(run.codec),
         eval_windows=windows or 10**9,
         ef_key=variant.get("ef_key", "name"),
+        merger=_validators_merge() if variant.get("merge") == "validators" else None,
     )
     stepper: Any = Baseline(sim) if kind == "dp" else sim
     at = _eval_rounds(rounds, points)
@@ -403,7 +414,7 @@ def overhead(scale: dict[str, Any], steps: int = 30, repeats: int = 3) -> dict[s
 
 def chosen_variant() -> dict[str, Any]:
     """The chosen recipe as a run variant."""
-    return {k: CHOSEN[k] for k in ("codec", "outer", "carry", "ef_key")}
+    return {k: CHOSEN[k] for k in ("codec", "outer", "carry", "ef_key", "merge")}
 
 
 def _plot_curves(path: Path, rows: dict[str, dict[str, Any]]) -> None:
@@ -498,20 +509,21 @@ def screen_grid() -> Grid:
     carry = {**old, "carry": True}
     ef95 = {**carry, "codec": {**old_codec, "ef_beta": 0.95}}
     shaped = {**ef95, "codec": {**old_codec, "ef_beta": 0.95, "transform": "shaped"}}
+    tiles = {**ef95, "codec": {**old_codec, "ef_beta": 0.95, "transform": "tiles"}}
     return [
         ("old default (fresh moments)", 30, old),
         ("+ carried moments", 30, carry),
         ("+ carried, EF decay 0.95", 30, ef95),
-        ("+ carried, EF 0.95, EF keyed by assignment", 30, {**ef95, "ef_key": "assignment"}),
-        ("+ carried, EF 0.95, sender-mean merge", 30, {**ef95, "outer": {**avg, "merge": "sender_mean"}}),
-        ("+ carried, EF 0.95, outer lr 0.8", 30, {**ef95, "outer": {**avg, "lr": 0.8}}),
-        ("+ carried, EF 0.95, outer lr 1.2", 30, {**ef95, "outer": {**avg, "lr": 1.2}}),
-        ("+ carried, EF 0.95, Nesterov 0.7/0.9", 30, {**ef95, "outer": NESTEROV}),
-        ("fp32 DiLoCo fresh moments, Nesterov", 30, {**REFERENCE, "carry": False}),
         ("+ carried, EF 0.95, shaped tiles", 30, shaped),
         ("+ carried, EF 0.95, shaped, EF keyed by assignment", 30, {**shaped, "ef_key": "assignment"}),
         ("+ carried, EF 0.95, shaped, outer lr 1.2", 30, {**shaped, "outer": {**avg, "lr": 1.2}}),
         ("+ carried, EF 0.95, shaped, Nesterov 0.7/0.9", 30, {**shaped, "outer": NESTEROV}),
+        ("+ carried, EF 0.95, tiles without DCT (SparseLoCo)", 30, tiles),
+        (
+            "+ carried, EF 0.95, tiles, sender-mean (SparseLoCo)",
+            30,
+            {**tiles, "outer": {**avg, "merge": "sender_mean"}},
+        ),
     ]
 
 

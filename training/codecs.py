@@ -38,6 +38,10 @@ from training.exact import F64, dct_basis, quantised_idct_tiles, sparse_idct_til
 
 TILE = 64
 """Side of a DCT tile (``chunk`` must be ``TILE * TILE`` with the dct transform)."""
+SHAPED = ("shaped", "tiles")
+"""Transforms whose chunks are tiles that follow the tensor's shape (:func:`tile_grid`)."""
+DCT = ("dct", "shaped")
+"""Transforms that select in the 2-D DCT-II basis of each tile."""
 DCT_RTOL = 1e-5
 """fp32 rounding allowance of the DCT round trip, relative to the chunk's L2 norm."""
 
@@ -108,7 +112,7 @@ def tile_grid(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
 def layout_of(shape: tuple[int, ...], cfg: CodecConfig) -> Layout:
     """The chunk layout of a tensor of ``shape``: :func:`layout` of its size, or with the ``shaped``
     transform one chunk per tile of :func:`tile_grid`, each keeping ``ceil(topk * area / chunk)``."""
-    if cfg.transform != "shaped":
+    if cfg.transform not in SHAPED:
         return layout(math.prod(shape), cfg)
     rows, cols, tr, tc = tile_grid(shape)
     area = tr * tc
@@ -119,7 +123,7 @@ def layout_of(shape: tuple[int, ...], cfg: CodecConfig) -> Layout:
 def index_bits(cfg: CodecConfig, shape: tuple[int, ...] | None = None) -> int:
     """Bits per packed index (with the ``shaped`` transform, of ``shape``'s tile; without a shape, the
     bound ``ceil(log2(chunk))``)."""
-    if cfg.transform == "shaped" and shape is not None:
+    if cfg.transform in SHAPED and shape is not None:
         _, _, tr, tc = tile_grid(shape)
         return max(1, math.ceil(math.log2(tr * tc)))
     return max(1, math.ceil(math.log2(cfg.chunk)))
@@ -207,10 +211,12 @@ def _untile(tiles: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 def _to_chunks(x: Tensor, lay: Layout, cfg: CodecConfig) -> list[tuple[Tensor, int]]:
     """``[(chunks [m, width], k)]`` for the full chunks and the tail, in the codec's basis."""
-    if cfg.transform == "shaped":
+    if cfg.transform in SHAPED:
         tiles = _tiles(x.float())
         if tiles.shape[0] == 0:
             return []
+        if cfg.transform == "tiles":
+            return [(tiles.reshape(tiles.shape[0], -1), lay.k_full)]
         dr, dc = dct_matrix(tiles.shape[1]), dct_matrix(tiles.shape[2])
         return [((dr @ tiles @ dc.T).reshape(tiles.shape[0], -1), lay.k_full)]
     flat = x.reshape(-1).float()
@@ -315,7 +321,7 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
     width_tail = cfg.chunk if cfg.transform == "dct" else lay.tail
     width_full = cfg.chunk
     tr = tc = TILE  # the tile's sides (with a transform)
-    if cfg.transform == "shaped":
+    if cfg.transform in SHAPED:
         _, _, tr, tc = tile_grid(enc.shape)
         width_full = tr * tc
     groups: list[Tensor] = []
@@ -332,13 +338,13 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
             if bool((i >= width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
                 raise CodecError("indices out of range or not strictly increasing")
             v = values[pos : pos + m * k].view(m, k)
-            if cfg.transform != "none" and cfg.bits != 32:
+            if cfg.transform in DCT and cfg.bits != 32:
                 # exact integer inverse DCT of the numerators 2q - (L - 1), times scale / (L - 1) per tile
                 levels = (1 << cfg.bits) - 1
                 num = codes[pos : pos + m * k].view(m, k) * 2 - levels
                 factor = enc.fields["scale"][first : first + m].to(F64) / levels
                 groups.append(quantised_idct_tiles(i // tc, i % tc, num, factor, tr, cfg.bits, tc))
-            elif cfg.transform != "none":
+            elif cfg.transform in DCT:
                 groups.append(sparse_idct_tiles(i // tc, i % tc, v, tr, tc))
             else:
                 g = torch.zeros(m, width, dtype=F64)
@@ -348,7 +354,7 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
     else:
         groups.append(values.to(torch.float32))
     flat = torch.cat([g.reshape(-1) for g in groups]) if groups else torch.zeros(0)
-    if cfg.transform == "shaped":
+    if cfg.transform in SHAPED:
         return _untile(flat, enc.shape) if lay.numel else torch.zeros(enc.shape)
     return flat[: lay.numel].view(enc.shape)
 
@@ -366,7 +372,7 @@ def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
         else:
             s, tau = mags.amax(dim=1), torch.zeros(chunks.shape[0])
         q = torch.zeros_like(s) if cfg.bits == 32 else s / levels
-        if cfg.transform != "none":
+        if cfg.transform in DCT:
             dropped = (
                 (mags.pow(2).sum(dim=1) - mags.topk(k, dim=1).values.pow(2).sum(dim=1)).clamp_min(0).sqrt()
             )
@@ -378,8 +384,9 @@ def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
 
 def chunk_errors(x: Tensor, x_hat: Tensor, cfg: CodecConfig) -> Tensor:
     """Measured per-chunk error in the norm :func:`error_bound` bounds."""
-    if cfg.transform == "shaped":
-        return _tiles(x_hat.float() - x.float()).flatten(1).norm(dim=1)
+    if cfg.transform in SHAPED:
+        diff = _tiles(x_hat.float() - x.float()).flatten(1)
+        return diff.norm(dim=1) if cfg.transform == "shaped" else diff.abs().amax(dim=1)
     lay = layout(x.numel(), cfg)
     diff = (x_hat.float() - x.float()).reshape(-1)
     out = []

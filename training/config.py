@@ -89,10 +89,11 @@ class InnerConfig:
     """Global gradient-norm clip (0 disables)."""
     transcript_interval: int = 10
     """k: the transcript records the state digest (and a snapshot) every k inner steps."""
-    carry_optimizer: bool = False
-    """Miners carry AdamW's moments from round to round (as DiLoCo does). Off by default: fresh moments
-    make the step-0 state fully checkable (it is theta_r and zeros), and carrying measured no better here
-    (docs/training.md)."""
+    carry_optimizer: bool = True
+    """Miners carry AdamW's moments (of the parameters they train again) from round to round, as DiLoCo
+    and every reference implementation do (docs/decisions/training-recipe.md). A devnet miner always
+    carries them (``miner.work``); the step-0 state it serves holds them, and a validator checks that its
+    parameters are theta_r and replays from it."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.transcript_interval < 1:
@@ -134,11 +135,12 @@ class CodecConfig:
     """Values kept per chunk (``topk`` codec)."""
     bits: int = 2
     """Bits per kept value: 2, 4, 8 (uniform, one fp16 scale per chunk) or 32 (raw fp32)."""
-    transform: Literal["none", "dct", "shaped"] = "none"
+    transform: Literal["none", "dct", "shaped", "tiles"] = "none"
     """``dct``: select and quantise in the 2-D DCT-II basis of 64x64 tiles of the flattened tensor (DeMo);
     ``shaped``: the same in tiles that follow the tensor's rows and columns (each side the largest divisor
     of the tensor's side up to 64, so nothing is padded; a vector is one row), keeping
-    ``ceil(topk * tile area / chunk)`` coefficients per tile; ``none``: as is."""
+    ``ceil(topk * tile area / chunk)`` coefficients per tile; ``tiles``: those tiles without the DCT (values
+    selected as they are, as SparseLoCo does); ``none``: chunks of the flattened tensor as they are."""
     ef_beta: float = 1.0
     """Error-feedback decay: the miner accumulates ``e = ef_beta * e + delta`` and sends C(e)."""
     feedback: Literal["sent", "applied"] = "sent"
@@ -153,9 +155,9 @@ class CodecConfig:
             raise ConfigError("bits must be 2, 4, 8 or 32")
         if self.chunk < 1 or not 1 <= self.topk <= self.chunk:
             raise ConfigError("need 1 <= topk <= chunk")
-        if self.transform not in ("none", "dct", "shaped"):
+        if self.transform not in ("none", "dct", "shaped", "tiles"):
             raise ConfigError(f"unknown transform {self.transform!r}")
-        if self.transform in ("dct", "shaped") and self.name != "topk":
+        if self.transform in ("dct", "shaped", "tiles") and self.name != "topk":
             raise ConfigError(f"the {self.transform} transform needs the topk codec")
         if self.transform == "dct" and self.chunk != 4096:
             raise ConfigError("the dct transform works on 64x64 tiles: chunk must be 4096")

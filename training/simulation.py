@@ -38,6 +38,10 @@ Transport = Callable[
 """``(round, assignment, encodings or None, decoded delta, inner result, base checkpoint digest)
 -> (delta received, bytes sent)``."""
 
+Merger = Callable[[list[tuple[float, str, dict[str, Tensor]]]], dict[str, Tensor]]
+"""``[(weight, miner, delta)] -> merged pseudo-gradient``: how the round's updates combine (default
+:func:`training.diloco.merge`; the bench passes the validators' ``validator.merge.robust_merge``)."""
+
 
 def round_seed(run_seed: int, round_index: int) -> bytes:
     """The simulated chain's seed of a round."""
@@ -108,6 +112,7 @@ class Simulation:
         transport: Transport | None = None,
         eval_windows: int = 256,
         ef_key: str = "name",
+        merger: Merger | None = None,
     ) -> None:
         self.run = run
         self.ds = ds
@@ -117,6 +122,7 @@ class Simulation:
         self.experts_per_miner = experts_per_miner
         self.transport = transport
         self.eval_windows = eval_windows
+        self.merger = merger
         if ef_key not in ("name", "assignment"):
             raise ValueError(f"unknown ef_key {ef_key!r}")
         self.ef_key = ef_key
@@ -142,7 +148,7 @@ class Simulation:
 
     def step(self, round_index: int, evaluate_after: bool = True) -> RoundStats:
         """Run one outer round and move ``self.params`` to theta_{r+1}."""
-        contributions: list[tuple[float, dict[str, Tensor]]] = []
+        contributions: list[tuple[float, str, dict[str, Tensor]]] = []
         base_digest = state_digest(self.params) if self.transport is not None else b""
         sent_by: dict[str, dict[str, Tensor]] = {}
         ef_of: dict[str, ErrorFeedback] = {}
@@ -159,12 +165,17 @@ class Simulation:
                 optimizer_state=self.optimizer_states.get(miner),
             )
             if self.run.inner.carry_optimizer:
-                self.optimizer_states[miner] = {**self.optimizer_states.get(miner, {}), **res.optimizer_state}
+                # what a devnet miner keeps (miner/work.py): the moments of this round's parameters only
+                self.optimizer_states[miner] = res.optimizer_state
             delta = pseudo_gradient(self.params, res.params)
             encs: dict[str, Encoded] | None = None
             if self.compress:
                 key = (miner, ",".join(a.module_ids) if self.ef_key == "assignment" else "")
                 ef = self.feedback.setdefault(key, ErrorFeedback(self.run.codec))
+                # as a devnet miner does (miner/work.py; the validator recomputes the update from the
+                # committed residual of the parameters it names): only the residual of parameters
+                # assigned again is carried, the rest is dropped
+                ef.buffers = {n: b for n, b in ef.buffers.items() if n in delta}
                 encs, delta = ef.compress(delta)
                 ef_of[miner] = ef
                 payload = sum(encoded_bits(e.shape, self.run.codec) for e in encs.values())
@@ -177,12 +188,16 @@ class Simulation:
             else:
                 nbytes = payload // 8
             sent_bytes += nbytes
-            contributions.append((1.0, delta))
+            contributions.append((1.0, miner, delta))
             sent_by[miner] = delta
             losses.extend(res.losses)
             tokens += res.tokens
         old = self.params
-        self.params = self.outer.step(self.params, merge(contributions, self.run.outer.merge))
+        if self.merger is not None:
+            merged = self.merger(contributions)
+        else:
+            merged = merge([(w, d) for w, _, d in contributions], self.run.outer.merge)
+        self.params = self.outer.step(self.params, merged)
         if self.compress and self.run.codec.feedback == "applied":
             for miner, sent in sent_by.items():
                 ef_of[miner].settle(sent, {n: old[n] - self.params[n] for n in sent})

@@ -28,6 +28,8 @@ SHAPED = [
     CodecConfig(topk=32, bits=2, transform="shaped"),
     CodecConfig(topk=64, bits=8, transform="shaped"),
     CodecConfig(topk=128, bits=32, transform="shaped"),
+    CodecConfig(topk=64, bits=2, transform="tiles"),
+    CodecConfig(topk=64, bits=32, transform="tiles"),
 ]
 
 
@@ -41,7 +43,7 @@ def shaped_tensors(draw: st.DrawFn) -> torch.Tensor:
     return torch.randn(*dims, generator=g) * scale
 
 
-@pytest.mark.parametrize("cfg", SHAPED, ids=lambda c: f"top{c.topk}-{c.bits}b")
+@pytest.mark.parametrize("cfg", SHAPED, ids=lambda c: f"{c.transform}-top{c.topk}-{c.bits}b")
 @settings(max_examples=30, deadline=None)
 @given(x=shaped_tensors())
 def test_shaped_error_bound_and_fields(cfg: CodecConfig, x: torch.Tensor) -> None:
