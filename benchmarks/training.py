@@ -64,9 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # The configuration the figures are about (see docs/decisions/training-recipe.md for why).
 CHOSEN: dict[str, Any] = {
     "inner_steps": 30,
-    "codec": {"name": "topk", "chunk": 4096, "topk": 32, "bits": 2, "transform": "dct", "ef_beta": 1.0},
+    "codec": {"name": "topk", "chunk": 4096, "topk": 32, "bits": 2, "transform": "shaped", "ef_beta": 0.95},
     "outer": {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"},
-    "carry": False,
+    "carry": True,
     "ef_key": "name",
     "merge": "validators",
 }

@@ -122,6 +122,13 @@ class OuterConfig:
         """theta_{r+1} = mean of the miners' local models (FedAvg)."""
         return cls(lr=1.0, momentum=0.0, nesterov=False)
 
+    @classmethod
+    def recipe(cls) -> OuterConfig:
+        """The network's outer step (the devnet runs it; docs/decisions/training-recipe.md): plain
+        averaging, lr 1 and no momentum, because the error-feedback memory already acts as outer momentum
+        (SparseLoCo); DiLoCo's Nesterov step on top of compressed updates measured worse."""
+        return cls.plain_average()
+
 
 @dataclass(frozen=True)
 class CodecConfig:
@@ -130,7 +137,8 @@ class CodecConfig:
     name: Literal["dense", "topk"] = "topk"
     """``dense`` sends every value (quantised to ``bits``); ``topk`` sends k values per chunk."""
     chunk: int = 4096
-    """Values per chunk (a 64x64 tile when ``transform='dct'``; must then be 4096)."""
+    """Values per chunk (a 64x64 tile when ``transform='dct'``; must then be 4096). With ``shaped`` or
+    ``tiles`` the tiles follow the tensor and ``topk / chunk`` is the share of each tile that is kept."""
     topk: int = 32
     """Values kept per chunk (``topk`` codec)."""
     bits: int = 2
@@ -140,9 +148,11 @@ class CodecConfig:
     ``shaped``: the same in tiles that follow the tensor's rows and columns (each side the largest divisor
     of the tensor's side up to 64, so nothing is padded; a vector is one row), keeping
     ``ceil(topk * tile area / chunk)`` coefficients per tile; ``tiles``: those tiles without the DCT (values
-    selected as they are, as SparseLoCo does); ``none``: chunks of the flattened tensor as they are."""
+    selected as they are, as SparseLoCo does); ``none``: chunks of the flattened tensor as they are.
+    The network's recipe (:meth:`recipe`) uses ``shaped``."""
     ef_beta: float = 1.0
-    """Error-feedback decay: the miner accumulates ``e = ef_beta * e + delta`` and sends C(e)."""
+    """Error-feedback decay: the miner accumulates ``e = ef_beta * e + delta`` and sends C(e) (the
+    recipe: 0.95, as in SparseLoCo, so a residual too old to fit the current checkpoint fades)."""
     feedback: Literal["sent", "applied"] = "sent"
     """What the miner subtracts from its error-feedback memory: what it ``sent`` (classic error feedback)
     or what the merge ``applied`` to those values (read from the next checkpoint), so the part of its
@@ -165,6 +175,13 @@ class CodecConfig:
             raise ConfigError(f"unknown feedback {self.feedback!r}")
         if not 0.0 <= self.ef_beta <= 1.0:
             raise ConfigError("ef_beta must lie in [0, 1]")
+
+    @classmethod
+    def recipe(cls) -> CodecConfig:
+        """The network's codec (the devnet runs it; docs/decisions/training-recipe.md): top-32 of every
+        4,096 DCT coefficients in tiles that follow the tensor's shape, 2-bit values, error feedback with
+        decay 0.95: 0.0039 payload bits per parameter per inner step at H = 30."""
+        return cls(name="topk", chunk=4096, topk=32, bits=2, transform="shaped", ef_beta=0.95)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

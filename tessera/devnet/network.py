@@ -153,7 +153,6 @@ class Devnet:
         from protocol.anvil import Anvil, free_port
         from protocol.dht import DHTConfig, DHTNode
         from protocol.runspec import RunSpec
-        from training.config import InnerConfig, ModelConfig
 
         cfg = self.cfg
         wd = cfg.workdir
@@ -163,10 +162,7 @@ class Devnet:
         (wd / "logs").mkdir(exist_ok=True)
         self.started_at = time.time()
         keys = self._keys()
-        spec = RunSpec(
-            model=ModelConfig(mode=cfg.mode),  # type: ignore[arg-type]
-            inner=InnerConfig(steps=cfg.inner_steps, batch_size=cfg.batch_size, transcript_interval=1),
-        )
+        spec = devnet_spec(cfg)
         self.run_path = wd / "run.json"
         if cfg.fresh or not self.run_path.exists():
             spec.save(self.run_path)
@@ -532,6 +528,20 @@ class Devnet:
         if self.anvil is not None:
             self.anvil.stop()
             self.anvil = None
+
+
+def devnet_spec(cfg: DevnetConfig) -> Any:
+    """The devnet's run: the configured model mode and inner loop, the network's training recipe
+    (``OuterConfig.recipe()``, ``CodecConfig.recipe()``; docs/decisions/training-recipe.md)."""
+    from protocol.runspec import RunSpec
+    from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig
+
+    return RunSpec(
+        model=ModelConfig(mode=cfg.mode),  # type: ignore[arg-type]
+        inner=InnerConfig(steps=cfg.inner_steps, batch_size=cfg.batch_size, transcript_interval=1),
+        outer=OuterConfig.recipe(),
+        codec=CodecConfig.recipe(),
+    )
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -29,8 +29,8 @@ import merge_case
 from training_fixtures import tiny_inner, tiny_model
 
 from training.assignment import assign
-from training.codecs import Encoded, decode, encode, index_bits, layout, pack_bits
-from training.config import CodecConfig, OuterConfig
+from training.codecs import Encoded, decode, encode, index_bits, layout, layout_of, pack_bits, tile_grid
+from training.config import CodecConfig, InnerConfig, OuterConfig, to_dict
 from training.corpus import load_bundled_corpus
 from training.data import miner_batches, prepare, window_offsets
 from training.digest import state_digest
@@ -75,6 +75,33 @@ def fixed_dct_encoding() -> tuple[Encoded, CodecConfig]:
         "scale": torch.tensor([0.75, 0.046875]),
     }
     return Encoded(shape, fields), cfg
+
+
+def fixed_shaped_encoding() -> tuple[Encoded, CodecConfig]:
+    """A valid encoding of a 96 x 32 tensor with the network's codec (``CodecConfig.recipe()``: shaped
+    tiles, here two 48 x 32 tiles), built from integers only so the bytes are the same everywhere."""
+    cfg = CodecConfig.recipe()
+    shape = (96, 32)
+    lay = layout_of(shape, cfg)
+    _, _, tr, tc = tile_grid(shape)
+    gen = torch.Generator().manual_seed(7)
+    idx = [torch.randperm(tr * tc, generator=gen)[: lay.k_full].sort().values for _ in range(lay.full_chunks)]
+    codes = torch.randint(0, 1 << cfg.bits, (lay.kept,), generator=gen)
+    fields = {
+        "idx": pack_bits(torch.cat(idx), index_bits(cfg, shape)),
+        "val": pack_bits(codes, cfg.bits),
+        "scale": torch.tensor([0.75, 0.046875]),
+    }
+    return Encoded(shape, fields), cfg
+
+
+def recipe() -> dict[str, Any]:
+    """The network's recipe (docs/decisions/training-recipe.md): changing it is deliberate."""
+    return {
+        "inner": to_dict(InnerConfig()),
+        "outer": to_dict(OuterConfig.recipe()),
+        "codec": to_dict(CodecConfig.recipe()),
+    }
 
 
 def fixed_updates(theta: dict[str, torch.Tensor]) -> list[tuple[float, dict[str, torch.Tensor]]]:
@@ -140,6 +167,9 @@ def main() -> int:
     }
     enc, cfg = fixed_dct_encoding()
     golden["dct_decode"] = state_digest({"x": decode(enc, cfg)}).hex()
+    enc, cfg = fixed_shaped_encoding()
+    golden["shaped_decode"] = state_digest({"x": decode(enc, cfg)}).hex()
+    golden["recipe"] = recipe()
     theta, delta, info = pseudo_gradient_case()
     golden["pseudo_gradient"] = {
         "batches_sha256": info["batches_sha256"],

@@ -20,8 +20,10 @@ from make_golden import (
     digest_inputs,
     exact_input,
     fixed_dct_encoding,
+    fixed_shaped_encoding,
     fixed_updates,
     pseudo_gradient_case,
+    recipe,
 )
 from training_fixtures import tiny_model
 
@@ -77,6 +79,12 @@ def test_model_init_assignment_offsets_split() -> None:
 def test_dct_decode_is_exact() -> None:
     enc, cfg = fixed_dct_encoding()
     assert state_digest({"x": decode(enc, cfg)}).hex() == GOLDEN["dct_decode"]
+
+
+def test_shaped_decode_is_exact_and_the_recipe_is_pinned() -> None:
+    enc, cfg = fixed_shaped_encoding()
+    assert state_digest({"x": decode(enc, cfg)}).hex() == GOLDEN["shaped_decode"]
+    assert recipe() == GOLDEN["recipe"]  # a new default recipe means regenerating, deliberately
 
 
 def test_pseudo_gradient_and_outer_step() -> None:
