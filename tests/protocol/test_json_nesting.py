@@ -114,16 +114,17 @@ def test_get_capped_refuses_oversize_signature_answers() -> None:
 
 def test_certify_skips_deep_and_oversize_peer_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """``ValidatorNode._certify`` reads peers' signatures through the size cap and the depth guard."""
+    from validator import checkpoints as vcert
     from validator import node as vnode
 
     seen: list[str] = []
 
     def fake_get_capped(url: str, *, max_bytes: int, timeout: float) -> bytes:
         seen.append(url)
-        assert max_bytes == vnode.MAX_SIGNATURE_RESPONSE_BYTES
+        assert max_bytes == vcert.MAX_SIGNATURE_RESPONSE_BYTES
         return DEEP
 
-    monkeypatch.setattr(vnode, "get_capped", fake_get_capped)
+    monkeypatch.setattr(vcert, "get_capped", fake_get_capped)
 
     class _Rec:
         url = "http://peer"

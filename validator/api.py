@@ -1,0 +1,96 @@
+"""The validator's HTTP API beyond the common node routes: signatures, held updates, verdicts, the round
+summary and the live page (OpenAPI at ``/docs``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from validator.parts import ValidatorParts
+from validator.web import LIVE_PAGE
+
+
+class ApiMixin(ValidatorParts):
+    """Routes and the documents they serve."""
+
+    def _add_routes(self, app: Any) -> None:
+        from fastapi import HTTPException
+        from fastapi.responses import HTMLResponse
+
+        @app.get("/signatures/{round}", summary="This validator's signature of theta_{round+1}'s digest")
+        def signature(round: int) -> dict[str, Any]:
+            rec = self.state.rounds().get(round, {})
+            if "signature" not in rec:
+                raise HTTPException(status_code=404, detail="not signed yet")
+            return {
+                "round": round,
+                "digest": rec["merged"],
+                "signer": self.address,
+                "signature": rec["signature"],
+            }
+
+        from fastapi.responses import Response
+
+        @app.get(
+            "/updates/{round}/{miner}",
+            summary="The update this validator holds for a miner (bytes that matched its commitment)",
+            response_class=Response,
+            responses={
+                200: {
+                    "content": {
+                        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                    }
+                }
+            },
+        )
+        def held_update(round: int, miner: str) -> Any:
+            # read without creating: a lookup of an unknown round must not add a record (state.json growth)
+            digest = self.state.rounds().get(round, {}).get("updates", {}).get(miner)
+            if not digest or not self.public.has(digest):
+                raise HTTPException(status_code=404, detail="not held")
+            return Response(self.public.get(digest), media_type="application/octet-stream")
+
+        @app.get("/verdicts/{round}", summary="Verdicts (with evidence) of a round")
+        def verdicts(round: int) -> dict[str, Any]:
+            return dict(self.state.rounds().get(round, {}).get("verdicts", {}))
+
+        @app.get("/rounds", summary="Per-round summary: scores, consensus, rewards, losses")
+        def rounds() -> list[dict[str, Any]]:
+            return self.summary()
+
+        @app.get("/", response_class=HTMLResponse, summary="Live page of the network")
+        def live() -> str:
+            return LIVE_PAGE
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per-round summary for the API and the live page."""
+        out = []
+        for r, rec in sorted(self.state.rounds().items()):
+            v = rec.get("verdicts", {})
+            out.append(
+                {
+                    "round": r,
+                    "scores": {m: x.get("score", 0) for m, x in v.items()},
+                    "stages": {m: x.get("stage") for m, x in v.items()},
+                    "consensus": rec.get("consensus", {}),
+                    "rewards": rec.get("rewards", {}),
+                    "heldout_before": rec.get("heldout_before"),
+                    "heldout_after": rec.get("heldout_after"),
+                    "checkpoint": rec.get("merged"),
+                    "certified": rec.get("certified", False),
+                    "verify_seconds": rec.get("verify_seconds"),
+                }
+            )
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """The /status document."""
+        return {
+            "role": "validator",
+            "address": self.address,
+            "url": self.url,
+            "round": self._cache.round,
+            "phase": self.phase,
+            "last_error": self.last_error,
+            "theta_round": self._theta.round if self._theta else None,
+            "dht_refused_records": self.discovery.refused,
+        }

@@ -1,0 +1,204 @@
+"""Checkpoints: hold theta_r, merge the consensus' updates into theta_{r+1}, sign it, gather the other
+validators' signatures and certify it on-chain."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import httpx
+
+from protocol.canonical import check_json_depth
+from protocol.coordinator import (
+    CoordinatorError,
+)
+from protocol.errors import ProtocolError
+from protocol.records import Served
+from protocol.runspec import COMPUTE_LOCK
+from protocol.tensorblob import (
+    decode_tensors,
+    encode_tensors,
+    join_checkpoint,
+    split_checkpoint,
+    tensor_blob_digest,
+    tensors_digest,
+)
+from protocol.transfer import TransferError, fetch_blob, get_capped
+from protocol.update import decode_update
+from validator.errors import CertificationError, ValidatorError
+from validator.intake import IntakeMixin
+from validator.merge import next_checkpoint
+from validator.parts import Theta
+from validator.verify import (
+    heldout_loss,
+)
+
+log = logging.getLogger(__name__)
+
+#: Largest accepted ``/signatures/{round}`` answer of a peer validator (a few hundred bytes in practice).
+MAX_SIGNATURE_RESPONSE_BYTES = 64 * 1024
+
+
+class CheckpointsMixin(IntakeMixin):
+    """theta_r in, theta_{r+1} certified out."""
+
+    def _ensure_theta(self, r: int, digest: bytes) -> Theta:
+        hexd = "0x" + digest.hex()
+        if self._theta is not None and self._theta.round == r and self._theta.digest == hexd:
+            return self._theta
+        if self.public.has(hexd):
+            tensors = decode_tensors(self.public.get(hexd))
+        else:
+            genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
+            if tensors_digest(genesis) == hexd:
+                tensors = genesis
+                self.public.put(encode_tensors(genesis), hexd)
+            else:
+                urls = self.discovery.urls_for(r, "checkpoint", hexd) + [
+                    u for u in self.cfg.peer_urls if u != self.url
+                ]
+                try:
+                    data = fetch_blob(urls, hexd, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
+                except TransferError as exc:
+                    raise ValidatorError(f"theta_{r} ({hexd[:18]}) unavailable: {exc}") from exc
+                self.public.put(data, hexd)
+                tensors = decode_tensors(data)
+        params, momentum = split_checkpoint(tensors)
+        self.state.put_checkpoint(r, hexd)
+        self._theta = Theta(r, hexd, params, momentum)
+        self.discovery.announce(r, "validator", self.url, [Served("checkpoint", hexd)])
+        return self._theta
+
+    def _settle_previous(self, p: int) -> None:
+        """After round p was finalized: merge, sign and certify theta_{p+1} (idempotent)."""
+        if self.coord.checkpoint(p + 1) is not None:
+            rec = self.state.round(p)
+            if not rec.get("certified"):
+                self._record_settlement(p)
+                self.state.set(p, certified=True)
+                self.metrics.rounds.inc()
+            return
+        rec = self.state.round(p)
+        if "merged" not in rec:
+            if self._theta is None or self._theta.round != p:
+                cp = self.coord.checkpoint(p)
+                if cp is None:
+                    return
+                self._ensure_theta(p, cp)
+            assert self._theta is not None
+            self._record_settlement(p)
+            self._merge(p, self._theta)
+            rec = self.state.round(p)
+        self._certify(p, rec["merged"])
+
+    def _record_settlement(self, p: int) -> None:
+        s = self.coord.settlement(p)
+        if s is None:
+            return
+        rewards = {
+            **{k: str(v) for k, v in s.miner_rewards.items()},
+            **{k: str(v) for k, v in s.validator_rewards.items()},
+        }
+        first = "rewards" not in self.state.round(p)
+        self.state.set(p, consensus=s.consensus, rewards=rewards)
+        mine = s.validator_rewards.get(self.address, 0)
+        if mine and first:  # recorded at merge and again at certification: count the reward once (issue 16)
+            self.metrics.rewards.inc(mine)
+
+    def _merge(self, p: int, theta: Theta) -> None:
+        s = self.coord.settlement(p)
+        if s is None:
+            raise ValidatorError(f"round {p} has no settlement yet")
+        t0 = time.perf_counter()
+        contributions = []
+        commitments = {m.lower(): c for m, c in self.coord.update_commitments(p).items()}
+        # strictly the on-chain consensus: every miner with a positive consensus score, weighted by it, in
+        # a fixed order (robust_merge sorts by address), whatever this validator's own verdicts were (F11)
+        for miner, score in sorted(s.consensus.items()):
+            if score <= 0:
+                continue
+            commitment = commitments.get(miner.lower())
+            data = self._held_update(p, miner, commitment)
+            if data is None:
+                data = self._fetch_missing_update(p, miner, commitment)
+            if data is None:
+                raise ValidatorError(
+                    f"round {p}: update of {miner} (consensus {score}) is neither held nor served by a peer"
+                )
+            # the run's model and codec let the decoder's caps cover an honest update of any size (issue 11)
+            update = decode_update(data, None, *self._run_model(theta))
+            contributions.append((float(score), miner, update.pseudo_gradient()))
+        with COMPUTE_LOCK:
+            params, momentum = next_checkpoint(
+                theta.params, theta.momentum, contributions, self.spec.outer, self.merge_policy
+            )
+        tensors = join_checkpoint(params, momentum)
+        data = encode_tensors(tensors)
+        digest = self.public.put(data)
+        sig = self._sign_checkpoint(p, bytes.fromhex(digest[2:]))
+        self.state.set(
+            p,
+            merged=digest,
+            merged_from=[m for _, m, _ in contributions],
+            signature="0x" + bytes(sig).hex(),
+            merge_seconds=round(time.perf_counter() - t0, 4),
+        )
+        self.state.put_checkpoint(p + 1, digest)
+        with COMPUTE_LOCK:
+            after = heldout_loss(self.spec, self.dataset, params, device=self.cfg.device)
+        self.state.set(p, heldout_after=round(after, 6))
+        self.discovery.announce(p + 1, "validator", self.url, [Served("checkpoint", digest, len(data))])
+        log.info("round %d: merged %d updates into %s", p, len(contributions), digest[:18])
+
+    def _sign_checkpoint(self, p: int, digest: bytes) -> bytes:
+        """This validator's certificate signature of theta_{p+1} = ``digest`` (served at ``/signatures``)."""
+        return self.coord.sign_checkpoint(p, digest)
+
+    def _certify(self, p: int, digest: str) -> None:
+        sigs: dict[str, bytes] = {self.address: bytes.fromhex(self.state.round(p)["signature"][2:])}
+        peers = {
+            r.url
+            for r in self.discovery.find(p + 1, fresh=True)
+            if r.role == "validator" and r.address != self.address
+        }
+        peers |= {u for u in self.cfg.peer_urls if u != self.url}
+        validators = set(self.coord.validators())
+        for url in sorted(peers):
+            try:
+                body = get_capped(
+                    f"{url.rstrip('/')}/signatures/{p}",
+                    max_bytes=MAX_SIGNATURE_RESPONSE_BYTES,
+                    timeout=self.cfg.fetch_timeout,
+                )
+                check_json_depth(body)
+                doc = json.loads(body)
+                signer = str(doc["signer"])
+                if doc.get("digest") != digest or signer not in validators or signer in sigs:
+                    continue
+                sig = bytes.fromhex(str(doc["signature"])[2:])
+            except (ProtocolError, httpx.HTTPError, ValueError, KeyError, TypeError, RecursionError):
+                continue
+            # one bad signature would make the aggregate, so the whole certificate, fail: check each
+            if not self.coord.check_checkpoint_signature(p, bytes.fromhex(digest[2:]), signer, sig):
+                log.warning("round %d: %s served an invalid certificate signature; left out", p, url)
+                self.metrics.errors.labels(type="BadPeerSignature").inc()
+                continue
+            sigs[signer] = sig
+        if 3 * len(sigs) < 2 * len(validators):
+            self.phase = f"certifying ({len(sigs)}/{len(validators)} signatures)"
+            return
+        # the lowest signer submits first; the others wait a little and submit only if still needed
+        if min(sigs, key=lambda a: int(a, 16)) != self.address:
+            rec = self.state.round(p)
+            first_seen = rec.get("certify_wait_since") or time.time()
+            if "certify_wait_since" not in rec:
+                self.state.set(p, certify_wait_since=first_seen)
+            if time.time() - first_seen < 5.0:
+                return
+        try:
+            self.coord.certify(p, bytes.fromhex(digest[2:]), sigs)
+            log.info("round %d: certified theta_%d = %s with %d signatures", p, p + 1, digest[:18], len(sigs))
+        except CoordinatorError as exc:
+            if self.coord.checkpoint(p + 1) is None:
+                raise CertificationError(f"certifying theta_{p + 1} failed: {exc}") from exc

@@ -1,0 +1,153 @@
+"""Update intake: find, fetch and keep miners' updates and evidence, checked against their on-chain
+commitments (from the miner, from this validator's store, or from peer validators)."""
+
+from __future__ import annotations
+
+import logging
+
+from protocol.coordinator import (
+    update_commitment,
+)
+from protocol.transfer import TransferError, fetch_blob, get_capped, sha256_digest
+from protocol.update import update_digest
+from validator.errors import SourceMismatchError
+from validator.parts import ValidatorParts
+from validator.verify import (
+    FetchSource,
+)
+
+log = logging.getLogger(__name__)
+
+
+class IntakeMixin(ValidatorParts):
+    """Fetching and holding updates."""
+
+    def _miner_url(self, r: int, miner: str) -> str | None:
+        return self.discovery.url_of(r, miner)
+
+    def _fetch_update(self, r: int, miner: str) -> bytes:
+        if miner in self._cache.updates:
+            return self._cache.updates[miner]
+        rec = next((x for x in self.discovery.find(r) if x.address == miner and x.role == "miner"), None)
+        if rec is None:
+            rec = next(
+                (x for x in self.discovery.find(r, fresh=True) if x.address == miner and x.role == "miner"),
+                None,
+            )
+        if rec is None:
+            raise TransferError(f"{miner} announced nothing for round {r}")
+        digest = rec.digest_of("update")
+        if digest is None:
+            raise TransferError(f"{miner} does not announce an update")
+        data = fetch_blob(rec.url, digest, policy=self.fetch_policy)
+        self.metrics.bytes_received.labels(kind="update").inc(len(data))
+        self._cache.updates[miner] = data
+        ev = rec.digest_of("evidence")
+        if ev is not None:
+            try:
+                self._cache.evidence[miner] = fetch_blob(rec.url, ev, policy=self.fetch_policy)
+            except TransferError as exc:
+                log.info("evidence of %s unavailable: %s", miner, exc)
+        return data
+
+    def _source_fetcher(self, miner: str, url: str | None) -> FetchSource:
+        """Fetches ``miner``'s own earlier update named by an ``ef.source`` (F12): the digest must be its
+        on-chain commitment of that round; the bytes come from this validator's store, the miner or peers."""
+
+        def fetch(s: int, digest_hex: str) -> bytes:
+            commitment = self.coord.update_commitments(s).get(miner)
+            if commitment is None:
+                raise SourceMismatchError(f"{miner} committed no update in round {s}")
+            expect = update_commitment(
+                self.coord.chain_id, self.coord.contract, s, miner, bytes.fromhex(digest_hex)
+            )
+            if commitment != expect:
+                raise SourceMismatchError(f"{digest_hex[:16]} is not what {miner} committed in round {s}")
+            held = self._held_update(s, miner, commitment)
+            if held is not None:
+                return held
+            urls = [u for u in (url, *self.cfg.peer_urls) if u and u != self.url]
+            return fetch_blob(urls, "0x" + digest_hex, policy=self.fetch_policy)
+
+        return fetch
+
+    def _prefetch(self, r: int) -> None:
+        for miner in sorted(self.coord.update_commitments(r)):
+            if miner not in self._cache.updates:
+                try:
+                    self._fetch_update(r, miner)
+                except TransferError:
+                    pass
+
+    def _matches_commitment(self, p: int, miner: str, commitment: bytes | None, data: bytes) -> bool:
+        return commitment is not None and commitment == update_commitment(
+            self.coord.chain_id, self.coord.contract, p, miner, update_digest(data)
+        )
+
+    def _keep_update(self, p: int, miner: str, data: bytes) -> None:
+        """Store an update whose bytes matched its commitment; served to peers (``/blobs``, ``/updates``)."""
+        digest = self.public.put(data, digest_fn=sha256_digest)
+        held = dict(self.state.round(p).get("updates", {}))
+        if held.get(miner) != digest:
+            held[miner] = digest
+            self.state.set(p, updates=held)
+
+    def _held_update(self, p: int, miner: str, commitment: bytes | None) -> bytes | None:
+        """The update of ``miner`` in round ``p`` if held locally (and matching its commitment)."""
+        found: list[bytes] = []
+        if self._cache.round == p and miner in self._cache.updates:
+            found.append(self._cache.updates[miner])
+        v = self.state.verdict(p, miner)
+        digests = [self.state.round(p).get("updates", {}).get(miner)]
+        digests.append("0x" + v["digest"] if v and v.get("digest") else None)
+        for d in digests:
+            for store in (self.public, self.state.blobs):
+                if d and store.has(d):
+                    found.append(store.get(d))
+        return next((x for x in found if self._matches_commitment(p, miner, commitment, x)), None)
+
+    def _fetch_missing_update(
+        self, p: int, miner: str, commitment: bytes | None, digest: str | None = None
+    ) -> bytes | None:
+        """Fetch an update the consensus accepted but this validator does not hold: by digest from the
+        miner and the peer validators (``/blobs``), else from a peer's ``/updates/{p}/{miner}``. Whatever
+        arrives is checked against the on-chain commitment, so no peer has to be trusted."""
+        if commitment is None:
+            return None
+        digests: list[str] = [digest] if digest else []
+        v = self.state.verdict(p, miner)
+        if v and v.get("digest"):
+            digests.append("0x" + v["digest"])
+        records = [*self.discovery.find(p, fresh=True), *self.discovery.find(p + 1, fresh=True)]
+        for rec in records:
+            if rec.address.lower() == miner.lower() and rec.role == "miner":
+                d = rec.digest_of("update")
+                if d is not None and d not in digests:
+                    digests.append(d)
+        miner_urls = [rec.url for rec in records if rec.address.lower() == miner.lower()]
+        peers = [rec.url for rec in records if rec.role == "validator" and rec.address != self.address]
+        peers += [u for u in self.cfg.peer_urls if u != self.url]
+        peers = [u for u in dict.fromkeys(peers) if u != self.url]
+        for d in digests:
+            try:
+                data = fetch_blob([*dict.fromkeys(miner_urls), *peers], d, policy=self.fetch_policy)
+            except TransferError as exc:
+                log.info("round %d: update %s of %s not fetched: %s", p, d[:18], miner[:10], exc)
+                continue
+            if self._matches_commitment(p, miner, commitment, data):
+                self._keep_update(p, miner, data)
+                return data
+        for url in peers:
+            try:  # bounded in bytes and in wall time: a peer that drips bytes cannot hold the validator
+                body = get_capped(
+                    f"{url.rstrip('/')}/updates/{p}/{miner}",
+                    max_bytes=self.cfg.max_update_bytes,
+                    timeout=self.cfg.fetch_timeout,
+                )
+            except TransferError as exc:
+                log.info("round %d: %s did not serve the update of %s: %s", p, url, miner[:10], exc)
+                continue
+            if self._matches_commitment(p, miner, commitment, body):
+                self._keep_update(p, miner, body)
+                return body
+        return None

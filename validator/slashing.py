@@ -1,0 +1,146 @@
+"""Slashing: propose provable failures on-chain, and vote on peers' evidence after replaying it (F8)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+from eth_utils import keccak
+from torch import Tensor
+
+from protocol.canonical import check_json_depth, dumps_canonical
+from protocol.coordinator import (
+    CoordinatorError,
+    RoundState,
+)
+from protocol.errors import ProtocolError
+from protocol.tensorblob import (
+    decode_tensors,
+    tensor_blob_digest,
+)
+from protocol.transfer import TransferError, fetch_blob, get_capped
+from protocol.update import decode_update, update_digest
+from validator.intake import IntakeMixin
+from validator.parts import Theta
+from validator.verify import (
+    Verdict,
+    recheck_segment,
+)
+
+log = logging.getLogger(__name__)
+
+#: Largest accepted ``/verdicts/{round}`` answer of a peer validator (slashing evidence is re-checked).
+MAX_VERDICTS_RESPONSE_BYTES = 4 * 1024 * 1024
+
+
+class SlashingMixin(IntakeMixin):
+    """Proposing and re-checking slashes."""
+
+    def _slash(self, v: Verdict) -> None:
+        evidence = keccak(
+            dumps_canonical({"round": v.round, "miner": v.miner, "stage": v.stage, "digest": v.digest})
+        )
+        try:
+            self.coord.slash(v.miner, evidence)
+            log.warning("round %d: slashing %s on provable %s failure", v.round, v.miner, v.stage)
+        except CoordinatorError as exc:
+            log.info("slash of %s not counted: %s", v.miner, exc)
+
+    def _recheck_peer_slashes(self, st: RoundState, theta: Theta) -> None:
+        """Vote on other validators' slashing evidence after re-running it (F8).
+
+        Every validator serves its verdicts with their evidence (``/verdicts/{round}``); a provable
+        ``recompute`` failure names the update digest (bound to the on-chain commitment) and the failing
+        segment, so it is self-contained. Once the scores are committed (every peer's verdicts are final),
+        this validator replays each such segment it did not itself find failing and, if the replay fails,
+        votes for the same evidence hash ``keccak({round, miner, stage, digest})``. One catch by any
+        validator then suffices for a slash, instead of 2/3 of the stake catching it independently.
+        Deterministic stages (format, header, bounds, the anchor, the cosine) are re-run by every validator
+        on the same committed bytes anyway, so only the seed-sampled segment replays need this.
+        """
+        r = st.round
+        if not self.cfg.slash or st.seed is None or (r, int(st.phase)) in self._rechecked_phases:
+            return
+        self._rechecked_phases.add((r, int(st.phase)))
+        done: dict[str, bool] = dict(self.state.round(r).get("rechecked", {}))
+        commits = self.coord.update_commitments(r)
+        peers = [x.url for x in self.discovery.find(r) if x.role == "validator" and x.address != self.address]
+        peers += list(self.cfg.peer_urls)
+        for url in [u for u in dict.fromkeys(peers) if u != self.url]:
+            try:
+                body = get_capped(
+                    f"{url.rstrip('/')}/verdicts/{r}",
+                    max_bytes=MAX_VERDICTS_RESPONSE_BYTES,
+                    timeout=self.cfg.fetch_timeout,
+                )
+                check_json_depth(body)
+                doc = json.loads(body)
+            except (ProtocolError, httpx.HTTPError, ValueError, RecursionError) as exc:
+                log.info("round %d: verdicts of %s unavailable: %s", r, url, exc)
+                continue
+            if not isinstance(doc, dict):
+                continue
+            for miner, pv in sorted(doc.items()):
+                if miner not in commits or not isinstance(pv, dict):
+                    continue
+                seg, digest = pv.get("evidence", {}).get("segment"), pv.get("digest")
+                if not (
+                    pv.get("provable") is True
+                    and pv.get("stage") == "recompute"
+                    and pv.get("round") == r
+                    and isinstance(digest, str)
+                    and len(digest) == 64
+                    and isinstance(seg, list)
+                    and len(seg) == 2
+                    and all(isinstance(x, int) and not isinstance(x, bool) for x in seg)
+                ):
+                    continue
+                key = f"{miner}:{digest}"
+                own = self.state.verdict(r, miner)
+                if key in done or (own and own.get("stage") == "recompute" and own.get("provable")):
+                    continue  # decided already, or this validator caught it itself and voted then
+                verdict = self._recheck(st, theta, miner, digest, seg[0], commits[miner])
+                if verdict is None:
+                    continue  # undecidable now (a state not served): try again in the next phase
+                done[key] = verdict.provable
+                self.state.set(r, rechecked=done)
+                if verdict.provable:
+                    log.warning(
+                        "round %d: %s's evidence against %s re-checked: %s", r, url, miner, verdict.reason
+                    )
+                    self._slash(verdict)
+
+    def _recheck(
+        self, st: RoundState, theta: Theta, miner: str, digest: str, segment: int, commitment: bytes
+    ) -> Verdict | None:
+        """Re-run segment ``segment`` of ``miner``'s update ``digest``; a provable verdict if it fails, an
+        unprovable one if it replays or the evidence is not about the committed bytes, None if undecided."""
+        r = st.round
+        v = Verdict(miner=miner, round=r, accepted=False, stage="recompute", reason="", digest=digest)
+        data = self._held_update(r, miner, commitment) or self._fetch_missing_update(
+            r, miner, commitment, digest="0x" + digest
+        )
+        if data is None:
+            return None
+        if update_digest(data).hex() != digest:
+            v.reason = "the evidence is not about the committed update"
+            return v
+        try:
+            update = decode_update(data, None, *self._run_model(theta))
+        except ProtocolError:
+            return v  # a format failure is re-checked by every validator's own verification
+        url = self._miner_url(r, miner)
+
+        def fetch_state(d: str) -> dict[str, Tensor]:
+            if url is None:
+                raise TransferError("miner has no URL")
+            return decode_tensors(fetch_blob(url, d, policy=self.fetch_policy, digest_fn=tensor_blob_digest))
+
+        failed, reason = recheck_segment(
+            self._round_context(st, theta), miner, update, fetch_state, self.policy, segment
+        )
+        if failed is None:
+            return None
+        v.provable, v.reason = failed, reason
+        return v
