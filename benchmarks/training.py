@@ -1,19 +1,25 @@
-"""``tessera bench training``: compressed DiLoCo against synchronous data-parallel training.
+"""``tessera bench training``: compressed DiLoCo against uncompressed DiLoCo and data-parallel training.
 
-Figures (printed, and written to ``<out>/training.json`` with PNGs):
+Protocol (docs/benchmarks.md): every row runs on two seeds (``--seeds``, init and round seeds) and is
+scored on every held-out window (``--windows 0``); its bars, uncompressed DiLoCo with the Nesterov outer
+step and carried moments (:data:`REFERENCE`) and synchronous data-parallel training on the very same
+batches, run once per seed and config and are cached by config (:class:`RunCache`, ``--cache``), so
+rows and reruns reuse them. Columns: payload bits and whole wire-message bits per trained parameter per
+inner step, gap to DiLoCo, gap to data-parallel (mean over seeds) and their spread (max - min).
 
-- communication: codec payload bits (and whole wire-message bits) per trained parameter per inner step
-  of the chosen configuration; synchronous data parallelism all-reduces 32;
-- quality: final held-out loss of the miners' model against the synchronous baseline at equal tokens,
-  equal model and identical batches, in MoE and DiPaCo mode;
-- trade-off: loss gap against bits per parameter per step as H, density, chunking, bits and the outer
-  optimizer vary (table + plot);
+Parts (printed, and written to ``<out>/training.json`` with PNGs):
+
+- quality: the chosen recipe (:data:`CHOSEN`, what the devnet runs, merged by the validators' merge)
+  in MoE and DiPaCo mode, with loss curves;
+- trade-off: gap against bits as density, bits and H vary (table + plot);
+- screen: the recipe study of docs/decisions/training-recipe.md (``--only screen``);
 - overhead: the miner's inner loop (transcript digests every k steps included) against a plain PyTorch
   loop on the same model and batches, in tokens per second;
 - codec speed: compress + decompress throughput in MB/s of fp32 input.
 
-The default is a quick, small run (minutes on 2 CPU cores); ``--full`` is the campaign recorded in
-docs/benchmarks.md. This module's import is light; everything heavy is imported inside ``main``.
+The default is a quick, small run; ``--full`` is the campaign recorded in docs/benchmarks.md (the
+full-size model, 50 rounds of H = 30, 4 miners x batch 8). This module's import is light; everything
+heavy is imported inside ``main``.
 """
 
 from __future__ import annotations
@@ -326,9 +332,14 @@ def codec_speed(n_values: int = 1 << 22, repeats: int = 3) -> list[dict[str, Any
     from training.codecs import decode, encode, encoded_bits
     from training.config import CodecConfig
 
-    x = torch.randn(n_values, generator=torch.Generator().manual_seed(0))
+    side = int(n_values**0.5)
+    # a square matrix: the shaped codecs tile it by rows and columns, the others flatten it
+    x = torch.randn(side, side, generator=torch.Generator().manual_seed(0))
+    n_values = side * side
     rows = []
     for label, cfg in [
+        ("recipe: top-32/4096 2-bit shaped DCT", CodecConfig.recipe()),
+        ("top-32/4096 2-bit tiles (no DCT)", CodecConfig(topk=32, bits=2, transform="tiles")),
         ("top-32/4096, 2-bit", CodecConfig(topk=32, bits=2)),
         ("top-64/4096, 2-bit", CodecConfig(topk=64, bits=2)),
         ("top-64/4096, 4-bit", CodecConfig(topk=64, bits=4)),
@@ -352,7 +363,7 @@ def codec_speed(n_values: int = 1 << 22, repeats: int = 3) -> list[dict[str, Any
                 "compress_mb_s": mb / best_e,
                 "decompress_mb_s": mb / best_d,
                 "round_trip_mb_s": mb / (best_e + best_d),
-                "bits_per_value": encoded_bits((n_values,), cfg) / n_values,
+                "bits_per_value": encoded_bits((side, side), cfg) / n_values,
             }
         )
     return rows
