@@ -27,7 +27,7 @@ from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundStat
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.nodeloop import failure_reporter, step_forever
+from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
 from protocol.records import Served
 from protocol.runspec import COMPUTE_LOCK, RunSpec, compute_platform, warm_up_torch
 from protocol.tensorblob import (
@@ -171,6 +171,7 @@ class MinerNode:
             interval=self.cfg.poll_interval,
             retry_on=(ProtocolError, MinerError),
             on_error=failure_reporter(self, "miner", log),
+            on_recovery=recovery_reporter(self, "miner", log),
             done=lambda: bool(self.cfg.max_rounds) and self.rounds_done >= self.cfg.max_rounds,
         )
 

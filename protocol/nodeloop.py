@@ -30,24 +30,32 @@ def step_forever(
     on_error: Callable[[BaseException, float], None],
     done: Callable[[], bool] | None = None,
     survive_untyped: bool = True,
+    on_recovery: Callable[[], None] | None = None,
 ) -> None:
     """Call ``step`` every ``interval`` seconds until ``stop`` is set or ``done()`` holds.
 
     An exception of ``retry_on`` (the node's typed errors: chain, network, its own) is passed to
     ``on_error(exc, backoff)`` and the step is retried after ``backoff`` seconds, doubling up to
     :data:`MAX_BACKOFF` while it keeps failing. Any other ``Exception`` is handled the same way after its
-    traceback is logged (``survive_untyped=False``: it propagates)."""
+    traceback is logged (``survive_untyped=False``: it propagates). ``on_recovery()`` is called after the
+    first successful step that follows a failure (the node clears the error it shows in ``/status``)."""
     backoff = interval
+    failing = False
     while not stop.is_set():
         try:
             step()
             backoff = interval
+            if failing and on_recovery is not None:
+                on_recovery()
+            failing = False
         except retry_on as exc:
+            failing = True
             on_error(exc, backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
         except Exception as exc:
             if not survive_untyped:
                 raise
+            failing = True
             log.error("untyped %s in a node step (retried)", type(exc).__name__, exc_info=exc)
             on_error(exc, backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
@@ -73,3 +81,15 @@ def failure_reporter(
         logger.warning("%s step failed (retrying in %.1fs): %s", role, backoff, node.last_error)
 
     return on_error
+
+
+def recovery_reporter(node: _Reporting, role: str, logger: logging.Logger) -> Callable[[], None]:
+    """The ``on_recovery`` of a node: ``/status`` stops showing an error that no longer happens (it used to
+    keep the last one forever), and the log says the node is working again."""
+
+    def on_recovery() -> None:
+        if node.last_error:
+            logger.warning("%s recovered (last error: %s)", role, node.last_error)
+        node.last_error = ""
+
+    return on_recovery

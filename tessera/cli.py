@@ -23,6 +23,10 @@ _ERROR_ROOTS: tuple[str, ...] = (
 )
 
 
+#: Libraries that log every request at INFO; shown from -vv.
+NOISY_LOGGERS = ("httpx", "httpcore", "urllib3", "web3.providers", "web3.manager")
+
+
 def _error_roots() -> tuple[type[BaseException], ...]:
     roots: list[type[BaseException]] = []
     for spec in _ERROR_ROOTS:
@@ -61,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.verbose < 2:
+        # one INFO line per HTTP request (httpx) was 161 of a validator's 356 lines at -v: debug (-vv) only
+        for noisy in NOISY_LOGGERS:
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

@@ -44,7 +44,7 @@ from protocol.coordinator import (
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.nodeloop import failure_reporter, step_forever
+from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
 from protocol.recordbook import mount_record_routes
 from protocol.runspec import COMPUTE_LOCK, RunSpec, compute_platform, warm_up_torch
 from protocol.tensorblob import (
@@ -190,6 +190,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
             interval=self.cfg.poll_interval,
             retry_on=(ProtocolError, ValidatorError),
             on_error=failure_reporter(self, "validator", log),
+            on_recovery=recovery_reporter(self, "validator", log),
         )
 
     def step(self) -> None:

@@ -96,3 +96,40 @@ def test_failure_reporter_keeps_counts_and_logs(caplog: pytest.LogCaptureFixture
         report(ProtocolError("rpc down"), 2.0)
     assert node.last_error == "ProtocolError: rpc down" and counts == {"ProtocolError": 1}
     assert "miner step failed (retrying in 2.0s): ProtocolError: rpc down" in caplog.text
+
+
+def test_status_stops_showing_an_error_once_the_node_recovers(caplog: pytest.LogCaptureFixture) -> None:
+    """``/status`` kept the last error forever after the node recovered (issue 16)."""
+    import logging
+    from types import SimpleNamespace
+
+    from protocol.nodeloop import failure_reporter, recovery_reporter
+
+    errors_seen: list[str] = []
+
+    class _Counter:
+        def labels(self, type: str) -> SimpleNamespace:
+            return SimpleNamespace(inc=lambda: None)
+
+    node = SimpleNamespace(last_error="", metrics=SimpleNamespace(errors=_Counter()))
+    logger = logging.getLogger("test.nodeloop")
+    outcomes = iter([ProtocolError("rpc down"), ProtocolError("rpc down"), None, None])
+
+    def step() -> None:
+        errors_seen.append(node.last_error)
+        exc = next(outcomes)
+        if exc is not None:
+            raise exc
+
+    with caplog.at_level(logging.WARNING, logger="test.nodeloop"):
+        step_forever(
+            step,
+            stop=_Clock(limit=4),
+            interval=1.0,
+            retry_on=(ProtocolError,),
+            on_error=failure_reporter(node, "miner", logger),
+            on_recovery=recovery_reporter(node, "miner", logger),
+        )
+    assert errors_seen == ["", "ProtocolError: rpc down", "ProtocolError: rpc down", ""]
+    assert node.last_error == ""
+    assert caplog.text.count("miner recovered (last error: ProtocolError: rpc down)") == 1
