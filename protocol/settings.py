@@ -155,6 +155,12 @@ def load_settings(
         except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise SettingsError(f"config file {toml_path} is not valid TOML: {exc}") from exc
         if table is not None:
+            if table not in doc and any(isinstance(v, dict) for v in doc.values()):
+                # e.g. a validator's config given to a miner: its settings would all be silently ignored
+                others = sorted(k for k, v in doc.items() if isinstance(v, dict))
+                raise SettingsError(
+                    f"{toml_path} has no [{table}] table (it has {', '.join(f'[{k}]' for k in others)})"
+                )
             doc = doc.get(table, {})
             if not isinstance(doc, dict):
                 raise SettingsError(f"[{table}] in {toml_path} must be a table")
@@ -170,6 +176,8 @@ def load_settings(
         key = f"{env_prefix}{name.upper()}"
         if key in environ:
             values[name] = environ[key]
+    if env_prefix:
+        _refuse_unknown_env(cls, environ, env_prefix, {**values, **(overrides or {})})
     for name, value in (overrides or {}).items():
         if name not in fields:
             raise SettingsError(f"unknown setting {name!r}")
@@ -180,6 +188,27 @@ def load_settings(
         return cls(**out)
     except (TypeError, ValueError) as exc:
         raise SettingsError(f"invalid {cls.__name__}: {exc}") from exc
+
+
+def _refuse_unknown_env(cls: type, environ: Mapping[str, str], prefix: str, given: Mapping[str, Any]) -> None:
+    """A ``{prefix}*`` variable that names no setting is a typo that would be silently ignored: refuse it,
+    naming the closest setting. Variables that a ``*_env`` setting points at (the key, a password) are not
+    settings and are allowed."""
+    import difflib
+
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    pointed = {str(given.get(f, getattr(cls, f, ""))) for f in fields if f.endswith("_env")}
+    unknown = sorted(
+        k
+        for k in environ
+        if k.startswith(prefix) and k[len(prefix) :].lower() not in fields and k not in pointed
+    )
+    if unknown:
+        hints = []
+        for k in unknown:
+            close = difflib.get_close_matches(k[len(prefix) :].lower(), sorted(fields), n=1)
+            hints.append(f"{k}" + (f" (did you mean {prefix}{close[0].upper()}?)" if close else ""))
+        raise SettingsError(f"unknown environment settings: {', '.join(hints)}")
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -43,6 +43,22 @@ def test_bad_values(tmp_path: Path) -> None:
         load_miner_config(f, env={})
 
 
+def test_settings_that_would_be_silently_ignored_are_refused(tmp_path: Path) -> None:
+    """Issue 16: a typo in a TESSERA_MINER_* variable and a validator's config given to a miner were ignored."""
+    with pytest.raises(MinerConfigError, match=r"TESSERA_MINER_PROT \(did you mean TESSERA_MINER_PORT\?\)"):
+        load_miner_config(None, {}, env={"TESSERA_MINER_PROT": "7001"})
+    # the variable a *_env setting points at is not a setting: the key, and a renamed key variable
+    assert load_miner_config(None, {}, env={"TESSERA_MINER_KEY": "0x01"}).port == 0
+    assert load_miner_config(None, {"key_env": "TESSERA_MINER_KEY2"}, env={"TESSERA_MINER_KEY2": "0x1"})
+    assert load_validator_config(None, {}, env={"TESSERA_MINER_PROT": "x", "TESSERA_VALIDATOR_KEY": "k"})
+    f = tmp_path / "v.toml"
+    f.write_text("[validator]\nport = 7000\n")
+    with pytest.raises(MinerConfigError, match=r"has no \[miner\] table \(it has \[validator\]\)"):
+        load_miner_config(f, env={})
+    f.write_text("[validator]\nport = 7000\n[miner]\nport = 7100\n")  # one file for both roles: fine
+    assert load_miner_config(f, env={}).port == 7100
+
+
 def test_secrets_only_from_env(tmp_path: Path) -> None:
     from dataclasses import dataclass
 
