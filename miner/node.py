@@ -28,6 +28,7 @@ from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
 from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
+from protocol.recordbook import mount_record_routes
 from protocol.records import Served
 from protocol.runspec import COMPUTE_LOCK, RunSpec, compute_platform, warm_up_torch
 from protocol.tensorblob import (
@@ -128,6 +129,7 @@ class MinerNode:
             fallback=self.serve_transcript_state,
         )
         self._add_routes(app)
+        mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
         self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
         self.url = self.cfg.public_url or self.server.url
         if self.coord.ensure_registered("miner", self.cfg.stake):

@@ -1,9 +1,12 @@
-"""Finding who serves what: signed DHT records with static fallback peers.
+"""Finding who serves what: signed records from the DHT and from peers over HTTP, with static fallbacks.
 
-``Discovery`` wraps an optional :class:`protocol.dht.DHTNode`. ``announce`` signs and publishes this node's
-record for a round; ``find`` returns the round's valid records (bad ones are logged and counted, never
-raised). When the DHT is off or fails, the configured fallback URLs are used, so a DHT split degrades
-to static peering instead of stopping the node.
+``Discovery`` wraps an optional :class:`protocol.dht.DHTNode`. ``announce`` signs this node's record for a
+round, publishes it in the DHT, keeps it in the node's :class:`protocol.recordbook.RecordBook` (served at
+``GET /records/{round}``) and pushes it to the configured peer URLs (``POST /records``); ``find`` merges the
+round's valid records from the DHT, the book and the peers' ``/records`` (bad ones are logged and counted,
+never raised; per signer the record expiring last wins). So a DHT that strangers poison (issue 11), split
+or switch off degrades to peering over HTTP instead of stopping the node; the fallback URLs are also
+returned as places to fetch from.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from protocol.dht import DHTError, DHTNode
-from protocol.records import NodeRecord, Served, make_record
+from protocol.recordbook import RecordBook, RecordExchange
+from protocol.records import NodeRecord, RecordError, Served, make_record
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +37,24 @@ class Discovery:
     cache_seconds: float = 2.0
     """Lookups of a round are reused for this long (a DHT get can take seconds)."""
     _cache: dict[int, tuple[float, list[NodeRecord]]] = field(default_factory=dict)
+    record_urls: tuple[str, ...] | None = None
+    """Peers to push records to and pull records from over HTTP (None: the fallback URLs)."""
+    http_timeout: float = 2.0
+    """Seconds of wall time for one push or pull of records over HTTP."""
+    book: RecordBook = field(init=False)
+    exchange: RecordExchange = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.book = RecordBook(self.chain_id)
+        self.exchange = RecordExchange(self.chain_id, timeout=self.http_timeout)
+
+    def _peers(self) -> tuple[str, ...]:
+        return self.fallback_urls if self.record_urls is None else self.record_urls
 
     def announce(
         self, round: int, role: str, url: str, serves: Sequence[Served], ttl: int = 3600
     ) -> NodeRecord:
-        """Sign and publish a record (DHT failures are logged, not raised)."""
+        """Sign and publish a record in the DHT, the book and to the peers (failures are logged, not raised)."""
         self._cache.pop(round, None)
         rec = make_record(
             self.private_key,
@@ -48,6 +65,12 @@ class Discovery:
             serves=tuple(serves),
             ttl=ttl,
         )
+        self.book.note_round(round)
+        try:
+            self.book.add(rec)
+        except RecordError as exc:  # only a signer filter that refuses this node itself
+            log.warning("own record not kept: %s", exc)
+        self.exchange.push(self._peers(), rec)
         if self.dht is not None and self.dht.running:
             try:
                 self.dht.announce(rec)
@@ -57,12 +80,34 @@ class Discovery:
         return rec
 
     def find(self, round: int, fresh: bool = False) -> list[NodeRecord]:
-        """Valid records of a round (``fresh``: bypass the short lookup cache)."""
-        if self.dht is None or not self.dht.running:
-            return []
+        """Valid records of a round from the DHT, the book and the peers (``fresh``: bypass the cache)."""
         hit = self._cache.get(round)
         if not fresh and hit is not None and time.monotonic() - hit[0] < self.cache_seconds:
             return list(hit[1])
+        self.book.note_round(round)
+        found = self._from_dht(round)
+        refused_before = self.exchange.refused
+        pulled = self.exchange.pull(self._peers(), round)
+        self.refused += self.exchange.refused - refused_before
+        for rec in pulled:
+            try:
+                self.book.add(rec)  # relayed to whoever pulls from this node
+            except RecordError:
+                pass
+        best: dict[str, NodeRecord] = {}
+        for rec in [*found, *self.book.records(round), *pulled]:
+            if rec.round != round or rec.chain_id != self.chain_id:
+                continue
+            held = best.get(rec.address)
+            if held is None or rec.expires > held.expires:
+                best[rec.address] = rec
+        records = sorted(best.values(), key=lambda r: r.address)
+        self._cache[round] = (time.monotonic(), list(records))
+        return records
+
+    def _from_dht(self, round: int) -> list[NodeRecord]:
+        if self.dht is None or not self.dht.running:
+            return []
         try:
             res = self.dht.lookup(self.chain_id, round)
         except DHTError as exc:
@@ -74,7 +119,6 @@ class Discovery:
             self.errors.append(f"{type(exc).__name__}: {exc}")
             return []
         self.refused += len(res.refused)
-        self._cache[round] = (time.monotonic(), list(res.records))
         return res.records
 
     def urls_for(self, round: int, kind: str, digest: str, *, address: str | None = None) -> list[str]:
