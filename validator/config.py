@@ -11,28 +11,18 @@ from typing import Any
 from protocol.errors import ProtocolError
 from protocol.settings import NodeConfig, load_settings
 from validator.errors import ValidatorConfigError
+from validator.policy import EF_REL_TOL, PARAM_REL_TOL, REPLAY_REL_TOL, VerifyPolicy, policy_fields
 
 ENV_PREFIX = "TESSERA_VALIDATOR_"
 
-# The replay tolerances (relative L2 per tensor), defined once here for ``ValidatorConfig`` and
-# ``validator.verify.VerifyPolicy`` (this module stays free of torch). Calibrated across CPU instruction
-# sets and thread counts with ``tessera bench crossplatform`` (docs/benchmarks.md, "Cross-platform replay
-# tolerances"): the largest honest differences measured were 2.9e-6 (parameters), 1.4e-5 (AdamW moments,
-# 10-step segments) and 0 (the recompressed update and residual).
-PARAM_REL_TOL = 1e-4
-"""Replayed parameters (35x the largest honest difference measured)."""
-REPLAY_REL_TOL = 1e-3
-"""Replayed AdamW moments and step counters: 1e-4 left a 7x margin over honest 10-step replays across
-instruction sets, so it is 1e-3 (73x); a 10-step segment with one batch swapped is off by 0.5-0.7."""
-EF_REL_TOL = 1e-4
-"""The recompressed update and the committed residual (honest differences measured 0 across instruction
-sets: the codec is elementwise and selection arithmetic)."""
+__all__ = ["EF_REL_TOL", "PARAM_REL_TOL", "REPLAY_REL_TOL", "ValidatorConfig", "load_validator_config"]
 
 
 @dataclass(frozen=True)
-class ValidatorConfig(NodeConfig):
-    """Everything a validator node needs to know (verification thresholds are named here too; the shared
-    node fields are ``protocol.settings.NodeConfig``'s)."""
+class ValidatorConfig(NodeConfig, VerifyPolicy):
+    """Everything a validator node needs to know: the shared node fields (``protocol.settings.NodeConfig``),
+    every verification threshold (``validator.policy.VerifyPolicy``, documented there) and the settings
+    below."""
 
     key_env: str = "TESSERA_VALIDATOR_KEY"
     """Environment variable holding the validator's private key (if no keystore)."""
@@ -42,30 +32,6 @@ class ValidatorConfig(NodeConfig):
     """Stake to bond when registering."""
     peer_urls: tuple[str, ...] = ()
     """Fallback URLs of other validators (checkpoints, certificate signatures)."""
-    max_update_bytes: int = 16 * 1024 * 1024
-    """Largest update accepted."""
-    max_rel_norm: float = 1.0
-    """Per-module pseudo-gradient norm bound relative to the module's weights."""
-    segments_per_miner: int = 2
-    """Transcript segments replayed per miner per round."""
-    replay_rel_tol: float = REPLAY_REL_TOL
-    """Relative L2 tolerance of replayed AdamW moments and counters (0: bit-exact; see
-    validator.verify.VerifyPolicy and the calibration above)."""
-    param_rel_tol: float = PARAM_REL_TOL
-    """Relative L2 tolerance of replayed parameters (see validator.verify.VerifyPolicy)."""
-    ef_rel_tol: float = EF_REL_TOL
-    """Relative L2 tolerance of the recomputed compressed update and residual (see
-    validator.verify.VerifyPolicy; F12)."""
-    min_final_cosine: float = -1.0
-    """Least cosine between an update and its transcript's final state (-1: off; see
-    validator.verify.VerifyPolicy)."""
-    attested_check_probability: float = 0.1
-    """Share of rounds an attested miner is recomputed."""
-    min_own_gain: float = 0.0
-    """Relative own-data loss drop an update must beat to score."""
-    usefulness_rel_norm: float = 0.01
-    """Usefulness is scored on the update rescaled to this norm relative to its modules' weights, so a
-    scaled update never scores higher (see validator.verify.VerifyPolicy)."""
     merge_method: str = "mean"
     """``mean`` (score-weighted, clipped) or ``trimmed_mean`` (coordinate-wise, Byzantine-robust)."""
     clip_factor: float = 2.0
@@ -83,6 +49,10 @@ class ValidatorConfig(NodeConfig):
     """Trust evidence from the *development* enclave whose seed is in ``$TESSERA_DEV_TEE_SEED`` (devnet
     only; never in production). The seed comes from the environment, never a flag or file: anyone who can
     read it can make quotes this validator accepts."""
+
+    def verify_policy(self) -> VerifyPolicy:
+        """The verification policy these settings make (the ``VerifyPolicy`` fields, and nothing else)."""
+        return VerifyPolicy(**policy_fields(self))
 
 
 def load_validator_config(

@@ -61,10 +61,10 @@ from validator.errors import ValidatorError
 from validator.merge import MergePolicy
 from validator.parts import RoundCache, Theta
 from validator.slashing import SlashingMixin
+from validator.stages import Stage
 from validator.state import ValidatorState
 from validator.verify import (
     CheckEvidence,
-    VerifyPolicy,
     heldout_loss,
     verify_update,
 )
@@ -131,19 +131,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         self.fetch_policy = FetchPolicy(
             max_bytes=cfg.max_update_bytes, timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts
         )
-        self.policy = VerifyPolicy(
-            max_update_bytes=cfg.max_update_bytes,
-            max_rel_norm=cfg.max_rel_norm,
-            segments_per_miner=cfg.segments_per_miner,
-            replay_rel_tol=cfg.replay_rel_tol,
-            param_rel_tol=cfg.param_rel_tol,
-            ef_rel_tol=cfg.ef_rel_tol,
-            min_final_cosine=cfg.min_final_cosine,
-            attested_check_probability=cfg.attested_check_probability,
-            min_own_gain=cfg.min_own_gain,
-            usefulness_rel_norm=cfg.usefulness_rel_norm,
-            device=cfg.device,
-        )
+        self.policy = cfg.verify_policy()
         self.merge_policy = MergePolicy(cfg.merge_method, cfg.clip_factor, cfg.trim)
         self._ds: Dataset | None = None
         self._theta: Theta | None = None
@@ -322,7 +310,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
                 fetch_source=self._source_fetcher(miner, url),
                 out_of_time=out_of_time,
             )
-            retryable = verdict.stage == "fetch" or (verdict.stage == "recompute" and not verdict.provable)
+            retryable = Stage(verdict.stage).retryable(verdict.provable)
             first_miss = self._first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0
             in_grace = time.monotonic() - first_miss < self.cfg.withhold_grace_seconds
             if retryable and in_grace and now_block < st.deadline - RETRY_MARGIN_BLOCKS:
@@ -333,7 +321,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
                 log.info("round %d: %s not verifiable yet (%s); retrying", r, miner[:10], verdict.reason)
                 continue
             self._pending.discard(miner)
-            if verdict.digest and verdict.stage not in ("commit", "fetch", "digest"):
+            if verdict.digest and Stage(verdict.stage).bytes_matched:
                 # keep every update whose bytes matched the commitment, accepted or not: the consensus may
                 # accept what this validator refused, and the merge must follow the consensus (F11)
                 if miner in self._cache.updates:

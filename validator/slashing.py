@@ -23,6 +23,7 @@ from protocol.transfer import TransferError, fetch_blob, get_capped
 from protocol.update import decode_update, update_digest
 from validator.intake import IntakeMixin
 from validator.parts import Theta
+from validator.stages import Stage
 from validator.verify import (
     Verdict,
     recheck_segment,
@@ -87,7 +88,7 @@ class SlashingMixin(IntakeMixin):
                 seg, digest = pv.get("evidence", {}).get("segment"), pv.get("digest")
                 if not (
                     pv.get("provable") is True
-                    and pv.get("stage") == "recompute"
+                    and pv.get("stage") == Stage.RECOMPUTE
                     and pv.get("round") == r
                     and isinstance(digest, str)
                     and len(digest) == 64
@@ -98,7 +99,7 @@ class SlashingMixin(IntakeMixin):
                     continue
                 key = f"{miner}:{digest}"
                 own = self.state.verdict(r, miner)
-                if key in done or (own and own.get("stage") == "recompute" and own.get("provable")):
+                if key in done or (own and own.get("stage") == Stage.RECOMPUTE and own.get("provable")):
                     continue  # decided already, or this validator caught it itself and voted then
                 verdict = self._recheck(st, theta, miner, digest, seg[0], commits[miner])
                 if verdict is None:
@@ -117,7 +118,7 @@ class SlashingMixin(IntakeMixin):
         """Re-run segment ``segment`` of ``miner``'s update ``digest``; a provable verdict if it fails, an
         unprovable one if it replays or the evidence is not about the committed bytes, None if undecided."""
         r = st.round
-        v = Verdict(miner=miner, round=r, accepted=False, stage="recompute", reason="", digest=digest)
+        v = Verdict(miner=miner, round=r, accepted=False, stage=Stage.RECOMPUTE, reason="", digest=digest)
         data = self._held_update(r, miner, commitment) or self._fetch_missing_update(
             r, miner, commitment, digest="0x" + digest
         )

@@ -60,9 +60,10 @@ from training.diloco import pseudo_gradient
 from training.errors import TrainingError
 from training.inner import replay_segment, states_close
 from training.model import build_model, lm_loss, load_params, module_of
-from validator.config import EF_REL_TOL, PARAM_REL_TOL, REPLAY_REL_TOL
 from validator.errors import SourceMismatchError
+from validator.policy import VerifyPolicy
 from validator.sampling import check_this_round, segments_to_check, validator_slot
+from validator.stages import Stage
 
 #: Fetches bytes by digest from the miner (raises on failure).
 log = logging.getLogger(__name__)
@@ -78,66 +79,6 @@ FetchSource = Callable[[int, str], bytes]
 CheckEvidence = Callable[[bytes, int, str, bytes], str | None]
 
 
-@dataclass(frozen=True)
-class VerifyPolicy:
-    """Named thresholds and budgets of verification."""
-
-    max_update_bytes: int = 16 * 1024 * 1024
-    """Size cap of an update."""
-    max_rel_norm: float = 1.0
-    """Per-module bound: ||pseudo-gradient|| <= max_rel_norm * ||theta||."""
-    segments_per_miner: int = 2
-    """Transcript segments each validator replays per miner (see ``validator.sampling``)."""
-    replay_rel_tol: float = REPLAY_REL_TOL
-    """Relative L2 tolerance, per tensor, of the replayed AdamW moments and counters against the served
-    end state (one platform gives 0). The moments are a pure function of the served start state and the
-    batch, so they prove the forward/backward work was done. 1e-3 (``validator.config.REPLAY_REL_TOL``):
-    honest replays across CPU instruction sets and thread counts differ by up to 1.4e-5 over a 10-step
-    segment (1.6e-6 over one step), a segment with one of its 10 batches swapped by 0.5-0.7
-    (``tessera bench crossplatform``, docs/benchmarks.md)."""
-    param_rel_tol: float = PARAM_REL_TOL
-    """Relative L2 tolerance of the replayed *parameters* (one platform gives 0; across CPU instruction sets
-    honest replays differ by up to 2.9e-6, one swapped batch by 0.03). Kept separate from the
-    moments' so an operator can loosen it for cross-platform replays without loosening the moments; it
-    was once 5e-2 to paper over idle MoE experts drifting off the shared AdamW clock, which the inner loop
-    now prevents by giving them a zero gradient."""
-    ef_rel_tol: float = EF_REL_TOL
-    """Relative L2 tolerance, over the whole update, of the decoded update against the validator's own
-    compression of (theta_r - final state) plus the miner's error-feedback residual, and of the residual the
-    miner commits to against the recomputed one. The codec runs in fp32 on the CPU on both sides, so one
-    platform gives 0 (and so did every pair of CPU instruction sets measured); a scaled update (x3) is off
-    by 2."""
-    min_final_cosine: float = -1.0
-    """Least cosine, on the update's non-zero coordinates, between the decoded update and theta_r minus the
-    final transcript params; -1 (default) refuses nothing. The exact recompute (``ef_rel_tol``) supersedes
-    it, and an honest cosine falls as the error-feedback residual grows (0.72-0.80 by round 12 in
-    ``python -m benchmarks.ef_norms``), so a fixed floor would in time refuse, and slash, honest miners."""
-    attested_check_probability: float = 0.1
-    """Share of rounds in which an attested miner is recomputed with ``segments_per_miner`` segments."""
-    attested_segments: int = 1
-    """Segments replayed for an attested miner in the other rounds. Not 0: the anchor and error-feedback
-    checks tie the update only to a final state the miner itself serves, and a quote only to the update's
-    digest, so without a replay an attested miner could invent its transcript (issue 10: a development
-    quote and an invented transcript took 88% of the emission). The segment is drawn with the seed fixed
-    after the commits close, which the miner cannot know when it commits."""
-    eval_own_batches: int = 1
-    """Of the miner's own batches, how many to evaluate before/after."""
-    heldout_windows: int = 8
-    """Held-out windows evaluated before/after."""
-    min_own_gain: float = 0.0
-    """Relative own-data loss drop an update must exceed to score above 0."""
-    max_heldout_excess: float = 0.0
-    """If the held-out gain exceeds the own gain by more than this, the score is scaled by own/held."""
-    device: str = "cpu"
-    """Where replays and loss evaluations compute (``cpu``, ``cuda``, ``cuda:N``; ``training.device``). The
-    comparisons, the codec and everything fetched or served stay on the CPU in fp32."""
-    usefulness_rel_norm: float = 0.01
-    """Usefulness is scored on the update rescaled to this norm relative to the assigned modules' weights
-    (``||delta'|| = usefulness_rel_norm * ||theta_assigned||``), so the score depends on the update's
-    direction only and multiplying an update never raises it (docs/security.md F9). 0.01 is of the order
-    of an honest update's relative norm (measured 0.003 to 0.016 per module after 6 inner steps)."""
-
-
 @dataclass
 class Verdict:
     """The outcome for one miner."""
@@ -146,7 +87,7 @@ class Verdict:
     round: int
     accepted: bool
     stage: str
-    """``ok`` or the stage that failed."""
+    """A :class:`validator.stages.Stage`: ``ok`` or the stage that decided (empty while undecided)."""
     reason: str
     score: int = 0
     provable: bool = False
@@ -192,7 +133,7 @@ class RoundContext:
 
 
 class _Fail(Exception):
-    def __init__(self, stage: str, reason: str, provable: bool = False, **evidence: Any) -> None:
+    def __init__(self, stage: Stage, reason: str, provable: bool = False, **evidence: Any) -> None:
         super().__init__(reason)
         self.stage, self.reason, self.provable, self.evidence = stage, reason, provable, evidence
 
@@ -243,40 +184,40 @@ def verify_update(
     update: Update | None = None
     t = time.perf_counter()
 
-    def lap(name: str, check: bool = True) -> None:
+    def lap(name: Stage, check: bool = True) -> None:
         nonlocal t
         now = time.perf_counter()
         v.timings[name] = round(now - t, 6)
         t = now
         if check and out_of_time is not None and out_of_time():
-            raise _Fail("budget", f"verification budget exhausted after {name}", False)
+            raise _Fail(Stage.BUDGET, f"verification budget exhausted after {name}", False)
 
     try:
         if commitment is None:
-            raise _Fail("commit", "no commitment on-chain")
+            raise _Fail(Stage.COMMIT, "no commitment on-chain")
         try:
             data = fetch_update()
         except Exception as exc:  # transfer errors are typed; any failure means not served
-            raise _Fail("fetch", f"{type(exc).__name__}: {exc}") from exc
+            raise _Fail(Stage.FETCH, f"{type(exc).__name__}: {exc}") from exc
         if len(data) > policy.max_update_bytes:
-            raise _Fail("fetch", f"{len(data)} bytes > cap {policy.max_update_bytes}")
-        lap("fetch")
+            raise _Fail(Stage.FETCH, f"{len(data)} bytes > cap {policy.max_update_bytes}")
+        lap(Stage.FETCH)
         digest = update_digest(data)
         v.digest = digest.hex()
         expect = update_commitment(ctx.chain_id, ctx.contract, ctx.round, miner, digest)
         if expect != commitment:
-            raise _Fail("digest", "served bytes do not match the on-chain commitment")
+            raise _Fail(Stage.DIGEST, "served bytes do not match the on-chain commitment")
         evidence_base = {"update_digest": digest.hex(), "commitment": commitment.hex()}
         try:
             update = decode_update(  # the run's model and codec checked before decoding (issue 11)
                 data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx)
             )
         except UpdateError as exc:
-            raise _Fail("format", f"{type(exc).__name__}: {exc}", True, **evidence_base) from exc
-        lap("format")
+            raise _Fail(Stage.FORMAT, f"{type(exc).__name__}: {exc}", True, **evidence_base) from exc
+        lap(Stage.FORMAT)
         h = update.header
         if miner not in ctx.registry:
-            raise _Fail("header", "the miner is not in this round's registry", True, **evidence_base)
+            raise _Fail(Stage.HEADER, "the miner is not in this round's registry", True, **evidence_base)
         a = ctx.assignment(miner)
         problems = []
         if h.round != ctx.round:
@@ -295,7 +236,7 @@ def verify_update(
         if dict(h.params) != want:
             problems.append("parameters do not match the assigned modules")
         if problems:
-            raise _Fail("header", "; ".join(problems), True, **evidence_base)
+            raise _Fail(Stage.HEADER, "; ".join(problems), True, **evidence_base)
         delta = update.pseudo_gradient()
         by_module: dict[str, list[float]] = {}
         for name, d in delta.items():
@@ -306,18 +247,18 @@ def verify_update(
         for m, (dn, wn) in sorted(by_module.items()):
             if math.sqrt(dn) > policy.max_rel_norm * max(math.sqrt(wn), 1e-12):
                 raise _Fail(
-                    "bounds",
+                    Stage.BOUNDS,
                     f"module {m}: norm {math.sqrt(dn):.4g} > {policy.max_rel_norm} x {math.sqrt(wn):.4g}",
                     True,
                     **evidence_base,
                 )
-        lap("bounds")
+        lap(Stage.BOUNDS)
         if evidence is not None and check_evidence is not None:
             why = check_evidence(evidence, ctx.round, miner, digest)
             if why is not None:
-                raise _Fail("attestation", why, True, **evidence_base)
+                raise _Fail(Stage.ATTESTATION, why, True, **evidence_base)
             v.attested = True
-        lap("attestation")
+        lap(Stage.ATTESTATION)
         full = not v.attested or check_this_round(ctx.seed, miner, policy.attested_check_probability)
         segments = (
             policy.segments_per_miner if full else min(policy.attested_segments, policy.segments_per_miner)
@@ -325,12 +266,12 @@ def verify_update(
         _recompute(
             ctx, v, a, update, delta, fetch_state, fetch_source, policy, segments, evidence_base, out_of_time
         )
-        lap("recompute")
+        lap(Stage.RECOMPUTE)
         with COMPUTE_LOCK:
             _usefulness(ctx, v, a, delta, policy)
-        lap("usefulness", check=False)
+        lap(Stage.USEFULNESS, check=False)
         v.accepted = v.score > 0
-        v.stage = "ok" if v.accepted else "usefulness"
+        v.stage = Stage.OK if v.accepted else Stage.USEFULNESS
         v.reason = "accepted" if v.accepted else "the update does not lower the loss on the miner's data"
     except _Fail as f:
         v.stage, v.reason, v.provable = f.stage, f.reason, f.provable
@@ -340,9 +281,9 @@ def verify_update(
     except Exception as exc:  # one miner's input must not stop the verification of the others
         # an error no stage anticipated: this miner scores 0 (unprovably) and the loop goes on to the next
         log.exception("round %d: verifying %s raised %s", ctx.round, miner, type(exc).__name__)
-        v.stage, v.reason, v.provable = "error", f"{type(exc).__name__}: {exc}", False
+        v.stage, v.reason, v.provable = Stage.ERROR, f"{type(exc).__name__}: {exc}", False
         v.accepted, v.score = False, 0
-        lap("error", check=False)
+        lap(Stage.ERROR, check=False)
     return v, update
 
 
@@ -368,10 +309,10 @@ def _recompute(
             st = fetch_state("0x" + digests[i])
         except Exception as exc:
             raise _Fail(
-                "recompute", f"state at step {steps[i]} not served: {exc}", False, step=steps[i]
+                Stage.RECOMPUTE, f"state at step {steps[i]} not served: {exc}", False, step=steps[i]
             ) from exc
         if state_digest(st).hex() != digests[i]:
-            raise _Fail("recompute", f"state at step {steps[i]} does not match the transcript", False)
+            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[i]} does not match the transcript", False)
         return st
 
     # anchor: the step-0 state's parameters are exactly theta_r's (moments are the miner's choice)
@@ -380,7 +321,7 @@ def _recompute(
     want = {n for n in ctx.checkpoint if module_of(n) in mods}
     have = {k.removeprefix("param/") for k in start0 if k.startswith("param/")}
     if have != want or any(not torch.equal(start0[f"param/{n}"], ctx.checkpoint[n]) for n in want):
-        raise _Fail("recompute", "transcript does not start at the checkpoint", True, **ev, step=0)
+        raise _Fail(Stage.RECOMPUTE, "transcript does not start at the checkpoint", True, **ev, step=0)
 
     final = get(len(steps) - 1)
     num = den_a = den_b = 0.0
@@ -395,7 +336,7 @@ def _recompute(
     cos = num / max(math.sqrt(den_a * den_b), 1e-30)
     v.metrics["final_cosine"] = round(cos, 6)
     if cos < policy.min_final_cosine:
-        raise _Fail("recompute", f"update is unrelated to the transcript (cosine {cos:.3f})", True, **ev)
+        raise _Fail(Stage.RECOMPUTE, f"update is unrelated to the transcript (cosine {cos:.3f})", True, **ev)
     _check_error_feedback(ctx, v, update, delta, final, fetch_state, fetch_source, policy, ev)
     if segments <= 0:
         v.evidence["segments"] = []
@@ -421,7 +362,9 @@ def _recompute(
     worst_param = worst_moment = 0.0
     for i in segs:
         if out_of_time is not None and out_of_time():
-            raise _Fail("budget", f"verification budget exhausted before replaying step {steps[i]}", False)
+            raise _Fail(
+                Stage.BUDGET, f"verification budget exhausted before replaying step {steps[i]}", False
+            )
         t0 = time.perf_counter()
         d_param, d_moment = _replay_one(ctx, a, update, batches, get, policy, i, ev)
         worst_param, worst_moment = max(worst_param, d_param), max(worst_moment, d_moment)
@@ -437,9 +380,9 @@ def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict
     try:
         st = fetch_state("0x" + digest)
     except Exception as exc:
-        raise _Fail("recompute", f"{what} not served: {exc}", False) from exc
+        raise _Fail(Stage.RECOMPUTE, f"{what} not served: {exc}", False) from exc
     if state_digest(st).hex() != digest:
-        raise _Fail("recompute", f"{what} does not match its digest", False)
+        raise _Fail(Stage.RECOMPUTE, f"{what} does not match its digest", False)
     return st
 
 
@@ -476,33 +419,37 @@ def _check_error_feedback(
     if h.ef_source is not None:
         s, src_digest = h.ef_source
         if s >= ctx.round:
-            raise _Fail("recompute", f"error-feedback source round {s} is not before {ctx.round}", True, **ev)
+            raise _Fail(
+                Stage.RECOMPUTE, f"error-feedback source round {s} is not before {ctx.round}", True, **ev
+            )
         if fetch_source is None:
-            raise _Fail("recompute", "cannot fetch the error-feedback source update", False)
+            raise _Fail(Stage.RECOMPUTE, "cannot fetch the error-feedback source update", False)
         try:
             data = fetch_source(s, src_digest)
         except SourceMismatchError as exc:
-            raise _Fail("recompute", f"error-feedback source: {exc}", True, **ev) from exc
+            raise _Fail(Stage.RECOMPUTE, f"error-feedback source: {exc}", True, **ev) from exc
         except Exception as exc:
             raise _Fail(
-                "recompute", f"error-feedback source of round {s} not available: {exc}", False
+                Stage.RECOMPUTE, f"error-feedback source of round {s} not available: {exc}", False
             ) from exc
         try:
             src = decode_update(
                 data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx)
             ).header
         except UpdateError as exc:
-            raise _Fail("recompute", f"error-feedback source does not decode: {exc}", True, **ev) from exc
+            raise _Fail(Stage.RECOMPUTE, f"error-feedback source does not decode: {exc}", True, **ev) from exc
         if src.round != s or src.miner.lower() != v.miner.lower():
             raise _Fail(
-                "recompute", "error-feedback source is not this miner's update of its round", True, **ev
+                Stage.RECOMPUTE, "error-feedback source is not this miner's update of its round", True, **ev
             )
         residual = _fetch_digest_state(fetch_state, src.ef_after, f"error-feedback residual of round {s}")
         for key, t in residual.items():
             name = key.removeprefix("ef/")
             if name in delta:
                 if t.shape != delta[name].shape or t.dtype != torch.float32:
-                    raise _Fail("recompute", f"residual of {name} has the wrong shape or dtype", True, **ev)
+                    raise _Fail(
+                        Stage.RECOMPUTE, f"residual of {name} has the wrong shape or dtype", True, **ev
+                    )
                 prev[name] = t
     truth = pseudo_gradient(ctx.checkpoint, {n: final[f"param/{n}"] for n in delta})
     ef = ErrorFeedback(replace(h.codec, ef_beta=ctx.spec.codec.ef_beta))
@@ -512,7 +459,7 @@ def _check_error_feedback(
     v.metrics["ef_rel_err"] = _sig(err)
     if err > policy.ef_rel_tol:
         raise _Fail(
-            "recompute",
+            Stage.RECOMPUTE,
             f"the update is not the compressed transcript result (relative error {err:.3g} against the "
             f"recomputation with the committed error-feedback residual)",
             True,
@@ -521,12 +468,14 @@ def _check_error_feedback(
     after = _fetch_digest_state(fetch_state, h.ef_after, "error-feedback residual after the update")
     want = ef.state_dict()
     if set(after) != set(want) or any(after[k].shape != want[k].shape for k in want):
-        raise _Fail("recompute", "the committed residual does not cover the update's parameters", True, **ev)
+        raise _Fail(
+            Stage.RECOMPUTE, "the committed residual does not cover the update's parameters", True, **ev
+        )
     err_after = _rel_err(after, want)
     v.metrics["ef_after_rel_err"] = _sig(err_after)
     if err_after > policy.ef_rel_tol:
         raise _Fail(
-            "recompute", f"the committed residual is not the recomputed one ({err_after:.3g})", True, **ev
+            Stage.RECOMPUTE, f"the committed residual is not the recomputed one ({err_after:.3g})", True, **ev
         )
 
 
@@ -560,12 +509,12 @@ def _replay_one(
                 device=policy.device,
             )
     except TrainingError as exc:
-        raise _Fail("recompute", f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
+        raise _Fail(Stage.RECOMPUTE, f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
     same = state_digest(got).hex() == digests[i + 1]
     if not same and not _replay_matches(got, end, policy):
         worst = _worst_rel_diff(got, end)
         raise _Fail(
-            "recompute",
+            Stage.RECOMPUTE,
             f"segment {steps[i]}..{steps[i + 1]} does not replay",
             True,
             **ev,
@@ -605,9 +554,9 @@ def recheck_segment(
         try:
             st = fetch_state("0x" + digests[j])
         except Exception as exc:
-            raise _Fail("recompute", f"state at step {steps[j]} not served: {exc}", False) from exc
+            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[j]} not served: {exc}", False) from exc
         if state_digest(st).hex() != digests[j]:
-            raise _Fail("recompute", f"state at step {steps[j]} does not match the transcript", False)
+            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[j]} does not match the transcript", False)
         return st
 
     batches = miner_batches(

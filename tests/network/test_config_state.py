@@ -141,7 +141,18 @@ def test_roles_share_the_node_fields_and_help_shows_their_docs() -> None:
     p = argparse.ArgumentParser()
     add_config_flags(p, ValidatorConfig)
     text = " ".join(p.format_help().split())
-    assert "Relative L2 tolerance of the recomputed compressed update" in text
+    # every verification threshold is a setting, documented once (validator.policy.VerifyPolicy)
+    assert "of the decoded update against the validator's own compression" in text
+    for flag in ("--heldout-windows", "--max-heldout-excess", "--eval-own-batches", "--attested-segments"):
+        assert flag in text
+    cfg = load_validator_config(
+        None, {"heldout_windows": "4"}, env={"TESSERA_VALIDATOR_ATTESTED_SEGMENTS": "2"}
+    )
+    policy = cfg.verify_policy()
+    assert (policy.heldout_windows, policy.attested_segments) == (4, 2)
+    assert (
+        type(policy).__name__ == "VerifyPolicy" and policy.replay_rel_tol == ValidatorConfig().replay_rel_tol
+    )
     assert "(default: ~/.tessera/validator)" in text
 
 
