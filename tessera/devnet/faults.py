@@ -15,6 +15,12 @@ after it. Faults:
 - ``stall-miner`` / ``corrupt-miner``: a miner's public URL is a proxy that, for the fault round, accepts and
   trickles a byte a second without ever answering, or flips a byte of every body it serves.
 
+- ``poison-dht``: a stranger (plain hivemind client, no key on chain, no stake) joins the DHT and, from the
+  fault round on, stores over every round key a non-dictionary value, forged and replayed records under
+  the honest nodes' subkeys (all with a one-year expiry), and records it signed with a bad and a dead URL
+  (also pushed to every node's ``/records``); see :mod:`tessera.devnet.poison`. Every honest participant
+  must be paid in every round, as in every scenario.
+
 - ``mixed-hardware``: no fault is injected; the devnet's node processes run under different CPU
   instruction sets for torch's kernels (``ATEN_CPU_CAPABILITY`` default/avx2/avx512, the last only where
   ``/proc/cpuinfo`` shows AVX-512 F/BW/VL/DQ; ``MKL_ENABLE_INSTRUCTIONS`` and ``ONEDNN_MAX_CPU_ISA`` caps
@@ -131,6 +137,14 @@ SCENARIOS: dict[str, Scenario] = {
             "miner1",
             POINTS[:2],
             (("validator*", r"served a bad blob|hash to"),),
+        ),
+        Scenario(
+            "poison-dht",
+            "a stranger's plain hivemind client stores junk, forged and replayed records over every round key "
+            "(1-year expiry) and announces signed records with a bad and a dead URL",
+            "dht",
+            ("commit",),
+            (("validator*", r"http://127\.0\.0\.1:9\b"),),  # the stranger's dead URL tried and skipped
         ),
         Scenario(
             "mixed-hardware",
@@ -275,6 +289,9 @@ class _Harness:
         self._restored = False
         self._stalled_since: tuple[tuple[int, str], float] | None = None
         self.figures: dict[str, Any] = {}
+        self.stranger: Any = None  # poison-dht: the stranger's hivemind node
+        self.poison: dict[str, Any] = {}  # poison-dht: what the stranger stored and what the DHT refused
+        self._poisoned: set[int] = set()
 
     # -- helpers ---------------------------------------------------------------------------------------
     def note(self, msg: str) -> None:
@@ -321,7 +338,12 @@ class _Harness:
                 error = f"{type(exc).__name__}: {exc}"
                 self.note(f"stopped driving: {exc}")
             checks = self.check()
+            if self.stranger is not None and hasattr(self.net.dht, "validator_stats"):
+                self.poison["bootstrap_dht_validator"] = self.net.dht.validator_stats()
+                self.note(f"bootstrap DHT node's record validator: {self.poison['bootstrap_dht_validator']}")
         finally:
+            if self.stranger is not None:
+                self.stranger.shutdown()
             self.net.stop()
             for p in self.proxies.values():
                 p.stop()
@@ -346,6 +368,7 @@ class _Harness:
             "node_env": {n: setting_text(e) for n, e in sorted(self.cfg.node_env.items())},
             "phases": self.net.phases.to_json() if self.net.phases is not None else {},
             **({"figures": self.figures} if self.figures else {}),
+            **({"poison": self.poison} if self.poison else {}),
         }
 
     def _drive(self, t0: float) -> None:
@@ -499,6 +522,13 @@ class _Harness:
                 self._restored = True
 
             self._pending.append((time.time() + self.run.delay_s, back, f"restart {sc.target}"))
+        elif sc.name == "poison-dht":
+            from tessera.devnet.poison import start_stranger
+
+            self.stranger = start_stranger(net.dht.visible_maddrs())
+            self.poison["stranger_stores"] = {}
+            for rr in range(r, self.last_round + 2):
+                self._poison(rr)
         elif sc.name == "cut-validator":
             for p in self.proxies.values():
                 p.set_mode(ProxyMode.BLOCK)
@@ -510,7 +540,31 @@ class _Harness:
             self.proxies["http"].set_mode(mode)
             self.note(f"{sc.target}'s public port set to {mode.value} at round {r} {point}, block {block}")
 
+    def _poison(self, r: int) -> None:
+        """poison-dht: every store of :func:`tessera.devnet.poison.poison_round` against round ``r``."""
+        from tessera.devnet.poison import poison_round
+
+        nodes = list(self.net.nodes.values())
+        cid = self.net.chain.chain_id
+        honest = self.net.dht.lookup(cid, r).records  # the bootstrap node reads as any honest node does
+        said = poison_round(self.stranger, cid, r, [n.address for n in nodes], [n.url for n in nodes], honest)
+        total = self.poison["stranger_stores"]
+        for k, n in said.items():
+            total[k] = total.get(k, 0) + n
+        self.note(f"stranger poisoned round {r}: {dict(sorted(said.items()))}")
+
     def _maybe_restore(self, where: tuple[int, str]) -> None:
+        if self.sc.name == "poison-dht":
+            # again once each round's honest records exist (forgeries and replays of them), to the last round
+            r, point = where
+            if point != "commit" and r >= self.fault_round and r not in self._poisoned:
+                self._poisoned.add(r)
+                self._poison(r)
+                self._poison(r + 1)
+                if r >= self.last_round:
+                    self.run.restored = {"at": time.time(), "round": r, "point": point}
+                    self._restored = True
+            return
         if self.sc.name not in ("cut-validator", "stall-miner", "corrupt-miner"):
             return
         r, point = where
@@ -940,6 +994,8 @@ def table(report: dict[str, Any]) -> str:
                 f"{r['wall_seconds']:.0f}s",
             )
         )
+        if r.get("poison"):
+            notes.append(f"  {r['scenario']}: {json.dumps(r['poison'], sort_keys=True)}")
         fig = r.get("figures")
         if fig:
             notes.append(
