@@ -1,0 +1,203 @@
+"""The trained model back out of the network: a certified checkpoint, checked, exported, evaluated, sampled.
+
+A checkpoint blob (what validators serve at ``/blobs/{digest}`` and keep under their data dir) holds
+``param/*`` (theta) and ``momentum/*`` (the outer optimizer's buffers). What leaves the network is theta
+alone, as a plain safetensors file with the run's model config beside it, after its digest was checked
+against the certificate on chain: nobody has to trust the peer it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tessera.errors import TesseraError
+
+#: Names of the files ``export`` writes.
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+
+
+class ModelOutError(TesseraError):
+    """A checkpoint could not be fetched, checked, exported or loaded."""
+
+
+@dataclass(frozen=True)
+class Certified:
+    """Where a checkpoint's digest was checked: the chain, the contract, the round it is theta of."""
+
+    chain_id: int
+    contract: str
+    round: int
+    digest: str
+
+
+def fetch_checkpoint(
+    source: str, digest: str | None, *, max_bytes: int = 1 << 31, timeout: float = 60.0
+) -> bytes:
+    """A checkpoint blob from a file path or a node's URL (``http://host:port``: ``/blobs/{digest}``)."""
+    if source.startswith(("http://", "https://")):
+        if digest is None:
+            raise ModelOutError(
+                "fetching from a node needs the digest (give --deployment to read it from the chain)"
+            )
+        from protocol.transfer import TransferError, get_capped
+
+        try:
+            return get_capped(f"{source.rstrip('/')}/blobs/{digest}", max_bytes=max_bytes, timeout=timeout)
+        except TransferError as exc:
+            raise ModelOutError(f"{source} did not serve checkpoint {digest[:18]}: {exc}") from exc
+    try:
+        return Path(source).read_bytes()
+    except OSError as exc:
+        raise ModelOutError(f"cannot read checkpoint {source}: {exc}") from exc
+
+
+def theta_of(blob: bytes, expect_digest: str | None) -> tuple[dict[str, Tensor], str]:
+    """theta (``param/*`` without the prefix) of a checkpoint blob, and the blob's digest; refuses a blob
+    whose content digest is not ``expect_digest`` (when given)."""
+    from protocol.errors import ProtocolError
+    from protocol.tensorblob import decode_tensors, split_checkpoint, tensors_digest
+
+    try:
+        tensors = decode_tensors(blob)
+        params, _momentum = split_checkpoint(tensors)
+    except ProtocolError as exc:
+        raise ModelOutError(f"not a checkpoint: {exc}") from exc
+    digest = tensors_digest(tensors)
+    if expect_digest is not None and digest != expect_digest:
+        raise ModelOutError(f"checkpoint digest {digest} is not the certified {expect_digest}")
+    return params, digest
+
+
+def certified_digest(chain: Any, round: int | None) -> Certified:
+    """The digest certified on chain for theta_``round`` (None: the newest certified checkpoint)."""
+    r = chain.round_state().round if round is None else round
+    while r >= 1:
+        d = bytes(chain.checkpoint(r))
+        if any(d):
+            return Certified(chain.chain_id, chain.network_address, r, "0x" + d.hex())
+        if round is not None:
+            raise ModelOutError(f"theta_{r} is not certified on chain {chain.chain_id}")
+        r -= 1
+    raise ModelOutError(f"no certified checkpoint on chain {chain.chain_id}")
+
+
+def export(
+    params: Mapping[str, Tensor], spec: Any, out: Path, certified: Certified | None, digest: str
+) -> Path:
+    """Write ``out/model.safetensors`` (theta, fp32) and ``out/config.json`` (the model config, the run's
+    digest and where the checkpoint was certified); returns ``out``."""
+    from safetensors.torch import save_file
+
+    from training.config import to_dict
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: params[k].detach().contiguous().cpu() for k in sorted(params)}, str(out / WEIGHTS_FILE))
+    doc = {
+        "format": "tessera-model-v1",
+        "model": to_dict(spec.model),
+        "run_digest": spec.digest(),
+        "checkpoint_digest": digest,
+        "theta_digest": theta_digest(params),
+        "certified": None if certified is None else certified.__dict__,
+        "tokenizer": "bytes (UTF-8, vocab 256)",
+    }
+    (out / CONFIG_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def theta_digest(params: Mapping[str, Tensor]) -> str:
+    """The digest of theta alone (a checkpoint's digest also covers the outer momentum)."""
+    from protocol.tensorblob import tensors_digest
+
+    return tensors_digest({f"param/{k}": v for k, v in params.items()})
+
+
+def load_export(directory: Path) -> tuple[dict[str, Tensor], Any, dict[str, Any]]:
+    """(theta, model config, config document) of an exported model; checks the weights' digest."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from training.config import ModelConfig, from_dict
+    from training.errors import TrainingError
+
+    try:
+        doc = json.loads((directory / CONFIG_FILE).read_text())
+        cfg = from_dict(ModelConfig, doc["model"])
+        params = load_file(str(directory / WEIGHTS_FILE))
+    except (OSError, ValueError, KeyError, TypeError, TrainingError, SafetensorError) as exc:
+        raise ModelOutError(f"{directory} is not an exported Tessera model: {exc}") from exc
+    if theta_digest(params) != doc.get("theta_digest"):
+        raise ModelOutError(
+            f"{directory}/{WEIGHTS_FILE} is not the model its {CONFIG_FILE} names (digest differs)"
+        )
+    return params, cfg, doc
+
+
+def model_with(params: Mapping[str, Tensor], cfg: Any) -> Any:
+    """A model of config ``cfg`` holding ``params`` (every parameter must be given, with its shape)."""
+    from training.model import build_model, load_params
+
+    model = build_model(cfg)
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in params.items()}
+    if want != got:
+        missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+        raise ModelOutError(
+            f"parameters do not fit the model config (missing {missing[:3]}, extra {extra[:3]})"
+        )
+    load_params(model, params)
+    model.eval()
+    return model
+
+
+def evaluate(params: Mapping[str, Tensor], spec: Any, windows: int = 64) -> dict[str, float]:
+    """Held-out loss (nats per byte) and perplexity of theta on the run's corpus (its held-out documents)."""
+    from training.data import prepare
+    from validator.verify import heldout_loss
+
+    ds = prepare(spec.load_corpus(), spec.model)
+    loss = heldout_loss(spec, ds, params, windows=windows)
+    return {"heldout_loss": loss, "perplexity": math.exp(loss), "bits_per_byte": loss / math.log(2)}
+
+
+def sample(
+    model: Any,
+    prompt: str,
+    *,
+    max_new: int = 200,
+    temperature: float = 0.8,
+    top_k: int = 40,
+    seed: int = 0,
+    path: Sequence[int] | None = None,
+) -> str:
+    """Text the model continues ``prompt`` with (byte tokens; ``temperature`` 0: greedy). Deterministic for
+    a seed on one machine."""
+    from training.data import decode, encode
+
+    if temperature < 0 or top_k < 1 or max_new < 0:
+        raise ModelOutError("temperature must be >= 0, top_k >= 1 and the length >= 0")
+    cfg = model.cfg
+    tokens = encode(prompt) or [ord("\n")]
+    gen = torch.Generator().manual_seed(seed)
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(max_new):
+            ctx = torch.tensor([(tokens + out)[-cfg.seq_len :]], dtype=torch.long)
+            logits, _ = model(ctx, path)
+            last = logits[0, -1].float()
+            if temperature == 0:
+                nxt = int(last.argmax())
+            else:
+                vals, idx = torch.topk(last / temperature, min(top_k, last.numel()))
+                nxt = int(idx[torch.multinomial(torch.softmax(vals, -1), 1, generator=gen)])
+            out.append(nxt)
+    return decode(out)
