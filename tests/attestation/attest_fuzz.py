@@ -13,18 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attest_support import (
-    NVIDIA_TIME,
-    SNP_TIME,
-    intel_policy,
-    intel_vectors,
-    nvidia_collateral,
-    nvidia_report,
-    snp_collateral,
-    snp_report,
-    utc,
-)
-
 from attestation import Binding, Policy, detect_format, parse_evidence, verify
 from attestation.amd.report import SnpReport
 from attestation.collateral import (
@@ -41,6 +29,17 @@ from attestation.limits import DEFAULT_LIMITS, PEM_CERT_MARKER
 from attestation.nvidia.spdm import GpuReport
 from attestation.policy import policy_from_dict
 from attestation.simulated import SimulatedEnclave
+from tests.attestation.attest_support import (
+    NVIDIA_TIME,
+    SNP_TIME,
+    intel_policy,
+    intel_vectors,
+    nvidia_collateral,
+    nvidia_report,
+    snp_collateral,
+    snp_report,
+    utc,
+)
 
 
 @dataclass(frozen=True)

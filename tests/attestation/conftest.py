@@ -1,9 +1,10 @@
-"""Fixtures of the attestation tests (the module dir is on sys.path: pytest rootdir-relative imports)."""
+"""Fixtures of the attestation tests (helpers in tests.attestation.attest_support)."""
 
 from __future__ import annotations
 
 import pytest
-from attest_support import IntelVector, intel_vectors
+
+from tests.attestation.attest_support import IntelVector, intel_vectors
 
 
 @pytest.fixture(scope="session")

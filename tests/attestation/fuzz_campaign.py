@@ -39,9 +39,10 @@ import traceback
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, when run as a script
 
-from attest_fuzz import (
+from attestation.limits import DEFAULT_LIMITS
+from tests.attestation.attest_fuzz import (
     FORMAT_OF_SEED,
     Case,
     check_collateral_text,
@@ -54,8 +55,6 @@ from attest_fuzz import (
     oversized_case,
     seeds,
 )
-
-from attestation.limits import DEFAULT_LIMITS
 
 TARGET_MS = 50.0
 """Issue 11's target: worst time per attestation input."""

@@ -46,11 +46,10 @@ def measure(name: str, fn: Callable[[], object]) -> dict[str, object]:
 def main(argv: list[str]) -> int:
     """Print one JSON line per reproducer."""
     root = argv[1] if len(argv) > 1 else str(Path(__file__).resolve().parents[2])
-    sys.path[:0] = [root, f"{root}/tests/attestation"]
-    from attest_support import intel_policy, intel_vectors
-
+    sys.path[:0] = [root]
     from attestation import loads_collateral, verify
     from attestation.intel.quote import CertificationData, Quote
+    from tests.attestation.attest_support import intel_policy, intel_vectors
 
     vec = intel_vectors()["tdx_quote"]
     quote = Quote.parse(vec.quote)

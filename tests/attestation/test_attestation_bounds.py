@@ -16,17 +16,6 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from attest_support import (
-    SNP_TIME,
-    VECTORS,
-    IntelVector,
-    intel_policy,
-    nvidia_collateral,
-    nvidia_report,
-    snp_collateral,
-    snp_report,
-    utc,
-)
 
 from attestation import CollateralCache, Policy, load_policy, loads_collateral, verify
 from attestation.amd.report import SnpReport
@@ -50,6 +39,17 @@ from attestation.limits import DEFAULT_LIMITS, Limits
 from attestation.memo import BytesMemo, all_memos
 from attestation.simulated import SimulatedEnclave
 from tessera.cli import main
+from tests.attestation.attest_support import (
+    SNP_TIME,
+    VECTORS,
+    IntelVector,
+    intel_policy,
+    nvidia_collateral,
+    nvidia_report,
+    snp_collateral,
+    snp_report,
+    utc,
+)
 
 FAST_S = 0.5
 """CPU-time bound for a refusal by a cap (measured: under 5 ms; before the caps: 1 to 14.5 s). CPU time of

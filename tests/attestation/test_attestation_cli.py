@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from attest_support import VECTORS
 
 from tessera.commands import attest
+from tests.attestation.attest_support import VECTORS
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,6 @@ import dataclasses
 import struct
 
 import pytest
-from attest_support import NVIDIA_TIME, IntelVector, flip, intel_policy, nvidia_collateral, nvidia_report, utc
 
 from attestation import Binding, Policy, TcbStatus, detect_format, verify
 from attestation.amd.report import SnpReport
@@ -23,6 +22,15 @@ from attestation.errors import (
 from attestation.intel.quote import BODY_SGX, CERT_QE_REPORT, CertificationData, Quote, QuoteHeader, TdReport
 from attestation.nvidia.spdm import GpuReport
 from attestation.simulated import SimulatedEnclave
+from tests.attestation.attest_support import (
+    NVIDIA_TIME,
+    IntelVector,
+    flip,
+    intel_policy,
+    nvidia_collateral,
+    nvidia_report,
+    utc,
+)
 
 NOW = utc(2026, 3, 1)
 BINDING = Binding(10, 3, "0x" + "77" * 20, b"\x05" * 32)

@@ -9,9 +9,12 @@ import os
 import random
 from pathlib import Path
 
-import fuzz_campaign
 import pytest
-from attest_fuzz import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.attestation import fuzz_campaign
+from tests.attestation.attest_fuzz import (
     Seed,
     check_collateral,
     check_parsers,
@@ -22,8 +25,6 @@ from attest_fuzz import (
     oversized_case,
     seeds,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 EXAMPLES = int(os.environ.get("TESSERA_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(

@@ -5,17 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from attest_support import (
-    NVIDIA_TIME,
-    SNP_TIME,
-    IntelVector,
-    flip,
-    intel_policy,
-    nvidia_collateral,
-    nvidia_report,
-    snp_collateral,
-    snp_report,
-)
 
 from attestation import Policy, verify
 from attestation.collateral import collateral_from_dict
@@ -33,6 +22,17 @@ from attestation.errors import (
     UnsupportedVersionError,
 )
 from attestation.intel.quote import Quote
+from tests.attestation.attest_support import (
+    NVIDIA_TIME,
+    SNP_TIME,
+    IntelVector,
+    flip,
+    intel_policy,
+    nvidia_collateral,
+    nvidia_report,
+    snp_collateral,
+    snp_report,
+)
 
 SIG = 0x27C  # 48 header + 584 TD report + 4 signature-data length
 QE = 0x302  # SIG + 64 signature + 64 attestation key + 2 type + 4 size

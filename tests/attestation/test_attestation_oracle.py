@@ -10,7 +10,6 @@ import json
 from collections.abc import Callable
 
 import pytest
-from attest_support import IntelVector, flip, intel_vectors, utc
 
 from attestation import Policy, TcbStatus, verify
 from attestation.collateral import collateral_from_dict
@@ -23,6 +22,7 @@ from attestation.errors import (
     ValidityWindowError,
 )
 from attestation.intel.quote import Quote
+from tests.attestation.attest_support import IntelVector, flip, intel_vectors, utc
 
 dcap_qvl = pytest.importorskip("dcap_qvl", reason="dcap-qvl (dev-only oracle) is not installed")
 
@@ -255,7 +255,7 @@ def test_padded_pck_chains_agree() -> None:
     """Issue 11: a PCK chain padded with root copies. dcap-qvl refuses 1,000 copies ("Too many
     intermediate certificates") and 5,000 (its quote size limit), as we do (caps, before parsing); one
     extra copy it accepts and we refuse: the spec's chain has exactly three certificates."""
-    from attest_fuzz import _padded_quote
+    from tests.attestation.attest_fuzz import _padded_quote
 
     vec = intel_vectors()["tdx_quote"]
     at = int(vec.inside.timestamp())

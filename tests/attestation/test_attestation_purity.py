@@ -7,7 +7,9 @@ import socket
 import time
 
 import pytest
-from attest_support import (
+
+from attestation import Policy, verify
+from tests.attestation.attest_support import (
     NVIDIA_TIME,
     SNP_TIME,
     IntelVector,
@@ -17,8 +19,6 @@ from attest_support import (
     snp_collateral,
     snp_report,
 )
-
-from attestation import Policy, verify
 
 
 class _NoClock(dt.datetime):

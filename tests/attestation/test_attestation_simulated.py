@@ -7,7 +7,6 @@ import datetime as dt
 import json
 
 import pytest
-from attest_support import flip, utc
 
 from attestation import Binding, CollateralCache, Policy, verify
 from attestation.binding import report_data
@@ -25,6 +24,7 @@ from attestation.errors import (
 from attestation.intel.quote import Quote, TdReport
 from attestation.policy import policy_from_dict
 from attestation.simulated import SimulatedEnclave
+from tests.attestation.attest_support import flip, utc
 
 NOW = utc(2026, 11, 22, 12)
 MINER = "0x" + "ab" * 20

@@ -6,18 +6,6 @@ import dataclasses
 import datetime as dt
 
 import pytest
-from attest_support import (
-    NVIDIA_NONCE,
-    NVIDIA_TIME,
-    SNP_TIME,
-    IntelVector,
-    intel_policy,
-    nvidia_collateral,
-    nvidia_report,
-    snp_collateral,
-    snp_report,
-    utc,
-)
 
 from attestation import Policy, TcbStatus, detect_format, verify
 from attestation.amd.report import SnpReport
@@ -34,6 +22,18 @@ from attestation.errors import (
 )
 from attestation.intel.quote import Quote, TdReport
 from attestation.nvidia.spdm import GpuReport
+from tests.attestation.attest_support import (
+    NVIDIA_NONCE,
+    NVIDIA_TIME,
+    SNP_TIME,
+    IntelVector,
+    intel_policy,
+    nvidia_collateral,
+    nvidia_report,
+    snp_collateral,
+    snp_report,
+    utc,
+)
 
 SECOND = dt.timedelta(seconds=1)
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from validator_support import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 
 from protocol.coordinator import update_commitment
+from tests.validator.validator_support import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 from validator.verify import Verdict, VerifyPolicy, verify_update
 
 

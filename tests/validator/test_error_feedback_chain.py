@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from validator_support import MINERS, Round, make_round
 
 from miner.work import BuiltUpdate
 from protocol.tensorblob import tensors_digest
 from protocol.transfer import TransferError
 from protocol.update import decode_update, encode_update, update_digest
 from tessera.attack.miners import Poisoner
+from tests.validator.validator_support import MINERS, Round, make_round
 from validator.verify import VerifyPolicy
 
 POLICY = VerifyPolicy()

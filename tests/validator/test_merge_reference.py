@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from merge_case import RUNS, inputs
 
+from tests.validator.merge_case import RUNS, inputs
 from training.codecs import Encoded, index_bits, layout, unpack_bits
 from training.config import CodecConfig
 from training.digest import state_digest

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import Tensor
-from validator_support import MINERS, Round, make_round
 
 from protocol.update import decode_update
+from tests.validator.validator_support import MINERS, Round, make_round
 from training.assignment import Assignment
 from training.codecs import ErrorFeedback
 from training.data import Dataset, batch_offsets, miner_batches, scoring_batches, scoring_offsets

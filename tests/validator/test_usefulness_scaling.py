@@ -6,9 +6,9 @@ the score stays scale-free as a second line of defence, so it is tested here on 
 from __future__ import annotations
 
 import pytest
-from validator_support import MINERS, Round, make_round
 
 from protocol.update import decode_update
+from tests.validator.validator_support import MINERS, Round, make_round
 from validator.verify import Verdict, VerifyPolicy, _usefulness
 
 

@@ -1,0 +1,1 @@
+"""Tessera's test suites, one package per part of the system."""
