@@ -175,11 +175,12 @@ def verify_update(
 ) -> tuple[Verdict, Update | None]:
     """Run every stage for one miner; returns the verdict and (when it decoded) the update.
 
-    ``fetch_source`` fetches the miner's earlier update that the header's ``ef.source`` names; without it
-    an update that names one is refused (unprovably). ``out_of_time()`` is asked before each stage and each
-    replayed segment (the node asks the chain whether the phase's margin has begun): once it says yes, the
-    verdict is the unprovable stage ``budget`` (scored 0), so one slow or stalling miner cannot make the
-    validator miss a phase (issue 10)."""
+    The stages run in the order of :class:`validator.stages.Stage`, each a function below that raises at
+    the first failure. ``fetch_source`` fetches the miner's earlier update that the header's ``ef.source``
+    names; without it an update that names one is refused (unprovably). ``out_of_time()`` is asked before
+    each stage and each replayed segment (the node asks the chain whether the phase's margin has begun):
+    once it says yes, the verdict is the unprovable stage ``budget`` (scored 0), so one slow or stalling
+    miner cannot make the validator miss a phase (issue 10)."""
     v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
     update: Update | None = None
     t = time.perf_counter()
@@ -193,82 +194,29 @@ def verify_update(
             raise _Fail(Stage.BUDGET, f"verification budget exhausted after {name}", False)
 
     try:
-        if commitment is None:
-            raise _Fail(Stage.COMMIT, "no commitment on-chain")
-        try:
-            data = fetch_update()
-        except Exception as exc:  # transfer errors are typed; any failure means not served
-            raise _Fail(Stage.FETCH, f"{type(exc).__name__}: {exc}") from exc
-        if len(data) > policy.max_update_bytes:
-            raise _Fail(Stage.FETCH, f"{len(data)} bytes > cap {policy.max_update_bytes}")
+        data = _stage_fetch(commitment, fetch_update, policy)
         lap(Stage.FETCH)
-        digest = update_digest(data)
-        v.digest = digest.hex()
-        expect = update_commitment(ctx.chain_id, ctx.contract, ctx.round, miner, digest)
-        if expect != commitment:
-            raise _Fail(Stage.DIGEST, "served bytes do not match the on-chain commitment")
-        evidence_base = {"update_digest": digest.hex(), "commitment": commitment.hex()}
-        try:
-            update = decode_update(  # the run's model and codec checked before decoding (issue 11)
-                data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx)
-            )
-        except UpdateError as exc:
-            raise _Fail(Stage.FORMAT, f"{type(exc).__name__}: {exc}", True, **evidence_base) from exc
+        assert commitment is not None  # _stage_fetch refused a miner without one
+        digest = _stage_digest(ctx, miner, commitment, data, v)
+        proof = {"update_digest": digest.hex(), "commitment": commitment.hex()}
+        update = _stage_format(ctx, data, policy, proof)
         lap(Stage.FORMAT)
-        h = update.header
-        if miner not in ctx.registry:
-            raise _Fail(Stage.HEADER, "the miner is not in this round's registry", True, **evidence_base)
-        a = ctx.assignment(miner)
-        problems = []
-        if h.round != ctx.round:
-            problems.append(f"round {h.round} != {ctx.round}")
-        if h.miner.lower() != miner.lower():
-            problems.append(f"miner {h.miner} != {miner}")
-        if h.base_checkpoint != ctx.checkpoint_digest.hex():
-            problems.append("base checkpoint is not theta_r")
-        if tuple(h.modules) != tuple(a.module_ids):
-            problems.append(f"modules {list(h.modules)} != assigned {list(a.module_ids)}")
-        H, k = ctx.spec.inner.steps, ctx.spec.inner.transcript_interval
-        expect_steps = sorted({*range(0, H, k), H})
-        if list(h.transcript_steps) != expect_steps or h.transcript_interval != k:
-            problems.append("transcript steps are not the run's")
-        want = {n: tuple(t.shape) for n, t in ctx.checkpoint.items() if module_of(n) in set(a.module_ids)}
-        if dict(h.params) != want:
-            problems.append("parameters do not match the assigned modules")
-        if problems:
-            raise _Fail(Stage.HEADER, "; ".join(problems), True, **evidence_base)
+        assignment = _stage_header(ctx, miner, update, proof)
         delta = update.pseudo_gradient()
-        by_module: dict[str, list[float]] = {}
-        for name, d in delta.items():
-            m = module_of(name)
-            by_module.setdefault(m, [0.0, 0.0])
-            by_module[m][0] += float(d.double().pow(2).sum())
-            by_module[m][1] += float(ctx.checkpoint[name].double().pow(2).sum())
-        for m, (dn, wn) in sorted(by_module.items()):
-            if math.sqrt(dn) > policy.max_rel_norm * max(math.sqrt(wn), 1e-12):
-                raise _Fail(
-                    Stage.BOUNDS,
-                    f"module {m}: norm {math.sqrt(dn):.4g} > {policy.max_rel_norm} x {math.sqrt(wn):.4g}",
-                    True,
-                    **evidence_base,
-                )
+        _stage_bounds(ctx, delta, policy, proof)
         lap(Stage.BOUNDS)
-        if evidence is not None and check_evidence is not None:
-            why = check_evidence(evidence, ctx.round, miner, digest)
-            if why is not None:
-                raise _Fail(Stage.ATTESTATION, why, True, **evidence_base)
-            v.attested = True
+        v.attested = _stage_attestation(ctx, miner, digest, evidence, check_evidence, proof)
         lap(Stage.ATTESTATION)
         full = not v.attested or check_this_round(ctx.seed, miner, policy.attested_check_probability)
         segments = (
             policy.segments_per_miner if full else min(policy.attested_segments, policy.segments_per_miner)
         )
         _recompute(
-            ctx, v, a, update, delta, fetch_state, fetch_source, policy, segments, evidence_base, out_of_time
+            ctx, v, assignment, update, delta, fetch_state, fetch_source, policy, segments, proof, out_of_time
         )
         lap(Stage.RECOMPUTE)
         with COMPUTE_LOCK:
-            _usefulness(ctx, v, a, delta, policy)
+            _usefulness(ctx, v, assignment, delta, policy)
         lap(Stage.USEFULNESS, check=False)
         v.accepted = v.score > 0
         v.stage = Stage.OK if v.accepted else Stage.USEFULNESS
@@ -285,6 +233,103 @@ def verify_update(
         v.accepted, v.score = False, 0
         lap(Stage.ERROR, check=False)
     return v, update
+
+
+def _stage_fetch(commitment: bytes | None, fetch_update: Callable[[], bytes], policy: VerifyPolicy) -> bytes:
+    """``commit`` and ``fetch``: the miner committed, and served bytes within the size cap."""
+    if commitment is None:
+        raise _Fail(Stage.COMMIT, "no commitment on-chain")
+    try:
+        data = fetch_update()
+    except Exception as exc:  # transfer errors are typed; any failure means not served
+        raise _Fail(Stage.FETCH, f"{type(exc).__name__}: {exc}") from exc
+    if len(data) > policy.max_update_bytes:
+        raise _Fail(Stage.FETCH, f"{len(data)} bytes > cap {policy.max_update_bytes}")
+    return data
+
+
+def _stage_digest(ctx: RoundContext, miner: str, commitment: bytes, data: bytes, v: Verdict) -> bytes:
+    """``digest``: the bytes are what the miner committed to (the sender-bound commitment); their digest."""
+    digest = update_digest(data)
+    v.digest = digest.hex()
+    if update_commitment(ctx.chain_id, ctx.contract, ctx.round, miner, digest) != commitment:
+        raise _Fail(Stage.DIGEST, "served bytes do not match the on-chain commitment")
+    return digest
+
+
+def _stage_format(ctx: RoundContext, data: bytes, policy: VerifyPolicy, proof: dict[str, Any]) -> Update:
+    """``format``: the bytes decode as an update of the run's model and codec, checked before decoding
+    (issue 11). Provable: anyone can decode the committed bytes again."""
+    try:
+        return decode_update(data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx))
+    except UpdateError as exc:
+        raise _Fail(Stage.FORMAT, f"{type(exc).__name__}: {exc}", True, **proof) from exc
+
+
+def _stage_header(ctx: RoundContext, miner: str, update: Update, proof: dict[str, Any]) -> Assignment:
+    """``header``: round, miner, base checkpoint, assigned modules, transcript steps and parameter shapes
+    are this round's for this miner; returns the miner's assignment."""
+    h = update.header
+    if miner not in ctx.registry:
+        raise _Fail(Stage.HEADER, "the miner is not in this round's registry", True, **proof)
+    a = ctx.assignment(miner)
+    problems = []
+    if h.round != ctx.round:
+        problems.append(f"round {h.round} != {ctx.round}")
+    if h.miner.lower() != miner.lower():
+        problems.append(f"miner {h.miner} != {miner}")
+    if h.base_checkpoint != ctx.checkpoint_digest.hex():
+        problems.append("base checkpoint is not theta_r")
+    if tuple(h.modules) != tuple(a.module_ids):
+        problems.append(f"modules {list(h.modules)} != assigned {list(a.module_ids)}")
+    H, k = ctx.spec.inner.steps, ctx.spec.inner.transcript_interval
+    expect_steps = sorted({*range(0, H, k), H})
+    if list(h.transcript_steps) != expect_steps or h.transcript_interval != k:
+        problems.append("transcript steps are not the run's")
+    want = {n: tuple(t.shape) for n, t in ctx.checkpoint.items() if module_of(n) in set(a.module_ids)}
+    if dict(h.params) != want:
+        problems.append("parameters do not match the assigned modules")
+    if problems:
+        raise _Fail(Stage.HEADER, "; ".join(problems), True, **proof)
+    return a
+
+
+def _stage_bounds(
+    ctx: RoundContext, delta: Mapping[str, Tensor], policy: VerifyPolicy, proof: dict[str, Any]
+) -> None:
+    """``bounds``: each module's pseudo-gradient norm is at most ``max_rel_norm`` times its weights'."""
+    by_module: dict[str, list[float]] = {}
+    for name, d in delta.items():
+        m = module_of(name)
+        by_module.setdefault(m, [0.0, 0.0])
+        by_module[m][0] += float(d.double().pow(2).sum())
+        by_module[m][1] += float(ctx.checkpoint[name].double().pow(2).sum())
+    for m, (dn, wn) in sorted(by_module.items()):
+        if math.sqrt(dn) > policy.max_rel_norm * max(math.sqrt(wn), 1e-12):
+            raise _Fail(
+                Stage.BOUNDS,
+                f"module {m}: norm {math.sqrt(dn):.4g} > {policy.max_rel_norm} x {math.sqrt(wn):.4g}",
+                True,
+                **proof,
+            )
+
+
+def _stage_attestation(
+    ctx: RoundContext,
+    miner: str,
+    digest: bytes,
+    evidence: bytes | None,
+    check_evidence: CheckEvidence | None,
+    proof: dict[str, Any],
+) -> bool:
+    """``attestation``: served TEE evidence verifies and binds (chain, round, miner, digest); whether the
+    miner is attested (no evidence, or no checker: not attested, and fully recomputed)."""
+    if evidence is None or check_evidence is None:
+        return False
+    why = check_evidence(evidence, ctx.round, miner, digest)
+    if why is not None:
+        raise _Fail(Stage.ATTESTATION, why, True, **proof)
+    return True
 
 
 def _recompute(
