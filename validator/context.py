@@ -1,0 +1,96 @@
+"""What verifying one update works with: the round's fixed inputs (:class:`RoundContext`), the verdict it
+produces (:class:`Verdict`), the fetchers it is given, and the failure a stage raises."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from protocol.runspec import RunSpec
+from training.assignment import Assignment, assign
+from training.config import CodecConfig
+from training.data import Dataset
+from validator.stages import Stage
+
+FetchBytes = Callable[[str], bytes]
+
+
+#: Fetches a transcript state by its (hex) state digest.
+FetchState = Callable[[str], dict[str, Tensor]]
+
+
+#: The bytes of this miner's own update of an earlier round by (round, hex digest), already checked
+#: against that round's on-chain commitment: raises :class:`validator.errors.SourceMismatchError` when the
+#: digest is not what the miner committed (provable), anything else when it cannot be fetched.
+FetchSource = Callable[[int, str], bytes]
+
+
+#: Verifies TEE evidence bound to (round, miner, digest); returns None if it holds, else the reason.
+CheckEvidence = Callable[[bytes, int, str, bytes], str | None]
+
+
+@dataclass
+class Verdict:
+    """The outcome for one miner."""
+
+    miner: str
+    round: int
+    accepted: bool
+    stage: str
+    """A :class:`validator.stages.Stage`: ``ok`` or the stage that decided (empty while undecided)."""
+    reason: str
+    score: int = 0
+    provable: bool = False
+    attested: bool = False
+    digest: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (stored and served)."""
+        return asdict(self)
+
+
+@dataclass
+class RoundContext:
+    """What is fixed for every miner of a round."""
+
+    spec: RunSpec
+    dataset: Dataset
+    round: int
+    chain_id: int
+    contract: str
+    validator: str
+    checkpoint: dict[str, Tensor]
+    checkpoint_digest: bytes
+    assign_seed: bytes
+    seed: bytes
+    registry: Sequence[str]
+    validators: Sequence[str] = ()
+    """The round's registered validators: this validator's slot among them picks its window of segments
+    (``validator.sampling``); empty (or not among them): an independent draw."""
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+    _heldout: dict[int, tuple[Tensor, float]] = field(default_factory=dict)
+
+    def assignment(self, miner: str) -> Assignment:
+        """The miner's assignment (computed once for the round)."""
+        if not self.assignments:
+            self.assignments = assign(
+                self.assign_seed, list(self.registry), self.spec.model, self.spec.experts_per_miner
+            )
+        return self.assignments[miner]
+
+
+class _Fail(Exception):
+    def __init__(self, stage: Stage, reason: str, provable: bool = False, **evidence: Any) -> None:
+        super().__init__(reason)
+        self.stage, self.reason, self.provable, self.evidence = stage, reason, provable, evidence
+
+
+def _run_model(ctx: RoundContext) -> tuple[dict[str, tuple[int, ...]], CodecConfig]:
+    """The run's parameter shapes and codec, which an update's header must match before it is decoded."""
+    return {n: tuple(t.shape) for n, t in ctx.checkpoint.items()}, ctx.spec.codec

@@ -1,0 +1,363 @@
+"""The ``recompute`` stage: the transcript anchors at theta_r, seed-chosen segments replay, and the update
+is exactly what the codec makes of the final state plus the miner's error feedback (F12); the re-check of a
+peer's slashing evidence (F8) replays one segment the same way."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from protocol.runspec import COMPUTE_LOCK
+from protocol.update import Update, UpdateCaps, UpdateError, decode_update
+from training.assignment import Assignment
+from training.codecs import ErrorFeedback
+from training.data import miner_batches
+from training.digest import state_digest
+from training.diloco import pseudo_gradient
+from training.errors import TrainingError
+from training.inner import replay_segment, states_close
+from training.model import module_of
+from validator.context import (
+    FetchSource,
+    FetchState,
+    RoundContext,
+    Verdict,
+    _Fail,
+    _run_model,
+)
+from validator.errors import SourceMismatchError
+from validator.policy import VerifyPolicy
+from validator.sampling import segments_to_check, validator_slot
+from validator.stages import Stage
+
+log = logging.getLogger(__name__)
+
+
+def _recompute(
+    ctx: RoundContext,
+    v: Verdict,
+    a: Assignment,
+    update: Update,
+    delta: Mapping[str, Tensor],
+    fetch_state: FetchState,
+    fetch_source: FetchSource | None,
+    policy: VerifyPolicy,
+    segments: int,
+    ev: dict[str, Any],
+    out_of_time: Callable[[], bool] | None = None,
+) -> None:
+    h = update.header
+    digests = list(h.transcript_digests)
+    steps = list(h.transcript_steps)
+
+    def get(i: int) -> dict[str, Tensor]:
+        try:
+            st = fetch_state("0x" + digests[i])
+        except Exception as exc:
+            raise _Fail(
+                Stage.RECOMPUTE, f"state at step {steps[i]} not served: {exc}", False, step=steps[i]
+            ) from exc
+        if state_digest(st).hex() != digests[i]:
+            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[i]} does not match the transcript", False)
+        return st
+
+    # anchor: the step-0 state's parameters are exactly theta_r's (moments are the miner's choice)
+    start0 = get(0)
+    mods = set(a.module_ids)
+    want = {n for n in ctx.checkpoint if module_of(n) in mods}
+    have = {k.removeprefix("param/") for k in start0 if k.startswith("param/")}
+    if have != want or any(not torch.equal(start0[f"param/{n}"], ctx.checkpoint[n]) for n in want):
+        raise _Fail(Stage.RECOMPUTE, "transcript does not start at the checkpoint", True, **ev, step=0)
+
+    final = get(len(steps) - 1)
+    num = den_a = den_b = 0.0
+    for name, d in delta.items():
+        # compare on the update's support: top-k codecs send few coordinates, error feedback shifts them
+        true = ctx.checkpoint[name].double() - final[f"param/{name}"].double()
+        mask = d != 0
+        dd, tt = d.double()[mask], true[mask]
+        num += float((dd * tt).sum())
+        den_a += float(dd.pow(2).sum())
+        den_b += float(tt.pow(2).sum())
+    cos = num / max(math.sqrt(den_a * den_b), 1e-30)
+    v.metrics["final_cosine"] = round(cos, 6)
+    if cos < policy.min_final_cosine:
+        raise _Fail(Stage.RECOMPUTE, f"update is unrelated to the transcript (cosine {cos:.3f})", True, **ev)
+    _check_error_feedback(ctx, v, update, delta, final, fetch_state, fetch_source, policy, ev)
+    if segments <= 0:
+        v.evidence["segments"] = []
+        return
+    segs = segments_to_check(
+        ctx.seed,
+        v.miner,
+        len(steps) - 1,
+        segments,
+        ctx.validator.encode(),
+        slot=validator_slot(ctx.validator, ctx.validators),
+    )
+    v.evidence["segments"] = [steps[i] for i in segs]
+    batches = miner_batches(
+        ctx.dataset,
+        ctx.assign_seed,
+        a,
+        ctx.spec.inner.steps,
+        ctx.spec.inner.batch_size,
+        ctx.spec.model.seq_len,
+    )
+    replayed_steps = 0
+    worst_param = worst_moment = 0.0
+    for i in segs:
+        if out_of_time is not None and out_of_time():
+            raise _Fail(
+                Stage.BUDGET, f"verification budget exhausted before replaying step {steps[i]}", False
+            )
+        t0 = time.perf_counter()
+        d_param, d_moment = _replay_one(ctx, a, update, batches, get, policy, i, ev)
+        worst_param, worst_moment = max(worst_param, d_param), max(worst_moment, d_moment)
+        replayed_steps += steps[i + 1] - steps[i]
+        v.metrics["replay_seconds"] = v.metrics.get("replay_seconds", 0.0) + time.perf_counter() - t0
+    v.metrics["replayed_steps"] = replayed_steps
+    v.metrics["replay_param_rel_diff"] = _sig(worst_param)
+    v.metrics["replay_moment_rel_diff"] = _sig(worst_moment)
+
+
+def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict[str, Tensor]:
+    """A state served by digest, checked against it (not served: an unprovable failure)."""
+    try:
+        st = fetch_state("0x" + digest)
+    except Exception as exc:
+        raise _Fail(Stage.RECOMPUTE, f"{what} not served: {exc}", False) from exc
+    if state_digest(st).hex() != digest:
+        raise _Fail(Stage.RECOMPUTE, f"{what} does not match its digest", False)
+    return st
+
+
+def _sig(x: float) -> float:
+    """``x`` to 4 significant digits (a metric: small honest differences must not round to 0)."""
+    return float(f"{x:.4g}")
+
+
+def _rel_err(got: Mapping[str, Tensor], want: Mapping[str, Tensor]) -> float:
+    """||got - want|| / ||want|| over every tensor of ``want`` (float64)."""
+    num = sum(float((got[n].double() - w.double()).pow(2).sum()) for n, w in want.items())
+    den = sum(float(w.double().pow(2).sum()) for w in want.values())
+    return math.sqrt(num) / max(math.sqrt(den), 1e-30)
+
+
+def _check_error_feedback(
+    ctx: RoundContext,
+    v: Verdict,
+    update: Update,
+    delta: Mapping[str, Tensor],
+    final: Mapping[str, Tensor],
+    fetch_state: FetchState,
+    fetch_source: FetchSource | None,
+    policy: VerifyPolicy,
+    ev: dict[str, Any],
+) -> None:
+    """Recompute the compressed update from the transcript and the miner's committed residual (F12).
+
+    The residual the miner started from is the one it committed to (``ef.after``) in the earlier update
+    that ``ef.source`` names, an update whose bytes match that round's on-chain commitment; with no source
+    it is zero. Everything compared is committed, so a mismatch is provable."""
+    h = update.header
+    prev: dict[str, Tensor] = {}
+    if h.ef_source is not None:
+        s, src_digest = h.ef_source
+        if s >= ctx.round:
+            raise _Fail(
+                Stage.RECOMPUTE, f"error-feedback source round {s} is not before {ctx.round}", True, **ev
+            )
+        if fetch_source is None:
+            raise _Fail(Stage.RECOMPUTE, "cannot fetch the error-feedback source update", False)
+        try:
+            data = fetch_source(s, src_digest)
+        except SourceMismatchError as exc:
+            raise _Fail(Stage.RECOMPUTE, f"error-feedback source: {exc}", True, **ev) from exc
+        except Exception as exc:
+            raise _Fail(
+                Stage.RECOMPUTE, f"error-feedback source of round {s} not available: {exc}", False
+            ) from exc
+        try:
+            src = decode_update(
+                data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx)
+            ).header
+        except UpdateError as exc:
+            raise _Fail(Stage.RECOMPUTE, f"error-feedback source does not decode: {exc}", True, **ev) from exc
+        if src.round != s or src.miner.lower() != v.miner.lower():
+            raise _Fail(
+                Stage.RECOMPUTE, "error-feedback source is not this miner's update of its round", True, **ev
+            )
+        residual = _fetch_digest_state(fetch_state, src.ef_after, f"error-feedback residual of round {s}")
+        for key, t in residual.items():
+            name = key.removeprefix("ef/")
+            if name in delta:
+                if t.shape != delta[name].shape or t.dtype != torch.float32:
+                    raise _Fail(
+                        Stage.RECOMPUTE, f"residual of {name} has the wrong shape or dtype", True, **ev
+                    )
+                prev[name] = t
+    truth = pseudo_gradient(ctx.checkpoint, {n: final[f"param/{n}"] for n in delta})
+    ef = ErrorFeedback(replace(h.codec, ef_beta=ctx.spec.codec.ef_beta))
+    ef.load_state_dict({f"ef/{n}": t for n, t in prev.items()})
+    _encs, sent = ef.compress(truth)
+    err = _rel_err(delta, sent)
+    v.metrics["ef_rel_err"] = _sig(err)
+    if err > policy.ef_rel_tol:
+        raise _Fail(
+            Stage.RECOMPUTE,
+            f"the update is not the compressed transcript result (relative error {err:.3g} against the "
+            f"recomputation with the committed error-feedback residual)",
+            True,
+            **ev,
+        )
+    after = _fetch_digest_state(fetch_state, h.ef_after, "error-feedback residual after the update")
+    want = ef.state_dict()
+    if set(after) != set(want) or any(after[k].shape != want[k].shape for k in want):
+        raise _Fail(
+            Stage.RECOMPUTE, "the committed residual does not cover the update's parameters", True, **ev
+        )
+    err_after = _rel_err(after, want)
+    v.metrics["ef_after_rel_err"] = _sig(err_after)
+    if err_after > policy.ef_rel_tol:
+        raise _Fail(
+            Stage.RECOMPUTE, f"the committed residual is not the recomputed one ({err_after:.3g})", True, **ev
+        )
+
+
+def _replay_one(
+    ctx: RoundContext,
+    a: Assignment,
+    update: Update,
+    batches: Tensor,
+    get: Callable[[int], dict[str, Tensor]],
+    policy: VerifyPolicy,
+    i: int,
+    ev: dict[str, Any],
+) -> tuple[float, float]:
+    """Replay transcript segment ``i`` (states ``i`` -> ``i + 1``); :class:`_Fail` (provable) if it fails.
+
+    Returns the largest relative difference, per tensor, of the replay against the served end state:
+    (parameters, moments and counters), 0 when the digests agree."""
+    steps, digests = list(update.header.transcript_steps), list(update.header.transcript_digests)
+    start, end = get(i), get(i + 1)
+    try:
+        with COMPUTE_LOCK:
+            got = replay_segment(
+                ctx.spec.model,
+                ctx.spec.inner,
+                ctx.checkpoint,
+                a,
+                batches,
+                ctx.round,
+                start,
+                steps[i + 1],
+                device=policy.device,
+            )
+    except TrainingError as exc:
+        raise _Fail(Stage.RECOMPUTE, f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
+    same = state_digest(got).hex() == digests[i + 1]
+    if not same and not _replay_matches(got, end, policy):
+        worst = _worst_rel_diff(got, end)
+        raise _Fail(
+            Stage.RECOMPUTE,
+            f"segment {steps[i]}..{steps[i + 1]} does not replay",
+            True,
+            **ev,
+            segment=[steps[i], steps[i + 1]],
+            start_digest=digests[i],
+            claimed=digests[i + 1],
+            replayed=state_digest(got).hex(),
+            worst_tensor=worst[0],
+            worst_rel_diff=worst[1],
+        )
+    return (0.0, 0.0) if same else replay_differences(got, end)
+
+
+def recheck_segment(
+    ctx: RoundContext,
+    miner: str,
+    update: Update,
+    fetch_state: FetchState,
+    policy: VerifyPolicy,
+    segment_start: int,
+) -> tuple[bool | None, str]:
+    """Re-run another validator's slashing evidence: the replay of the transcript segment that starts at
+    inner step ``segment_start`` of ``update`` (whose bytes the caller checked against the commitment).
+
+    Returns ``(True, reason)`` if the segment provably fails (the anchor or the replay), ``(False, "")`` if
+    it replays, ``(None, reason)`` if it cannot be decided (a state not served, a segment the transcript
+    does not have): vote only on ``True``.
+    """
+    h = update.header
+    steps, digests = list(h.transcript_steps), list(h.transcript_digests)
+    if miner not in ctx.registry or segment_start not in steps[:-1]:
+        return None, f"no segment starts at step {segment_start}"
+    i = steps.index(segment_start)
+    a = ctx.assignment(miner)
+
+    def get(j: int) -> dict[str, Tensor]:
+        try:
+            st = fetch_state("0x" + digests[j])
+        except Exception as exc:
+            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[j]} not served: {exc}", False) from exc
+        if state_digest(st).hex() != digests[j]:
+            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[j]} does not match the transcript", False)
+        return st
+
+    batches = miner_batches(
+        ctx.dataset,
+        ctx.assign_seed,
+        a,
+        ctx.spec.inner.steps,
+        ctx.spec.inner.batch_size,
+        ctx.spec.model.seq_len,
+    )
+    try:
+        _replay_one(ctx, a, update, batches, get, policy, i, {})
+    except _Fail as f:
+        return (True if f.provable else None), f.reason
+    return False, ""
+
+
+def _replay_matches(got: Mapping[str, Tensor], served: Mapping[str, Tensor], policy: VerifyPolicy) -> bool:
+    """Moments and counters within ``replay_rel_tol``, parameters within ``param_rel_tol``."""
+    if set(got) != set(served):
+        return False
+    params = {k: v for k, v in got.items() if k.startswith("param/")}
+    others = {k: v for k, v in got.items() if not k.startswith("param/")}
+    return states_close(others, {k: served[k] for k in others}, policy.replay_rel_tol) and states_close(
+        params, {k: served[k] for k in params}, policy.param_rel_tol
+    )
+
+
+def replay_differences(got: Mapping[str, Tensor], served: Mapping[str, Tensor]) -> tuple[float, float]:
+    """The largest per-tensor relative L2 difference of a replayed state against the served one, as
+    ``(parameters, moments and counters)``: what ``param_rel_tol`` and ``replay_rel_tol`` bound."""
+    params = {k for k in got if k.startswith("param/")}
+    d_param = _worst_rel_diff({k: got[k] for k in params}, {k: served[k] for k in params if k in served})
+    d_other = _worst_rel_diff(
+        {k: v for k, v in got.items() if k not in params},
+        {k: v for k, v in served.items() if not k.startswith("param/")},
+    )
+    return d_param[1], d_other[1]
+
+
+def _worst_rel_diff(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> tuple[str, float]:
+    """The tensor of ``a`` furthest from ``b`` in relative L2 (names missing in either count as inf)."""
+    worst = ("", 0.0)
+    for k in sorted(set(a) | set(b)):
+        if k not in a or k not in b or a[k].shape != b[k].shape:
+            return (k, math.inf)
+        x, y = a[k].double(), b[k].double()
+        d = float(torch.linalg.vector_norm(x - y)) / max(float(torch.linalg.vector_norm(y)), 1e-12)
+        if d > worst[1]:
+            worst = (k, d)
+    return worst
