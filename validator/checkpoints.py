@@ -3,13 +3,11 @@ validators' signatures and certify it on-chain."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
 import httpx
 
-from protocol.canonical import check_json_depth
 from protocol.coordinator import (
     CoordinatorError,
 )
@@ -24,7 +22,7 @@ from protocol.tensorblob import (
     tensor_blob_digest,
     tensors_digest,
 )
-from protocol.transfer import TransferError, fetch_blob, get_capped
+from protocol.transfer import TransferError, fetch_blob
 from protocol.update import decode_update
 from validator.errors import CertificationError, ValidatorError
 from validator.intake import IntakeMixin
@@ -166,13 +164,7 @@ class CheckpointsMixin(IntakeMixin):
         validators = set(self.coord.validators())
         for url in sorted(peers):
             try:
-                body = get_capped(
-                    f"{url.rstrip('/')}/signatures/{p}",
-                    max_bytes=MAX_SIGNATURE_RESPONSE_BYTES,
-                    timeout=self.cfg.fetch_timeout,
-                )
-                check_json_depth(body)
-                doc = json.loads(body)
+                doc = self._peer_json(url, f"/signatures/{p}", MAX_SIGNATURE_RESPONSE_BYTES)
                 signer = str(doc["signer"])
                 if doc.get("digest") != digest or signer not in validators or signer in sigs:
                     continue

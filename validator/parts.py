@@ -8,10 +8,13 @@ while an adversarial subclass of the node (``tessera.attack.validators``) can st
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor
 
+from protocol.canonical import check_json_depth
 from protocol.coordinator import (
     Coordinator,
     RoundState,
@@ -19,7 +22,7 @@ from protocol.coordinator import (
 from protocol.discovery import Discovery
 from protocol.nodeapi import NodeMetrics
 from protocol.runspec import RunSpec
-from protocol.transfer import BlobStore, FetchPolicy
+from protocol.transfer import BlobStore, FetchPolicy, get_capped
 from training.config import CodecConfig
 from training.data import Dataset, prepare
 from validator.config import ValidatorConfig
@@ -103,3 +106,10 @@ class ValidatorParts:
             registry=self.coord.miners(st.round),
             validators=self.coord.validators(),
         )
+
+    def _peer_json(self, url: str, path: str, max_bytes: int) -> Any:
+        """A peer validator's JSON answer at ``path``, bounded in bytes, wall time and nesting; raises
+        ``ProtocolError`` (transfer, depth), ``httpx.HTTPError`` or ``ValueError`` (not JSON)."""
+        body = get_capped(f"{url.rstrip('/')}{path}", max_bytes=max_bytes, timeout=self.cfg.fetch_timeout)
+        check_json_depth(body)
+        return json.loads(body)

@@ -103,14 +103,7 @@ def _recompute(
         slot=validator_slot(ctx.validator, ctx.validators),
     )
     v.evidence["segments"] = [steps[i] for i in segs]
-    batches = miner_batches(
-        ctx.dataset,
-        ctx.assign_seed,
-        a,
-        ctx.spec.inner.steps,
-        ctx.spec.inner.batch_size,
-        ctx.spec.model.seq_len,
-    )
+    batches = _training_batches(ctx, a)
     replayed_steps = 0
     worst_param = worst_moment = 0.0
     for i in segs:
@@ -126,6 +119,18 @@ def _recompute(
     v.metrics["replayed_steps"] = replayed_steps
     v.metrics["replay_param_rel_diff"] = _sig(worst_param)
     v.metrics["replay_moment_rel_diff"] = _sig(worst_moment)
+
+
+def _training_batches(ctx: RoundContext, a: Assignment) -> Tensor:
+    """The batches the miner trained on (its assignment's, in the round's order)."""
+    return miner_batches(
+        ctx.dataset,
+        ctx.assign_seed,
+        a,
+        ctx.spec.inner.steps,
+        ctx.spec.inner.batch_size,
+        ctx.spec.model.seq_len,
+    )
 
 
 def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict[str, Tensor]:
@@ -312,14 +317,7 @@ def recheck_segment(
             raise _Fail(Stage.RECOMPUTE, f"state at step {steps[j]} does not match the transcript", False)
         return st
 
-    batches = miner_batches(
-        ctx.dataset,
-        ctx.assign_seed,
-        a,
-        ctx.spec.inner.steps,
-        ctx.spec.inner.batch_size,
-        ctx.spec.model.seq_len,
-    )
+    batches = _training_batches(ctx, a)
     try:
         _replay_one(ctx, a, update, batches, get, policy, i, {})
     except _Fail as f:

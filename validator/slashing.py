@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import httpx
 from eth_utils import keccak
 from torch import Tensor
 
-from protocol.canonical import check_json_depth, dumps_canonical
+from protocol.canonical import dumps_canonical
 from protocol.coordinator import (
     CoordinatorError,
     RoundState,
@@ -19,7 +18,7 @@ from protocol.tensorblob import (
     decode_tensors,
     tensor_blob_digest,
 )
-from protocol.transfer import TransferError, fetch_blob, get_capped
+from protocol.transfer import TransferError, fetch_blob
 from protocol.update import decode_update, update_digest
 from validator.intake import IntakeMixin
 from validator.parts import Theta
@@ -70,13 +69,7 @@ class SlashingMixin(IntakeMixin):
         peers += list(self.cfg.peer_urls)
         for url in [u for u in dict.fromkeys(peers) if u != self.url]:
             try:
-                body = get_capped(
-                    f"{url.rstrip('/')}/verdicts/{r}",
-                    max_bytes=MAX_VERDICTS_RESPONSE_BYTES,
-                    timeout=self.cfg.fetch_timeout,
-                )
-                check_json_depth(body)
-                doc = json.loads(body)
+                doc = self._peer_json(url, f"/verdicts/{r}", MAX_VERDICTS_RESPONSE_BYTES)
             except (ProtocolError, httpx.HTTPError, ValueError, RecursionError) as exc:
                 log.info("round %d: verdicts of %s unavailable: %s", r, url, exc)
                 continue

@@ -116,6 +116,7 @@ def test_certify_skips_deep_and_oversize_peer_answers(monkeypatch: pytest.Monkey
     """``ValidatorNode._certify`` reads peers' signatures through the size cap and the depth guard."""
     from validator import checkpoints as vcert
     from validator import node as vnode
+    from validator import parts as vparts
 
     seen: list[str] = []
 
@@ -124,7 +125,7 @@ def test_certify_skips_deep_and_oversize_peer_answers(monkeypatch: pytest.Monkey
         assert max_bytes == vcert.MAX_SIGNATURE_RESPONSE_BYTES
         return DEEP
 
-    monkeypatch.setattr(vcert, "get_capped", fake_get_capped)
+    monkeypatch.setattr(vparts, "get_capped", fake_get_capped)
 
     class _Rec:
         url = "http://peer"
