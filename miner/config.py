@@ -62,6 +62,10 @@ def load_miner_config(
         raise MinerConfigError(str(exc)) from exc
     if cfg.tee not in ("none", "simulated"):
         raise MinerConfigError(f"tee must be none or simulated, not {cfg.tee!r}")
+    from miner.behaviour import available
+
+    if cfg.behaviour not in available():  # before any key, chain or DHT is touched
+        raise MinerConfigError(f"unknown miner behaviour {cfg.behaviour!r}; choose from {available()}")
     return cfg
 
 

@@ -7,7 +7,8 @@ import importlib
 import logging
 import pkgutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tessera import __version__
 
@@ -57,10 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit status."""
+def main(argv: Sequence[str] | None = None, *, extra: Mapping[str, Any] | None = None) -> int:
+    """Run the CLI; returns the process exit status. ``extra``: attributes set on the parsed arguments
+    (the attack harness's entry point passes the validator class it runs, ``tessera.attack.node``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    for k, v in (extra or {}).items():
+        setattr(args, k, v)
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -110,7 +110,7 @@ def node_env_args(specs: list[str], miners: int, validators: int) -> dict[str, d
 
 def adversary_args(specs: list[str], miners: int, validators: int) -> dict[str, list[str]]:
     """``NODE=MODE`` pairs as the extra flags of those nodes; :class:`TesseraError` on a bad pair."""
-    from tessera.commands.validator import MODES
+    from tessera.attack.node import MODES
     from tessera.errors import TesseraError
 
     out: dict[str, list[str]] = {}

@@ -30,7 +30,6 @@ def _run(args: argparse.Namespace) -> int:
     from miner.node import MinerNode, simulated_evidence
     from protocol.discovery import Discovery
     from protocol.runspec import RunSpec
-    from tessera.attack.miners import register_all
     from tessera.nodes import (
         check_genesis,
         connect,
@@ -40,8 +39,6 @@ def _run(args: argparse.Namespace) -> int:
         start_dht,
     )
 
-    # make the adversarial modes selectable (``--behaviour NAME``) before the node builds its behaviour
-    register_all()
     cfg = load_miner_config(args.config, overrides_from_args(args, MinerConfig))
     key = load_miner_key(cfg)
     spec = RunSpec.load(cfg.run_file)

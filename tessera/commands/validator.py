@@ -5,32 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-#: ``--mode`` names -> class names in ``tessera.attack.validators`` (``honest``: the plain node).
-MODES = {
-    "honest": "",
-    "copier": "CopierValidator",
-    "random": "RandomValidator",
-    "colluding": "ColludingValidator",
-    "silent": "SilentValidator",
-    "bad-signer": "BadSignerValidator",
-}
-
-
-def node_class(mode: str) -> type:
-    """The validator node class for ``--mode``."""
-    from validator.node import ValidatorNode
-
-    if mode not in MODES:
-        from tessera.errors import TesseraError
-
-        raise TesseraError(f"unknown validator mode {mode!r}; choose from {sorted(MODES)}")
-    if not MODES[mode]:
-        return ValidatorNode
-    from tessera.attack import validators
-
-    cls: type = getattr(validators, MODES[mode])
-    return cls
-
 
 def register(subparsers: Any) -> None:
     """Add ``tessera validator``."""
@@ -47,12 +21,6 @@ def register(subparsers: Any) -> None:
         "$TESSERA_VALIDATOR_KEY (or --key-env NAME) or an encrypted --keystore.",
     )
     add_config_flags(run, ValidatorConfig)
-    run.add_argument(
-        "--mode",
-        default="honest",
-        choices=sorted(MODES),
-        help="validator mode: honest, or an adversarial mode of tessera.attack.validators (testing only)",
-    )
     run.set_defaults(handler=_run)
     parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
 
@@ -80,7 +48,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         discovery = Discovery(coord.chain_id, key, dht, cfg.peer_urls)
         checker = dev_evidence_checker(coord.chain_id, dev_tee_seed()) if cfg.dangerous_dev_tee else None
-        cls = node_class(getattr(args, "mode", "honest") or "honest")
+        # the attack harness's entry point (tessera.attack.node) runs an adversarial subclass here
+        cls = getattr(args, "node_class", None) or ValidatorNode
         node: ValidatorNode = cls(cfg, spec, coord, discovery, key, check_evidence=checker).start()
         print(f"validator {coord.address} serving at {node.url} (live page: {node.url}/)", flush=True)
         run_until_signal(node)

@@ -411,8 +411,11 @@ class Devnet:
             return
         env = {**os.environ, **n.env, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.cfg.threads)}
         logf = open(n.log_path, "ab")
+        # an adversary (--adversary) runs through the attack harness's entry point; honest nodes through
+        # the product command, which knows no adversarial behaviour
+        module = "tessera.attack.node" if {"--behaviour", "--mode"} & set(n.args) else "tessera"
         n.proc = subprocess.Popen(
-            [sys.executable, "-m", "tessera", "-v", n.role, "run", *n.args],
+            [sys.executable, "-m", module, "-v", n.role, "run", *n.args],
             env=env,
             stdout=logf,
             stderr=subprocess.STDOUT,
