@@ -107,7 +107,10 @@ def create_node_app(
         title=f"Tessera {role}",
         version=version,
         description=f"The {role} node's API: health, status, metrics and blobs by digest.",
+        docs_url=None,  # served below from bundled assets: FastAPI's loads them from a CDN (blank offline)
+        redoc_url=None,
     )
+    _offline_docs(app)
     started = time.time()
 
     @app.get("/health", summary="Liveness")
@@ -161,6 +164,30 @@ def create_node_app(
 
     _document_misses(app)
     return app
+
+
+#: Where the bundled Swagger UI assets are served (package ``swagger-ui-bundle``).
+DOCS_ASSETS = "/docs-assets"
+
+
+def _offline_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI from assets this node serves itself, so the page works without the internet."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
 
 
 def _document_misses(app: FastAPI) -> None:
