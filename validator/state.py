@@ -16,11 +16,58 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from protocol.canonical import CanonicalJSONError, check_json_depth
 from protocol.transfer import BlobStore, atomic_write
 from validator.errors import ValidatorStateError
+
+
+class RoundRecord(TypedDict, total=False):
+    """What a validator keeps of one round in ``state.json`` (every key optional until written).
+
+    Typed so that mypy checks every key written (``ValidatorState.set``) and read (``rec["..."]``,
+    ``rec.get("...")``); ``set`` refuses an unknown key at run time as well."""
+
+    verdicts: dict[str, dict[str, Any]]
+    """Miner -> its verdict (``validator.context.Verdict.to_json``), written as soon as reached."""
+    seed_secret: str
+    """This validator's seed share secret (hex), stored before its commitment is sent."""
+    miners: list[str]
+    """The committed miners in ascending address order (the score vector's order)."""
+    scores: list[int]
+    """The score vector, stored with its salt before the score commitment is sent."""
+    salt: str
+    """The score commitment's salt (hex)."""
+    score_committed: bool
+    score_revealed: bool
+    verify_seconds: float
+    heldout_before: float
+    """Held-out loss of theta_r."""
+    heldout_after: float
+    """Held-out loss of the merged theta_{r+1}."""
+    consensus: dict[str, int]
+    """The chain's consensus score per miner."""
+    rewards: dict[str, str]
+    """Wei paid per address (decimal strings)."""
+    merged: str
+    """Digest of theta_{r+1} as this validator merged it."""
+    merged_from: list[str]
+    """Miners whose updates went into the merge."""
+    signature: str
+    """This validator's certificate signature of ``merged`` (0x hex)."""
+    merge_seconds: float
+    certified: bool
+    """theta_{r+1} is certified on-chain."""
+    certify_wait_since: float
+    """When this validator, not the lowest signer, started waiting before submitting the certificate."""
+    rechecked: dict[str, bool]
+    """``miner:digest`` of peers' slashing evidence -> whether the replay failed (F8)."""
+    updates: dict[str, str]
+    """Miner -> digest of the update bytes held (they matched the commitment), served at ``/updates``."""
+
+
+ROUND_KEYS = frozenset(RoundRecord.__annotations__)
 
 
 class ValidatorState:
@@ -46,16 +93,21 @@ class ValidatorState:
     def _save(self) -> None:
         atomic_write(self._file, json.dumps(self._doc, sort_keys=True, indent=1).encode())
 
-    def round(self, r: int) -> dict[str, Any]:
+    def round(self, r: int) -> RoundRecord:
         """The round's record (created empty on first use)."""
-        return self._doc["rounds"].setdefault(str(r), {"verdicts": {}})
+        rec: RoundRecord = self._doc["rounds"].setdefault(str(r), {"verdicts": {}})
+        return rec
 
-    def rounds(self) -> dict[int, dict[str, Any]]:
+    def rounds(self) -> dict[int, RoundRecord]:
         """All round records."""
         return {int(k): v for k, v in self._doc["rounds"].items()}
 
-    def set(self, r: int, **fields: Any) -> None:
-        """Store fields on a round's record, durably."""
+    def set(self, r: int, **fields: Unpack[RoundRecord]) -> None:
+        """Store fields on a round's record, durably; an unknown key is a :class:`ValidatorStateError` (a
+        typo must not write a field nobody reads)."""
+        unknown = set(fields) - ROUND_KEYS
+        if unknown:
+            raise ValidatorStateError(f"unknown round record keys {sorted(unknown)}")
         self.round(r).update(fields)
         self._save()
 

@@ -179,3 +179,14 @@ def test_device_setting() -> None:
         role = mod.__name__.rsplit(".", 1)[1]
         args = parser.parse_args([role, "run", "--device", "cuda:1"])
         assert args.cfg_device == "cuda:1"
+
+
+def test_validator_round_record_refuses_unknown_keys(tmp_path: Path) -> None:
+    """A typo in a round record key must not write a field nobody reads (issue 15)."""
+    from validator.errors import ValidatorStateError
+
+    st = ValidatorState(tmp_path)
+    st.set(3, scores=[1, 2], salt="00")
+    with pytest.raises(ValidatorStateError, match="score_commited"):
+        st.set(3, score_commited=True)  # type: ignore[call-arg]
+    assert ValidatorState(tmp_path).round(3) == {"verdicts": {}, "scores": [1, 2], "salt": "00"}
