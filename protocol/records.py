@@ -20,7 +20,7 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_utils import is_checksum_address
 
-from protocol.canonical import CanonicalJSONError, check_json_depth
+from protocol.canonical import CanonicalJSONError, check_json_depth, dumps_canonical
 from protocol.errors import ProtocolError
 
 #: Domain separator signed together with the body, so a record signature is good for nothing else.
@@ -105,13 +105,13 @@ class NodeRecord:
 
     def signing_bytes(self) -> bytes:
         """Canonical bytes the signature covers: the domain, a newline, the canonical body."""
-        return RECORD_DOMAIN.encode() + b"\n" + canonical_json(self.body())
+        return RECORD_DOMAIN.encode() + b"\n" + dumps_canonical(self.body())
 
     def encode(self) -> bytes:
         """The record's wire bytes (canonical JSON including the signature)."""
         doc = self.body()
         doc["signature"] = self.signature
-        return canonical_json(doc)
+        return dumps_canonical(doc)
 
     def digest_of(self, kind: str) -> str | None:
         """The first served digest of a kind, if any."""
@@ -119,11 +119,6 @@ class NodeRecord:
             if s.kind == kind:
                 return s.digest
         return None
-
-
-def canonical_json(doc: Any) -> bytes:
-    """Canonical JSON: sorted keys, no whitespace, ASCII only."""
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
 def sign_record(record: NodeRecord, private_key: str | bytes) -> NodeRecord:
@@ -279,7 +274,11 @@ def decode_record(
         signature=doc["signature"],
     )
     validate_fields(rec)
-    if canonical_json(doc) != bytes(data):
+    try:
+        canonical = dumps_canonical(doc)  # the one canonical JSON (protocol.canonical): no floats
+    except CanonicalJSONError as exc:
+        raise MalformedRecordError(f"record is not canonical JSON: {exc}") from exc
+    if canonical != bytes(data):
         raise MalformedRecordError("record is not in canonical form")
     if chain_id is not None and rec.chain_id != chain_id:
         raise MalformedRecordError(f"record is for chain {rec.chain_id}, expected {chain_id}")

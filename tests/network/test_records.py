@@ -7,6 +7,7 @@ import json
 import pytest
 from eth_account import Account
 
+from protocol.canonical import dumps_canonical
 from protocol.records import (
     BadSignatureError,
     ExpiredRecordError,
@@ -14,7 +15,6 @@ from protocol.records import (
     NodeRecord,
     RecordError,
     Served,
-    canonical_json,
     decode_record,
     make_record,
 )
@@ -50,7 +50,7 @@ def test_tampered_field_refused() -> None:
     doc = json.loads(_rec().encode())
     doc["url"] = "http://evil.example:1"
     with pytest.raises(BadSignatureError):
-        decode_record(canonical_json(doc), now=NOW)
+        decode_record(dumps_canonical(doc), now=NOW)
 
 
 def test_expired_and_too_long_lived() -> None:
@@ -106,13 +106,13 @@ def test_bad_field_refused(field: str, value: object) -> None:
     doc = json.loads(_rec().encode())
     doc[field] = value
     with pytest.raises(RecordError):
-        decode_record(canonical_json(doc), now=NOW)
+        decode_record(dumps_canonical(doc), now=NOW)
 
 
 def test_extra_key_and_noncanonical_refused() -> None:
     doc = json.loads(_rec().encode())
     with pytest.raises(MalformedRecordError):
-        decode_record(canonical_json({**doc, "x": 1}), now=NOW)
+        decode_record(dumps_canonical({**doc, "x": 1}), now=NOW)
     with pytest.raises(MalformedRecordError):
         decode_record(json.dumps(doc, indent=1).encode(), now=NOW)
 
