@@ -85,8 +85,9 @@ def validator_payouts(weights: Sequence[int], closenesses: Sequence[int], budget
 
 
 @dataclass(frozen=True)
-class Settlement:
-    """What ``finalize`` credits for one round."""
+class Payouts:
+    """What ``finalize`` credits for one round, by position (miners and revealers in ascending address
+    order); ``protocol.coordinator.Settlement`` is the same by address, as the nodes read it."""
 
     medians: list[int]
     """Consensus score per miner."""
@@ -104,7 +105,7 @@ def settle(
     budget: int,
     validator_share_bps: int,
     n_miners: int | None = None,
-) -> Settlement:
+) -> Payouts:
     """Computes a round's settlement exactly like ``TesseraNetwork.finalize``.
 
     ``scores[i][j]`` is revealer i's score of miner j (revealers and miners in ascending address order),
@@ -124,7 +125,7 @@ def settle(
     v_budget = budget * validator_share_bps // BPS
     miner_pay = miner_payouts(medians, budget - v_budget)
     validator_pay = validator_payouts(weights, [closeness(row, medians) for row in scores], v_budget)
-    return Settlement(medians=medians, miner_pay=miner_pay, validator_pay=validator_pay, budget=budget)
+    return Payouts(medians=medians, miner_pay=miner_pay, validator_pay=validator_pay, budget=budget)
 
 
 def make_vectors(count: int = 40, seed: int = 20261122) -> dict[str, object]:
