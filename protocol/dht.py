@@ -67,6 +67,9 @@ class DHTConfig:
     validate_records: bool = True
     #: The chain whose records this node stores (None: any chain's valid records).
     chain_id: int | None = None
+    #: File holding this node's DHT key (created on first start): its peer id, so its multiaddr and every
+    #: other node's ``--dht-peers`` pointing at it, survive restarts. None: a fresh peer id per start.
+    identity_path: str | None = None
 
 
 def record_key(chain_id: int, round: int) -> str:
@@ -136,6 +139,7 @@ class DHTNode:
                     wait_timeout=cfg.wait_timeout,
                     ensure_bootstrap_success=bool(cfg.initial_peers),
                     record_validators=[RecordValidator(cfg.chain_id)] if cfg.validate_records else [],
+                    **({"identity_path": cfg.identity_path} if cfg.identity_path else {}),
                 )
                 dht.run_in_background(await_ready=True, timeout=cfg.start_timeout)
                 self._dht = dht

@@ -105,13 +105,35 @@ def check_genesis(coord: Any, spec: Any, run_file: Path) -> None:
         )
 
 
-def start_dht(enabled: bool, peers: tuple[str, ...], port: int) -> Any:
-    """A started :class:`protocol.dht.DHTNode`, or None when disabled."""
+def start_dht(
+    enabled: bool,
+    peers: tuple[str, ...],
+    port: int,
+    *,
+    data_dir: Path | None = None,
+    chain_id: int | None = None,
+) -> Any:
+    """A started :class:`protocol.dht.DHTNode`, or None when disabled. With ``data_dir``, the node's DHT key
+    lives in ``data_dir/dht.key``: its peer id (and with a fixed port its multiaddr) survives restarts,
+    and a second instance on the same data dir is refused at start (the key is in use). ``chain_id``:
+    store only that chain's records. The multiaddr other nodes bootstrap from is printed."""
     if not enabled:
         return None
     from protocol.dht import DHTConfig, DHTNode
 
-    return DHTNode(DHTConfig(initial_peers=peers, host_maddrs=(f"/ip4/127.0.0.1/tcp/{port}",))).start()
+    identity = None
+    if data_dir is not None:
+        data_dir.expanduser().mkdir(parents=True, exist_ok=True)
+        identity = str(data_dir.expanduser() / "dht.key")
+    cfg = DHTConfig(
+        initial_peers=peers,
+        host_maddrs=(f"/ip4/127.0.0.1/tcp/{port}",),
+        identity_path=identity,
+        chain_id=chain_id,
+    )
+    node = DHTNode(cfg).start()
+    print(f"DHT peer (for --dht-peers): {' '.join(node.visible_maddrs())}", flush=True)
+    return node
 
 
 def run_until_signal(node: Any) -> None:

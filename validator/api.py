@@ -93,4 +93,7 @@ class ApiMixin(ValidatorParts):
             "last_error": self.last_error,
             "theta_round": self._theta.round if self._theta else None,
             "dht_refused_records": self.discovery.refused,
+            "dht_maddrs": self.discovery.dht.visible_maddrs()
+            if self.discovery.dht is not None and self.discovery.dht.running
+            else [],
         }

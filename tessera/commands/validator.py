@@ -44,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     spec = RunSpec.load(cfg.run_file)
     coord = connect(cfg.deployment, cfg.rpc_url, key)
     check_genesis(coord, spec, cfg.run_file)
-    dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port)
+    dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id)
     try:
         discovery = Discovery(coord.chain_id, key, dht, cfg.peer_urls)
         checker = dev_evidence_checker(coord.chain_id, dev_tee_seed()) if cfg.dangerous_dev_tee else None
