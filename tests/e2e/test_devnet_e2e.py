@@ -125,8 +125,10 @@ def test_two_rounds_with_crashes(tmp_path: Path) -> None:
         assert len(chain.events("Slashed")) == 1
 
         # the bad records were refused and every node is still up and serving
+        # refused where stored (every Tessera DHT node validates records, issue 11) or where read
         refused = [(net.get(n, "/status") or {}).get("dht_refused_records", 0) for n in validators.values()]
-        assert max(refused) >= 1
+        refused_at_store = sum(n for k, n in net.dht.validator_stats().items() if k != "accepted")
+        assert max(refused) + refused_at_store >= 2
         assert all(n.alive() for n in net.nodes.values())
         page = net.get("validator0", "/rounds")
         assert page and page[0]["round"] == 1
