@@ -24,7 +24,7 @@ from tessera.commands.attack import QUICK
 @pytest.mark.timeout(600)
 def test_quick_attack_suite_on_anvil(tmp_path: Path) -> None:
     out = tmp_path / "attack.json"
-    results = run_suite(list(QUICK), rounds=2, out=out, chain="anvil")
+    results = run_suite(list(QUICK), rounds=1, out=out, chain="anvil")
     print(table(results))
     assert json.loads(out.read_text())["chain"] == "anvil"
     by = {r.name: r for r in results}
