@@ -107,6 +107,8 @@ class MinerNode:
         self.rounds_done = sum(1 for rec in self.state.rounds().values() if "reward" in rec)
         self.server: NodeServer | None = None
         self.url = ""
+        self._announced: set[int] = set()
+        """Rounds this process has announced its update for (a restarted process announces again)."""
 
     # -- lifecycle -------------------------------------------------------------------------------------
     @property
@@ -207,6 +209,11 @@ class MinerNode:
                 self._serve(st)
             elif rec is not None and rec["status"] == SERVED:
                 self._ensure_live(st.round)
+                if st.round not in self._announced:
+                    # served before a restart: the old record may name a dead URL (issue 10), so the
+                    # update, its evidence and this process's URL are published again
+                    self._publish(st.round, self.state.record(st.round) or rec)
+                    log.info("round %d: serving again after a restart at %s", st.round, self.url)
                 self.phase = "serving"
             else:
                 self.phase = "idle (not committed this round)"
@@ -379,6 +386,15 @@ class MinerNode:
         rec = self.state.record(r)
         assert rec is not None
         self._ensure_live(r)
+        self._publish(r, rec)
+        self.state.set_status(r, SERVED, served_at=time.time())
+        self.metrics.rounds.inc()
+        self.phase = "serving"
+        log.info("round %d: serving update at %s", r, self.url)
+
+    def _publish(self, r: int, rec: dict[str, Any]) -> None:
+        """Put the round's update, error-feedback states and evidence in the public store and announce
+        them with this process's URL (idempotent: the store is content-addressed)."""
         extra = {"update_digest": bytes.fromhex(rec["update_digest"]), "chain_id": self.coord.chain_id}
         ctx = RoundContext(r, self.address, tuple(rec["modules"]), self.spec.inner.steps, extra)
         data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
@@ -395,10 +411,7 @@ class MinerNode:
             ed = self.public.put(evidence)
             served.append(Served("evidence", ed, len(evidence)))
         self.discovery.announce(r, "miner", self.url, served)
-        self.state.set_status(r, SERVED, served_at=time.time())
-        self.metrics.rounds.inc()
-        self.phase = "serving"
-        log.info("round %d: serving update at %s", r, self.url)
+        self._announced.add(r)
 
     def _publish_error_feedback(self, r: int, rec: dict[str, Any]) -> None:
         """Serve what a validator needs to recompute the compressed update (F12): the residual after this

@@ -41,10 +41,13 @@ class ValidatorConfig(NodeConfig, VerifyPolicy):
     slash: bool = True
     """Propose/vote slashing on provable failures."""
     withhold_grace_seconds: float = 30.0
-    """How long after its first failure to arrive a miner's update (or transcript states) is retried before
-    its verdict becomes final (scored 0). Long enough for a restart (issue 10 measured 18 s), short
+    """How long after its first failure to arrive (counted from REVEAL, when updates are first fetched) a
+    miner's update (or transcript states) is retried before its verdict becomes final (scored 0). Long
+    enough for a restart (issue 10 measured 18 s; a restarted miner announces its update again), short
     enough that a miner that commits and withholds does not hold the round: the scores of everyone else
-    are committed once the grace has passed, not at the phase deadline."""
+    are committed once the grace has passed, not at the phase deadline. On a chain whose phases last their
+    windows the grace runs inside them and costs the others nothing; only a fast-forwarded devnet, which
+    skips a phase once every node is done, waits it out (docs/security.md, F19)."""
     dangerous_dev_tee: bool = False
     """Trust evidence from the *development* enclave whose seed is in ``$TESSERA_DEV_TEE_SEED`` (devnet
     only; never in production). The seed comes from the environment, never a flag or file: anyone who can

@@ -4,6 +4,7 @@ commitments (from the miner, from this validator's store, or from peer validator
 from __future__ import annotations
 
 import logging
+import time
 
 from protocol.coordinator import (
     update_commitment,
@@ -72,12 +73,14 @@ class IntakeMixin(ValidatorParts):
         return fetch
 
     def _prefetch(self, r: int) -> None:
+        """Fetch committed updates during REVEAL. A miss starts that miner's withholding grace here, not in
+        SCORE_COMMIT, so the grace runs while the phase runs anyway and a withholder holds nobody later."""
         for miner in sorted(self.coord.update_commitments(r)):
             if miner not in self._cache.updates:
                 try:
                     self._fetch_update(r, miner)
                 except TransferError:
-                    pass
+                    self._first_miss.setdefault(miner, time.monotonic())
 
     def _matches_commitment(self, p: int, miner: str, commitment: bytes | None, data: bytes) -> bool:
         return commitment is not None and commitment == update_commitment(

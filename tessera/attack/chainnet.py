@@ -45,6 +45,8 @@ class LedgerSnapshot:
     rounds: dict[int, ChainRound]
     slashed: dict[str, int]
     checkpoints: dict[int, bytes]
+    slash_proposals: dict[bytes, bool] = field(default_factory=dict)
+    """Evidence hash of every slash proposal -> whether it executed."""
     kind: str = "anvil"
 
 
@@ -128,7 +130,7 @@ class AnvilLedger:
 
     def snapshot(self) -> LedgerSnapshot:
         """The rounds, slashes and checkpoints as they are now."""
-        return LedgerSnapshot(self.rounds, self.slashed, self.checkpoints)
+        return LedgerSnapshot(self.rounds, self.slashed, self.checkpoints, self.slash_proposals)
 
     # -- the ledger view (scenario rounds) -------------------------------------------------------------
     @property
@@ -202,3 +204,10 @@ class AnvilLedger:
             a = to_checksum_address(e.target)
             out[a] = out.get(a, 0) + 1
         return out
+
+    @property
+    def slash_proposals(self) -> dict[bytes, bool]:
+        """Every slash proposal's evidence hash, and whether it executed (``SlashProposed``, ``Slashed``):
+        a proposal that never executes is the issue-10 symptom (6 proposals, 2 slashes)."""
+        done = {bytes(e.evidence) for e in self.chain.events("Slashed")}
+        return {bytes(e.evidence): bytes(e.evidence) in done for e in self.chain.events("SlashProposed")}

@@ -19,6 +19,7 @@ from typing import Any
 
 from tessera.attack.harness import Network, NetworkRun, tiny_spec
 from tessera.attack.scenarios import Scenario, get
+from validator.config import ValidatorConfig
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ WEI = 10**18
 HONEST_WORK = frozenset({"honest", "sybil-leader"})
 #: Fraction of stake one slash takes (the deployment default, ``NetworkParams.slash_bps``).
 SLASH_FRACTION = 0.10
+#: The validators' default grace: a miner down for less than this in REVEAL is still paid.
+WITHHOLD_GRACE_S = ValidatorConfig.withhold_grace_seconds
 
 
 @dataclass
@@ -106,7 +109,13 @@ def run_scenario(
     deployment; ``memory``: the in-memory ledger)."""
     from tessera.attack.harness import Fault
 
-    net = Network(sc.build(), spec=spec or tiny_spec(), on_step=_fill_board(sc), chain=chain)
+    net = Network(
+        sc.build(),
+        spec=spec or tiny_spec(),
+        on_step=_fill_board(sc),
+        chain=chain,
+        phase_blocks=sc.phase_blocks,
+    )
     net.faults = [Fault(*f) for f in sc.faults]
     net.start()
     try:
@@ -170,16 +179,18 @@ def evaluate(
         res.checks["cheaters_earn_0"] = all(r.reward_cheating == 0 for r in cheaters)
         if sc.provable:
             res.checks["cheaters_slashed"] = all(r.slashes > 0 for r in cheaters)
+            proposals = getattr(run.ledger, "slash_proposals", None)
+            if proposals is not None:  # on anvil: every validator that proposed counted, none stuck (F18)
+                res.checks["every_slash_proposal_executed"] = all(proposals.values())
         res.checks["no_honest_miner_slashed"] = all(r.slashes == 0 for r in honest_miners)
     if sc.kind == "fault":
-        for rnd, _phase, who, *_down in sc.faults:
+        for rnd, phase, who, *down in sc.faults:
             p = run.participants[who]
-            nxt = run.ledger.rounds.get(rnd + 1)
-            s = nxt.settlement if nxt is not None else None
-            got = (
-                0 if s is None else s.miner_rewards.get(p.address, 0) + s.validator_rewards.get(p.address, 0)
-            )
-            res.checks[f"restarted_{p.role}_paid_in_round_{rnd + 1}"] = got > 0
+            res.checks[f"restarted_{p.role}_paid_in_round_{rnd + 1}"] = _paid(run, rnd + 1, p.address) > 0
+            if p.role == "miner" and phase == 1 and (down[0] if down else 0.0) < WITHHOLD_GRACE_S:
+                # killed after its commit, back within the validators' grace: it serves again and its
+                # round still pays it (issue 10: a restarted miner used to earn 0, stage 'fetch')
+                res.checks[f"restarted_miner_paid_in_round_{rnd}"] = _paid(run, rnd, p.address) > 0
         # one restarted node must not cost everyone a round (issue 10: round 4 paid nobody)
         settled = [
             run.ledger.rounds[r].settlement for r in range(2, run.rounds + 1) if r in run.ledger.rounds
@@ -198,6 +209,13 @@ def evaluate(
     if base:
         rebase(res, sc, base, reference_name)
     return res
+
+
+def _paid(run: Any, rnd: int, address: str) -> int:
+    """What ``address`` earned (as a miner or a validator) in round ``rnd``'s settlement (0 if unsettled)."""
+    led = run.ledger.rounds.get(rnd)
+    s = led.settlement if led is not None else None
+    return 0 if s is None else s.miner_rewards.get(address, 0) + s.validator_rewards.get(address, 0)
 
 
 def rebase(res: ScenarioResult, sc: Scenario, base: Sequence[float], reference_name: str) -> None:

@@ -59,6 +59,10 @@ class Scenario:
     scores_dishonestly: bool = True
     """A validator attack on the scores (checked: it earns less per stake than honest validators); False
     for one that attacks something else, such as the certificate (checked: the network stays live)."""
+    phase_blocks: int = 40
+    """Blocks per phase. The harness mines one block per step of every node (about 0.3 s here), so 40 holds
+    the nodes' work; a fault that keeps a node down must get a window that outlasts it, as a deployment's
+    windows are sized to (``tessera.devnet.sizing``). The fast-forward skips a phase once all are done."""
 
 
 def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
@@ -272,7 +276,7 @@ def _build_registry() -> dict[str, Scenario]:
         add(Scenario(label, "fault", f"kill -9 and restart participant {who} in round {rnd}, phase {phase}",
                      lambda: _honest(), faults=[(rnd, phase, who)]))  # fmt: skip
     add(Scenario("fault-miner-down-18s-reveal", "fault", "kill -9 a miner in round 2 REVEAL, restart it 18 s later",
-                 lambda: _honest(), faults=[(2, 1, 2, 18.0)]))  # fmt: skip
+                 lambda: _honest(), faults=[(2, 1, 2, 18.0)], phase_blocks=200))  # fmt: skip
     add(Scenario("fault-corrupt-server", "miner", "a miner serves bytes that do not match its commitment",
                  lambda: [*_honest(), _adversary("corrupt-server", _CorruptServer())], provable=False))  # fmt: skip
     return s

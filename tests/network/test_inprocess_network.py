@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from eth_account import Account
@@ -154,3 +155,37 @@ def test_restarted_miner_does_not_commit_twice(network) -> None:  # type: ignore
     assert list(ledger.rounds[r].commits).count(m0.address) == 1
     assert again.state.record(r)["status"] == "committed"
     again.stop()
+
+
+def test_miner_restarted_after_serving_announces_its_new_url(network) -> None:  # type: ignore[no-untyped-def]
+    """Issue 10: a miner killed in REVEAL and restarted (on another port) served nothing again, so the
+    validators scored it 0 at stage 'fetch'. It must announce its update again from the new process."""
+    ledger, dht, validators, miners, spec, tmp = network
+    key, data_dir = KEYS[2], tmp / "m0"
+
+    def restart() -> MinerNode:
+        coord = MemoryCoordinator(ledger, miners[0].address)
+        return MinerNode(MinerConfig(data_dir=data_dir), spec, coord, Discovery(31337, key, dht)).start()
+
+    r = ledger.round
+    first = restart()
+    first.step()  # commits round r if the previous test did not already
+    assert first.state.committed(r)
+    while ledger.phase == Phase.COMMIT:
+        ledger.mine(ledger.deadline() - ledger.block + 1)
+        first.coord.advance()
+    first.step()
+    assert first.state.record(r)["status"] == "served"
+    first.stop()
+
+    second = restart()
+    assert second.url != first.url
+    second.step()
+    reader = Discovery(31337, KEYS[0], dht)
+    rec = next(x for x in reader.find(r, fresh=True) if x.address == second.address)
+    assert rec.url == second.url
+    digest = rec.digest_of("update")
+    assert digest is not None
+    got = httpx.get(f"{second.url}/blobs/{digest}", timeout=10)
+    assert got.status_code == 200 and got.content == second.state.blobs.get(digest)
+    second.stop()
