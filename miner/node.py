@@ -26,7 +26,7 @@ from miner.work import BuiltUpdate, assignment_for, build_update, transcript_sta
 from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
+from protocol.nodeapi import NodeMetrics, NodeNotReadyError, NodeServer, create_node_app
 from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
 from protocol.recordbook import mount_record_routes
 from protocol.records import Served
@@ -108,6 +108,9 @@ class MinerNode:
         self.server: NodeServer | None = None
         self.url = ""
         self._announced: set[int] = set()
+        self._synced = False
+        """Set after the first step since start: until then a missing transcript state may only mean this
+        process has not restored its round yet, so it is answered 503 (retry), not 404 (not served)."""
         """Rounds this process has announced its update for (a restarted process announces again)."""
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -182,6 +185,11 @@ class MinerNode:
     def step(self) -> None:
         """Take whatever action the chain's current state calls for."""
         st = self.coord.current()
+        self._act(st)
+        self._synced = True
+        self._maybe_advance(st)
+
+    def _act(self, st: RoundState) -> None:
         self.metrics.round.set(st.round)
         self._collect_rewards(st.round)
         rec = self.state.record(st.round)
@@ -217,7 +225,6 @@ class MinerNode:
                 self.phase = "serving"
             else:
                 self.phase = "idle (not committed this round)"
-        self._maybe_advance(st)
 
     def _maybe_advance(self, st: RoundState) -> None:
         if st.phase != Phase.FINALIZE and st.block > st.deadline:
@@ -432,6 +439,8 @@ class MinerNode:
 
     def serve_transcript_state(self, digest: str) -> bytes | None:
         """Bytes of a transcript state of the current served round (replayed from a snapshot if needed)."""
+        if not self._synced:
+            raise NodeNotReadyError("restoring the round after a start")
         with self._lock:
             live = self._live
             rec = self.state.record(live.round)

@@ -31,6 +31,11 @@ from protocol.errors import ProtocolError
 from protocol.transfer import BadDigestError, BlobStore, check_digest_str
 
 
+class NodeNotReadyError(ProtocolError):
+    """Raised by a blob ``fallback`` while the node has not caught up since it started: answered 503 with
+    ``Retry-After``, so a peer retries instead of taking a 404 ("not served here") as final."""
+
+
 class NodeServerError(ProtocolError):
     """The node's HTTP server could not start."""
 
@@ -135,6 +140,7 @@ def create_node_app(
             },
             404: {"description": "not served here"},
             400: {"description": "not a digest"},
+            503: {"description": "the node is starting and has not caught up yet; retry"},
         },
     )
     def get_blob(
@@ -155,6 +161,8 @@ def create_node_app(
             size = store.size(digest)
         except BadDigestError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc
+        except NodeNotReadyError as exc:
+            raise HTTPException(status_code=503, detail=str(exc), headers={"Retry-After": "1"}) from exc
         metrics.bytes_sent.labels(kind="blob").inc(size)
         return StreamingResponse(
             store.iter_chunks(digest),

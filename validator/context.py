@@ -10,9 +10,11 @@ from typing import Any
 from torch import Tensor
 
 from protocol.runspec import RunSpec
+from protocol.transfer import FetchTimeoutError, PeerUnavailableError
 from training.assignment import Assignment, assign
 from training.config import CodecConfig
 from training.data import Dataset
+from validator.errors import NotAnnouncedError
 from validator.stages import Stage
 
 FetchBytes = Callable[[str], bytes]
@@ -83,6 +85,13 @@ class RoundContext:
                 self.assign_seed, list(self.registry), self.spec.model, self.spec.experts_per_miner
             )
         return self.assignments[miner]
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a failed fetch means the miner could not be reached (down, restarting, slow, not announced
+    yet: retried within ``withhold_grace_seconds``) rather than that it answered and does not serve the
+    bytes (a 404 from a running miner: final at once, so withholding holds nobody, issue 10)."""
+    return isinstance(exc, (PeerUnavailableError, FetchTimeoutError, NotAnnouncedError))
 
 
 class _Fail(Exception):

@@ -24,3 +24,8 @@ class CertificationError(ValidatorError):
 class SourceMismatchError(ValidatorError):
     """An update names, as its error-feedback source, bytes that are not the miner's on-chain commitment
     of that round (provable: the commitment is public)."""
+
+
+class NotAnnouncedError(ValidatorError):
+    """A committed miner has no discovery record for the round yet (records may lag in a DHT, and a miner
+    restarted before it served announces later): like an unreachable peer, retried within the grace."""

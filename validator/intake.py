@@ -11,7 +11,7 @@ from protocol.coordinator import (
 )
 from protocol.transfer import TransferError, fetch_blob, get_capped, sha256_digest
 from protocol.update import update_digest
-from validator.errors import SourceMismatchError
+from validator.errors import NotAnnouncedError, SourceMismatchError
 from validator.parts import ValidatorParts
 from validator.verify import (
     FetchSource,
@@ -36,7 +36,7 @@ class IntakeMixin(ValidatorParts):
                 None,
             )
         if rec is None:
-            raise TransferError(f"{miner} announced nothing for round {r}")
+            raise NotAnnouncedError(f"{miner} announced nothing for round {r}")
         digest = rec.digest_of("update")
         if digest is None:
             raise TransferError(f"{miner} does not announce an update")
@@ -79,7 +79,7 @@ class IntakeMixin(ValidatorParts):
             if miner not in self._cache.updates:
                 try:
                     self._fetch_update(r, miner)
-                except TransferError:
+                except (TransferError, NotAnnouncedError):
                     self._first_miss.setdefault(miner, time.monotonic())
 
     def _matches_commitment(self, p: int, miner: str, commitment: bytes | None, data: bytes) -> bool:

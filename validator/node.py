@@ -51,13 +51,13 @@ from protocol.tensorblob import (
     decode_tensors,
     tensor_blob_digest,
 )
-from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
+from protocol.transfer import BlobStore, FetchPolicy, fetch_blob
 from training.data import Dataset
 from training.device import use_deterministic
 from validator.api import ApiMixin
 from validator.checkpoints import CheckpointsMixin
 from validator.config import ValidatorConfig
-from validator.errors import ValidatorError
+from validator.errors import NotAnnouncedError, ValidatorError
 from validator.merge import MergePolicy
 from validator.parts import RoundCache, Theta
 from validator.slashing import SlashingMixin
@@ -287,7 +287,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
 
             def fetch_state(digest: str, url: str | None = url) -> dict[str, Tensor]:
                 if url is None:
-                    raise TransferError("miner has no URL")
+                    raise NotAnnouncedError("miner has no URL")
                 data = fetch_blob(url, digest, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
                 self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
                 return decode_tensors(data)
@@ -310,7 +310,11 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
                 fetch_source=self._source_fetcher(miner, url),
                 out_of_time=out_of_time,
             )
-            retryable = Stage(verdict.stage).retryable(verdict.provable)
+            # only a miner that could not be reached is waited for; one that answers without the bytes is
+            # final at once, so a withholder costs the others no time (issue 10)
+            retryable = Stage(verdict.stage).retryable(verdict.provable) and bool(
+                verdict.evidence.get("unreachable")
+            )
             first_miss = self._first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0
             in_grace = time.monotonic() - first_miss < self.cfg.withhold_grace_seconds
             if retryable and in_grace and now_block < st.deadline - RETRY_MARGIN_BLOCKS:

@@ -31,6 +31,7 @@ from validator.context import (
     Verdict,
     _Fail,
     _run_model,
+    unreachable,
 )
 from validator.errors import SourceMismatchError
 from validator.policy import VerifyPolicy
@@ -62,7 +63,11 @@ def _recompute(
             st = fetch_state("0x" + digests[i])
         except Exception as exc:
             raise _Fail(
-                Stage.RECOMPUTE, f"state at step {steps[i]} not served: {exc}", False, step=steps[i]
+                Stage.RECOMPUTE,
+                f"state at step {steps[i]} not served: {exc}",
+                False,
+                step=steps[i],
+                unreachable=unreachable(exc),
             ) from exc
         if state_digest(st).hex() != digests[i]:
             raise _Fail(Stage.RECOMPUTE, f"state at step {steps[i]} does not match the transcript", False)
@@ -138,7 +143,9 @@ def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict
     try:
         st = fetch_state("0x" + digest)
     except Exception as exc:
-        raise _Fail(Stage.RECOMPUTE, f"{what} not served: {exc}", False) from exc
+        raise _Fail(
+            Stage.RECOMPUTE, f"{what} not served: {exc}", False, unreachable=unreachable(exc)
+        ) from exc
     if state_digest(st).hex() != digest:
         raise _Fail(Stage.RECOMPUTE, f"{what} does not match its digest", False)
     return st

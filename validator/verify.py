@@ -60,6 +60,7 @@ from validator.context import (
     Verdict,
     _Fail,
     _run_model,
+    unreachable,
 )
 from validator.policy import VerifyPolicy
 from validator.recompute import _recompute, recheck_segment, replay_differences
@@ -168,7 +169,7 @@ def _stage_fetch(commitment: bytes | None, fetch_update: Callable[[], bytes], po
     try:
         data = fetch_update()
     except Exception as exc:  # transfer errors are typed; any failure means not served
-        raise _Fail(Stage.FETCH, f"{type(exc).__name__}: {exc}") from exc
+        raise _Fail(Stage.FETCH, f"{type(exc).__name__}: {exc}", unreachable=unreachable(exc)) from exc
     if len(data) > policy.max_update_bytes:
         raise _Fail(Stage.FETCH, f"{len(data)} bytes > cap {policy.max_update_bytes}")
     return data

@@ -127,6 +127,7 @@ def _seed_miner(m: Any, addr: list[str]) -> dict[str, dict[str, Any]]:
     blob = m.public.put(b"\x00" * 1000 + bytes(range(256)))
     m.state.prepare(ROUND, {"digest": blob, "assign_seed": "00" * 32, "registry": addr[1:]}, {})
     m.state.set_status(ROUND, "served", reward=str(10**20))
+    m.step()  # one look at the chain, as the node's loop takes at start: until then blobs answer 503
     return {"/blobs/{digest}": {"digest": blob}}
 
 

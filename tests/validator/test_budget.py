@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 
 from protocol.coordinator import update_commitment
+from protocol.transfer import BlobNotFoundError, FetchTimeoutError, PeerUnavailableError
 from tests.validator.validator_support import CHAIN_ID, CONTRACT, MINERS, Round, make_round
+from validator.errors import NotAnnouncedError
+from validator.stages import Stage
 from validator.verify import Verdict, VerifyPolicy, verify_update
 
 
@@ -77,3 +80,44 @@ def test_an_unanticipated_error_scores_that_miner_zero(rnd: Round, monkeypatch: 
     v = _verify(rnd, MINERS[0])
     assert (v.stage, v.accepted, v.score, v.provable) == ("error", False, 0, False)
     assert "KeyError" in v.reason
+
+
+@pytest.mark.parametrize(
+    ("error", "unreachable"),
+    [
+        (BlobNotFoundError("404: not served here"), False),  # a running miner that withholds: final
+        (PeerUnavailableError("connection refused"), True),  # down or restarting: waited for
+        (PeerUnavailableError("HTTP 503: restoring the round after a start"), True),
+        (FetchTimeoutError("no complete answer"), True),
+        (NotAnnouncedError("no record for the round yet"), True),
+    ],
+)
+def test_only_an_unreachable_miner_is_marked_for_a_retry(
+    rnd: Round, error: Exception, unreachable: bool
+) -> None:
+    """The node retries a failed fetch within the withholding grace only when the verdict says the miner
+    could not be reached; a miner that answers without the bytes is scored 0 at once (issue 10)."""
+    built = rnd.build(MINERS[1])
+    commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, MINERS[1], built.digest)
+
+    def fetch_state(digest: str) -> Any:
+        if digest in rnd.published:
+            return rnd.published[digest]
+        raise error
+
+    def fetch_update() -> bytes:
+        raise error
+
+    v, _ = verify_update(
+        rnd.ctx(), MINERS[1], commitment, lambda: built.update, fetch_state, VerifyPolicy(),
+        fetch_source=rnd.fetch_source,
+    )  # fmt: skip
+    assert (v.stage, v.accepted, v.provable) == ("recompute", False, False), v.reason
+    assert v.evidence.get("unreachable") is unreachable
+    v, _ = verify_update(
+        rnd.ctx(), MINERS[1], commitment, fetch_update, fetch_state, VerifyPolicy(),
+        fetch_source=rnd.fetch_source,
+    )  # fmt: skip
+    assert (v.stage, v.accepted, v.provable) == ("fetch", False, False), v.reason
+    assert v.evidence.get("unreachable") is unreachable
+    assert Stage(v.stage).retryable(v.provable)
