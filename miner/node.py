@@ -38,6 +38,7 @@ from protocol.tensorblob import (
     tensor_blob_digest,
     tensors_digest,
 )
+from protocol.traffic import TrafficLedger
 from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
 from training.data import Dataset, prepare
 from training.device import use_deterministic
@@ -87,8 +88,10 @@ class MinerNode:
         *,
         behaviour: Behaviour | None = None,
         evidence_fn: EvidenceFn | None = None,
+        traffic: TrafficLedger | None = None,
     ) -> None:
         self.cfg = cfg
+        self.traffic = traffic or TrafficLedger()
         self.spec = spec
         self.coord = coord
         self.discovery = discovery
@@ -132,6 +135,7 @@ class MinerNode:
             store=self.public,
             metrics=self.metrics,
             fallback=self.serve_transcript_state,
+            traffic=self.traffic,
         )
         self._add_routes(app)
         mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
@@ -191,6 +195,7 @@ class MinerNode:
 
     def _act(self, st: RoundState) -> None:
         self.metrics.round.set(st.round)
+        self.traffic.round = st.round
         self._collect_rewards(st.round)
         rec = self.state.record(st.round)
         if st.phase == Phase.COMMIT and st.block <= st.deadline:
@@ -320,6 +325,8 @@ class MinerNode:
             "loss_last": built.losses[-1],
             "tokens": built.tokens,
             "train_seconds": round(built.train_seconds, 4),
+            "trained_params": built.trained_params,
+            "inner_steps": self.spec.inner.steps,
             "transcript_steps": built.transcript_steps,
             "transcript_digests": [d.hex() for d in built.transcript_digests],
             "snapshots": snaps,

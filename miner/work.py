@@ -53,6 +53,8 @@ class BuiltUpdate:
     losses: list[float]
     tokens: int
     train_seconds: float
+    trained_params: int = 0
+    """Parameters this update trained (the denominator of issue 13's bits per trained parameter)."""
 
     def residual(self) -> dict[str, Tensor]:
         """The committed error-feedback residual (``ef/*``), served under ``"0x" + ef_after.hex()``."""
@@ -153,6 +155,7 @@ def build_update(
         losses=res.losses,
         tokens=res.tokens,
         train_seconds=train_s,
+        trained_params=sum(v.numel() for v in delta.values()),
     )
 
 

@@ -1,7 +1,8 @@
 """The HTTP API every node serves (miner and validator alike), built by one factory.
 
 Routes: ``GET /health``, ``GET /status`` (round, phase, what the node did), ``GET /metrics`` (Prometheus),
-``GET /blobs/{digest}`` (bulk bytes by digest, streamed), and FastAPI's OpenAPI docs at ``/docs`` and
+``GET /blobs/{digest}`` (bulk bytes by digest, streamed), ``GET /traffic`` (the node's traffic ledger:
+bytes by round and kind, :mod:`protocol.traffic`), and FastAPI's OpenAPI docs at ``/docs`` and
 ``/openapi.json``. A role adds its own routes on the returned app. :class:`NodeServer` runs the app with
 uvicorn in a background thread on a given or a free port.
 """
@@ -28,6 +29,7 @@ from prometheus_client import (
 )
 
 from protocol.errors import ProtocolError
+from protocol.traffic import SNIFF_BYTES, Kind, TrafficLedger, TrafficMiddleware, blob_kind
 from protocol.transfer import BadDigestError, BlobStore, check_digest_str
 
 
@@ -70,6 +72,7 @@ class NodeMetrics:
     verifications: Counter
     rewards: Gauge
     errors: Counter
+    traffic: Counter
 
     @classmethod
     def create(cls, role: str) -> NodeMetrics:
@@ -92,6 +95,13 @@ class NodeMetrics:
             verifications=Counter(f"{p}_verifications", "Verification outcomes", ["outcome"], registry=reg),
             rewards=Gauge(f"{p}_rewards_wei", "Rewards received (wei)", registry=reg),
             errors=Counter(f"{p}_errors", "Errors by type", ["type"], registry=reg),
+            traffic=Counter(
+                f"{p}_traffic_bytes",
+                "Bytes moved over HTTP and JSON-RPC by kind; field: sent, received, sent_overhead "
+                "(headers), received_overhead",
+                ["kind", "field"],
+                registry=reg,
+            ),
         )
 
 
@@ -103,10 +113,13 @@ def create_node_app(
     metrics: NodeMetrics,
     version: str = "0.1.0",
     fallback: Callable[[str], bytes | None] | None = None,
+    traffic: TrafficLedger | None = None,
 ) -> FastAPI:
     """Build the common node API; the caller may add routes to the returned app.
 
     ``fallback(digest)`` produces blobs not in ``store`` on demand (a miner's transcript states).
+    ``traffic``: count every request and answer there (and in the ``traffic_bytes`` metric), and serve it
+    at ``GET /traffic``.
     """
     app = FastAPI(
         title=f"Tessera {role}",
@@ -170,8 +183,31 @@ def create_node_app(
             headers={"content-length": str(size)},
         )
 
+    if traffic is not None:
+        _count_traffic(app, traffic, store, metrics, has_fallback=fallback is not None)
     _document_misses(app)
     return app
+
+
+def _count_traffic(
+    app: FastAPI, ledger: TrafficLedger, store: BlobStore, metrics: NodeMetrics, *, has_fallback: bool
+) -> None:
+    """Mount the ledger's middleware and ``GET /traffic``; feed the Prometheus counter."""
+
+    def kind_of_blob(digest: str) -> Kind:
+        if store.has(digest):
+            with open(store.path(digest), "rb") as fh:
+                return blob_kind(fh.read(SNIFF_BYTES))
+        return Kind.STATE if has_fallback else Kind.OTHER  # a miner's fallback serves transcript states
+
+    ledger.on_add = lambda kind, field, n: metrics.traffic.labels(kind=kind.value, field=field).inc(n)
+    app.add_middleware(TrafficMiddleware, ledger=ledger, blob=kind_of_blob)
+
+    @app.get("/traffic", summary="Bytes this node moved, by round and kind (issue 13's ledger)")
+    def get_traffic() -> dict[str, dict[str, dict[str, int]]]:
+        """``{round: {kind: {sent, received, sent_overhead, received_overhead}}}``: HTTP this node served
+        (counted once, by the server) and its own JSON-RPC with the chain."""
+        return ledger.to_json()
 
 
 #: Where the bundled Swagger UI assets are served (package ``swagger-ui-bundle``).

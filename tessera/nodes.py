@@ -72,8 +72,9 @@ def overrides_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     }
 
 
-def connect(deployment_path: Path | None, rpc_url: str, private_key: str) -> Any:
-    """A :class:`protocol.chaincoord.ChainCoordinator` for the deployment, signing with ``private_key``."""
+def connect(deployment_path: Path | None, rpc_url: str, private_key: str, traffic: Any = None) -> Any:
+    """A :class:`protocol.chaincoord.ChainCoordinator` for the deployment, signing with ``private_key``;
+    its JSON-RPC bytes are counted in ``traffic`` (a :class:`protocol.traffic.TrafficLedger`) if given."""
     from eth_account import Account
 
     from protocol.chain import Chain
@@ -83,7 +84,7 @@ def connect(deployment_path: Path | None, rpc_url: str, private_key: str) -> Any
     if deployment_path is None:
         raise TesseraError("no deployment file: pass --deployment (written by `tessera contracts deploy`)")
     deployment = Deployment.load(deployment_path)
-    chain = Chain.connect(deployment, Account.from_key(private_key), rpc_url=rpc_url or None)
+    chain = Chain.connect(deployment, Account.from_key(private_key), rpc_url=rpc_url or None, traffic=traffic)
     return ChainCoordinator(chain, private_key)
 
 

@@ -51,6 +51,7 @@ from protocol.tensorblob import (
     decode_tensors,
     tensor_blob_digest,
 )
+from protocol.traffic import TrafficLedger
 from protocol.transfer import BlobStore, FetchPolicy, fetch_blob
 from training.data import Dataset
 from training.device import use_deterministic
@@ -114,8 +115,10 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         *,
         check_evidence: CheckEvidence | None = None,
         entropy: Callable[[str, int], bytes] | None = None,
+        traffic: TrafficLedger | None = None,
     ) -> None:
         self.cfg = cfg
+        self.traffic = traffic or TrafficLedger()
         # 32 fresh bytes per (purpose, round): seed-share secrets and score salts. A test harness may pass a
         # deterministic source so that runs it compares share their round seeds; a node never does.
         self._entropy = entropy or (lambda purpose, r: os.urandom(32))
@@ -154,7 +157,13 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         torch.set_num_threads(max(1, self.cfg.threads))
         use_deterministic(self.cfg.device)
         log.info("torch warm-up took %.2fs (%s)", warm_up_torch(), compute_platform())
-        app = create_node_app(role="validator", status=self.status, store=self.public, metrics=self.metrics)
+        app = create_node_app(
+            role="validator",
+            status=self.status,
+            store=self.public,
+            metrics=self.metrics,
+            traffic=self.traffic,
+        )
         self._add_routes(app)
         mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
         self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
@@ -186,6 +195,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         st = self.coord.current()
         r = st.round
         self.metrics.round.set(r)
+        self.traffic.round = r
         if self._cache.round != r:
             self._cache = RoundCache(r)
             self._pending = set()

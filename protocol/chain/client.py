@@ -36,6 +36,7 @@ from protocol.commitments import score_commitment, seed_commitment, update_commi
 from protocol.consensus import settle
 from protocol.deployment import Deployment, NetworkParams
 from protocol.phases import Phase
+from protocol.traffic import TrafficLedger, rpc_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,16 +90,18 @@ def check_rpc_url(url: str | None) -> str:
     return url
 
 
-def http_web3(url: str, timeout: float = 30) -> Web3:
+def http_web3(url: str, timeout: float = 30, traffic: TrafficLedger | None = None) -> Web3:
     """A ``Web3`` over HTTP that asks the node for its chain id once per process, not per request.
 
     web3's validation middleware reads ``eth_chainId`` before every ``eth_call`` and ``eth_estimateGas``:
     two extra round trips per contract read, 43% of a devnet's RPC bytes (issue 13). The chain id cannot
     change under a connection (``Chain.connect`` checks it against the deployment), so it is cached.
+    With ``traffic``, every JSON-RPC exchange is counted there (issue 13's ledger).
     """
     provider = Web3.HTTPProvider(
         url,
         request_kwargs={"timeout": timeout},
+        session=rpc_session(traffic) if traffic is not None else None,
         cache_allowed_requests=True,
         cacheable_requests={RPCEndpoint("eth_chainId")},
         request_cache_validation_threshold=None,  # no extra eth_chainId to pick a threshold
@@ -134,12 +137,13 @@ class Chain:
         account: LocalAccount | None = None,
         rpc_url: str | None = None,
         timeout: float = 30,
+        traffic: TrafficLedger | None = None,
     ) -> Chain:
         """Connects to ``rpc_url`` (default: the deployment's), checks the chain id and that the network
         contract exists there (a wrong file or a restarted dev chain is one clear error, not a
         ``BadFunctionCallOutput`` at the first read)."""
         url = check_rpc_url(rpc_url or deployment.rpc_url)
-        w3 = http_web3(url, timeout)
+        w3 = http_web3(url, timeout, traffic)
         with _decoding("eth_chainId"):
             got = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
         if got != deployment.chain_id:

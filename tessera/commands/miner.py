@@ -30,6 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     from miner.node import MinerNode, simulated_evidence
     from protocol.discovery import Discovery
     from protocol.runspec import RunSpec
+    from protocol.traffic import TrafficLedger
     from tessera.nodes import (
         check_genesis,
         connect,
@@ -42,13 +43,14 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_miner_config(args.config, overrides_from_args(args, MinerConfig))
     key = load_miner_key(cfg)
     spec = RunSpec.load(cfg.run_file)
-    coord = connect(cfg.deployment, cfg.rpc_url, key)
+    traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
+    coord = connect(cfg.deployment, cfg.rpc_url, key, traffic)
     check_genesis(coord, spec, cfg.run_file)
     dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id)
     try:
         discovery = Discovery(coord.chain_id, key, dht, cfg.checkpoint_urls)
         evidence = simulated_evidence(coord.chain_id, dev_tee_seed()) if cfg.tee == "simulated" else None
-        node = MinerNode(cfg, spec, coord, discovery, evidence_fn=evidence).start()
+        node = MinerNode(cfg, spec, coord, discovery, evidence_fn=evidence, traffic=traffic).start()
         print(f"miner {coord.address} serving at {node.url}", flush=True)
         run_until_signal(node)
     finally:

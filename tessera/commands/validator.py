@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from protocol.discovery import Discovery
     from protocol.runspec import RunSpec
+    from protocol.traffic import TrafficLedger
     from tessera.nodes import (
         check_genesis,
         connect,
@@ -42,7 +43,8 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_validator_config(args.config, overrides_from_args(args, ValidatorConfig))
     key = load_validator_key(cfg)
     spec = RunSpec.load(cfg.run_file)
-    coord = connect(cfg.deployment, cfg.rpc_url, key)
+    traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
+    coord = connect(cfg.deployment, cfg.rpc_url, key, traffic)
     check_genesis(coord, spec, cfg.run_file)
     dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id)
     try:
@@ -50,7 +52,9 @@ def _run(args: argparse.Namespace) -> int:
         checker = dev_evidence_checker(coord.chain_id, dev_tee_seed()) if cfg.dangerous_dev_tee else None
         # the attack harness's entry point (tessera.attack.node) runs an adversarial subclass here
         cls = getattr(args, "node_class", None) or ValidatorNode
-        node: ValidatorNode = cls(cfg, spec, coord, discovery, key, check_evidence=checker).start()
+        node: ValidatorNode = cls(
+            cfg, spec, coord, discovery, key, check_evidence=checker, traffic=traffic
+        ).start()
         print(f"validator {coord.address} serving at {node.url} (live page: {node.url}/)", flush=True)
         run_until_signal(node)
     finally:

@@ -2,8 +2,8 @@
 
 The view (rich) shows the round, phase and block, the held-out loss, and each miner's state, score,
 consensus and reward. The report (``report.json`` and ``report.png`` in the workdir) has per round: the
-held-out loss before and after the merge, rewards per miner, bytes moved (updates, transcript states,
-checkpoints), verification cost (validator compute per miner against that miner's training compute), and
+held-out loss before and after the merge, rewards per miner, the traffic of every node's ledger by kind and
+in bits per trained parameter per inner step (issue 13), verification cost (validator compute per miner against that miner's training compute), and
 the round's wall time with the share spent outside training.
 """
 
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from protocol.traffic import Kind, bits_per_param_step, merge_ledgers
 from tessera.devnet.network import Devnet, DevnetConfig, DevnetError
 
 PHASES = ["commit", "reveal", "score-commit", "score-reveal", "finalize"]
@@ -118,6 +119,7 @@ def build_report(
     miners = {n.address: name for name, n in net.nodes.items() if n.role == "miner"}
     mrec: dict[str, dict[str, Any]] = {name: net.get(name, "/rounds") or {} for name in miners.values()}
     verdicts = {r: net.get("validator0", f"/verdicts/{r}") or {} for r in range(1, rounds + 1)}
+    traffic = merge_ledgers(net.get(name, "/traffic") or {} for name in net.nodes)
     per_round = []
     prev_mark = t_started
     for r in range(1, rounds + 1):
@@ -164,6 +166,7 @@ def build_report(
                 else None,
                 "checkpoint": v.get("checkpoint"),
                 "certified": net.chain.checkpoint(r + 1) != b"\0" * 32,
+                **traffic_figures(traffic.get(r, {}), [m.get(str(r), {}) for m in mrec.values()]),
             }
         )
     totals: dict[str, int] = {}
@@ -182,6 +185,29 @@ def build_report(
             name: (net.get(name, "/status") or {}).get("dht_refused_records") for name in net.nodes
         },
     }
+
+
+def traffic_figures(kinds: dict[str, int], miner_records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A round's traffic (every node's ledger summed, :mod:`protocol.traffic`) by kind and in bits per
+    trained parameter per inner step, over the miners that trained in the round (issue 13's figure;
+    operators' reads of /status, /metrics and the live pages are listed but not counted)."""
+    protocol = {k: b for k, b in kinds.items() if Kind(k).protocol}
+    trained = sum(int(m.get("trained_params", 0)) for m in miner_records)
+    steps = max((int(m.get("inner_steps", 0)) for m in miner_records), default=0)
+    out: dict[str, Any] = {
+        "traffic_bytes": dict(sorted(kinds.items())),
+        "traffic_protocol_bytes": sum(protocol.values()),
+        "trained_params": trained,
+        "inner_steps": steps,
+    }
+    if trained and steps:
+        out["traffic_bits_per_param_step"] = {
+            k: round(bits_per_param_step(b, trained, steps), 6) for k, b in sorted(protocol.items())
+        }
+        out["traffic_bits_per_param_step_total"] = round(
+            bits_per_param_step(sum(protocol.values()), trained, steps), 6
+        )
+    return out
 
 
 def write_report(report: dict[str, Any], workdir: Path) -> None:
@@ -208,8 +234,16 @@ def write_report(report: dict[str, Any], workdir: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax[0][1].set_title("rewards per miner (tokens)")
     ax[0][1].legend(fontsize=7)
-    ax[1][0].bar(rs, [p["update_bytes"] / 1024 for p in pr])
-    ax[1][0].set_title("update bytes per round (KiB)")
+    kinds = sorted({k for p in pr for k in p.get("traffic_bits_per_param_step", {})})
+    base = [0.0] * len(rs)
+    for k in kinds:
+        vals = [p.get("traffic_bits_per_param_step", {}).get(k, 0.0) for p in pr]
+        ax[1][0].bar(rs, vals, bottom=base, label=k)
+        base = [b + v for b, v in zip(base, vals, strict=True)]
+    ax[1][0].axhline(0.05, color="r", ls="--", lw=0.8, label="0.05 target")
+    ax[1][0].set_yscale("symlog", linthresh=0.01)
+    ax[1][0].set_title("traffic, bits per trained param per inner step")
+    ax[1][0].legend(fontsize=6, ncol=2)
     ax[1][1].plot(rs, [p["verification_cost_pct"] or 0 for p in pr], "o-", label="verification (replay+eval)")
     ax[1][1].plot(rs, [p["recompute_cost_pct"] or 0 for p in pr], "s-", label="recompute only")
     ax[1][1].axhline(5, color="r", ls="--", lw=0.8, label="5% target")

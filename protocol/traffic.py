@@ -1,0 +1,223 @@
+"""The traffic ledger: every byte a node moves, by round and kind (issue 13).
+
+Each node keeps a :class:`TrafficLedger`. Its HTTP server counts every request it answers
+(:class:`TrafficMiddleware`: bodies and header bytes, in and out, by what the path and the blob hold) and
+its chain client counts every JSON-RPC exchange (:func:`rpc_session`). Node-to-node transfers are counted
+once, by the node that serves them: every HTTP transfer between Tessera nodes has a Tessera node as its
+server, so the sum of ``sent`` + ``received`` over all nodes' non-RPC kinds is the network's HTTP traffic,
+and the RPC kind is each node's own traffic with its chain endpoint. What is not counted: the DHT
+(hivemind's own transport; records go over HTTP too, where they are counted), TCP/IP and TLS framing, and
+HTTP requests that never reach a handler (refused connections).
+
+The devnet report adds the ledgers up per round and divides by the trained parameters and inner steps:
+bits per trained parameter per inner step, the figure issue 13 sets at 0.05.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from enum import StrEnum
+from typing import Any
+
+#: Bytes of a blob read to tell its kind (a safetensors header names every tensor; the update magic is 8).
+SNIFF_BYTES = 1 << 16
+#: Rounds a ledger keeps (older rounds are dropped, so a long-running node's ledger stays bounded).
+KEEP_ROUNDS = 256
+
+
+class Kind(StrEnum):
+    """What the bytes were, as the ledger and the devnet report name them."""
+
+    UPDATE = "update"  # compressed update messages (and validators' cached copies)
+    STATE = "state"  # transcript states (replayed segments' starting points)
+    RESIDUAL = "residual"  # error-feedback residuals (the exact-recompute check)
+    CHECKPOINT = "checkpoint"  # theta_r (params + outer momentum)
+    EVIDENCE = "evidence"  # TEE attestation evidence
+    SIGNATURE = "signature"  # validators' BLS signatures of the merged checkpoint
+    VERDICT = "verdict"  # validators' verdicts (slashing evidence)
+    RECORD = "record"  # discovery records over HTTP
+    RPC = "rpc"  # JSON-RPC with the chain endpoint
+    API = "api"  # status, metrics, docs, live pages: operators' reads, not the protocol
+    OTHER = "other"  # a blob whose kind the server cannot tell, any other path
+
+    @property
+    def protocol(self) -> bool:
+        """Whether the kind is part of the training protocol's traffic (what the figure counts)."""
+        return self is not Kind.API
+
+
+#: The fields of one (round, kind) entry: bodies, and the header bytes around them ("overhead").
+FIELDS = ("sent", "received", "sent_overhead", "received_overhead")
+
+
+class TrafficLedger:
+    """Thread-safe byte counters per round and :class:`Kind`; ``round`` is what new bytes count towards
+    (the node sets it from the chain at each step)."""
+
+    def __init__(self, keep_rounds: int = KEEP_ROUNDS) -> None:
+        self.round = 0
+        self._keep = keep_rounds
+        self._lock = threading.Lock()
+        self._rows: dict[int, dict[Kind, dict[str, int]]] = {}
+        self.on_add: Callable[[Kind, str, int], None] | None = None
+        """Called with (kind, field, bytes) for each non-zero count (e.g. a Prometheus counter)."""
+
+    def add(self, kind: Kind, *, round: int | None = None, **counts: int) -> None:
+        """Count bytes of ``kind`` (``sent=``, ``received=``, ``sent_overhead=``, ``received_overhead=``)."""
+        bad = set(counts) - set(FIELDS)
+        if bad:
+            raise ValueError(f"unknown traffic fields {sorted(bad)}")
+        r = self.round if round is None else round
+        with self._lock:
+            row = self._rows.setdefault(r, {}).setdefault(kind, dict.fromkeys(FIELDS, 0))
+            for f, n in counts.items():
+                row[f] += max(0, int(n))
+            if len(self._rows) > self._keep:
+                for old in sorted(self._rows)[: len(self._rows) - self._keep]:
+                    del self._rows[old]
+        if self.on_add is not None:
+            for f, n in counts.items():
+                if n > 0:
+                    self.on_add(kind, f, int(n))
+
+    def to_json(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{round: {kind: {field: bytes}}}`` (rounds as strings, as JSON keys are)."""
+        with self._lock:
+            return {
+                str(r): {k.value: dict(v) for k, v in sorted(kinds.items())}
+                for r, kinds in sorted(self._rows.items())
+            }
+
+
+def path_kind(path: str) -> Kind:
+    """The kind of a request by its path (``/blobs/...`` is told apart by :func:`blob_kind` instead)."""
+    first = path.strip("/").split("/", 1)[0]
+    return {
+        "updates": Kind.UPDATE,
+        "signatures": Kind.SIGNATURE,
+        "verdicts": Kind.VERDICT,
+        "records": Kind.RECORD,
+        "evidence": Kind.EVIDENCE,
+    }.get(first, Kind.API)
+
+
+def blob_kind(head: bytes) -> Kind:
+    """The kind of a stored blob from its first bytes: the update magic, or a safetensors header whose
+    tensor names say what it holds (``ef/``: a residual; ``exp_avg``: a transcript state; ``param/`` or
+    ``momentum/`` alone: a checkpoint); anything else a miner publishes is attestation evidence."""
+    if head.startswith(b"TSRUPD"):
+        return Kind.UPDATE
+    if len(head) >= 10 and head[8:10] == b'{"':
+        if b'"ef/' in head:
+            return Kind.RESIDUAL
+        if b'"exp_avg' in head:
+            return Kind.STATE
+        if b'"param/' in head or b'"momentum/' in head:
+            return Kind.CHECKPOINT
+        return Kind.OTHER
+    return Kind.EVIDENCE if head else Kind.OTHER
+
+
+def _header_bytes(headers: Iterable[tuple[bytes, bytes]]) -> int:
+    return sum(len(k) + len(v) + 4 for k, v in headers)  # "k: v\r\n"
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class TrafficMiddleware:
+    """ASGI middleware counting each HTTP exchange into a ledger: the request (line, headers, body) as
+    received and the response (status line, headers, streamed body) as sent, under the request's kind."""
+
+    def __init__(self, app: ASGIApp, ledger: TrafficLedger, blob: Callable[[str], Kind]) -> None:
+        self.app = app
+        self.ledger = ledger
+        self.blob = blob
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = str(scope.get("path", ""))
+        kind = path_kind(path)
+        if path.startswith("/blobs/"):
+            try:
+                kind = self.blob(path.removeprefix("/blobs/"))
+            except Exception:  # a malformed digest: the route answers 4xx; its bytes count as other
+                kind = Kind.OTHER
+        counts = dict.fromkeys(FIELDS, 0)
+        line = len(scope.get("method", "")) + len(scope.get("raw_path") or path.encode()) + 12
+        counts["received_overhead"] = (
+            line + len(scope.get("query_string", b"")) + _header_bytes(scope.get("headers", []))
+        )
+
+        async def counted_receive() -> Message:
+            msg = await receive()
+            if msg.get("type") == "http.request":
+                counts["received"] += len(msg.get("body", b""))
+            return msg
+
+        async def counted_send(msg: Message) -> None:
+            if msg.get("type") == "http.response.start":
+                counts["sent_overhead"] += 17 + _header_bytes(msg.get("headers", []))  # "HTTP/1.1 200 OK\r\n"
+            elif msg.get("type") == "http.response.body":
+                counts["sent"] += len(msg.get("body", b""))
+            await send(msg)
+
+        try:
+            await self.app(scope, counted_receive, counted_send)
+        finally:
+            self.ledger.add(kind, **counts)
+
+
+def rpc_session(ledger: TrafficLedger) -> Any:
+    """A ``requests.Session`` that counts every JSON-RPC exchange (body and headers both ways) as
+    :attr:`Kind.RPC` in ``ledger``; pass it to ``web3.HTTPProvider(session=...)``."""
+    import requests
+
+    def count(resp: requests.Response, *_: Any, **__: Any) -> requests.Response:
+        req = resp.request
+        body = req.body
+        ledger.add(
+            Kind.RPC,
+            sent=len(body.encode()) if isinstance(body, str) else len(body) if isinstance(body, bytes) else 0,
+            sent_overhead=len(req.method or "")
+            + len(req.path_url)
+            + 12
+            + sum(len(k) + len(v) + 4 for k, v in req.headers.items()),
+            received=len(resp.content),
+            received_overhead=17 + sum(len(k) + len(v) + 4 for k, v in resp.headers.items()),
+        )
+        return resp
+
+    s = requests.Session()
+    s.hooks["response"].append(count)
+    return s
+
+
+def total_bytes(entry: dict[str, int]) -> int:
+    """Bytes of one ledger entry, bodies and headers both ways."""
+    return sum(int(entry.get(f, 0)) for f in FIELDS)
+
+
+def merge_ledgers(ledgers: Iterable[dict[str, dict[str, dict[str, int]]]]) -> dict[int, dict[str, int]]:
+    """Sum several nodes' :meth:`TrafficLedger.to_json` into ``{round: {kind: bytes}}`` (all fields)."""
+    out: dict[int, dict[str, int]] = {}
+    for led in ledgers:
+        for r, kinds in led.items():
+            row = out.setdefault(int(r), {})
+            for k, entry in kinds.items():
+                row[k] = row.get(k, 0) + total_bytes(entry)
+    return out
+
+
+def bits_per_param_step(nbytes: int, trained_params: int, inner_steps: int) -> float:
+    """``8 * nbytes / (trained_params * inner_steps)``: ``trained_params`` summed over the round's miners."""
+    if trained_params <= 0 or inner_steps <= 0:
+        raise ValueError("trained_params and inner_steps must be positive")
+    return 8.0 * nbytes / (trained_params * inner_steps)

@@ -1,0 +1,157 @@
+"""Issue 13: the traffic ledger counts what crosses the wire, by round and kind, and agrees with the sizes
+of what was served (real HTTP between a real node and a real client; a real JSON-RPC exchange)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from eth_account import Account
+from fastapi import FastAPI, Request
+
+from miner.config import MinerConfig
+from miner.node import MinerNode
+from protocol.chain import http_web3
+from protocol.coordinator import MemoryCoordinator, MemoryLedger
+from protocol.discovery import Discovery
+from protocol.nodeapi import NodeServer
+from protocol.runspec import RunSpec
+from protocol.tensorblob import encode_tensors, tensor_blob_digest
+from protocol.traffic import (
+    Kind,
+    TrafficLedger,
+    bits_per_param_step,
+    blob_kind,
+    merge_ledgers,
+    path_kind,
+    total_bytes,
+)
+from protocol.transfer import FetchPolicy, fetch_blob, sha256_digest
+from tests.validator.validator_support import MINERS, Round, make_round
+
+KEY = "0x" + f"{52:064x}"
+
+
+@pytest.fixture(scope="module")
+def rnd() -> Round:
+    return make_round()
+
+
+def test_blob_kinds_are_told_from_the_real_artifacts(rnd: Round) -> None:
+    built: Any = rnd.build(MINERS[0])
+    state = next(iter(built.states.values()))
+    residual = {k: v for k, v in built.ef_state.items() if k.startswith("ef/")}
+    assert residual, "the miner keeps an error-feedback residual"
+    checkpoint = {f"param/{k}": v for k, v in rnd.checkpoint.items()}
+    assert blob_kind(built.update) is Kind.UPDATE
+    assert blob_kind(encode_tensors(state)) is Kind.STATE
+    assert blob_kind(encode_tensors(residual)) is Kind.RESIDUAL
+    assert blob_kind(encode_tensors(checkpoint)) is Kind.CHECKPOINT
+    assert blob_kind(b'{"quote": "..."}') is Kind.EVIDENCE
+    assert blob_kind(b"") is Kind.OTHER
+    for path, kind in [
+        ("/updates/3/0xab", Kind.UPDATE),
+        ("/signatures/3", Kind.SIGNATURE),
+        ("/verdicts/3", Kind.VERDICT),
+        ("/records/3", Kind.RECORD),
+        ("/status", Kind.API),
+        ("/metrics", Kind.API),
+    ]:
+        assert path_kind(path) is kind, path
+
+
+def test_the_ledger_sums_per_round_and_stays_bounded() -> None:
+    led = TrafficLedger(keep_rounds=3)
+    for r in range(1, 6):
+        led.round = r
+        led.add(Kind.UPDATE, sent=100 * r, sent_overhead=10)
+        led.add(Kind.UPDATE, received=7)
+    led.add(Kind.RPC, round=5, sent=1, received=2)
+    got = led.to_json()
+    assert list(got) == ["3", "4", "5"], "only the last keep_rounds rounds are kept"
+    assert got["5"]["update"] == {"sent": 500, "received": 7, "sent_overhead": 10, "received_overhead": 0}
+    assert total_bytes(got["5"]["rpc"]) == 3
+    merged = merge_ledgers([got, got])
+    assert merged[4] == {"update": 2 * 417}
+    with pytest.raises(ValueError, match="unknown traffic fields"):
+        led.add(Kind.UPDATE, bytes=1)
+    # 4 miners x 136,320 trained params x H = 60 moving 37 MB: the issue's 9.1 bits per param per step
+    assert bits_per_param_step(37_000_000, 4 * 136_320, 60) == pytest.approx(9.05, abs=0.01)
+
+
+def test_a_node_counts_what_it_serves_to_the_byte(tmp_path: Path, rnd: Round) -> None:
+    led = TrafficLedger()
+    m = MinerNode(
+        MinerConfig(data_dir=tmp_path, threads=1),
+        RunSpec(),
+        MemoryCoordinator(MemoryLedger(b"\x01" * 32), Account.from_key(KEY).address),
+        Discovery(31337, KEY),
+        traffic=led,
+    ).start()
+    try:
+        led.round = 7
+        built: Any = rnd.build(MINERS[1])
+        update = m.public.put(built.update, digest_fn=sha256_digest)
+        ckpt = encode_tensors({f"param/{k}": v for k, v in rnd.checkpoint.items()})
+        ckpt_digest = m.public.put(ckpt, digest_fn=tensor_blob_digest)
+        policy = FetchPolicy(timeout=10, attempts=1)
+        assert fetch_blob(m.url, update, policy=policy) == built.update
+        assert fetch_blob(m.url, ckpt_digest, policy=policy, digest_fn=tensor_blob_digest) == ckpt
+        assert httpx.get(f"{m.url}/status", timeout=5).status_code == 200
+        row = led.to_json()["7"]
+        assert row["update"]["sent"] == len(built.update), "the body served, to the byte"
+        assert row["checkpoint"]["sent"] == len(ckpt)
+        for kind in ("update", "checkpoint"):
+            assert 50 < row[kind]["sent_overhead"] < 1000, "status line and headers, once"
+            assert 50 < row[kind]["received_overhead"] < 1000, "request line and headers, once"
+            assert row[kind]["received"] == 0, "a GET has no body"
+        assert row["api"]["sent"] > 0
+        served = httpx.get(f"{m.url}/traffic", timeout=5).json()
+        assert served["7"]["update"]["sent"] == len(built.update)
+        metrics = httpx.get(f"{m.url}/metrics", timeout=5).text
+        assert (
+            f'tessera_miner_traffic_bytes_total{{field="sent",kind="update"}} {float(len(built.update))}'
+            in metrics
+        )
+    finally:
+        m.stop()
+
+
+def test_json_rpc_bytes_are_counted_both_ways() -> None:
+    seen: list[int] = []
+    answer = b'{"jsonrpc":"2.0","id":0,"result":"0x7a69"}'
+    app = FastAPI()
+
+    @app.post("/")
+    async def rpc(request: Request) -> Any:
+        from fastapi.responses import Response
+
+        seen.append(len(await request.body()))
+        return Response(answer, media_type="application/json")
+
+    server = NodeServer(app).start()
+    try:
+        led = TrafficLedger()
+        led.round = 3
+        assert http_web3(server.url, 5, led).eth.chain_id == 31337
+        rpc = led.to_json()["3"]["rpc"]
+        assert rpc["sent"] == sum(seen) > 0, "every request body, as the endpoint received it"
+        assert rpc["received"] == len(answer) * len(seen)
+        assert rpc["sent_overhead"] > 0 and rpc["received_overhead"] > 0
+    finally:
+        server.stop()
+
+
+def test_the_devnet_report_counts_protocol_bytes_per_trained_parameter_and_step() -> None:
+    from tessera.devnet.run import traffic_figures
+
+    kinds = {"update": 8_000, "state": 3_000_000, "rpc": 500_000, "api": 9_999_999}
+    miners = [{"trained_params": 136_320, "inner_steps": 60}] * 4
+    fig = traffic_figures(kinds, miners)
+    assert fig["traffic_protocol_bytes"] == 3_508_000, "operators' reads (api) are listed, not counted"
+    assert fig["traffic_bytes"]["api"] == 9_999_999
+    assert fig["traffic_bits_per_param_step_total"] == pytest.approx(8 * 3_508_000 / (4 * 136_320 * 60), 1e-5)
+    assert set(fig["traffic_bits_per_param_step"]) == {"update", "state", "rpc"}
+    assert "traffic_bits_per_param_step_total" not in traffic_figures(kinds, []), "no miner trained"
