@@ -178,7 +178,12 @@ def evaluate(
         res.checks["honest_share>=0.99"] = share >= 0.99
         res.checks["cheaters_earn_0"] = all(r.reward_cheating == 0 for r in cheaters)
         if sc.provable:
-            res.checks["cheaters_slashed"] = all(r.slashes > 0 for r in cheaters)
+            # every cheater some validator caught provably is slashed; one whose only failures are
+            # unprovable (a Sybil member that serves no transcript state) is a withholder: 0, not slashed
+            caught = [
+                r for r in cheaters if any(v.get("provable") for v in run.verdicts.get(r.address.lower(), []))
+            ]
+            res.checks["cheaters_slashed"] = bool(caught) and all(r.slashes > 0 for r in caught)
             proposals = getattr(run.ledger, "slash_proposals", None)
             if proposals is not None:  # on anvil: every validator that proposed counted, none stuck (F18)
                 res.checks["every_slash_proposal_executed"] = all(proposals.values())
