@@ -235,15 +235,22 @@ def write_report(report: dict[str, Any], workdir: Path) -> None:
     ax[0][1].set_title("rewards per miner (tokens)")
     ax[0][1].legend(fontsize=7)
     kinds = sorted({k for p in pr for k in p.get("traffic_bits_per_param_step", {})})
-    base = [0.0] * len(rs)
+    tr = [p for p in pr if "traffic_bits_per_param_step_total" in p]
     for k in kinds:
-        vals = [p.get("traffic_bits_per_param_step", {}).get(k, 0.0) for p in pr]
-        ax[1][0].bar(rs, vals, bottom=base, label=k)
-        base = [b + v for b, v in zip(base, vals, strict=True)]
+        got = [(p["round"], p["traffic_bits_per_param_step"].get(k)) for p in tr]
+        got = [(r, v) for r, v in got if v]
+        ax[1][0].plot([r for r, _ in got], [v for _, v in got], ".-", lw=0.8, label=k)
+    ax[1][0].plot(
+        [p["round"] for p in tr],
+        [p["traffic_bits_per_param_step_total"] for p in tr],
+        "ko-",
+        lw=2,
+        label="total",
+    )
     ax[1][0].axhline(0.05, color="r", ls="--", lw=0.8, label="0.05 target")
-    ax[1][0].set_yscale("symlog", linthresh=0.01)
+    ax[1][0].set_yscale("log")
     ax[1][0].set_title("traffic, bits per trained param per inner step")
-    ax[1][0].legend(fontsize=6, ncol=2)
+    ax[1][0].legend(fontsize=6, ncol=3)
     ax[1][1].plot(rs, [p["verification_cost_pct"] or 0 for p in pr], "o-", label="verification (replay+eval)")
     ax[1][1].plot(rs, [p["recompute_cost_pct"] or 0 for p in pr], "s-", label="recompute only")
     ax[1][1].axhline(5, color="r", ls="--", lw=0.8, label="5% target")
