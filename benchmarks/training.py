@@ -15,7 +15,10 @@ Parts (printed, and written to ``<out>/training.json`` with PNGs):
 - screen: the recipe study of docs/decisions/training-recipe.md (``--only screen``);
 - overhead: the miner's inner loop (transcript digests every k steps included) against a plain PyTorch
   loop on the same model and batches, in tokens per second;
-- codec speed: compress + decompress throughput in MB/s of fp32 input.
+- codec speed: compress + decompress throughput in MB/s of fp32 input;
+- sizes: the chosen recipe against both bars over a series of model sizes (:func:`size_series`, MoE mode,
+  ``--only sizes``, not run by default): the gap at each size and the least-squares slope of the gap
+  against log10(params).
 
 The default is a quick, small run; ``--full`` is the campaign recorded in docs/benchmarks.md (the
 full-size model, 50 rounds of H = 30, 4 miners x batch 8). This module's import is light; everything
@@ -61,9 +64,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--only",
-        choices=["codec", "overhead", "quality", "tradeoff", "screen"],
+        choices=["codec", "overhead", "quality", "tradeoff", "screen", "sizes"],
         action="append",
-        help="run only these parts (repeatable; 'screen' is the recipe study, not run by default)",
+        help="run only these parts (repeatable; 'screen' is the recipe study and 'sizes' the model-size "
+        "series, neither run by default)",
+    )
+    p.add_argument(
+        "--size-rounds",
+        type=int,
+        nargs="+",
+        help="outer rounds (at H=30) of each size of the size series, smallest first (0 skips a size; "
+        "default: the series' own, see size_series)",
     )
 
 
@@ -100,6 +111,145 @@ def _scale(full: bool) -> dict[str, Any]:
         "rounds": 12,
         "batch": 4,
     }
+
+
+def size_series(full: bool) -> list[dict[str, Any]]:
+    """The model sizes of ``--only sizes`` (MoE mode, 4 experts, top-2), smallest first: a label, the
+    model's shape and the outer rounds (at H=30) each size runs for. The recipe and its two bars run the
+    same rounds at a size (equal tokens). ``--full`` runs 30 rounds at every size (equal tokens across
+    sizes too, so the slope is about size alone): measured at about 6, 12, 26 and 56 s per round of all
+    three runs (1 thread, loaded 2-core machine), about 50 minutes in all; ``--size-rounds`` overrides."""
+    if full:
+        shapes = [  # about 0.06M, 0.2M (the campaign's model), 1.05M and 4.06M parameters
+            ("0.06M", {"seq_len": 64, "d_model": 32, "n_heads": 2, "n_layers": 2, "d_ff": 64}, 30),
+            ("0.2M", {"seq_len": 64, "d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 128}, 30),
+            ("1M", {"seq_len": 64, "d_model": 128, "n_heads": 4, "n_layers": 3, "d_ff": 256}, 30),
+            ("4M", {"seq_len": 64, "d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}, 30),
+        ]
+        batch = 8
+    else:  # a quick look: tiny models, few rounds
+        shapes = [
+            ("tiny", {"seq_len": 32, "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}, 4),
+            ("small", {"seq_len": 32, "d_model": 32, "n_heads": 2, "n_layers": 2, "d_ff": 64}, 4),
+        ]
+        batch = 4
+    return [
+        {"label": label, "scale": {"model": model, "rounds": rounds, "batch": batch}, "rounds": rounds}
+        for label, model, rounds in shapes
+    ]
+
+
+def log_slope(params: list[float], gaps: list[float]) -> float | None:
+    """Least-squares slope of ``gaps`` against log10(``params``) (percentage points per decade); None
+    with fewer than two distinct sizes."""
+    import math
+
+    xs = [math.log10(p) for p in params]
+    if len(xs) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(gaps) / len(gaps)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(xs, gaps, strict=True)) / sxx
+
+
+def sizes(
+    series: list[dict[str, Any]],
+    seeds: list[int],
+    corpus: Any,
+    cache: RunCache | None,
+    windows: int = 0,
+    sink: Any = None,
+) -> dict[str, Any]:
+    """The chosen recipe against uncompressed DiLoCo and data-parallel training (:func:`compare`) at each
+    size of ``series`` (MoE mode, H = :data:`CHOSEN` inner steps), and the slopes of both gaps against
+    log10(params). ``sink(result)`` is called after each size (partial results survive)."""
+    h = CHOSEN["inner_steps"]
+    result: dict[str, Any] = {"inner_steps": h, "mode": "moe", "rows": []}
+    for size in series:
+        if size["rounds"] < 1:
+            continue
+        t0 = time.perf_counter()
+        row = compare(
+            size["label"],
+            "moe",
+            size["scale"],
+            size["rounds"],
+            h,
+            seeds,
+            chosen_variant(),
+            corpus,
+            cache,
+            windows,
+        )
+        row["model"] = size["scale"]["model"]
+        row["batch"] = size["scale"]["batch"]
+        row["tokens"] = size["rounds"] * h * size["scale"]["batch"] * size["scale"]["model"]["seq_len"] * 4
+        row["final_loss"] = sum(s["final_loss"] for s in row["seeds"]) / len(row["seeds"])
+        row["diloco_loss"] = sum(s["diloco_loss"] for s in row["seeds"]) / len(row["seeds"])
+        row["dp_loss"] = sum(s["dp_loss"] for s in row["seeds"]) / len(row["seeds"])
+        row["seconds"] = time.perf_counter() - t0  # 0-ish when every run came from the cache
+        print(
+            f"size {row['label']:<6} {row['params']:>9} params {row['rounds']:>3} rounds  payload "
+            f"{row['payload_bits_per_param_step']:.5f}  loss recipe {row['final_loss']:.4f} DiLoCo "
+            f"{row['diloco_loss']:.4f} DP {row['dp_loss']:.4f}  vs DiLoCo {row['gap_diloco_pct']:+6.2f}%  "
+            f"vs DP {row['gap_dp_pct']:+6.2f}%  ({row['seconds']:.0f} s)",
+            flush=True,
+        )
+        result["rows"].append(row)
+        _fit_sizes(result)
+        if sink is not None:
+            sink(result)
+    return result
+
+
+def _fit_sizes(result: dict[str, Any]) -> None:
+    rows = result["rows"]
+    params = [float(r["params"]) for r in rows]
+    result["slope_gap_dp_per_decade"] = log_slope(params, [r["gap_dp_pct"] for r in rows])
+    result["slope_gap_diloco_per_decade"] = log_slope(params, [r["gap_diloco_pct"] for r in rows])
+
+
+def _plot_sizes(path: Path, result: dict[str, Any]) -> None:
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    params = [r["params"] for r in rows]
+    for key, slope_key, label in (
+        ("gap_dp_pct", "slope_gap_dp_per_decade", "vs data-parallel"),
+        ("gap_diloco_pct", "slope_gap_diloco_per_decade", "vs uncompressed DiLoCo (Nesterov)"),
+    ):
+        gaps = [r[key] for r in rows]
+        slope = result.get(slope_key)
+        line = ax.plot(
+            params,
+            gaps,
+            marker="o",
+            label=f"{label}: slope {slope:+.2f} pts/decade" if slope is not None else label,
+        )
+        if slope is not None:
+            xs = [math.log10(p) for p in params]
+            mx, my = sum(xs) / len(xs), sum(gaps) / len(gaps)
+            ax.plot(params, [my + slope * (x - mx) for x in xs], ls="--", lw=0.8, color=line[0].get_color())
+    for r in rows:
+        ax.annotate(f"{r['label']}, {r['rounds']} rounds", (r["params"], r["gap_dp_pct"]), fontsize=7)
+    ax.set_xscale("log")
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel("model parameters (log)")
+    ax.set_ylabel("final held-out loss gap of the recipe (%)")
+    ax.set_title(f"size series (MoE, H={result['inner_steps']}): gap vs model size")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _run_config(
@@ -644,6 +794,18 @@ def main(args: argparse.Namespace) -> int:
         _plot_tradeoff(out / "training_tradeoff.png", rows)
     if "screen" in parts:
         _rows("screen", screen_grid(), modes, t_scale, t_total, args, corpus, cache, save)
+    if "sizes" in parts:
+        series = size_series(args.full)
+        for size, r in zip(series, getattr(args, "size_rounds", None) or [], strict=False):
+            size["rounds"] = size["scale"]["rounds"] = r
+        res = sizes(series, args.seeds, corpus, cache, args.windows, lambda res: save("sizes", res))
+        save("sizes", res)
+        if res["rows"]:
+            _plot_sizes(out / "training_sizes.png", res)
+        print(
+            f"sizes: gap slope per decade of params: vs DP {res['slope_gap_dp_per_decade']}, "
+            f"vs DiLoCo {res['slope_gap_diloco_per_decade']}"
+        )
     save()
     print(f"wrote {out / 'training.json'}")
     return 0
