@@ -61,6 +61,7 @@ from validator.config import ValidatorConfig
 from validator.errors import NotAnnouncedError, ValidatorError
 from validator.merge import MergePolicy
 from validator.parts import RoundCache, Theta
+from validator.residuals import ResidualCache
 from validator.slashing import SlashingMixin
 from validator.stages import Stage
 from validator.state import ValidatorState
@@ -130,6 +131,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         self.check_evidence = check_evidence
         self.state = ValidatorState(cfg.data_dir.expanduser())
         self.public = BlobStore(self.state.dir / "public", digest_fn=tensor_blob_digest)
+        self._residuals = ResidualCache(self.state.dir / "residuals")
         self.metrics = NodeMetrics.create("validator")
         self.fetch_policy = FetchPolicy(
             max_bytes=cfg.max_update_bytes, timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts
@@ -296,11 +298,16 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
             url = self._miner_url(r, miner)
 
             def fetch_state(digest: str, url: str | None = url) -> dict[str, Tensor]:
+                kept = self._residuals.get(digest)  # the source residual: fetched last round as ef.after
+                if kept is not None:
+                    return decode_tensors(kept)
                 if url is None:
                     raise NotAnnouncedError("miner has no URL")
                 data = fetch_blob(url, digest, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
                 self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
-                return decode_tensors(data)
+                tensors = decode_tensors(data)
+                self._residuals.offer(digest, data, tensors, keep=2 * len(ctx.registry) + 2)
+                return tensors
 
             # this miner's verification stops where the phase's margin begins (issue 10): the chain is
             # asked between stages and replayed segments, so a slow miner cannot push the commit late
