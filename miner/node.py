@@ -13,9 +13,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from fastapi import HTTPException
+from fastapi import Path as PathParam
+from fastapi.responses import Response
 from torch import Tensor
 
 from miner.behaviour import Behaviour, RoundContext, make_behaviour
@@ -26,7 +29,13 @@ from miner.work import BuiltUpdate, assignment_for, build_update, transcript_sta
 from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
-from protocol.nodeapi import NodeMetrics, NodeNotReadyError, NodeServer, create_node_app
+from protocol.nodeapi import (
+    DIGEST_PATTERN,
+    NodeMetrics,
+    NodeNotReadyError,
+    NodeServer,
+    create_node_app,
+)
 from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
 from protocol.recordbook import mount_record_routes
 from protocol.records import Served
@@ -155,6 +164,30 @@ class MinerNode:
         @app.get("/rounds", summary="This miner's round records")
         def rounds() -> dict[str, Any]:
             return {str(r): rec for r, rec in self.state.rounds().items()}
+
+        @app.get(
+            "/states/{digest}",
+            summary="A transcript state without its parameters",
+            response_class=Response,
+            responses={
+                200: {"content": {"application/octet-stream": {}}, "description": "tensor blob"},
+                503: {"description": "the node is starting and has not caught up yet; retry"},
+            },
+        )
+        def state_without_params(
+            digest: Annotated[str, PathParam(pattern=DIGEST_PATTERN, description="the state's digest")],
+        ) -> Response:
+            """The state's tensors other than ``param/*`` (the AdamW moments and the step), for a validator
+            that holds the parameters already: at step 0 they are theta_r's, so it rebuilds the state and
+            checks it against the transcript digest with a third fewer bytes fetched (issue 13)."""
+            try:
+                tensors = self.transcript_tensors("0x" + digest.removeprefix("0x"))
+            except NodeNotReadyError as exc:
+                raise HTTPException(status_code=503, detail=str(exc), headers={"Retry-After": "1"}) from exc
+            if tensors is None:
+                raise HTTPException(status_code=404, detail="not a transcript state served here")
+            part = {k: v for k, v in tensors.items() if not k.startswith("param/")}
+            return Response(encode_tensors(part), media_type="application/octet-stream")
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
@@ -446,6 +479,12 @@ class MinerNode:
 
     def serve_transcript_state(self, digest: str) -> bytes | None:
         """Bytes of a transcript state of the current served round (replayed from a snapshot if needed)."""
+        tensors = self.transcript_tensors(digest)
+        return None if tensors is None else encode_tensors(tensors)
+
+    def transcript_tensors(self, digest: str) -> dict[str, Tensor] | None:
+        """A transcript state of the current served round by its digest (``0x`` + hex), None if this
+        process does not serve it; :class:`NodeNotReadyError` until the first step since start."""
         if not self._synced:
             raise NodeNotReadyError("restoring the round after a start")
         with self._lock:
@@ -472,7 +511,7 @@ class MinerNode:
                     step=step,
                     device=self.cfg.device,
                 )
-            return encode_tensors(tensors)
+            return tensors
 
     def _collect_rewards(self, current_round: int) -> None:
         for r, rec in self.state.rounds().items():

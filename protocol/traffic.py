@@ -95,6 +95,7 @@ def path_kind(path: str) -> Kind:
     first = path.strip("/").split("/", 1)[0]
     return {
         "updates": Kind.UPDATE,
+        "states": Kind.STATE,
         "signatures": Kind.SIGNATURE,
         "verdicts": Kind.VERDICT,
         "records": Kind.RECORD,

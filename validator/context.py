@@ -3,7 +3,7 @@ produces (:class:`Verdict`), the fetchers it is given, and the failure a stage r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,6 +22,11 @@ FetchBytes = Callable[[str], bytes]
 
 #: Fetches a transcript state by its (hex) state digest.
 FetchState = Callable[[str], dict[str, Tensor]]
+
+#: Fetches a transcript state by its digest given tensors the caller holds already (the parameters of the
+#: step-0 state are theta_r's): returns the whole state, checked against the digest, or None when the peer
+#: cannot serve the rest or the rebuilt state does not hash to the digest (the caller then fetches it whole).
+FetchPartialState = Callable[[str, Mapping[str, Tensor]], dict[str, Tensor] | None]
 
 
 #: The bytes of this miner's own update of an earlier round by (round, hex digest), already checked

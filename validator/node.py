@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -52,9 +52,10 @@ from protocol.tensorblob import (
     tensor_blob_digest,
 )
 from protocol.traffic import TrafficLedger
-from protocol.transfer import BlobStore, FetchPolicy, fetch_blob
+from protocol.transfer import BlobStore, FetchPolicy, fetch_blob, get_capped
 from training.data import Dataset
 from training.device import use_deterministic
+from training.digest import state_digest
 from validator.api import ApiMixin
 from validator.checkpoints import CheckpointsMixin
 from validator.config import ValidatorConfig
@@ -309,6 +310,27 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
                 self._residuals.offer(digest, data, tensors, keep=2 * len(ctx.registry) + 2)
                 return tensors
 
+            def fetch_partial(
+                digest: str, known: Mapping[str, Tensor], url: str | None = url
+            ) -> dict[str, Tensor] | None:
+                if url is None:
+                    return None
+                try:
+                    data = get_capped(
+                        f"{url.rstrip('/')}/states/{digest}",
+                        max_bytes=self.fetch_policy.max_bytes,
+                        timeout=self.fetch_policy.timeout,
+                    )
+                    part = decode_tensors(data)
+                except Exception as exc:  # an older miner, or a bad answer: the whole state is fetched
+                    log.debug("partial state %s from %s: %s", digest[:18], url, exc)
+                    return None
+                self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
+                if any(k in known for k in part):
+                    return None
+                whole = {**part, **known}
+                return whole if "0x" + state_digest(whole).hex() == digest else None
+
             # this miner's verification stops where the phase's margin begins (issue 10): the chain is
             # asked between stages and replayed segments, so a slow miner cannot push the commit late
             def out_of_time(limit: int = st.deadline - RETRY_MARGIN_BLOCKS) -> bool:
@@ -326,6 +348,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
                 check_evidence=self.check_evidence,
                 fetch_source=self._source_fetcher(miner, url),
                 out_of_time=out_of_time,
+                fetch_partial=fetch_partial,
             )
             # only a miner that could not be reached is waited for; one that answers without the bytes is
             # final at once, so a withholder costs the others no time (issue 10)

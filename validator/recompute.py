@@ -25,6 +25,7 @@ from training.errors import TrainingError
 from training.inner import replay_segment, states_close
 from training.model import module_of
 from validator.context import (
+    FetchPartialState,
     FetchSource,
     FetchState,
     RoundContext,
@@ -53,12 +54,18 @@ def _recompute(
     segments: int,
     ev: dict[str, Any],
     out_of_time: Callable[[], bool] | None = None,
+    fetch_partial: FetchPartialState | None = None,
 ) -> None:
     h = update.header
     digests = list(h.transcript_digests)
     steps = list(h.transcript_steps)
+    # the anchor and the final state are fetched once and reused by a replay of the first or last segment
+    # (which only reads a start state before its replay and compares an end state)
+    held: dict[int, dict[str, Tensor]] = {}
 
     def get(i: int) -> dict[str, Tensor]:
+        if i in held:
+            return held[i]
         try:
             st = fetch_state("0x" + digests[i])
         except Exception as exc:
@@ -73,15 +80,24 @@ def _recompute(
             raise _Fail(Stage.RECOMPUTE, f"state at step {steps[i]} does not match the transcript", False)
         return st
 
-    # anchor: the step-0 state's parameters are exactly theta_r's (moments are the miner's choice)
-    start0 = get(0)
+    # anchor: the step-0 state's parameters are exactly theta_r's (moments are the miner's choice). The
+    # parameters are not fetched when the rest, with theta_r's, hashes to the digest (issue 13); otherwise
+    # the whole state is, and a mismatch below is provable
     mods = set(a.module_ids)
     want = {n for n in ctx.checkpoint if module_of(n) in mods}
+    start0 = None
+    if fetch_partial is not None:
+        start0 = fetch_partial("0x" + digests[0], {f"param/{n}": ctx.checkpoint[n] for n in want})
+        v.metrics["anchor_rebuilt"] = start0 is not None
+    if start0 is None:
+        start0 = get(0)
+    held[0] = start0
     have = {k.removeprefix("param/") for k in start0 if k.startswith("param/")}
     if have != want or any(not torch.equal(start0[f"param/{n}"], ctx.checkpoint[n]) for n in want):
         raise _Fail(Stage.RECOMPUTE, "transcript does not start at the checkpoint", True, **ev, step=0)
 
     final = get(len(steps) - 1)
+    held[len(steps) - 1] = final
     num = den_a = den_b = 0.0
     for name, d in delta.items():
         # compare on the update's support: top-k codecs send few coordinates, error feedback shifts them

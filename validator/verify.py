@@ -54,6 +54,7 @@ from training.model import module_of
 from validator.context import (
     CheckEvidence,
     FetchBytes,
+    FetchPartialState,
     FetchSource,
     FetchState,
     RoundContext,
@@ -99,6 +100,7 @@ def verify_update(
     check_evidence: CheckEvidence | None = None,
     fetch_source: FetchSource | None = None,
     out_of_time: Callable[[], bool] | None = None,
+    fetch_partial: FetchPartialState | None = None,
 ) -> tuple[Verdict, Update | None]:
     """Run every stage for one miner; returns the verdict and (when it decoded) the update.
 
@@ -107,7 +109,8 @@ def verify_update(
     names; without it an update that names one is refused (unprovably). ``out_of_time()`` is asked before
     each stage and each replayed segment (the node asks the chain whether the phase's margin has begun):
     once it says yes, the verdict is the unprovable stage ``budget`` (scored 0), so one slow or stalling
-    miner cannot make the validator miss a phase (issue 10)."""
+    miner cannot make the validator miss a phase (issue 10). ``fetch_partial`` fetches the step-0 state
+    without the parameters the validator holds (theta_r's), a third fewer bytes (issue 13)."""
     v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
     update: Update | None = None
     t = time.perf_counter()
@@ -139,7 +142,18 @@ def verify_update(
             policy.segments_per_miner if full else min(policy.attested_segments, policy.segments_per_miner)
         )
         _recompute(
-            ctx, v, assignment, update, delta, fetch_state, fetch_source, policy, segments, proof, out_of_time
+            ctx,
+            v,
+            assignment,
+            update,
+            delta,
+            fetch_state,
+            fetch_source,
+            policy,
+            segments,
+            proof,
+            out_of_time,
+            fetch_partial,
         )
         lap(Stage.RECOMPUTE)
         with COMPUTE_LOCK:

@@ -121,3 +121,45 @@ def test_only_an_unreachable_miner_is_marked_for_a_retry(
     assert (v.stage, v.accepted, v.provable) == ("fetch", False, False), v.reason
     assert v.evidence.get("unreachable") is unreachable
     assert Stage(v.stage).retryable(v.provable)
+
+
+def test_the_anchor_is_rebuilt_from_theta_r_when_the_rest_hashes_to_its_digest(rnd: Round) -> None:
+    """Issue 13: the step-0 state is fetched without its parameters (theta_r's) when the rebuilt state
+    hashes to the transcript digest; otherwise, or without a partial fetcher, it is fetched whole."""
+    from training.digest import state_digest
+
+    built = rnd.build(MINERS[0])
+    commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, MINERS[0], built.digest)
+    states = {
+        "0x" + d.hex(): built.states[s]
+        for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
+    }
+    states.update(rnd.published)
+    anchor = "0x" + built.transcript_digests[0].hex()
+    policy = VerifyPolicy(segments_per_miner=0)  # the anchor and final checks only
+
+    def run(partial: Any) -> tuple[Verdict, list[str]]:
+        calls: list[str] = []
+
+        def fetch_state(digest: str) -> Any:
+            calls.append(digest)
+            return states[digest]
+
+        v, _ = verify_update(
+            rnd.ctx(), MINERS[0], commitment, lambda: built.update, fetch_state, policy,
+            fetch_source=rnd.fetch_source, fetch_partial=partial,
+        )  # fmt: skip
+        return v, calls
+
+    def honest(digest: str, known: Any) -> Any:
+        whole = {**{k: t for k, t in states[digest].items() if not k.startswith("param/")}, **known}
+        return whole if "0x" + state_digest(whole).hex() == digest else None
+
+    v, calls = run(honest)
+    assert v.accepted and v.metrics["anchor_rebuilt"] is True, v.reason
+    assert anchor not in calls, "the whole step-0 state is not fetched"
+    v, calls = run(lambda digest, known: None)  # an older miner: no /states route
+    assert v.accepted and v.metrics["anchor_rebuilt"] is False
+    assert anchor in calls
+    v, calls = run(None)
+    assert v.accepted and "anchor_rebuilt" not in v.metrics and anchor in calls
