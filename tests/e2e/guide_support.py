@@ -111,19 +111,39 @@ class Shell:
         return "\n".join(o.rstrip("\n") for o in outputs)
 
     def bash(self, cmd: str, where: str, timeout: float) -> str:
+        """Run one command in the foreground; it fails at once, not at ``timeout``, if one of this shell's
+        background processes exits meanwhile (a node that refused its flags: the guide's wait loop would
+        wait for it forever)."""
+        proc = subprocess.Popen(
+            ["bash", "-c", "set -o pipefail\n" + cmd], cwd=self.cwd, env=self.env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.time() + timeout
         try:
-            r = subprocess.run(
-                ["bash", "-c", "set -o pipefail\n" + cmd],
-                cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=timeout, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired as exc:
-            raise GuideError(f"{where}: still running after {timeout}s\n{self.logs()}") from exc
-        if r.returncode != 0:
+            while True:
+                try:
+                    stdout, stderr = proc.communicate(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    died = [p.returncode for p in self.procs if p.poll() is not None]
+                    if died or time.time() > deadline:
+                        why = (
+                            f"a background process exited ({died})"
+                            if died
+                            else f"still running after {timeout}s"
+                        )
+                        raise GuideError(f"{where}: {why}\n{self.logs()}") from None
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if proc.returncode != 0:
             raise GuideError(
-                f"{where}: exit {r.returncode}\nstdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-3000:]}\n"
+                f"{where}: exit {proc.returncode}\nstdout: {stdout[-2000:]}\nstderr: {stderr[-3000:]}\n"
                 f"{self.logs()}"
             )
-        return r.stdout
+        return stdout
 
     def _background(self, cmd: str, step: str) -> None:
         log = open(self.log_dir / f"{self.name}-{step}.out", "ab")
