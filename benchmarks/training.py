@@ -117,8 +117,8 @@ def size_series(full: bool) -> list[dict[str, Any]]:
     """The model sizes of ``--only sizes`` (MoE mode, 4 experts, top-2), smallest first: a label, the
     model's shape and the outer rounds (at H=30) each size runs for. The recipe and its two bars run the
     same rounds at a size (equal tokens). ``--full`` runs 30 rounds at every size (equal tokens across
-    sizes too, so the slope is about size alone): measured at about 6, 12, 26 and 56 s per round of all
-    three runs (1 thread, loaded 2-core machine), about 50 minutes in all; ``--size-rounds`` overrides."""
+    sizes too, so the slope is about size alone): measured at 82, 138, 468 and 1295 s for all three runs
+    of each size (1 thread, niced, loaded 2-core machine), 33 minutes in all; ``--size-rounds`` overrides."""
     if full:
         shapes = [  # about 0.06M, 0.2M (the campaign's model), 1.05M and 4.06M parameters
             ("0.06M", {"seq_len": 64, "d_model": 32, "n_heads": 2, "n_layers": 2, "d_ff": 64}, 30),
