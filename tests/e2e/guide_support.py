@@ -190,3 +190,4 @@ class Shell:
                 os.killpg(p.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
+        self.procs.clear()
