@@ -65,6 +65,10 @@ class RunSpecError(ProtocolError):
     """A run specification is missing or invalid."""
 
 
+class CorpusDigestError(RunSpecError):
+    """The corpus on disk does not hash to the run file's pinned ``corpus_digest``."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything that fixes a run's math."""
@@ -76,9 +80,11 @@ class RunSpec:
     experts_per_miner: int | None = None
     """MoE experts per miner per layer (None: the model's top_k)."""
     corpus: str = "bundled"
-    """``bundled`` or a path to a JSONL corpus."""
+    """``bundled`` or a path to a ``.txt``/``.jsonl`` file or a folder of them."""
     genesis_seed: int = 0
     """Seed of theta_0 (``training.model.build_model``)."""
+    corpus_digest: str | None = None
+    """Pinned ``training.corpus.content_digest`` of the corpus (None: not pinned; omitted from JSON)."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -90,7 +96,7 @@ class RunSpec:
             "experts_per_miner": self.experts_per_miner,
             "corpus": self.corpus,
             "genesis_seed": self.genesis_seed,
-        }
+        } | ({} if self.corpus_digest is None else {"corpus_digest": self.corpus_digest})
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RunSpec:
@@ -106,6 +112,7 @@ class RunSpec:
                 "experts_per_miner",
                 "corpus",
                 "genesis_seed",
+                "corpus_digest",
             }
             if extra:
                 raise RunSpecError(f"unknown run spec fields {sorted(extra)}")
@@ -117,6 +124,7 @@ class RunSpec:
                 experts_per_miner=doc.get("experts_per_miner"),
                 corpus=str(doc.get("corpus", "bundled")),
                 genesis_seed=int(doc.get("genesis_seed", 0)),
+                corpus_digest=_corpus_digest(doc.get("corpus_digest")),
             )
         except (TrainingError, TypeError, ValueError) as exc:
             raise RunSpecError(f"invalid run spec: {exc}") from exc
@@ -156,11 +164,28 @@ class RunSpec:
 
     def load_corpus(self) -> Any:
         """The run's corpus (``training.corpus.Corpus``)."""
-        from training.corpus import load_bundled_corpus, parse_corpus
+        from training.corpus import content_digest, load_bundled_corpus, load_corpus_path
 
         if self.corpus == "bundled":
-            return load_bundled_corpus()
-        try:
-            return parse_corpus(Path(self.corpus).read_bytes(), "jsonl", Path(self.corpus).stem)
-        except OSError as exc:
-            raise RunSpecError(f"cannot read corpus {self.corpus}: {exc}") from exc
+            corpus = load_bundled_corpus()
+            found = content_digest(corpus.documents)
+        else:
+            try:
+                corpus = load_corpus_path(self.corpus)
+            except OSError as exc:
+                raise RunSpecError(f"cannot read corpus {self.corpus}: {exc}") from exc
+            found = corpus.digest
+        if self.corpus_digest is not None and found != self.corpus_digest:
+            raise CorpusDigestError(
+                f"corpus {self.corpus} hashes to {found} but the run file pins corpus_digest "
+                f"{self.corpus_digest}"
+            )
+        return corpus
+
+
+def _corpus_digest(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise RunSpecError(f"corpus_digest must be 64 lowercase hex digits, not {value!r}")
+    return value

@@ -28,7 +28,12 @@ def register(subparsers: Any) -> None:
     init.add_argument("--mode", choices=["moe", "dipaco", "dense"], default="moe", help="model mode")
     init.add_argument("--inner-steps", type=int, default=None, help="H, inner steps per round")
     init.add_argument("--batch-size", type=int, default=None, help="sequences per inner step")
-    init.add_argument("--corpus", default="bundled", help="'bundled' or a path to a JSONL corpus")
+    init.add_argument(
+        "--corpus",
+        default="bundled",
+        help="'bundled' or a .txt/.jsonl file or a folder of them; its content digest is pinned "
+        "in the run file as corpus_digest",
+    )
     init.add_argument("--genesis-seed", type=int, default=0, help="seed of theta_0")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=_init)
@@ -53,8 +58,17 @@ def _init(args: argparse.Namespace) -> int:
         inner = replace(inner, steps=args.inner_steps)
     if args.batch_size is not None:
         inner = replace(inner, batch_size=args.batch_size)
+    corpus_digest = None
+    if args.corpus != "bundled":
+        from training.corpus import load_corpus_path
+
+        corpus_digest = load_corpus_path(args.corpus).digest
     spec = RunSpec(
-        model=ModelConfig(mode=args.mode), inner=inner, corpus=args.corpus, genesis_seed=args.genesis_seed
+        model=ModelConfig(mode=args.mode),
+        inner=inner,
+        corpus=args.corpus,
+        genesis_seed=args.genesis_seed,
+        corpus_digest=corpus_digest,
     )
     spec = RunSpec.from_json(spec.to_json())  # the same validation a node applies when it loads the file
     spec.save(args.out)
@@ -72,6 +86,7 @@ def summary(spec: Any, path: Path) -> dict[str, Any]:
         "inner_steps": spec.inner.steps,
         "batch_size": spec.inner.batch_size,
         "corpus": spec.corpus,
+        **({"corpus_digest": spec.corpus_digest} if spec.corpus_digest else {}),
         "deploy_with": f"tessera contracts deploy --run-file {path} ...",
     }
 
