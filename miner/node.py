@@ -24,6 +24,7 @@ from torch import Tensor
 from miner.behaviour import Behaviour, RoundContext, make_behaviour
 from miner.config import MinerConfig
 from miner.errors import CheckpointUnavailableError, MinerError, MinerStateError
+from miner.livepage import mount_live_page
 from miner.state import ABANDONED, COMMITTED, PREPARED, SERVED, MinerState
 from miner.work import BuiltUpdate, assignment_for, build_update, transcript_state
 from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState
@@ -148,6 +149,7 @@ class MinerNode:
         )
         self._add_routes(app)
         mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
+        mount_live_page(app, self.status, self.state.rounds)  # GET / (issue 16)
         self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
         self.url = self.cfg.public_url or self.server.url
         if self.coord.ensure_registered("miner", self.cfg.stake):
