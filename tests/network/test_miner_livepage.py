@@ -6,14 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from eth_account import Account
 
-from miner.config import MinerConfig
 from miner.livepage import MAX_ROUNDS, render_live_page
-from miner.node import MinerNode
-from protocol.coordinator import MemoryCoordinator, MemoryLedger
-from protocol.discovery import Discovery
-from protocol.runspec import RunSpec
+from tests.network.miner_support import start_bare_miner
 
 KEY = "0x" + f"{52:064x}"
 DIGEST = "0x" + "5a" * 32
@@ -67,12 +62,7 @@ def test_the_page_is_bounded() -> None:
 
 
 def test_a_running_miner_serves_its_live_page(tmp_path: Path) -> None:
-    m = MinerNode(
-        MinerConfig(data_dir=tmp_path, threads=1),
-        RunSpec(),
-        MemoryCoordinator(MemoryLedger(b"\x01" * 32), Account.from_key(KEY).address),
-        Discovery(31337, KEY),
-    ).start()
+    m = start_bare_miner(tmp_path, KEY)
     try:
         m.state.prepare(
             1,

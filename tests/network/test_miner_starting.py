@@ -7,14 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from eth_account import Account
 
-from miner.config import MinerConfig
-from miner.node import MinerNode
-from protocol.coordinator import MemoryCoordinator, MemoryLedger
-from protocol.discovery import Discovery
-from protocol.runspec import RunSpec
 from protocol.transfer import BlobNotFoundError, FetchPolicy, PeerUnavailableError, fetch_blob
+from tests.network.miner_support import start_bare_miner
 from validator.context import unreachable
 
 KEY = "0x" + f"{51:064x}"
@@ -22,12 +17,7 @@ DIGEST = "0x" + "5a" * 32  # a transcript state this miner does not have
 
 
 def test_a_miner_answers_503_until_its_first_step_then_404(tmp_path: Path) -> None:
-    m = MinerNode(
-        MinerConfig(data_dir=tmp_path, threads=1),
-        RunSpec(),
-        MemoryCoordinator(MemoryLedger(b"\x01" * 32), Account.from_key(KEY).address),
-        Discovery(31337, KEY),
-    ).start()
+    m = start_bare_miner(tmp_path, KEY)
     policy = FetchPolicy(timeout=5, attempts=1)
     try:
         resp = httpx.get(f"{m.url}/blobs/{DIGEST}", timeout=5)

@@ -8,16 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
-from eth_account import Account
 from fastapi import FastAPI, Request
 
-from miner.config import MinerConfig
-from miner.node import MinerNode
 from protocol.chain import http_web3
-from protocol.coordinator import MemoryCoordinator, MemoryLedger
-from protocol.discovery import Discovery
 from protocol.nodeapi import NodeServer
-from protocol.runspec import RunSpec
 from protocol.tensorblob import encode_tensors, tensor_blob_digest
 from protocol.traffic import (
     Kind,
@@ -29,6 +23,7 @@ from protocol.traffic import (
     total_bytes,
 )
 from protocol.transfer import FetchPolicy, fetch_blob, sha256_digest
+from tests.network.miner_support import start_bare_miner
 from tests.validator.validator_support import MINERS, Round, make_round
 
 KEY = "0x" + f"{52:064x}"
@@ -83,13 +78,7 @@ def test_the_ledger_sums_per_round_and_stays_bounded() -> None:
 
 def test_a_node_counts_what_it_serves_to_the_byte(tmp_path: Path, rnd: Round) -> None:
     led = TrafficLedger()
-    m = MinerNode(
-        MinerConfig(data_dir=tmp_path, threads=1),
-        RunSpec(),
-        MemoryCoordinator(MemoryLedger(b"\x01" * 32), Account.from_key(KEY).address),
-        Discovery(31337, KEY),
-        traffic=led,
-    ).start()
+    m = start_bare_miner(tmp_path, KEY, led)
     try:
         led.round = 7
         built: Any = rnd.build(MINERS[1])
