@@ -1,0 +1,263 @@
+"""The money checks every fault scenario ends with, one named function per promise (see
+:mod:`tessera.devnet.faults`): nothing paid twice, payouts as settled, every honest participant paid,
+the target paid when it completed the fault round, recovery within one round, nobody slashed, and a log
+line saying what happened."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from tessera.devnet.faults.scenarios import Scenario
+from tessera.devnet.network import Devnet
+
+Check = dict[str, Any]
+"""One check's outcome: ``{"name", "ok", "detail"}`` (the report's format)."""
+
+
+def make_check(name: str, ok: bool, detail: str = "") -> Check:
+    """One check's outcome."""
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+@dataclass(frozen=True)
+class Payouts:
+    """The chain's finalizations and rewards, read once for all the checks."""
+
+    names: dict[str, str]
+    """Lower-case address -> node name."""
+    finalized: Counter[int]
+    """Round -> how many ``RoundFinalized`` events it has."""
+    miner_paid: list[tuple[int, str, int, int]]
+    """(round, lower-case miner, consensus score, amount) per ``MinerRewarded``."""
+    validator_paid: list[tuple[int, str, int]]
+    """(round, lower-case validator, amount) per ``ValidatorRewarded``."""
+
+    def miner(self, r: int, a: str) -> int:
+        """What miner ``a`` was paid for round ``r``."""
+        return sum(amt for rr, aa, _c, amt in self.miner_paid if rr == r and aa == a.lower())
+
+    def validator(self, r: int, a: str) -> int:
+        """What validator ``a`` was paid for round ``r``."""
+        return sum(amt for rr, aa, amt in self.validator_paid if rr == r and aa == a.lower())
+
+
+def read_payouts(net: Devnet) -> Payouts:
+    """The devnet chain's :class:`Payouts`."""
+    chain = net.chain
+    return Payouts(
+        names={n.address.lower(): name for name, n in net.nodes.items()},
+        finalized=Counter(int(e.round) for e in chain.events("RoundFinalized")),
+        miner_paid=[
+            (int(e.round), e.miner.lower(), int(e.consensus), int(e.amount))
+            for e in chain.events("MinerRewarded")
+        ],
+        validator_paid=[
+            (int(e.round), e.validator.lower(), int(e.amount)) for e in chain.events("ValidatorRewarded")
+        ],
+    )
+
+
+def check_run(net: Devnet, sc: Scenario, fault_round: int, last_round: int) -> list[Check]:
+    """Every check of one scenario (see the module docstring of :mod:`tessera.devnet.faults`)."""
+    paid = read_payouts(net)
+    rounds = list(range(fault_round, last_round + 1))
+    target = sc.target if sc.target != "anvil" else None
+    checks = [
+        nothing_paid_twice(net, paid),
+        payouts_match_consensus(net, paid),
+        honest_paid_every_round(net, paid, target, fault_round, rounds),
+    ]
+    if target is not None and target in net.nodes:
+        checks.append(target_outcome(net, paid, sc, fault_round))
+    checks.append(recovered_within_one_round(net, paid, target, fault_round))
+    checks.append(nobody_slashed(net, paid))
+    checks.append(logs_say_what_happened(net, sc))
+    return checks
+
+
+def nothing_paid_twice(net: Devnet, paid: Payouts) -> Check:
+    """Each round finalized once, each participant paid once per round, and nobody claimed more than it
+    earned."""
+    names = paid.names
+    twice = [f"round {r} finalized {c}x" for r, c in paid.finalized.items() if c > 1]
+    for payees in ([x[:2] for x in paid.miner_paid], [y[:2] for y in paid.validator_paid]):
+        twice += [
+            f"{names.get(a, a)} paid {c}x in round {r}" for (r, a), c in Counter(payees).items() if c > 1
+        ]
+    earned: Counter[str] = Counter()
+    for x in paid.miner_paid:
+        earned[x[1]] += x[3]
+    for y in paid.validator_paid:
+        earned[y[1]] += y[2]
+    claims = net.chain.events("Claimed")
+    for e in claims:
+        if (
+            int(e.amount)
+            and sum(int(c.amount) for c in claims if c.account == e.account) > earned[e.account.lower()]
+        ):
+            twice.append(f"{names.get(e.account.lower(), e.account)} claimed more than it earned")
+    return make_check(
+        "nothing_paid_twice",
+        not twice,
+        "; ".join(sorted(set(twice))) or "each round finalized once, each payout once, claims <= earnings",
+    )
+
+
+def payouts_match_consensus(net: Devnet, paid: Payouts) -> Check:
+    """Every finalized round paid exactly what the contract's settlement of its revealed scores says
+    (recomputed here with :func:`protocol.consensus.settle`)."""
+    bps = net.chain.params().validator_share_bps
+    bad: list[str] = []
+    for r in sorted(paid.finalized):
+        bad += _settlement_differences(net, paid, r, bps)
+    return make_check(
+        "payouts_match_consensus",
+        not bad,
+        "; ".join(bad) or f"rounds {sorted(paid.finalized)} settled exactly as the revealed scores say",
+    )
+
+
+def _settlement_differences(net: Devnet, paid: Payouts, r: int, bps: int) -> list[str]:
+    """Where round ``r``'s rewards differ from the settlement of its revealed scores."""
+    from protocol.consensus import settle
+
+    chain, names = net.chain, paid.names
+    order = [e.miner for e in chain.committed_miners(r)]
+    reveals = chain.revealed_scores(r)
+    budget = next(int(e.budget) for e in chain.events("RoundFinalized", round=r))
+    st = settle(
+        [list(x.scores) for x in reveals], [x.weight for x in reveals], budget, bps, n_miners=len(order)
+    )
+    bad = []
+    got_m = {a: (c, amt) for rr, a, c, amt in paid.miner_paid if rr == r}
+    for m, med, pay in zip(order, st.medians, st.miner_pay, strict=True):
+        c, amt = got_m.get(m.lower(), (0, 0))
+        if (pay and (c, amt) != (med, pay)) or (not pay and amt):
+            bad.append(
+                f"round {r} {names.get(m.lower(), m)}: paid {amt} at consensus {c}, settlement says {pay} at {med}"
+            )
+    got_v = {a: amt for rr, a, amt in paid.validator_paid if rr == r}
+    for x, pay in zip(reveals, st.validator_pay, strict=True):
+        if got_v.get(x.validator.lower(), 0) != pay:
+            bad.append(
+                f"round {r} {names.get(x.validator.lower())}: paid {got_v.get(x.validator.lower(), 0)}, settlement says {pay}"
+            )
+    return bad
+
+
+def honest_paid_every_round(
+    net: Devnet, paid: Payouts, target: str | None, fault_round: int, rounds: list[int]
+) -> Check:
+    """Every participant but the target (in the fault round) committed or revealed, and was paid, in
+    every round."""
+    names = paid.names
+    miners = sorted(n.address for n in net.nodes.values() if n.role == "miner")
+    validators = sorted(n.address for n in net.nodes.values() if n.role == "validator")
+    missing: list[str] = []
+    for r in rounds:
+        committed = {e.miner.lower() for e in net.chain.committed_miners(r)}
+        revealed = {e.validator.lower() for e in net.chain.revealed_scores(r)}
+        for addrs, took_part, do, done, pay in (
+            (miners, committed, "commit", "committed", paid.miner),
+            (validators, revealed, "reveal", "revealed", paid.validator),
+        ):
+            for a in addrs:
+                name = names[a.lower()]
+                if name == target and r == fault_round:
+                    continue
+                if a.lower() not in took_part:
+                    missing.append(f"{name} did not {do} in round {r}")
+                elif not pay(r, a):
+                    missing.append(f"{name} {done} but was not paid in round {r}")
+    return make_check(
+        "honest_paid_every_round",
+        not missing,
+        "; ".join(missing) or f"every non-target participant paid in rounds {rounds}",
+    )
+
+
+def target_outcome(net: Devnet, paid: Payouts, sc: Scenario, fault_round: int) -> Check:
+    """The target node in the fault round: a stalling or corrupting peer earned nothing
+    (``bad_peer_earned_nothing``); otherwise it was paid if it completed the round
+    (``target_paid_if_it_completed``: a miner's update fetched, a validator's scores revealed)."""
+    target = sc.target
+    tnode = net.nodes[target]
+    a = tnode.address.lower()
+    if sc.name in ("stall-miner", "corrupt-miner"):
+        amt = paid.miner(fault_round, a)
+        return make_check("bad_peer_earned_nothing", amt == 0, f"{target} paid {amt} in round {fault_round}")
+    if tnode.role == "miner":
+        committed = {e.miner.lower() for e in net.chain.committed_miners(fault_round)}
+        fetched = _update_fetched(net, tnode.address, fault_round)
+        completed = a in committed and fetched
+        amt = paid.miner(fault_round, a)
+        return make_check(
+            "target_paid_if_it_completed",
+            amt > 0 if completed else True,
+            f"{target} {'completed' if completed else 'did not complete'} round {fault_round} "
+            f"(committed: {a in committed}, update fetched: {fetched}); paid {amt}",
+        )
+    revealed = {e.validator.lower() for e in net.chain.revealed_scores(fault_round)}
+    amt = paid.validator(fault_round, a)
+    return make_check(
+        "target_paid_if_it_completed",
+        amt > 0 if a in revealed else True,
+        f"{target} {'revealed' if a in revealed else 'did not reveal'} in round {fault_round}; paid {amt}",
+    )
+
+
+def _update_fetched(net: Devnet, address: str, r: int) -> bool:
+    """Whether some validator got miner ``address``'s round-``r`` update past the fetch and digest
+    stages."""
+    fetched = False
+    for v in (n for n in net.nodes if n.startswith("validator")):
+        vd = (net.get(v, f"/verdicts/{r}") or {}).get(address) or {}
+        fetched |= bool(vd) and vd.get("stage") not in ("commit", "fetch", "digest")
+    return fetched
+
+
+def recovered_within_one_round(net: Devnet, paid: Payouts, target: str | None, fault_round: int) -> Check:
+    """The round after the fault finalized once and its checkpoint certified, with the target (a node)
+    in it and paid."""
+    nxt = fault_round + 1
+    certified = net.chain.checkpoint(nxt + 1) != b"\0" * 32
+    ok = paid.finalized.get(nxt, 0) == 1 and certified
+    detail = (
+        f"round {nxt} finalized: {paid.finalized.get(nxt, 0) == 1}, theta_{nxt + 1} certified: {certified}"
+    )
+    tnode = net.nodes.get(target) if target else None
+    if tnode is not None:
+        amt = paid.miner(nxt, tnode.address) if tnode.role == "miner" else paid.validator(nxt, tnode.address)
+        ok = ok and amt > 0
+        detail += f", {target} paid {amt / 1e18:.2f} in round {nxt}"
+    return make_check("recovered_within_one_round", ok, detail)
+
+
+def nobody_slashed(net: Devnet, paid: Payouts) -> Check:
+    """No ``Slashed`` event."""
+    slashed = [
+        f"{paid.names.get(e.target.lower(), e.target)} ({int(e.amount) / 1e18:.1f})"
+        for e in net.chain.events("Slashed")
+    ]
+    return make_check("nobody_slashed", not slashed, ", ".join(slashed) or "no Slashed event")
+
+
+def logs_say_what_happened(net: Devnet, sc: Scenario) -> Check:
+    """Each of the scenario's log patterns occurs in the log of a node it names (first hit quoted)."""
+    found: list[str] = []
+    lost: list[str] = []
+    for who, pattern in sc.log_patterns:
+        hits = []
+        for name, n in sorted(net.nodes.items()):
+            if not re.fullmatch(who.replace("*", ".*"), name):
+                continue
+            text = n.log_path.read_text(errors="replace") if n.log_path.exists() else ""
+            m = re.search(pattern, text)
+            if m:
+                line = text[text.rfind("\n", 0, m.start()) + 1 : text.find("\n", m.start())]
+                hits.append(f"{name}: {line.strip()[:160]}")
+        (found if hits else lost).append(hits[0] if hits else f"{who}: no line matching /{pattern}/")
+    return make_check("logs_say_what_happened", not lost, "; ".join(found + lost))

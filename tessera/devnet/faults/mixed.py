@@ -1,0 +1,206 @@
+"""The checks and figures of ``mixed-hardware``: nodes on different CPU instruction sets must agree on
+every checkpoint, refuse no honest miner and name the instruction set they ran under."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.devnet.faults.checks import Check, check_run, make_check
+from tessera.devnet.faults.scenarios import Scenario, setting_text
+from tessera.devnet.network import Devnet
+
+#: Verdict metrics of the largest honest differences a validator measured (``validator.verify``).
+REPLAY_METRICS = ("replay_param_rel_diff", "replay_moment_rel_diff", "ef_rel_err", "ef_after_rel_err")
+
+
+def validator_names(net: Devnet) -> list[str]:
+    """The devnet's validators' node names, sorted."""
+    return sorted(n for n, node in net.nodes.items() if node.role == "validator")
+
+
+def merged_digests(net: Devnet, r: int, node_env: dict[str, dict[str, str]]) -> list[str]:
+    """Each validator's merged theta_{r+1} digest and whether it signed it, for a report line; the first
+    line says whether they differ."""
+    got: dict[str, str | None] = {}
+    lines = []
+    for v in validator_names(net):
+        summary = {int(x.get("round", -1)): x for x in (net.get(v, "/rounds") or []) if isinstance(x, dict)}
+        digest = (summary.get(r) or {}).get("checkpoint")
+        got[v] = digest
+        signed = net.get(v, f"/signatures/{r}") is not None
+        what = f"merged {digest}" if digest else "has not merged"
+        lines.append(f"{v} ({setting_text(node_env.get(v, {}))}) {what}{', signed' if signed else ''}")
+    digests = {d for d in got.values() if d}
+    head = (
+        "validators' checkpoint digests differ"
+        if len(digests) > 1
+        else "validators' checkpoint digests agree"
+        if len(digests) == 1 and all(got.values())
+        else "not every validator merged"
+    )
+    return [head + ": " + "; ".join(lines)]
+
+
+def check_mixed_hardware(
+    net: Devnet, sc: Scenario, first: int, last: int
+) -> tuple[list[Check], dict[str, Any]]:
+    """The checks of ``mixed-hardware`` and its figures: the money checks of :func:`check_run` (nothing
+    paid twice, payouts as settled, every miner and validator paid every round, nobody slashed), then
+    every round certified, the validators' merged digests equal, no honest verdict other than ``ok``, and
+    every node's log naming the instruction set it ran under."""
+    rounds = list(range(first, last + 1))
+    checks = [
+        c
+        for c in check_run(net, sc, first, last)
+        if c["name"] not in ("recovered_within_one_round", "logs_say_what_happened")
+    ]
+    certified = [r for r in rounds if net.chain.checkpoint(r + 1) != b"\0" * 32]
+    checks.append(every_round_certified(net, rounds, certified))
+    checks.append(validators_merged_the_same_digest(net, rounds))
+    tally = tally_verdicts(net, rounds)
+    checks.append(honest_miners_refused_0(tally))
+    platforms, wrong = node_platforms(net)
+    checks.append(
+        make_check(
+            "nodes_ran_under_their_setting",
+            not wrong,
+            "; ".join(wrong) or "; ".join(f"{k}: {v}" for k, v in platforms.items()),
+        )
+    )
+    return checks, _figures(net, rounds, certified, tally, platforms)
+
+
+def every_round_certified(net: Devnet, rounds: list[int], certified: list[int]) -> Check:
+    """Every round's checkpoint certified; for each one that is not, each validator's merged digest."""
+    missing = [r for r in rounds if r not in certified]
+    detail = f"rounds certified / rounds run: {len(certified)}/{len(rounds)}"
+    for r in missing:
+        detail += f"; round {r} not certified: " + "; ".join(merged_digests(net, r, net.cfg.node_env))
+    return make_check("every_round_certified", not missing, detail)
+
+
+def validators_merged_the_same_digest(net: Devnet, rounds: list[int]) -> Check:
+    """Every validator merged the same checkpoint in every round."""
+    differ = []
+    agreed = []
+    for r in rounds:
+        line = merged_digests(net, r, net.cfg.node_env)[0]
+        if not line.startswith("validators' checkpoint digests agree"):
+            differ.append(f"round {r}: {line}")
+        else:
+            summary = net.get(validator_names(net)[0], "/rounds") or []
+            agreed.append(next((str(x.get("checkpoint"))[:18] for x in summary if x.get("round") == r), "?"))
+    return make_check(
+        "validators_merged_the_same_digest",
+        not differ,
+        "; ".join(differ) or f"rounds {rounds}: every validator merged the same digest ({', '.join(agreed)})",
+    )
+
+
+@dataclass
+class VerdictTally:
+    """What the validators' verdicts on the committed (all honest) updates say."""
+
+    refused: list[str] = field(default_factory=list)
+    """One line per missing verdict or verdict other than ``ok``."""
+    judged: int = 0
+    replayed: int = 0
+    """Verdicts with a segment replay."""
+    worst: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """Per :data:`REPLAY_METRICS` name: the largest value seen and where."""
+
+
+def tally_verdicts(net: Devnet, rounds: list[int]) -> VerdictTally:
+    """Every validator's verdict on every committed update of ``rounds``."""
+    names = {n.address.lower(): name for name, n in net.nodes.items()}
+    env = net.cfg.node_env
+    tally = VerdictTally()
+    for r in rounds:
+        committed = [e.miner for e in net.chain.committed_miners(r)]
+        for v in validator_names(net):
+            verdicts = {k.lower(): x for k, x in (net.get(v, f"/verdicts/{r}") or {}).items()}
+            for m in committed:
+                who = names.get(m.lower(), m)
+                vd = verdicts.get(m.lower())
+                if vd is None:
+                    tally.refused.append(f"{who} has no verdict of {v} in round {r}")
+                    continue
+                _count_verdict(tally, vd, f"{who} by {v} in round {r}")
+                if vd.get("stage") != "ok":
+                    tally.refused.append(
+                        f"{who} ({setting_text(env.get(who, {}))}) refused at stage {vd.get('stage')} by {v} "
+                        f"({setting_text(env.get(v, {}))}) in round {r}: {str(vd.get('reason'))[:200]}"
+                    )
+    return tally
+
+
+def _count_verdict(tally: VerdictTally, vd: dict[str, Any], where: str) -> None:
+    """Count one verdict and keep its replay differences where they are the largest so far."""
+    tally.judged += 1
+    metrics = vd.get("metrics") or {}
+    tally.replayed += bool(metrics.get("replayed_steps"))
+    for k in REPLAY_METRICS:
+        x = metrics.get(k)
+        if isinstance(x, int | float) and x >= tally.worst.get(k, (-1.0, ""))[0]:
+            tally.worst[k] = (float(x), where)
+
+
+def honest_miners_refused_0(tally: VerdictTally) -> Check:
+    """No honest miner without a verdict or refused."""
+    return make_check(
+        "honest_miners_refused_0",
+        not tally.refused,
+        "; ".join(tally.refused)
+        or f"honest miners refused: 0 ({tally.judged} verdicts, all ok, {tally.replayed} with a segment replay)",
+    )
+
+
+def node_platforms(net: Devnet) -> tuple[dict[str, str], list[str]]:
+    """Each node's platform as its log names it (torch version, CPU capability, caps), and where that
+    differs from the setting it was given."""
+    env = net.cfg.node_env
+    platforms: dict[str, str] = {}
+    wrong = []
+    for name, n in sorted(net.nodes.items()):
+        text = n.log_path.read_text(errors="replace") if n.log_path.exists() else ""
+        m = re.search(r"\((torch [^)]*CPU capability (\w+)[^)]*)\)", text)
+        platforms[name] = m.group(1) if m else "not logged"
+        want = env.get(name, {})
+        if m is None:
+            wrong.append(f"{name}: no CPU capability line in its log")
+            continue
+        if "ATEN_CPU_CAPABILITY" in want and m.group(2).lower() != want["ATEN_CPU_CAPABILITY"].lower():
+            wrong.append(f"{name}: ran under {m.group(2)}, set {want['ATEN_CPU_CAPABILITY']}")
+        for k in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"):
+            if k in want and f"{k}={want[k]}" not in m.group(1):
+                wrong.append(f"{name}: {k} not {want[k]}")
+    return platforms, wrong
+
+
+def _figures(
+    net: Devnet, rounds: list[int], certified: list[int], tally: VerdictTally, platforms: dict[str, str]
+) -> dict[str, Any]:
+    """The scenario's figures for the report, the largest honest differences beside their tolerances."""
+    from validator.config import ValidatorConfig
+
+    tolerances = {
+        "replay_param_rel_diff": ValidatorConfig.param_rel_tol,
+        "replay_moment_rel_diff": ValidatorConfig.replay_rel_tol,
+        "ef_rel_err": ValidatorConfig.ef_rel_tol,
+        "ef_after_rel_err": ValidatorConfig.ef_rel_tol,
+    }
+    return {
+        "rounds_run": len(rounds),
+        "rounds_certified": len(certified),
+        "honest_refused": len(tally.refused),
+        "slashed": len(net.chain.events("Slashed")),
+        "verdicts": tally.judged,
+        "replayed_verdicts": tally.replayed,
+        "largest_honest_differences": {
+            k: {"value": x, "where": where, "tolerance": tolerances[k]}
+            for k, (x, where) in sorted(tally.worst.items())
+        },
+        "node_platforms": platforms,
+    }

@@ -1,0 +1,179 @@
+"""The fault scenarios of ``tessera faults``: their names, targets and injection points, the phase
+constants the driver times them by, and the node settings of ``mixed-hardware``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tessera.errors import TesseraError
+
+#: Where in the fault round a fault may be injected: the four timed phases, and ``certify`` (round F was
+#: finalized, theta_{F+1} not certified yet: validators are merging and gathering signatures).
+POINTS = ("commit", "reveal", "score-commit", "score-reveal", "certify")
+PHASE_ORDER = ("commit", "reveal", "score-commit", "score-reveal", "finalize", "certify")
+"""Every point of a round in time order (``finalize``: finalized, between score-reveal and certify)."""
+FAULT_ROUND = 2
+"""Chain round of the fault on a fresh devnet (round 1 is the join round)."""
+STARTUP_HOLD_S = 120.0
+"""Seconds the fast-forward waits, at most, for a restarted node's API to come up."""
+CERTIFY_STALL_S = 180.0
+"""Seconds a round may stay finalized and uncertified in a scenario without a fault (``mixed-hardware``)
+before the harness stops and reports why (merging and signing take seconds)."""
+AVX512_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+"""The CPU flags ATen's ``avx512`` kernels need (without them torch dies of an illegal instruction)."""
+
+
+class FaultsError(TesseraError):
+    """A fault scenario could not be run (the devnet failed or a deadline passed)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One fault."""
+
+    name: str
+    summary: str
+    target: str
+    """Node name, or ``anvil``."""
+    points: tuple[str, ...]
+    """Where it may be injected (drawn with the seed)."""
+    log_patterns: tuple[tuple[str, str], ...]
+    """(node name or ``*`` for any node, regex) that must occur in the logs after the fault."""
+    inject: bool = True
+    """False: nothing is injected; the scenario is the devnet's set-up (``mixed-hardware``)."""
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "kill-chain",
+            "kill -9 anvil at a random phase, restart it from its last periodic dump (lost blocks = a reorg)",
+            "anvil",
+            POINTS,
+            (("*", r"connection error|RPC unreachable"),),
+        ),
+        Scenario(
+            "kill-miner",
+            "kill -9 miner1 at a random phase, restart it after a delay",
+            "miner1",
+            POINTS,
+            (("miner1", r"(?s)serving at.*serving at"),),
+        ),
+        Scenario(
+            "kill-validator",
+            "kill -9 validator1 at a random phase, restart it after a delay",
+            "validator1",
+            POINTS,
+            (("validator1", r"(?s)serving at.*serving at"),),
+        ),
+        Scenario(
+            "cut-validator",
+            "close validator1's chain RPC and HTTP ports (a blocked port) for about a round",
+            "validator1",
+            POINTS[:4],
+            (("validator1", r"connection error|RPC unreachable"),),
+        ),
+        Scenario(
+            "stall-miner",
+            "miner1's public port accepts, then trickles a byte a second and never answers, for a round",
+            "miner1",
+            POINTS[:2],
+            (("validator*", r"stalling peer|stalled a fetch"),),
+        ),
+        Scenario(
+            "corrupt-miner",
+            "miner1's public port flips a byte of what it serves, for a round",
+            "miner1",
+            POINTS[:2],
+            (("validator*", r"served a bad blob|hash to"),),
+        ),
+        Scenario(
+            "poison-dht",
+            "a stranger's plain hivemind client stores junk, forged and replayed records over every round key "
+            "(1-year expiry) and announces signed records with a bad and a dead URL",
+            "dht",
+            ("commit",),
+            (("validator*", r"http://127\.0\.0\.1:9\b"),),  # the stranger's dead URL tried and skipped
+        ),
+        Scenario(
+            "mixed-hardware",
+            "nodes on different CPU instruction sets (ATen default/avx2/avx512, MKL/oneDNN caps); no fault",
+            "none",
+            ("commit",),
+            (),
+            inject=False,
+        ),
+    )
+}
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (empty if ``/proc/cpuinfo`` cannot be read)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def mixed_hardware_env(validators: int, miners: int, flags: set[str]) -> dict[str, dict[str, str]]:
+    """Each node's instruction-set environment for ``mixed-hardware``.
+
+    validator0 runs the oldest x86-64 setting (ATen ``default``: no SIMD kernels; MKL capped at SSE4.2,
+    oneDNN at SSE4.1), validator1 the best this CPU has (no caps), further validators alternate; miners
+    cycle through ATen ``default``, ``avx2`` with MKL and oneDNN capped at AVX2, and ``avx512`` with MKL
+    at AVX-512 where ``flags`` has :data:`AVX512_FLAGS` (else ATen ``default`` with MKL and oneDNN capped
+    at AVX)."""
+    avx512 = all(f in flags for f in AVX512_FLAGS)
+    best = "avx512" if avx512 else "avx2" if "avx2" in flags else "default"
+    oldest = {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+    }
+    vsettings = [oldest, {"ATEN_CPU_CAPABILITY": best}]
+    msettings: list[dict[str, str]] = [{"ATEN_CPU_CAPABILITY": "default"}]
+    if "avx2" in flags:
+        msettings.append(
+            {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+        )
+    if avx512:
+        msettings.append(
+            {
+                "ATEN_CPU_CAPABILITY": "avx512",
+                "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+                "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+            }
+        )
+    else:
+        msettings.append(
+            {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX", "ONEDNN_MAX_CPU_ISA": "AVX"}
+        )
+    env = {f"validator{i}": dict(vsettings[i % len(vsettings)]) for i in range(validators)}
+    env.update({f"miner{i}": dict(msettings[i % len(msettings)]) for i in range(miners)})
+    return env
+
+
+def setting_text(env: dict[str, str]) -> str:
+    """``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ...`` (or ``machine default``)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "machine default"
+
+
+@dataclass
+class FaultRun:
+    """What happened in one scenario (the report's raw material)."""
+
+    scenario: str
+    seed: int
+    point: str
+    offset_s: float
+    delay_s: float
+    injected: dict[str, Any] = field(default_factory=dict)
+    restored: dict[str, Any] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
