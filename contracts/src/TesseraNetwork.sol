@@ -5,6 +5,7 @@ import {BLS} from "solady/utils/ext/ithaca/BLS.sol";
 import {ECDSA} from "solady/utils/ECDSA.sol";
 import {TesseraToken} from "./TesseraToken.sol";
 import {Consensus} from "./Consensus.sol";
+import {ITesseraNetwork} from "./ITesseraNetwork.sol";
 
 /// @title TesseraNetwork
 /// @notice Settlement of a Tessera training run: staking and registration of miners and validators,
@@ -16,24 +17,8 @@ import {Consensus} from "./Consensus.sol";
 ///      after its deadline) and lasts a fixed number of blocks. The token is created here; this contract
 ///      holds all stakes, unbonding stakes, unclaimed rewards and the reward pool, so
 ///      token.balanceOf(this) == totalStake + totalUnbonding + sum(owed) + pool at all times.
-contract TesseraNetwork {
+contract TesseraNetwork is ITesseraNetwork {
     // ------------------------------------------------------------------ types
-
-    /// @notice Round phases, in order.
-    enum Phase {
-        Commit,
-        Reveal,
-        ScoreCommit,
-        ScoreReveal,
-        Finalize
-    }
-
-    /// @notice Role of an account.
-    enum Role {
-        None,
-        Miner,
-        Validator
-    }
 
     /// @notice Per-account state, packed in one slot so that a miner's commit and claim touch one slot.
     struct Account {
@@ -91,118 +76,6 @@ contract TesseraNetwork {
         uint256 genesisSupply; // tokens minted to the deployer
         bytes32 genesisCheckpoint; // digest of theta_1
     }
-
-    // ------------------------------------------------------------------ errors
-
-    /// @notice The call needs round `expected` but the current round is `current`.
-    error WrongRound(uint256 expected, uint256 current);
-    /// @notice The call needs phase `expected`; the round is in `current`.
-    error WrongPhase(Phase expected, Phase current);
-    /// @notice The phase's deadline (`deadline`, inclusive) has passed at block `blockNumber`.
-    error PhaseClosed(Phase phase, uint256 deadline, uint256 blockNumber);
-    /// @notice The current phase lasts until block `deadline` (inclusive); now is `blockNumber`.
-    error PhaseNotOver(Phase phase, uint256 deadline, uint256 blockNumber);
-    /// @notice `account` already has a role.
-    error AlreadyRegistered(address account, Role role);
-    /// @notice `account` does not have role `expected`.
-    error NotRole(address account, Role expected);
-    /// @notice `stake` is below the minimum `minimum` for the action.
-    error StakeTooLow(address account, uint256 stake, uint256 minimum);
-    /// @notice `amount` is zero or does not fit.
-    error InvalidAmount(uint256 amount);
-    /// @notice `miner` already committed to `round`.
-    error AlreadyCommitted(address miner, uint256 round);
-    /// @notice `validator` already did `what` in `round`.
-    error AlreadyDone(address validator, uint256 round, bytes32 what);
-    /// @notice `validator` has no commitment of kind `what` in `round`.
-    error NothingCommitted(address validator, uint256 round, bytes32 what);
-    /// @notice The revealed data does not hash to the commitment.
-    error RevealMismatch(address validator, uint256 round, bytes32 expected, bytes32 got);
-    /// @notice `validator` committed a seed in `round` but did not reveal it.
-    error SeedNotRevealed(address validator, uint256 round);
-    /// @notice A score vector has `got` entries, `expected` were committed miners.
-    error LengthMismatch(uint256 expected, uint256 got);
-    /// @notice A score `score` is above SCORE_MAX.
-    error ScoreOutOfRange(uint256 index, uint256 score);
-    /// @notice The list of `what` must be strictly ascending; entry `index` is not.
-    error NotAscending(bytes32 what, uint256 index);
-    /// @notice `account` did not commit/reveal in `round` and cannot be listed.
-    error NotParticipant(address account, uint256 round);
-    /// @notice The submitted scores of `validator` do not match its reveal.
-    error ScoresHashMismatch(address validator);
-    /// @notice The submitted median of miner `index` (`median`) is not the stake-weighted median.
-    error BadMedian(uint256 index, uint256 median);
-    /// @notice Nothing to withdraw or claim for `account`.
-    error NothingToWithdraw(address account);
-    /// @notice The unbonding of `account` ends at block `end`.
-    error StillUnbonding(address account, uint256 end);
-    /// @notice Active stake after unbonding would be `remaining`, below the minimum and not zero.
-    error RemainingStakeTooLow(uint256 remaining, uint256 minimum);
-    /// @notice The evidence hash was already used.
-    error EvidenceUsed(bytes32 evidence);
-    /// @notice No proposal exists for the evidence hash.
-    error UnknownEvidence(bytes32 evidence);
-    /// @notice `voter` already voted on the evidence.
-    error AlreadyVoted(bytes32 evidence, address voter);
-    /// @notice The target of a slash may not vote on it.
-    error TargetCannotVote(bytes32 evidence, address target);
-    /// @notice `target` has nothing to slash (not registered or no stake).
-    error NothingToSlash(address target);
-    /// @notice The BLS proof of possession did not verify.
-    error InvalidProofOfPossession(address validator);
-    /// @notice The validator registry is full (`max` entries).
-    error TooManyValidators(uint256 max);
-    /// @notice The checkpoint after `round` is already certified, or `round` is not finalized yet.
-    error CannotCertify(uint256 round);
-    /// @notice Signer `index` is unknown or inactive.
-    error BadSigner(uint256 index);
-    /// @notice The signers hold `signed` of `total` validator stake, below 2/3.
-    error QuorumNotReached(uint256 signed, uint256 total);
-    /// @notice The aggregate BLS signature did not verify.
-    error InvalidSignature();
-    /// @notice A constructor parameter is out of range.
-    error InvalidParam(bytes32 name);
-
-    // ------------------------------------------------------------------ events
-
-    /// @notice `account` registered with `role` and `stake`.
-    event Registered(address indexed account, Role role, uint256 stake);
-    /// @notice `account` added `amount`; its active stake is now `stake`.
-    event StakeAdded(address indexed account, uint256 amount, uint256 stake);
-    /// @notice `account` moved `amount` to unbonding (total `unbonding`, withdrawable from block `end`).
-    event UnbondRequested(address indexed account, uint256 amount, uint256 unbonding, uint256 end);
-    /// @notice `account` withdrew `amount` of unbonded stake.
-    event Withdrawn(address indexed account, uint256 amount);
-    /// @notice `miner` committed `commitment` to `round`.
-    event UpdateCommitted(uint256 indexed round, address indexed miner, bytes32 commitment);
-    /// @notice `validator` committed a seed share to `round`.
-    event SeedCommitted(uint256 indexed round, address indexed validator, bytes32 commitment);
-    /// @notice `validator` revealed its seed share.
-    event SeedRevealed(uint256 indexed round, address indexed validator, bytes32 secret);
-    /// @notice The seed of `round` is fixed (`fallbackUsed`: no validator revealed a share).
-    event SeedFixed(uint256 indexed round, bytes32 seed, bool fallbackUsed);
-    /// @notice `round` entered `phase` at block `startBlock`.
-    event PhaseAdvanced(uint256 indexed round, Phase phase, uint256 startBlock);
-    /// @notice `validator` committed its score vector for `round`.
-    event ScoresCommitted(uint256 indexed round, address indexed validator, bytes32 commitment);
-    /// @notice `validator` revealed `scores` for `round`, weighted by `weight`.
-    event ScoresRevealed(uint256 indexed round, address indexed validator, uint16[] scores, uint256 weight);
-    /// @notice `miner` earned `amount` for `round` with consensus score `consensus`.
-    event MinerRewarded(uint256 indexed round, address indexed miner, uint256 consensus, uint256 amount);
-    /// @notice `validator` earned `amount` for `round`.
-    event ValidatorRewarded(uint256 indexed round, address indexed validator, uint256 amount);
-    /// @notice `round` was finalized: `paid` of `budget` was credited; the next round opened.
-    event RoundFinalized(uint256 indexed round, uint256 budget, uint256 minersPaid, uint256 validatorsPaid);
-    /// @notice `account` claimed `amount` of rewards.
-    event Claimed(address indexed account, uint256 amount);
-    /// @notice `proposer` proposed slashing `target` on `evidence`.
-    event SlashProposed(bytes32 indexed evidence, address indexed target, address indexed proposer);
-    /// @notice `voter` voted for the slash; `votedStake` of `totalStake` has voted.
-    event SlashVoted(bytes32 indexed evidence, address indexed voter, uint256 votedStake, uint256 totalStake);
-    /// @notice `target` lost `amount` (burned) on `evidence`.
-    event Slashed(bytes32 indexed evidence, address indexed target, uint256 amount);
-    /// @notice The checkpoint after `round` is `digest`, certified by `signedStake` of stake.
-    event CheckpointCertified(uint256 indexed round, bytes32 digest, uint256 signedStake, bool bls);
 
     // ------------------------------------------------------------------ constants and immutables
 

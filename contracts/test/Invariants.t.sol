@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity 0.8.30;
 
+import {ITesseraNetwork} from "../src/ITesseraNetwork.sol";
 import {TesseraNetwork} from "../src/TesseraNetwork.sol";
 import {TesseraToken} from "../src/TesseraToken.sol";
 import {Fixture} from "./utils/Fixture.sol";
@@ -65,7 +66,7 @@ contract Handler is Fixture {
     function commit(uint256 who) external {
         address m = miners[who % miners.length];
         uint256 r = _round();
-        if (_phase() != TesseraNetwork.Phase.Commit || net.accountOf(m).lastCommitRound == r) return;
+        if (_phase() != ITesseraNetwork.Phase.Commit || net.accountOf(m).lastCommitRound == r) return;
         if (net.accountOf(m).stake < MIN_MINER || block.number > net.phaseDeadline()) return;
         _commit(m, r, bytes32(who));
     }
@@ -113,7 +114,7 @@ contract Handler is Fixture {
 
     function advance(uint256 blocks) external {
         vm.roll(block.number + bound(blocks, 0, 12));
-        if (_phase() != TesseraNetwork.Phase.Finalize && block.number > net.phaseDeadline()) net.advance();
+        if (_phase() != ITesseraNetwork.Phase.Finalize && block.number > net.phaseDeadline()) net.advance();
         _checkPhase();
     }
 
@@ -156,14 +157,14 @@ contract Handler is Fixture {
     /// @notice Drives the current round to the end with random scores and reveals, then finalizes.
     function finalizeNow(uint256 seed) external {
         uint256 r = _round();
-        if (_phase() == TesseraNetwork.Phase.Commit) _advancePast();
-        if (_phase() == TesseraNetwork.Phase.Reveal) _advancePast();
-        if (_phase() == TesseraNetwork.Phase.ScoreCommit && block.number > net.phaseDeadline()) _advancePast();
+        if (_phase() == ITesseraNetwork.Phase.Commit) _advancePast();
+        if (_phase() == ITesseraNetwork.Phase.Reveal) _advancePast();
+        if (_phase() == ITesseraNetwork.Phase.ScoreCommit && block.number > net.phaseDeadline()) _advancePast();
         (,,, uint32 commits,,) = net.state();
         uint16[][] memory rows = new uint16[][](vals.length);
         bool[] memory reveal = new bool[](vals.length);
         bool[] memory committed = new bool[](vals.length);
-        if (_phase() == TesseraNetwork.Phase.ScoreCommit) {
+        if (_phase() == ITesseraNetwork.Phase.ScoreCommit) {
             for (uint256 i; i < vals.length; ++i) {
                 rows[i] = new uint16[](commits);
                 for (uint256 j; j < commits; ++j) {
@@ -342,7 +343,7 @@ contract InvariantsTest is TestBase {
             address a = h.actors(i);
             TesseraNetwork.Account memory acc = net.accountOf(a);
             stake += acc.stake;
-            if (acc.role == TesseraNetwork.Role.Validator) vstake += acc.stake;
+            if (acc.role == ITesseraNetwork.Role.Validator) vstake += acc.stake;
             unb += net.unbondingOf(a).amount;
         }
         assertEq(net.totalStake(), stake, "totalStake");

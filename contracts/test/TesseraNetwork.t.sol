@@ -2,6 +2,7 @@
 pragma solidity 0.8.30;
 
 import {BLS} from "solady/utils/ext/ithaca/BLS.sol";
+import {ITesseraNetwork} from "../src/ITesseraNetwork.sol";
 import {TesseraNetwork} from "../src/TesseraNetwork.sol";
 import {Fixture} from "./utils/Fixture.sol";
 import {Consensus} from "../src/Consensus.sol";
@@ -75,23 +76,23 @@ contract TesseraNetworkTest is Fixture {
     function test_constructor_revertsOnBadParams() public {
         TesseraNetwork.Params memory p = _params();
         p.slashBps = 10_001;
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidParam.selector, bytes32("slashBps")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidParam.selector, bytes32("slashBps")));
         new TesseraNetwork(p);
         p = _params();
         p.validatorShareBps = 10_001;
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidParam.selector, bytes32("validatorShareBps")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidParam.selector, bytes32("validatorShareBps")));
         new TesseraNetwork(p);
         p = _params();
         p.commitBlocks = 0;
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidParam.selector, bytes32("phaseBlocks")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidParam.selector, bytes32("phaseBlocks")));
         new TesseraNetwork(p);
         p = _params();
         p.minMinerStake = 0;
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidParam.selector, bytes32("minStake")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidParam.selector, bytes32("minStake")));
         new TesseraNetwork(p);
         p = _params();
         p.poolSupply = type(uint96).max;
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidParam.selector, bytes32("supply")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidParam.selector, bytes32("supply")));
         new TesseraNetwork(p);
     }
 
@@ -113,7 +114,7 @@ contract TesseraNetworkTest is Fixture {
 
     function test_registerMiner_revertsTwice() public {
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyRegistered.selector, m1, TesseraNetwork.Role.Miner));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyRegistered.selector, m1, ITesseraNetwork.Role.Miner));
         net.registerMiner(MIN_MINER);
     }
 
@@ -121,7 +122,7 @@ contract TesseraNetworkTest is Fixture {
         address x = address(0xBEEF);
         _fund(x, MIN_MINER);
         vm.prank(x);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.StakeTooLow.selector, x, MIN_MINER - 1, MIN_MINER));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.StakeTooLow.selector, x, MIN_MINER - 1, MIN_MINER));
         net.registerMiner(MIN_MINER - 1);
     }
 
@@ -138,7 +139,7 @@ contract TesseraNetworkTest is Fixture {
         BLS.G1Point memory pk = _pk(42);
         BLS.G2Point memory pop = _sign(43, net.popMessage(x, pk)); // wrong key
         vm.prank(x);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidProofOfPossession.selector, x));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidProofOfPossession.selector, x));
         net.registerValidator(MIN_VALIDATOR, pk, pop);
     }
 
@@ -149,7 +150,7 @@ contract TesseraNetworkTest is Fixture {
         BLS.G1Point memory pk = _pk(42);
         BLS.G2Point memory pop = _sign(42, net.popMessage(v1, pk));
         vm.prank(x);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidProofOfPossession.selector, x));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidProofOfPossession.selector, x));
         net.registerValidator(MIN_VALIDATOR, pk, pop);
     }
 
@@ -164,10 +165,10 @@ contract TesseraNetworkTest is Fixture {
 
     function test_addStake_reverts() public {
         vm.prank(address(0xBEEF));
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotRole.selector, address(0xBEEF), TesseraNetwork.Role.Miner));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, address(0xBEEF), ITesseraNetwork.Role.Miner));
         net.addStake(1);
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidAmount.selector, 0));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidAmount.selector, 0));
         net.addStake(0);
     }
 
@@ -178,7 +179,7 @@ contract TesseraNetworkTest is Fixture {
         assertEq(u.amount, MIN_MINER, "unbonding");
         assertEq(u.end, block.number + UNBONDING, "end");
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.StillUnbonding.selector, m1, u.end));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.StillUnbonding.selector, m1, u.end));
         net.withdraw();
         vm.roll(u.end);
         uint256 before = token.balanceOf(m1);
@@ -186,19 +187,19 @@ contract TesseraNetworkTest is Fixture {
         net.withdraw();
         assertEq(token.balanceOf(m1), before + MIN_MINER, "paid");
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NothingToWithdraw.selector, m1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingToWithdraw.selector, m1));
         net.withdraw();
     }
 
     function test_unbond_reverts() public {
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.RemainingStakeTooLow.selector, 1, MIN_MINER));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.RemainingStakeTooLow.selector, 1, MIN_MINER));
         net.requestUnbond(MIN_MINER - 1);
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.InvalidAmount.selector, MIN_MINER + 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidAmount.selector, MIN_MINER + 1));
         net.requestUnbond(MIN_MINER + 1);
         vm.prank(address(0xBEEF));
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotRole.selector, address(0xBEEF), TesseraNetwork.Role.Miner));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, address(0xBEEF), ITesseraNetwork.Role.Miner));
         net.requestUnbond(1);
     }
 
@@ -218,7 +219,7 @@ contract TesseraNetworkTest is Fixture {
         bytes32 c = net.commitmentFor(1, m1, "digest");
         assertEq(c, keccak256(abi.encode(block.chainid, address(net), uint256(1), m1, bytes32("digest"))), "formula");
         vm.expectEmit();
-        emit TesseraNetwork.UpdateCommitted(1, m1, c);
+        emit ITesseraNetwork.UpdateCommitted(1, m1, c);
         vm.prank(m1);
         net.commitUpdate(1, c);
         assertEq(net.accountOf(m1).lastCommitRound, 1, "committed");
@@ -227,25 +228,25 @@ contract TesseraNetworkTest is Fixture {
     function test_commitUpdate_reverts() public {
         _commit(m1, 1, "d");
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyCommitted.selector, m1, 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyCommitted.selector, m1, 1));
         net.commitUpdate(1, "x");
         vm.prank(m2);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.WrongRound.selector, 1, 2));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.WrongRound.selector, 1, 2));
         net.commitUpdate(2, "x");
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotRole.selector, v1, TesseraNetwork.Role.Miner));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, v1, ITesseraNetwork.Role.Miner));
         net.commitUpdate(1, "x");
         uint256 deadline = net.phaseDeadline();
         vm.roll(deadline + 1);
         vm.prank(m2);
         vm.expectRevert(
-            abi.encodeWithSelector(TesseraNetwork.PhaseClosed.selector, TesseraNetwork.Phase.Commit, deadline, deadline + 1)
+            abi.encodeWithSelector(ITesseraNetwork.PhaseClosed.selector, ITesseraNetwork.Phase.Commit, deadline, deadline + 1)
         );
         net.commitUpdate(1, "x");
         net.advance();
         vm.prank(m2);
         vm.expectRevert(
-            abi.encodeWithSelector(TesseraNetwork.WrongPhase.selector, TesseraNetwork.Phase.Commit, TesseraNetwork.Phase.Reveal)
+            abi.encodeWithSelector(ITesseraNetwork.WrongPhase.selector, ITesseraNetwork.Phase.Commit, ITesseraNetwork.Phase.Reveal)
         );
         net.commitUpdate(1, "x");
     }
@@ -254,7 +255,7 @@ contract TesseraNetworkTest is Fixture {
         vm.prank(m1);
         net.requestUnbond(MIN_MINER);
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.StakeTooLow.selector, m1, 0, MIN_MINER));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.StakeTooLow.selector, m1, 0, MIN_MINER));
         net.commitUpdate(1, "x");
     }
 
@@ -281,21 +282,21 @@ contract TesseraNetworkTest is Fixture {
         vm.prank(v1);
         net.commitSeed(1, keccak256(abi.encode(s1, v1, uint256(1))));
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyDone.selector, v1, 1, bytes32("seed")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyDone.selector, v1, 1, bytes32("seed")));
         net.commitSeed(1, "again");
         _advancePast();
         vm.prank(v2);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NothingCommitted.selector, v2, 1, bytes32("seed")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingCommitted.selector, v2, 1, bytes32("seed")));
         net.revealSeed(1, s1);
         bytes32 want = keccak256(abi.encode(s1, v1, uint256(1)));
         bytes32 got = keccak256(abi.encode(bytes32("wrong"), v1, uint256(1)));
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.RevealMismatch.selector, v1, 1, want, got));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.RevealMismatch.selector, v1, 1, want, got));
         net.revealSeed(1, "wrong");
         vm.prank(v1);
         net.revealSeed(1, s1);
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyDone.selector, v1, 1, bytes32("seed")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyDone.selector, v1, 1, bytes32("seed")));
         net.revealSeed(1, s1);
         assertEq(net.seeds(1), bytes32(0), "not fixed before reveal closes");
         _advancePast();
@@ -323,7 +324,7 @@ contract TesseraNetworkTest is Fixture {
         }
         _advancePast();
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.SeedNotRevealed.selector, v1, 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.SeedNotRevealed.selector, v1, 1));
         net.revealScores(1, rows[0], "salt");
     }
 
@@ -332,7 +333,7 @@ contract TesseraNetworkTest is Fixture {
     function test_advance_revertsBeforeDeadline() public {
         uint256 deadline = net.phaseDeadline();
         vm.expectRevert(
-            abi.encodeWithSelector(TesseraNetwork.PhaseNotOver.selector, TesseraNetwork.Phase.Commit, deadline, block.number)
+            abi.encodeWithSelector(ITesseraNetwork.PhaseNotOver.selector, ITesseraNetwork.Phase.Commit, deadline, block.number)
         );
         net.advance();
     }
@@ -344,7 +345,7 @@ contract TesseraNetworkTest is Fixture {
         }
         assertEq(net.phaseDeadline(), type(uint256).max, "no deadline");
         vm.expectRevert(
-            abi.encodeWithSelector(TesseraNetwork.WrongPhase.selector, TesseraNetwork.Phase.ScoreReveal, TesseraNetwork.Phase.Finalize)
+            abi.encodeWithSelector(ITesseraNetwork.WrongPhase.selector, ITesseraNetwork.Phase.ScoreReveal, ITesseraNetwork.Phase.Finalize)
         );
         net.advance();
     }
@@ -391,7 +392,7 @@ contract TesseraNetworkTest is Fixture {
         _commitAll();
         address[] memory ms = _miners3();
         uint16[] memory med = _scoreAndFinalize(ms, _vals3(), _rows(1, 1, 1), _all(3));
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.WrongRound.selector, 2, 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.WrongRound.selector, 2, 1));
         net.finalize(1, ms, new address[](0), new uint16[][](0), med);
     }
 
@@ -420,7 +421,7 @@ contract TesseraNetworkTest is Fixture {
         med[2] = 30;
         uint256 deadline = net.phaseDeadline();
         vm.expectRevert(
-            abi.encodeWithSelector(TesseraNetwork.PhaseNotOver.selector, TesseraNetwork.Phase.ScoreReveal, deadline, block.number)
+            abi.encodeWithSelector(ITesseraNetwork.PhaseNotOver.selector, ITesseraNetwork.Phase.ScoreReveal, deadline, block.number)
         );
         net.finalize(1, ms, vs, rows, med);
         vm.roll(deadline + 1);
@@ -432,22 +433,22 @@ contract TesseraNetworkTest is Fixture {
             }
         }
         med[0] = 10;
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.BadMedian.selector, 0, 10));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.BadMedian.selector, 0, 10));
         net.finalize(1, ms, sv, srows, med);
         med[0] = 11;
         address[] memory dup = new address[](3);
         dup[0] = ms[0];
         dup[1] = ms[0];
         dup[2] = ms[1];
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotAscending.selector, bytes32("miners"), 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotAscending.selector, bytes32("miners"), 1));
         net.finalize(1, dup, sv, srows, med);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.LengthMismatch.selector, 3, 2));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.LengthMismatch.selector, 3, 2));
         net.finalize(1, new address[](2), sv, srows, med);
         uint16[][] memory bad = new uint16[][](3);
         bad[0] = srows[1];
         bad[1] = srows[1];
         bad[2] = srows[2];
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.ScoresHashMismatch.selector, sv[0]));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.ScoresHashMismatch.selector, sv[0]));
         net.finalize(1, ms, sv, bad, med);
         net.finalize(1, ms, sv, srows, med);
     }
@@ -463,36 +464,36 @@ contract TesseraNetworkTest is Fixture {
             net.commitScores(1, c_);
         }
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyDone.selector, v1, 1, bytes32("scores")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyDone.selector, v1, 1, bytes32("scores")));
         net.commitScores(1, "again");
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotRole.selector, m1, TesseraNetwork.Role.Validator));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, m1, ITesseraNetwork.Role.Validator));
         net.commitScores(1, "x");
         _advancePast();
         vm.prank(v2);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NothingCommitted.selector, v2, 1, bytes32("scores")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingCommitted.selector, v2, 1, bytes32("scores")));
         net.revealScores(1, rows[0], "salt");
         // wrong salt
         bytes32 want = net.scoreCommitmentFor(1, v1, rows[0], "salt");
         bytes32 got = net.scoreCommitmentFor(1, v1, rows[0], "pepper");
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.RevealMismatch.selector, v1, 1, want, got));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.RevealMismatch.selector, v1, 1, want, got));
         net.revealScores(1, rows[0], "pepper");
         // wrong length and range
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.LengthMismatch.selector, 3, 2));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.LengthMismatch.selector, 3, 2));
         net.revealScores(1, new uint16[](2), "salt");
         uint16[] memory hi = new uint16[](3);
         hi[1] = 10_001;
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.ScoreOutOfRange.selector, 1, 10_001));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.ScoreOutOfRange.selector, 1, 10_001));
         net.revealScores(1, hi, "salt");
         vm.prank(v1);
         net.revealScores(1, rows[0], "salt");
         assertTrue(net.scoreEntry(1, v1).revealed, "revealed");
         // no double reveal
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyDone.selector, v1, 1, bytes32("scores")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyDone.selector, v1, 1, bytes32("scores")));
         net.revealScores(1, rows[0], "salt");
         // late reveal
         uint256 deadline = net.phaseDeadline();
@@ -500,7 +501,7 @@ contract TesseraNetworkTest is Fixture {
         vm.prank(v2);
         vm.expectRevert(
             abi.encodeWithSelector(
-                TesseraNetwork.PhaseClosed.selector, TesseraNetwork.Phase.ScoreReveal, deadline, deadline + 1
+                ITesseraNetwork.PhaseClosed.selector, ITesseraNetwork.Phase.ScoreReveal, deadline, deadline + 1
             )
         );
         net.revealScores(1, rows[1], "salt");
@@ -519,7 +520,7 @@ contract TesseraNetworkTest is Fixture {
         _advancePast();
         bytes32 got = net.scoreCommitmentFor(1, v2, rows[0], "salt");
         vm.prank(v2);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.RevealMismatch.selector, v2, 1, c, got));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.RevealMismatch.selector, v2, 1, c, got));
         net.revealScores(1, rows[0], "salt");
     }
 
@@ -535,7 +536,7 @@ contract TesseraNetworkTest is Fixture {
         net.claim();
         assertEq(token.balanceOf(m1), before + owed, "paid");
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NothingToWithdraw.selector, m1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingToWithdraw.selector, m1));
         net.claim();
         uint256 owed2 = net.accountOf(m2).owed;
         before = token.balanceOf(m2);
@@ -560,10 +561,10 @@ contract TesseraNetworkTest is Fixture {
         assertEq(token.totalSupply(), supply - MIN_MINER / 10, "burned");
         assertEq(net.accountOf(m2).stake, otherBefore, "others untouched");
         vm.prank(v3);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.EvidenceUsed.selector, bytes32("evidence")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("evidence")));
         net.voteSlash("evidence");
         vm.prank(v3);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.EvidenceUsed.selector, bytes32("evidence")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("evidence")));
         net.proposeSlash(m2, "evidence");
     }
 
@@ -577,38 +578,38 @@ contract TesseraNetworkTest is Fixture {
         assertTrue(net.slashProposal("same").executed, "executed");
         // a different target on the same evidence is refused, as is a proposal after execution
         vm.prank(v3);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.EvidenceUsed.selector, bytes32("same")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("same")));
         net.proposeSlash(m1, "same");
         vm.prank(v1);
         net.proposeSlash(m2, "other");
         vm.prank(v2);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.EvidenceUsed.selector, bytes32("other")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("other")));
         net.proposeSlash(m1, "other");
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyVoted.selector, bytes32("other"), v1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyVoted.selector, bytes32("other"), v1));
         net.proposeSlash(m2, "other");
     }
 
     function test_slash_reverts() public {
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotRole.selector, m1, TesseraNetwork.Role.Validator));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, m1, ITesseraNetwork.Role.Validator));
         net.proposeSlash(m2, "e");
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NothingToSlash.selector, address(0xBEEF)));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingToSlash.selector, address(0xBEEF)));
         net.proposeSlash(address(0xBEEF), "e");
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.UnknownEvidence.selector, bytes32("nope")));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.UnknownEvidence.selector, bytes32("nope")));
         net.voteSlash("nope");
         vm.prank(v1);
         net.proposeSlash(v2, "e");
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.AlreadyVoted.selector, bytes32("e"), v1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyVoted.selector, bytes32("e"), v1));
         net.voteSlash("e");
         vm.prank(v2);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.TargetCannotVote.selector, bytes32("e"), v2));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.TargetCannotVote.selector, bytes32("e"), v2));
         net.voteSlash("e");
         vm.prank(v1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.TargetCannotVote.selector, bytes32("e2"), v1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.TargetCannotVote.selector, bytes32("e2"), v1));
         net.proposeSlash(v1, "e2");
     }
 
@@ -673,24 +674,24 @@ contract TesseraNetworkTest is Fixture {
         BLS.G2Point memory sig = _aggSig(3, net.checkpointMessage(1, digest));
         net.certifyCheckpoint(1, digest, 4, sig); // validator index 2 did not sign
         assertEq(net.checkpoints(2), digest, "certified");
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.CannotCertify.selector, 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.CannotCertify.selector, 1));
         net.certifyCheckpoint(1, digest, 4, sig);
     }
 
     function test_certifyCheckpoint_bls_reverts() public {
         bytes32 digest = keccak256("theta_2");
         BLS.G2Point memory early = _aggSig(3, net.checkpointMessage(1, digest));
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.CannotCertify.selector, 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.CannotCertify.selector, 1));
         net.certifyCheckpoint(1, digest, 4, early);
         _finalizeRound1();
         BLS.G2Point memory one = _aggSig(1, net.checkpointMessage(1, digest));
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.QuorumNotReached.selector, MIN_VALIDATOR, 3 * MIN_VALIDATOR));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.QuorumNotReached.selector, MIN_VALIDATOR, 3 * MIN_VALIDATOR));
         net.certifyCheckpoint(1, digest, 6, one);
         BLS.G2Point memory wrong = _aggSig(3, net.checkpointMessage(1, keccak256("other")));
-        vm.expectRevert(TesseraNetwork.InvalidSignature.selector);
+        vm.expectRevert(ITesseraNetwork.InvalidSignature.selector);
         net.certifyCheckpoint(1, digest, 4, wrong);
         BLS.G2Point memory good = _aggSig(3, net.checkpointMessage(1, digest));
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.BadSigner.selector, 3));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.BadSigner.selector, 3));
         net.certifyCheckpoint(1, digest, 12, good);
     }
 
@@ -725,7 +726,7 @@ contract TesseraNetworkTest is Fixture {
         _finalizeRound1();
         bytes32 digest = keccak256("theta_2");
         BLS.G2Point memory sig = _aggSig(3, net.checkpointMessage(1, digest));
-        vm.expectRevert(TesseraNetwork.InvalidSignature.selector);
+        vm.expectRevert(ITesseraNetwork.InvalidSignature.selector);
         net.certifyCheckpoint(1, digest, 0, sig);
     }
 
@@ -743,11 +744,11 @@ contract TesseraNetworkTest is Fixture {
         bytes[] memory dup = new bytes[](2);
         dup[0] = sigs[0];
         dup[1] = sigs[0];
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotAscending.selector, bytes32("signers"), 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotAscending.selector, bytes32("signers"), 1));
         net.certifyCheckpointEcdsa(1, digest, dup);
         bytes[] memory one = new bytes[](1);
         one[0] = sigs[0];
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.QuorumNotReached.selector, MIN_VALIDATOR, 3 * MIN_VALIDATOR));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.QuorumNotReached.selector, MIN_VALIDATOR, 3 * MIN_VALIDATOR));
         net.certifyCheckpointEcdsa(1, digest, one);
     }
 
@@ -759,7 +760,7 @@ contract TesseraNetworkTest is Fixture {
         BLS.G1Point memory pk = _pk(5);
         BLS.G2Point memory sig = _sign(5, "x");
         vm.prank(x);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.TooManyValidators.selector, 256));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.TooManyValidators.selector, 256));
         net.registerValidator(MIN_VALIDATOR, pk, sig);
     }
 
@@ -768,13 +769,13 @@ contract TesseraNetworkTest is Fixture {
         address[] memory one = new address[](1);
         one[0] = m2; // did not commit
         vm.expectRevert(
-            abi.encodeWithSelector(TesseraNetwork.WrongPhase.selector, TesseraNetwork.Phase.ScoreReveal, TesseraNetwork.Phase.Commit)
+            abi.encodeWithSelector(ITesseraNetwork.WrongPhase.selector, ITesseraNetwork.Phase.ScoreReveal, ITesseraNetwork.Phase.Commit)
         );
         net.finalize(1, one, new address[](0), new uint16[][](0), new uint16[](1));
         for (uint256 i; i < 4; ++i) {
             _advancePast();
         }
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotParticipant.selector, m2, 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotParticipant.selector, m2, 1));
         net.finalize(1, one, new address[](0), new uint16[][](0), new uint16[](1));
         one[0] = m1;
         net.finalize(1, one, new address[](0), new uint16[][](0), new uint16[](1));
@@ -801,7 +802,7 @@ contract TesseraNetworkTest is Fixture {
         (rev[0], rev[1], rev[2]) = (vs[1], vs[0], vs[2]);
         uint16[][] memory rs = new uint16[][](3);
         (rs[0], rs[1], rs[2]) = (rows[1], rows[0], rows[2]);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotAscending.selector, bytes32("revealers"), 1));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotAscending.selector, bytes32("revealers"), 1));
         net.finalize(1, _miners3(), rev, rs, new uint16[](3));
     }
 
@@ -812,7 +813,7 @@ contract TesseraNetworkTest is Fixture {
         (uint8 v, bytes32 r, bytes32 s) = vm.sign(0xBAD, h);
         bytes[] memory sigs = new bytes[](1);
         sigs[0] = abi.encodePacked(r, s, v);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.BadSigner.selector, 0));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.BadSigner.selector, 0));
         net.certifyCheckpointEcdsa(1, digest, sigs);
     }
 
@@ -826,7 +827,7 @@ contract TesseraNetworkTest is Fixture {
         assertTrue(net.hasVoted("e", v1), "voted");
         assertTrue(!net.hasVoted("e", v2), "not voted");
         vm.prank(m1);
-        vm.expectRevert(abi.encodeWithSelector(TesseraNetwork.NotRole.selector, m1, TesseraNetwork.Role.Validator));
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, m1, ITesseraNetwork.Role.Validator));
         net.commitSeed(1, c);
     }
 

@@ -1,14 +1,19 @@
 """The Python bindings of ``protocol.chain`` declare exactly the compiled contract's errors and events.
 
-The contract (contracts/src/TesseraNetwork.sol) is the one place errors and events are declared; these
-tests fail when a Solidity change is not mirrored in ``protocol/chain/errors.py`` or ``events.py`` (a new
-error would otherwise surface as an untyped name, a renamed event field as a ``TypeError`` at decode).
+The interface contracts/src/ITesseraNetwork.sol, which TesseraNetwork implements, is the one place errors
+and events are declared (as OpenZeppelin's IERC20 declares the ERC-20 events); these tests fail when a
+Solidity change is not mirrored in ``protocol/chain/errors.py`` or ``events.py`` (a new error would otherwise surface as an untyped name, a renamed event field as a ``TypeError`` at decode).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
 
+import pytest
 from eth_utils import keccak
 
 from protocol.chain import (
@@ -23,6 +28,8 @@ from protocol.chain import (
 from protocol.chain.abi import _abi_type
 from protocol.chain.events import _snake
 
+CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
+SOURCES = CONTRACTS / "src"
 ABI = artifacts()["TesseraNetwork"]["abi"]
 TOKEN_ABI = artifacts()["TesseraToken"]["abi"]
 
@@ -66,3 +73,37 @@ def test_each_error_selector_decodes_to_its_own_class() -> None:
         exc = decode_revert("f", "0x" + data.hex())
         assert type(exc) is (REVERT_TYPES.get(name) or TOKEN_REVERT_TYPES[name]), sig
         assert list(exc.args_dict) == [i["name"] for i in item["inputs"]]
+
+
+def _declared(source: str, kind: str) -> set[str]:
+    return set(re.findall(rf"^\s*{kind}\s+(\w+)\s*\(", source, re.MULTILINE))
+
+
+def test_errors_and_events_are_declared_once_in_the_interface() -> None:
+    interface = (SOURCES / "ITesseraNetwork.sol").read_text()
+    network = (SOURCES / "TesseraNetwork.sol").read_text()
+    assert re.search(r"^contract TesseraNetwork is ITesseraNetwork\b", network, re.MULTILINE)
+    for kind in ("error", "event"):
+        assert _declared(network, kind) == set(), f"TesseraNetwork.sol declares its own {kind}s"
+        assert _declared(interface, kind) == set(_items(kind)), kind
+
+
+def _signature(item: dict[str, Any]) -> tuple[object, ...]:
+    """An ABI error or event as the chain sees it: name, argument names and types, indexing."""
+    inputs = tuple((i["name"], _abi_type(i), i.get("indexed", False)) for i in item["inputs"])
+    return item["type"], item["name"], inputs, item.get("anonymous", False)
+
+
+def test_the_compiled_errors_and_events_are_those_bound() -> None:
+    """The ABI forge builds from the sources carries the same errors and events as protocol/contracts.json.
+
+    (``internalType`` is left out: it names the declaring contract, ``enum ITesseraNetwork.Phase``.)
+    """
+    out = CONTRACTS / "out" / "TesseraNetwork.sol" / "TesseraNetwork.json"
+    if not out.exists():
+        pytest.skip("contracts/out missing (run `cd contracts && npm run build`)")
+    built = json.loads(out.read_text())["abi"]
+    kinds = ("error", "event")
+    assert [_signature(i) for i in built if i["type"] in kinds] == [
+        _signature(i) for i in ABI if i["type"] in kinds
+    ]

@@ -2,6 +2,7 @@
 pragma solidity 0.8.30;
 
 import {BLS} from "solady/utils/ext/ithaca/BLS.sol";
+import {ITesseraNetwork} from "../../src/ITesseraNetwork.sol";
 import {TesseraNetwork} from "../../src/TesseraNetwork.sol";
 import {TesseraToken} from "../../src/TesseraToken.sol";
 import {TestBase} from "./Vm.sol";
@@ -106,7 +107,7 @@ abstract contract Fixture is TestBase {
         r = round;
     }
 
-    function _phase() internal view returns (TesseraNetwork.Phase p) {
+    function _phase() internal view returns (ITesseraNetwork.Phase p) {
         (, p,,,,) = net.state();
     }
 
@@ -172,8 +173,8 @@ abstract contract Fixture is TestBase {
         bool[] memory reveal
     ) internal returns (uint16[] memory medians) {
         uint256 r = _round();
-        if (_phase() == TesseraNetwork.Phase.Commit) _advancePast();
-        if (_phase() == TesseraNetwork.Phase.Reveal) _advancePast();
+        if (_phase() == ITesseraNetwork.Phase.Commit) _advancePast();
+        if (_phase() == ITesseraNetwork.Phase.Reveal) _advancePast();
         for (uint256 i; i < vals.length; ++i) {
             bytes32 salt = keccak256(abi.encode(i, r));
             {
