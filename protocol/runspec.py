@@ -1,4 +1,4 @@
-"""The run specification both roles must share to compute identically: configs, corpus, genesis.
+"""The run specification both roles must share to compute identically: configs, corpus, tokenizer, genesis.
 
 A ``run.json`` (written by ``tessera devnet`` or by whoever launches a run) fixes the model, inner loop,
 outer step and codec (``training.config``), the corpus, and the seed of the genesis checkpoint theta_0.
@@ -69,6 +69,43 @@ class CorpusDigestError(RunSpecError):
     """The corpus on disk does not hash to the run file's pinned ``corpus_digest``."""
 
 
+class TokenizerDigestError(RunSpecError):
+    """The tokenizer file on disk does not hash to the run file's pinned ``tokenizer.digest``."""
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A BPE tokenizer file pinned by the run file (absent: byte-level tokens)."""
+
+    file: str
+    """Path of the ``tokenizers`` JSON file (``tessera runspec tokenizer`` writes it); relative paths are
+    read from the node's working directory, like ``corpus``."""
+    digest: str
+    """SHA-256 (hex) of the file's bytes."""
+    vocab_size: int
+    """The tokenizer's vocabulary; the model's ``vocab_size`` must equal it."""
+    kind: str = "bpe"
+    """Only ``bpe``."""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"kind": self.kind, "file": self.file, "digest": self.digest, "vocab_size": self.vocab_size}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> TokenizerSpec:
+        """Parse; :class:`RunSpecError` on a bad field."""
+        if not isinstance(doc, dict) or set(doc) != {"kind", "file", "digest", "vocab_size"}:
+            raise RunSpecError("tokenizer must be an object with exactly kind, file, digest and vocab_size")
+        if doc["kind"] != "bpe":
+            raise RunSpecError(f"unknown tokenizer kind {doc['kind']!r} (only 'bpe'; omit it for bytes)")
+        if not isinstance(doc["file"], str) or not doc["file"]:
+            raise RunSpecError("tokenizer.file must be a non-empty path")
+        vocab = doc["vocab_size"]
+        if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+            raise RunSpecError(f"tokenizer.vocab_size must be a positive integer, not {vocab!r}")
+        return cls(file=doc["file"], digest=_hex_digest(doc["digest"], "tokenizer.digest"), vocab_size=vocab)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything that fixes a run's math."""
@@ -85,18 +122,31 @@ class RunSpec:
     """Seed of theta_0 (``training.model.build_model``)."""
     corpus_digest: str | None = None
     """Pinned ``training.corpus.content_digest`` of the corpus (None: not pinned; omitted from JSON)."""
+    tokenizer: TokenizerSpec | None = None
+    """A pinned BPE tokenizer file (None: byte-level tokens; omitted from JSON)."""
+
+    def __post_init__(self) -> None:
+        if self.tokenizer is not None and self.model.vocab_size != self.tokenizer.vocab_size:
+            raise RunSpecError(
+                f"model.vocab_size {self.model.vocab_size} must equal tokenizer.vocab_size "
+                f"{self.tokenizer.vocab_size}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
-        return {
-            "model": to_dict(self.model),
-            "inner": to_dict(self.inner),
-            "outer": to_dict(self.outer),
-            "codec": to_dict(self.codec),
-            "experts_per_miner": self.experts_per_miner,
-            "corpus": self.corpus,
-            "genesis_seed": self.genesis_seed,
-        } | ({} if self.corpus_digest is None else {"corpus_digest": self.corpus_digest})
+        return (
+            {
+                "model": to_dict(self.model),
+                "inner": to_dict(self.inner),
+                "outer": to_dict(self.outer),
+                "codec": to_dict(self.codec),
+                "experts_per_miner": self.experts_per_miner,
+                "corpus": self.corpus,
+                "genesis_seed": self.genesis_seed,
+            }
+            | ({} if self.corpus_digest is None else {"corpus_digest": self.corpus_digest})
+            | ({} if self.tokenizer is None else {"tokenizer": self.tokenizer.to_json()})
+        )
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RunSpec:
@@ -113,6 +163,7 @@ class RunSpec:
                 "corpus",
                 "genesis_seed",
                 "corpus_digest",
+                "tokenizer",
             }
             if extra:
                 raise RunSpecError(f"unknown run spec fields {sorted(extra)}")
@@ -125,6 +176,7 @@ class RunSpec:
                 corpus=str(doc.get("corpus", "bundled")),
                 genesis_seed=int(doc.get("genesis_seed", 0)),
                 corpus_digest=_corpus_digest(doc.get("corpus_digest")),
+                tokenizer=None if doc.get("tokenizer") is None else TokenizerSpec.from_json(doc["tokenizer"]),
             )
         except (TrainingError, TypeError, ValueError) as exc:
             raise RunSpecError(f"invalid run spec: {exc}") from exc
@@ -141,14 +193,52 @@ class RunSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
-        """Read a ``run.json``."""
+        """Read a ``run.json``; a pinned tokenizer is loaded and checked against its digest here, so a
+        node with the wrong tokenizer file refuses to start (:class:`TokenizerDigestError`)."""
         try:
             text = Path(path).read_text()
             check_json_depth(text)
             doc = json.loads(text)
         except (OSError, ValueError, RecursionError, CanonicalJSONError) as exc:
             raise RunSpecError(f"cannot read run spec {path}: {exc}") from exc
-        return cls.from_json(doc)
+        spec = cls.from_json(doc)
+        spec.load_tokenizer()
+        return spec
+
+    def load_tokenizer(self) -> Any:
+        """The run's tokenizer (``training.tokenizer``): byte-level, or the pinned BPE file checked against
+        ``tokenizer.digest`` (:class:`TokenizerDigestError`) and ``tokenizer.vocab_size``."""
+        from training.tokenizer import MAX_TOKENIZER_BYTES, BPETokenizer, ByteTokenizer, tokenizer_digest
+
+        if self.tokenizer is None:
+            return ByteTokenizer()
+        path = Path(self.tokenizer.file)
+        try:
+            size = path.stat().st_size
+            if size > MAX_TOKENIZER_BYTES:
+                raise RunSpecError(f"tokenizer file {path}: {size} bytes exceeds {MAX_TOKENIZER_BYTES}")
+            data = path.read_bytes()
+        except OSError as exc:
+            raise RunSpecError(f"cannot read tokenizer file {path}: {exc}") from exc
+        found = tokenizer_digest(data)
+        if found != self.tokenizer.digest:
+            raise TokenizerDigestError(
+                f"tokenizer file {path} hashes to {found} but the run file pins tokenizer.digest "
+                f"{self.tokenizer.digest}"
+            )
+        cached = _TOKENIZERS.get(found)
+        if cached is not None:
+            return cached
+        try:
+            tok = BPETokenizer(data)
+        except TrainingError as exc:
+            raise RunSpecError(f"tokenizer file {path}: {exc}") from exc
+        if tok.vocab_size != self.tokenizer.vocab_size:
+            raise RunSpecError(
+                f"tokenizer file {path} has {tok.vocab_size} tokens, the run file says {self.tokenizer.vocab_size}"
+            )
+        _TOKENIZERS[found] = tok
+        return tok
 
     def genesis_params(self) -> dict[str, Tensor]:
         """theta_0."""
@@ -180,12 +270,24 @@ class RunSpec:
                 f"corpus {self.corpus} hashes to {found} but the run file pins corpus_digest "
                 f"{self.corpus_digest}"
             )
+        if self.tokenizer is not None:
+            from dataclasses import replace
+
+            corpus = replace(corpus, tokenizer=self.load_tokenizer())
         return corpus
+
+
+#: Tokenizers already built, by the digest of their file (the file is read and hashed on every load).
+_TOKENIZERS: dict[str, Any] = {}
 
 
 def _corpus_digest(value: Any) -> str | None:
     if value is None:
         return None
+    return _hex_digest(value, "corpus_digest")
+
+
+def _hex_digest(value: Any, name: str) -> str:
     if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
-        raise RunSpecError(f"corpus_digest must be 64 lowercase hex digits, not {value!r}")
+        raise RunSpecError(f"{name} must be 64 lowercase hex digits, not {value!r}")
     return value

@@ -23,6 +23,7 @@ from tessera.errors import TesseraError
 #: Names of the files ``export`` writes.
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 class ModelOutError(TesseraError):
@@ -94,13 +95,22 @@ def export(
     params: Mapping[str, Tensor], spec: Any, out: Path, certified: Certified | None, digest: str
 ) -> Path:
     """Write ``out/model.safetensors`` (theta, fp32) and ``out/config.json`` (the model config, the run's
-    digest and where the checkpoint was certified); returns ``out``."""
+    digest and where the checkpoint was certified), and the run's BPE tokenizer as ``out/tokenizer.json``
+    (checked against the run file's digest first); returns ``out``."""
     from safetensors.torch import save_file
 
     from training.config import to_dict
 
+    tokenizer: Any = "bytes (UTF-8, vocab 256)"
+    tok_bytes = None
+    if spec.tokenizer is not None:
+        spec.load_tokenizer()  # refuses a file whose digest is not the pinned one
+        tok_bytes = Path(spec.tokenizer.file).read_bytes()
+        tokenizer = spec.tokenizer.to_json() | {"file": TOKENIZER_FILE}
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: params[k].detach().contiguous().cpu() for k in sorted(params)}, str(out / WEIGHTS_FILE))
+    if tok_bytes is not None:
+        (out / TOKENIZER_FILE).write_bytes(tok_bytes)
     doc = {
         "format": "tessera-model-v1",
         "model": to_dict(spec.model),
@@ -108,7 +118,7 @@ def export(
         "checkpoint_digest": digest,
         "theta_digest": theta_digest(params),
         "certified": None if certified is None else certified.__dict__,
-        "tokenizer": "bytes (UTF-8, vocab 256)",
+        "tokenizer": tokenizer,
     }
     (out / CONFIG_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return out
@@ -142,6 +152,24 @@ def load_export(directory: Path) -> tuple[dict[str, Tensor], Any, dict[str, Any]
     return params, cfg, doc
 
 
+def export_tokenizer(directory: Path, doc: dict[str, Any]) -> Any:
+    """The tokenizer of an exported model: byte-level, or its ``tokenizer.json`` checked against the
+    digest its config names."""
+    from training.tokenizer import BPETokenizer, ByteTokenizer, TokenizerError
+
+    spec = doc.get("tokenizer")
+    if not isinstance(spec, dict):
+        return ByteTokenizer()
+    try:
+        data = (directory / TOKENIZER_FILE).read_bytes()
+        tok = BPETokenizer(data)
+    except (OSError, TokenizerError) as exc:
+        raise ModelOutError(f"{directory}: cannot load its tokenizer: {exc}") from exc
+    if tok.digest != spec.get("digest"):
+        raise ModelOutError(f"{directory}/{TOKENIZER_FILE} is not the tokenizer its {CONFIG_FILE} names")
+    return tok
+
+
 def model_with(params: Mapping[str, Tensor], cfg: Any) -> Any:
     """A model of config ``cfg`` holding ``params`` (every parameter must be given, with its shape)."""
     from training.model import build_model, load_params
@@ -160,13 +188,22 @@ def model_with(params: Mapping[str, Tensor], cfg: Any) -> Any:
 
 
 def evaluate(params: Mapping[str, Tensor], spec: Any, windows: int = 64) -> dict[str, float]:
-    """Held-out loss (nats per byte) and perplexity of theta on the run's corpus (its held-out documents)."""
-    from training.data import prepare
+    """Held-out loss (nats per token) and perplexity of theta on the run's corpus (its held-out documents),
+    and bits per byte (per token over the held-out stream's bytes per token: 1 for byte-level tokens)."""
+    from training.data import is_heldout, prepare
     from validator.verify import heldout_loss
 
-    ds = prepare(spec.load_corpus(), spec.model)
+    corpus = spec.load_corpus()
+    ds = prepare(corpus, spec.model)
     loss = heldout_loss(spec, ds, params, windows=windows)
-    return {"heldout_loss": loss, "perplexity": math.exp(loss), "bits_per_byte": loss / math.log(2)}
+    held_bytes = sum(len(d.data) + 1 for d in corpus.documents if is_heldout(d.id))
+    bytes_per_token = held_bytes / max(1, ds.heldout.numel())
+    return {
+        "heldout_loss": loss,
+        "perplexity": math.exp(loss),
+        "bits_per_byte": loss / math.log(2) / bytes_per_token,
+        "bytes_per_token": bytes_per_token,
+    }
 
 
 def sample(
@@ -178,15 +215,17 @@ def sample(
     top_k: int = 40,
     seed: int = 0,
     path: Sequence[int] | None = None,
+    tokenizer: Any = None,
 ) -> str:
-    """Text the model continues ``prompt`` with (byte tokens; ``temperature`` 0: greedy). Deterministic for
-    a seed on one machine."""
-    from training.data import decode, encode
+    """Text the model continues ``prompt`` with (``max_new`` tokens of ``tokenizer``, byte-level when None;
+    ``temperature`` 0: greedy). Deterministic for a seed on one machine."""
+    from training.tokenizer import DOC_SEP_ID, ByteTokenizer
 
     if temperature < 0 or top_k < 1 or max_new < 0:
         raise ModelOutError("temperature must be >= 0, top_k >= 1 and the length >= 0")
+    tok = tokenizer if tokenizer is not None else ByteTokenizer()
     cfg = model.cfg
-    tokens = encode(prompt) or [ord("\n")]
+    tokens = tok.encode(prompt) or tok.encode("\n") or [DOC_SEP_ID]
     gen = torch.Generator().manual_seed(seed)
     out: list[int] = []
     with torch.no_grad():
@@ -200,4 +239,4 @@ def sample(
                 vals, idx = torch.topk(last / temperature, min(top_k, last.numel()))
                 nxt = int(idx[torch.multinomial(torch.softmax(vals, -1), 1, generator=gen)])
             out.append(nxt)
-    return decode(out)
+    return str(tok.decode(out))

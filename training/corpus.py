@@ -18,12 +18,15 @@ import json
 import os
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from training.errors import DataError
+
+if TYPE_CHECKING:
+    from training.tokenizer import Tokenizer
 
 BUNDLED_FILE = "tessera-en-v1.jsonl"
 BUNDLED_SHA256 = "c8fced74f7c34cd58303a6ead6b2bf08285a58b5cb829f86c9272dd68460be61"
@@ -56,6 +59,9 @@ class Corpus:
 
     documents: tuple[Document, ...]
     digest: str
+    tokenizer: Tokenizer | None = field(default=None, compare=False, repr=False)
+    """How ``training.data.prepare`` turns documents into tokens: None is byte-level; a run file with a
+    BPE tokenizer attaches it (``protocol.runspec.RunSpec.load_corpus``)."""
 
     @property
     def n_bytes(self) -> int:

@@ -2,8 +2,9 @@
 
 Everything here is a pure function of its arguments:
 
-- tokenizer: a token is a byte (vocabulary 256); documents are joined with the separator token
-  :data:`DOC_SEP` (byte 0, which text never contains).
+- tokenizer: a token is a byte (vocabulary 256) unless the corpus carries a BPE tokenizer
+  (``training.tokenizer``); documents are joined with the separator token :data:`DOC_SEP` (id 0: byte 0,
+  which text never contains, or the BPE tokenizer's ``<|doc|>``).
 - held-out split: a document is held out when ``sha256("tessera.heldout" || id)`` read as a big-endian
   integer, mod 10,000, is below ``heldout_fraction * 10,000``; it never depends on document order.
 - DiPaCo router (:class:`DocumentRouter`): a documented simpler stand-in for DiPaCo's k-means router.
@@ -32,6 +33,7 @@ from training.config import ModelConfig
 from training.corpus import Corpus, Document
 from training.errors import DataError
 from training.model import all_paths
+from training.tokenizer import Tokenizer
 
 DOC_SEP = 0
 """Token between documents."""
@@ -96,8 +98,15 @@ def fit_router(docs: Sequence[Document], n_groups: int) -> DocumentRouter:
     return DocumentRouter(tuple(cuts))
 
 
-def token_stream(docs: Sequence[Document]) -> Tensor:
-    """The documents' bytes joined by :data:`DOC_SEP`, as a ``uint8`` tensor."""
+def token_stream(docs: Sequence[Document], tokenizer: Tokenizer | None = None) -> Tensor:
+    """The documents' bytes joined by :data:`DOC_SEP`, as a ``uint8`` tensor; with a (BPE) ``tokenizer``,
+    the documents' token ids joined by :data:`DOC_SEP` (its id 0), as an ``int32`` tensor."""
+    if tokenizer is not None and tokenizer.kind != "bytes":
+        ids: list[int] = []
+        for doc_ids in tokenizer.encode_batch([d.data.decode("utf-8", errors="replace") for d in docs]):
+            ids += doc_ids
+            ids.append(DOC_SEP)
+        return torch.tensor(ids, dtype=torch.int32)
     buf = bytearray()
     for d in docs:
         buf += d.data
@@ -112,9 +121,9 @@ class Dataset:
     corpus_digest: str
     """SHA-256 (hex) of the corpus bytes."""
     train: Tensor
-    """All training documents' tokens (``uint8``)."""
+    """All training documents' tokens (``uint8``; ``int32`` with a BPE tokenizer)."""
     heldout: Tensor
-    """All held-out documents' tokens (``uint8``)."""
+    """All held-out documents' tokens (``uint8``; ``int32`` with a BPE tokenizer)."""
     router: DocumentRouter | None
     """The document router (``dipaco`` mode)."""
     path_train: tuple[Tensor, ...]
@@ -124,7 +133,11 @@ class Dataset:
 
 
 def prepare(corpus: Corpus, cfg: ModelConfig, heldout_fraction: float = HELDOUT_FRACTION) -> Dataset:
-    """Split and (in ``dipaco`` mode) route a corpus. Pure; the same inputs give equal tensors."""
+    """Split and (in ``dipaco`` mode) route a corpus, tokenized by ``corpus.tokenizer`` (None: bytes).
+    Pure; the same inputs give equal tensors. Routing reads documents' bytes, whatever the tokenizer."""
+    tok = corpus.tokenizer
+    if tok is not None and cfg.vocab_size < tok.vocab_size:
+        raise DataError(f"the model's vocab_size {cfg.vocab_size} < the tokenizer's {tok.vocab_size}")
     train_docs = [d for d in corpus.documents if not is_heldout(d.id, heldout_fraction)]
     held_docs = [d for d in corpus.documents if is_heldout(d.id, heldout_fraction)]
     if not train_docs or not held_docs:
@@ -136,11 +149,18 @@ def prepare(corpus: Corpus, cfg: ModelConfig, heldout_fraction: float = HELDOUT_
         n = len(all_paths(cfg))
         router = fit_router(train_docs, n)
         path_train = tuple(
-            token_stream([d for d in train_docs if router.route(d.data) == g]) for g in range(n)
+            token_stream([d for d in train_docs if router.route(d.data) == g], tok) for g in range(n)
         )
-        path_held = tuple(token_stream([d for d in held_docs if router.route(d.data) == g]) for g in range(n))
+        path_held = tuple(
+            token_stream([d for d in held_docs if router.route(d.data) == g], tok) for g in range(n)
+        )
     return Dataset(
-        corpus.digest, token_stream(train_docs), token_stream(held_docs), router, path_train, path_held
+        corpus.digest,
+        token_stream(train_docs, tok),
+        token_stream(held_docs, tok),
+        router,
+        path_train,
+        path_held,
     )
 
 

@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
     sa = sub.add_parser("sample", help="continue a prompt with an exported model")
     sa.add_argument("model_dir", type=Path)
     sa.add_argument("--prompt", default="The ", help="text to continue")
-    sa.add_argument("--length", type=int, default=200, help="bytes to generate")
+    sa.add_argument("--length", type=int, default=200, help="tokens to generate (bytes, byte-level)")
     sa.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
     sa.add_argument("--top-k", type=int, default=40)
     sa.add_argument("--seed", type=int, default=0)
@@ -100,10 +100,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _sample(args: argparse.Namespace) -> int:
     from tessera.errors import TesseraError
-    from tessera.modelout import load_export, model_with, sample
+    from tessera.modelout import export_tokenizer, load_export, model_with, sample
     from training.model import all_paths
 
-    params, cfg, _doc = load_export(args.model_dir)
+    params, cfg, doc = load_export(args.model_dir)
     paths = all_paths(cfg)
     if not 0 <= args.path < len(paths):
         raise TesseraError(f"--path must be in [0, {len(paths) - 1}]")
@@ -116,6 +116,7 @@ def _sample(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         seed=args.seed,
         path=path,
+        tokenizer=export_tokenizer(args.model_dir, doc),
     )
     if args.json:
         print(json.dumps({"prompt": args.prompt, "text": text}))
