@@ -105,7 +105,12 @@ def verify_snp(
     now: dt.datetime,
     expected: Binding | bytes | None = None,
 ) -> Verdict:
-    """Verify an SEV-SNP report; return the verdict or raise a typed ``AttestationError``."""
+    """Verify an SEV-SNP report; return the verdict or raise a typed ``AttestationError``.
+
+    In order: sizes, VCEK signing key, the VCEK chain to a pinned ARK, the report signature, the CRL,
+    the VCEK's TCB and chip against the report, the policy's minimum TCB, then the guest (debug, VMPL,
+    measurement) and the report-data binding.
+    """
     if not isinstance(evidence, SnpReport):
         check_evidence_size(evidence, policy.limits)
     collateral.check_limits(policy.limits)
@@ -115,69 +120,14 @@ def verify_snp(
             f"the report is signed by key kind {report.signing_key} (1 VLEK, 7 none); only VCEK-signed "
             f"reports are accepted: request the report with the VCEK"
         )
-    roots = [load_der_cert(r, "pinned AMD root") for r in policy.amd_roots]
     vcek = collateral.vcek_cert
     chain = [vcek, *collateral.chain]
-    root = verify_chain(chain, roots, now, "VCEK chain (VCEK, ASK, ARK)", require_ca=False)
-    if len(chain) < 2 or chain[1].subject == vcek.subject:
-        raise BadChainError("VCEK chain: the ASK is missing; ship the ASK/ARK chain from AMD KDS")
-    key = vcek.public_key()
-    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp384r1":
-        raise BadChainError("the VCEK's key is not a P-384 key: not an AMD VCEK")
-    sig = encode_dss_signature(report.r, report.s)
-    signed = report.to_bytes()[:0x2A0]
-    try:
-        key.verify(sig, signed, ec.ECDSA(hashes.SHA384()))
-    except (InvalidSignature, ValueError):
-        raise QuoteSignatureError(
-            "the SEV-SNP report signature does not verify with the VCEK: the report was altered, or the "
-            "VCEK is for another chip or TCB; fetch the VCEK for this report's CHIP_ID and REPORTED_TCB"
-        ) from None
+    root = _check_vcek_chain(chain, policy, now)
+    _check_report_signature(report, vcek)
     if collateral.crl_parsed is not None:
-        crl = collateral.crl_parsed
-        if crl.issuer != root.subject or not crl_signed_by(crl, root):
-            raise RevocationUnknownError("the AMD CRL is not issued and signed by the pinned ARK")
-        check_window(
-            crl.last_update_utc, crl.next_update_utc, now, "the AMD CRL", "fetch it again from AMD KDS"
-        )
-        for cert in chain[:-1]:
-            if is_revoked(crl, cert, "the AMD CRL"):
-                raise RevokedError(f"'{subject_of(cert)}' is revoked by AMD's CRL")
-    reported = report.reported
-    issued = vcek_tcb(vcek, report.is_turin)
-    if issued != reported:
-        raise TcbMismatchError(
-            f"the VCEK was issued for TCB {issued.as_dict()}, the report says {reported.as_dict()}: fetch "
-            f"the VCEK for the reported TCB from AMD KDS"
-        )
-    hwid = vcek_hwid(vcek)
-    if not report.mask_chip_id and hwid is not None and hwid != report.chip_id:
-        raise TcbMismatchError("the VCEK's hwID is not the report's CHIP_ID: the VCEK is for another chip")
-    if policy.snp_min_tcb is not None:
-        have = reported.as_dict()
-        low = {k: v for k, v in policy.snp_min_tcb.items() if have.get(k, 0) < v}
-        if low:
-            raise TcbNotAcceptableError(
-                f"REPORTED_TCB {have} is below the policy's minimum for {sorted(low)}: update the SEV "
-                f"firmware/microcode"
-            )
-    if report.debug and not policy.dangerous_allow_debug:
-        raise DebugError(
-            f"the guest policy 0x{report.policy:x} has DEBUG (bit 19) set: the hypervisor can read the "
-            f"guest's memory; launch the VM with a policy that clears bit 19"
-        )
-    if policy.snp_allowed_vmpls is not None and report.vmpl not in policy.snp_allowed_vmpls:
-        raise MeasurementNotAllowedError(
-            f"the report comes from VMPL {report.vmpl}, the policy allows {sorted(policy.snp_allowed_vmpls)}"
-        )
-    if (
-        policy.allowed_snp_measurements is not None
-        and report.measurement not in policy.allowed_snp_measurements
-    ):
-        raise MeasurementNotAllowedError(
-            f"launch MEASUREMENT {report.measurement.hex()} is not in the policy's allowed list: boot the "
-            f"published image"
-        )
+        _check_revocation(collateral.crl_parsed, chain, root, now)
+    _check_tcb(report, vcek, policy)
+    _check_guest(report, policy)
     if isinstance(expected, Binding):
         check_report_data(report.report_data, expected)
     elif expected is not None:
@@ -196,12 +146,99 @@ def verify_snp(
             "policy": f"0x{report.policy:016x}",
             "vmpl": report.vmpl,
             "guest_svn": report.guest_svn,
-            "reported_tcb": reported.as_dict(),
+            "reported_tcb": report.reported.as_dict(),
             "chip_id": report.chip_id.hex(),
             "vcek_valid": [vcek.not_valid_before_utc.isoformat(), vcek.not_valid_after_utc.isoformat()],
             "trailing_bytes": len(report.trailing),
         },
     )
+
+
+def _check_vcek_chain(chain: list[x509.Certificate], policy: Policy, now: dt.datetime) -> x509.Certificate:
+    """VCEK -> ASK -> ARK, signature by signature, to a pinned AMD root (returned); the ASK is present and
+    the VCEK's key is P-384."""
+    roots = [load_der_cert(r, "pinned AMD root") for r in policy.amd_roots]
+    vcek = chain[0]
+    root = verify_chain(chain, roots, now, "VCEK chain (VCEK, ASK, ARK)", require_ca=False)
+    if len(chain) < 2 or chain[1].subject == vcek.subject:
+        raise BadChainError("VCEK chain: the ASK is missing; ship the ASK/ARK chain from AMD KDS")
+    key = vcek.public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp384r1":
+        raise BadChainError("the VCEK's key is not a P-384 key: not an AMD VCEK")
+    return root
+
+
+def _check_report_signature(report: SnpReport, vcek: x509.Certificate) -> None:
+    """The report's ECDSA P-384 / SHA-384 signature over its first 0x2A0 bytes verifies with the VCEK."""
+    key = vcek.public_key()
+    assert isinstance(key, ec.EllipticCurvePublicKey)  # checked by _check_vcek_chain
+    sig = encode_dss_signature(report.r, report.s)
+    signed = report.to_bytes()[:0x2A0]
+    try:
+        key.verify(sig, signed, ec.ECDSA(hashes.SHA384()))
+    except (InvalidSignature, ValueError):
+        raise QuoteSignatureError(
+            "the SEV-SNP report signature does not verify with the VCEK: the report was altered, or the "
+            "VCEK is for another chip or TCB; fetch the VCEK for this report's CHIP_ID and REPORTED_TCB"
+        ) from None
+
+
+def _check_revocation(
+    crl: x509.CertificateRevocationList,
+    chain: list[x509.Certificate],
+    root: x509.Certificate,
+    now: dt.datetime,
+) -> None:
+    """The AMD CRL is the pinned ARK's and current, and revokes neither the VCEK nor the ASK."""
+    if crl.issuer != root.subject or not crl_signed_by(crl, root):
+        raise RevocationUnknownError("the AMD CRL is not issued and signed by the pinned ARK")
+    check_window(crl.last_update_utc, crl.next_update_utc, now, "the AMD CRL", "fetch it again from AMD KDS")
+    for cert in chain[:-1]:
+        if is_revoked(crl, cert, "the AMD CRL"):
+            raise RevokedError(f"'{subject_of(cert)}' is revoked by AMD's CRL")
+
+
+def _check_tcb(report: SnpReport, vcek: x509.Certificate, policy: Policy) -> None:
+    """The VCEK was issued for the report's REPORTED_TCB and chip, and that TCB meets the policy's minimum."""
+    reported = report.reported
+    issued = vcek_tcb(vcek, report.is_turin)
+    if issued != reported:
+        raise TcbMismatchError(
+            f"the VCEK was issued for TCB {issued.as_dict()}, the report says {reported.as_dict()}: fetch "
+            f"the VCEK for the reported TCB from AMD KDS"
+        )
+    hwid = vcek_hwid(vcek)
+    if not report.mask_chip_id and hwid is not None and hwid != report.chip_id:
+        raise TcbMismatchError("the VCEK's hwID is not the report's CHIP_ID: the VCEK is for another chip")
+    if policy.snp_min_tcb is not None:
+        have = reported.as_dict()
+        low = {k: v for k, v in policy.snp_min_tcb.items() if have.get(k, 0) < v}
+        if low:
+            raise TcbNotAcceptableError(
+                f"REPORTED_TCB {have} is below the policy's minimum for {sorted(low)}: update the SEV "
+                f"firmware/microcode"
+            )
+
+
+def _check_guest(report: SnpReport, policy: Policy) -> None:
+    """The guest: no DEBUG (unless the policy allows it), an allowed VMPL, an allowed launch measurement."""
+    if report.debug and not policy.dangerous_allow_debug:
+        raise DebugError(
+            f"the guest policy 0x{report.policy:x} has DEBUG (bit 19) set: the hypervisor can read the "
+            f"guest's memory; launch the VM with a policy that clears bit 19"
+        )
+    if policy.snp_allowed_vmpls is not None and report.vmpl not in policy.snp_allowed_vmpls:
+        raise MeasurementNotAllowedError(
+            f"the report comes from VMPL {report.vmpl}, the policy allows {sorted(policy.snp_allowed_vmpls)}"
+        )
+    if (
+        policy.allowed_snp_measurements is not None
+        and report.measurement not in policy.allowed_snp_measurements
+    ):
+        raise MeasurementNotAllowedError(
+            f"launch MEASUREMENT {report.measurement.hex()} is not in the policy's allowed list: boot the "
+            f"published image"
+        )
 
 
 __all__ = ["CollateralSignatureError", "verify_snp", "vcek_tcb", "vcek_hwid"]
