@@ -1,35 +1,14 @@
-"""Collateral: what a verifier needs besides the evidence, its JSON wire format, and a validator cache.
+"""The three kinds of collateral (Intel DCAP, AMD SEV-SNP, NVIDIA H100): their parts, caps and parsed views.
 
-Wire format: one JSON object of strings. Intel (the form Intel PCS/PCCS data takes in dcap-qvl)::
-
-    {"format": "intel-dcap",                    (optional for Intel: the default)
-     "pck_crl_issuer_chain": PEM, "root_ca_crl": hex DER, "pck_crl": hex DER,
-     "tcb_info_issuer_chain": PEM, "tcb_info": exact signed JSON text, "tcb_info_signature": hex r||s,
-     "qe_identity_issuer_chain": PEM, "qe_identity": exact signed JSON text, "qe_identity_signature": hex}
-
-AMD SEV-SNP::
-
-    {"format": "amd-sev-snp", "vcek": PEM (or hex DER), "cert_chain": PEM ASK then ARK,
-     "crl": hex DER (optional: the ARK's CRL from AMD KDS)}
-
-NVIDIA H100::
-
-    {"format": "nvidia-h100", "cert_chain": PEM device chain, leaf (attestation key) first}
-
-Signatures are over the raw strings ``tcb_info`` and ``qe_identity``: never re-serialize them.
+Each is a frozen dataclass of the raw parts as shipped (see :mod:`attestation.collateral.wire` for the
+JSON form); the parsed certificates, CRLs and documents are cached properties, parsed on first use under
+the collateral's :class:`~attestation.limits.Limits`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-import hashlib
-import json
-import reprlib
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from cryptography import x509
 
@@ -42,7 +21,7 @@ FORMAT_INTEL = "intel-dcap"
 FORMAT_SNP = "amd-sev-snp"
 FORMAT_NVIDIA = "nvidia-h100"
 
-_INTEL_KEYS = (
+INTEL_KEYS = (
     "pck_crl_issuer_chain",
     "root_ca_crl",
     "pck_crl",
@@ -53,6 +32,7 @@ _INTEL_KEYS = (
     "qe_identity",
     "qe_identity_signature",
 )
+"""The parts of Intel collateral, as named in its JSON form."""
 
 
 def _load_crl(der: bytes, what: str, limits: Limits = DEFAULT_LIMITS) -> x509.CertificateRevocationList:
@@ -151,7 +131,7 @@ class IntelCollateral:
 
     def size(self) -> int:
         """The bytes of its parts (what a cache is charged for it, times a parse factor)."""
-        return sum(len(getattr(self, k)) for k in _INTEL_KEYS)
+        return sum(len(getattr(self, k)) for k in INTEL_KEYS)
 
     def preload(self) -> IntelCollateral:
         """Parse everything now (a cache does this once, so verify only checks).
@@ -292,197 +272,3 @@ class NvidiaCollateral:
 
 
 Collateral = IntelCollateral | SnpCollateral | NvidiaCollateral
-
-
-def _hexfield(d: dict[str, Any], key: str) -> bytes:
-    v = d.get(key)
-    if not isinstance(v, str):
-        raise MalformedCollateralError(f"collateral: {key} must be a string")
-    try:
-        return bytes.fromhex(v)
-    except ValueError:
-        raise MalformedCollateralError(f"collateral: {key} is not hex") from None
-
-
-def _strfield(d: dict[str, Any], key: str) -> str:
-    v = d.get(key)
-    if not isinstance(v, str):
-        raise MalformedCollateralError(f"collateral: {key} must be a string")
-    return v
-
-
-def collateral_from_dict(d: Any, limits: Limits = DEFAULT_LIMITS) -> Collateral:
-    """Build collateral from its JSON form (see the module doc); every part is checked against ``limits``."""
-    coll = _from_dict(d, limits)
-    coll.check_limits(limits)
-    return coll
-
-
-def _from_dict(d: Any, limits: Limits) -> Collateral:
-    if not isinstance(d, dict):
-        raise MalformedCollateralError("collateral must be a JSON object")
-    fmt = d.get("format", FORMAT_INTEL)
-    if fmt == FORMAT_INTEL:
-        missing = [k for k in _INTEL_KEYS if k not in d]
-        if missing:
-            raise MalformedCollateralError(f"Intel collateral lacks {missing}")
-        return IntelCollateral(
-            pck_crl_issuer_chain=_strfield(d, "pck_crl_issuer_chain"),
-            root_ca_crl=_hexfield(d, "root_ca_crl"),
-            pck_crl=_hexfield(d, "pck_crl"),
-            tcb_info_issuer_chain=_strfield(d, "tcb_info_issuer_chain"),
-            tcb_info=_strfield(d, "tcb_info"),
-            tcb_info_signature=_hexfield(d, "tcb_info_signature"),
-            qe_identity_issuer_chain=_strfield(d, "qe_identity_issuer_chain"),
-            qe_identity=_strfield(d, "qe_identity"),
-            qe_identity_signature=_hexfield(d, "qe_identity_signature"),
-            limits=limits,
-        )
-    if fmt == FORMAT_SNP:
-        vcek_s = _strfield(d, "vcek")
-        vcek = vcek_s.encode() if vcek_s.lstrip().startswith("-----") else _hexfield(d, "vcek")
-        crl = _hexfield(d, "crl") if d.get("crl") is not None else None
-        return SnpCollateral(vcek, _strfield(d, "cert_chain").encode(), crl, limits)
-    if fmt == FORMAT_NVIDIA:
-        return NvidiaCollateral(_strfield(d, "cert_chain").encode(), limits)
-    raise MalformedCollateralError(
-        f"unknown collateral format {reprlib.repr(fmt)} (intel-dcap, amd-sev-snp, nvidia-h100)"
-    )
-
-
-class _NotFlat(Exception):
-    """Raised from the JSON decoder's hooks: the collateral is not one object of strings."""
-
-
-def _no_number(text: str) -> object:
-    raise _NotFlat(f"a number ({reprlib.repr(text)})")
-
-
-def _one_object() -> Any:
-    seen = 0
-
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        nonlocal seen
-        seen += 1
-        if seen > 1:
-            raise _NotFlat("a nested object")
-        return dict(pairs)
-
-    return hook
-
-
-def loads_collateral(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Collateral:
-    """Parse collateral JSON text: one object whose values are strings (or null).
-
-    Refused before parsing when over ``max_collateral_bytes``; while parsing, at the first number or
-    the second object (the decoder's hooks raise), so no input builds more than the cap's worth of
-    arrays of empty values.
-    """
-    check_size(text, limits.max_collateral_bytes, "the collateral")
-    try:
-        data = json.loads(
-            text,
-            parse_int=_no_number,
-            parse_float=_no_number,
-            parse_constant=_no_number,
-            object_pairs_hook=_one_object(),
-        )
-    except _NotFlat as exc:
-        raise MalformedCollateralError(
-            f"collateral must be one JSON object of strings; it holds {exc}"
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise MalformedCollateralError(f"collateral is not JSON ({exc})") from None
-    return collateral_from_dict(data, limits)
-
-
-def load_collateral(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Collateral:
-    """Read a collateral JSON file (at most ``max_collateral_bytes`` are read)."""
-    try:
-        with Path(path).open("rb") as f:
-            text = f.read(limits.max_collateral_bytes + 1)
-    except OSError as exc:
-        raise MalformedCollateralError(f"collateral file {path}: {exc}") from None
-    return loads_collateral(text, limits)
-
-
-def dumps_collateral(c: Collateral) -> str:
-    """The JSON wire form of ``c``."""
-    return json.dumps(c.to_dict(), indent=1)
-
-
-PARSE_FACTOR = 4
-"""A parsed collateral entry is charged this many times its JSON text (certificates, CRLs, parsed JSON)."""
-
-
-class CollateralCache:
-    """A validator-side cache of parsed collateral, keyed by the SHA-256 of its JSON text.
-
-    Miners ship collateral with their evidence; many miners share a platform, so the same collateral
-    arrives many times. The cache parses each distinct document once (certificates, CRLs, TCB info), so
-    ``verify`` only checks signatures and windows. It never reads the clock: ``evict_expired(now)``
-    drops Intel entries whose TCB info or QE identity ``nextUpdate`` has passed. It is bounded both in
-    entries (``max_entries``) and in bytes (``max_bytes``, each entry charged ``PARSE_FACTOR`` times its
-    text); every text is checked against ``limits`` before it is parsed.
-    """
-
-    def __init__(
-        self, max_entries: int = 256, max_bytes: int = 32 * 1024 * 1024, limits: Limits = DEFAULT_LIMITS
-    ) -> None:
-        self._max = max_entries
-        self._max_bytes = max_bytes
-        self._limits = limits
-        self._entries: OrderedDict[bytes, Collateral] = OrderedDict()
-        self._sizes: dict[bytes, int] = {}
-        self._bytes = 0
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def held_bytes(self) -> int:
-        """Estimated bytes held: ``PARSE_FACTOR`` times the text of each entry."""
-        return self._bytes
-
-    def _drop(self, key: bytes) -> None:
-        del self._entries[key]
-        self._bytes -= self._sizes.pop(key)
-
-    def get(self, text: str | bytes) -> Collateral:
-        """Return the parsed collateral for ``text`` (parsing and preloading it on a miss)."""
-        check_size(text, self._limits.max_collateral_bytes, "the collateral")  # before hashing it
-        raw = text.encode() if isinstance(text, str) else text
-        key = hashlib.sha256(raw).digest()
-        hit = self._entries.get(key)
-        if hit is not None:
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return hit
-        self.misses += 1
-        coll = loads_collateral(raw, self._limits)
-        coll.preload()
-        size = PARSE_FACTOR * len(raw)
-        if size > self._max_bytes:
-            return coll
-        self._entries[key] = coll
-        self._sizes[key] = size
-        self._bytes += size
-        while len(self._entries) > self._max or self._bytes > self._max_bytes:
-            self._drop(next(iter(self._entries)))
-        return coll
-
-    def evict_expired(self, now: dt.datetime) -> int:
-        """Drop Intel collateral past its nextUpdate at ``now`` (or undecodable); returns how many."""
-        dead = [k for k, c in self._entries.items() if isinstance(c, IntelCollateral) and _expired(c, now)]
-        for k in dead:
-            self._drop(k)
-        return len(dead)
-
-
-def _expired(c: IntelCollateral, now: dt.datetime) -> bool:
-    try:
-        return min(c.tcb_info_parsed.next_update, c.qe_identity_parsed.next_update) < now
-    except MalformedCollateralError:
-        return True
