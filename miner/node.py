@@ -50,6 +50,7 @@ from protocol.tensorblob import (
 )
 from protocol.traffic import TrafficLedger
 from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
+from protocol.update import transcript_tensors
 from training.data import Dataset, prepare
 from training.device import use_deterministic
 
@@ -449,6 +450,9 @@ class MinerNode:
         data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
         served = [Served("update", "0x" + rec["update_digest"], len(data))]
         self.public.put(data, "0x" + rec["update_digest"]) if data else None
+        # the transcript's digests, which the header commits to by its root only (issue 13)
+        digests = [bytes.fromhex(d) for d in rec["transcript_digests"]]
+        self.public.put(encode_tensors(transcript_tensors(digests)), digest_fn=tensor_blob_digest)
         self._publish_error_feedback(r, rec)
         evidence = (
             self.evidence_fn(r, self.address, bytes.fromhex(rec["update_digest"]))

@@ -16,7 +16,14 @@ from torch import Tensor
 
 from miner.behaviour import Behaviour, RoundContext
 from protocol.runspec import RunSpec
-from protocol.update import Update, encode_update, make_header, update_digest
+from protocol.update import (
+    Update,
+    encode_update,
+    make_header,
+    transcript_root,
+    transcript_tensors,
+    update_digest,
+)
 from training.assignment import Assignment, assign
 from training.codecs import ErrorFeedback
 from training.data import Dataset, miner_batches
@@ -59,6 +66,17 @@ class BuiltUpdate:
     def residual(self) -> dict[str, Tensor]:
         """The committed error-feedback residual (``ef/*``), served under ``"0x" + ef_after.hex()``."""
         return {k: v for k, v in self.ef_state.items() if k.startswith("ef/")}
+
+    def transcript(self) -> dict[str, Tensor]:
+        """The transcript's digests as the blob served under the header's ``transcript.root``."""
+        return transcript_tensors(self.transcript_digests)
+
+    def published(self) -> dict[str, dict[str, Tensor]]:
+        """The blobs a validator fetches by digest besides the states: the residual and the transcript."""
+        return {
+            "0x" + self.ef_after.hex(): self.residual(),
+            "0x" + transcript_root(self.transcript_digests): self.transcript(),
+        }
 
 
 def assignment_for(spec: RunSpec, assign_seed: bytes, registry: Sequence[str], miner: str) -> Assignment:

@@ -32,6 +32,7 @@ class Kind(StrEnum):
     UPDATE = "update"  # compressed update messages (and validators' cached copies)
     STATE = "state"  # transcript states (replayed segments' starting points)
     RESIDUAL = "residual"  # error-feedback residuals (the exact-recompute check)
+    TRANSCRIPT = "transcript"  # a transcript's per-step digests (what the update's transcript.root names)
     CHECKPOINT = "checkpoint"  # theta_r (params + outer momentum)
     EVIDENCE = "evidence"  # TEE attestation evidence
     SIGNATURE = "signature"  # validators' BLS signatures of the merged checkpoint
@@ -105,13 +106,15 @@ def path_kind(path: str) -> Kind:
 
 def blob_kind(head: bytes) -> Kind:
     """The kind of a stored blob from its first bytes: the update magic, or a safetensors header whose
-    tensor names say what it holds (``ef/``: a residual; ``exp_avg``: a transcript state; ``param/`` or
+    tensor names say what it holds (``ef/``: a residual; ``transcript/``: a transcript; ``exp_avg``: a transcript state; ``param/`` or
     ``momentum/`` alone: a checkpoint); anything else a miner publishes is attestation evidence."""
     if head.startswith(b"TSRUPD"):
         return Kind.UPDATE
     if len(head) >= 10 and head[8:10] == b'{"':
         if b'"ef/' in head:
             return Kind.RESIDUAL
+        if b'"transcript/' in head:
+            return Kind.TRANSCRIPT
         if b'"exp_avg' in head:
             return Kind.STATE
         if b'"param/' in head or b'"momentum/' in head:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from protocol.runspec import COMPUTE_LOCK
-from protocol.update import Update, UpdateCaps, UpdateError, decode_update
+from protocol.update import Update, UpdateCaps, UpdateError, decode_update, with_transcript
 from training.assignment import Assignment
 from training.codecs import ErrorFeedback
 from training.data import miner_batches
@@ -56,6 +56,7 @@ def _recompute(
     out_of_time: Callable[[], bool] | None = None,
     fetch_partial: FetchPartialState | None = None,
 ) -> None:
+    update = _with_transcript(update, fetch_state)
     h = update.header
     digests = list(h.transcript_digests)
     steps = list(h.transcript_steps)
@@ -165,6 +166,19 @@ def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict
     if state_digest(st).hex() != digest:
         raise _Fail(Stage.RECOMPUTE, f"{what} does not match its digest", False)
     return st
+
+
+def _with_transcript(update: Update, fetch_state: FetchState) -> Update:
+    """``update`` with its transcript's digests attached: fetched by the header's ``transcript.root`` like a
+    state (issue 13). Not served, or not the committed list: an unprovable failure, as for a state."""
+    h = update.header
+    if len(h.transcript_digests) == len(h.transcript_steps):
+        return update
+    served = _fetch_digest_state(fetch_state, h.transcript_root, "transcript")
+    try:
+        return replace(update, header=with_transcript(h, served))
+    except UpdateError as exc:
+        raise _Fail(Stage.RECOMPUTE, f"transcript: {exc}", False) from exc
 
 
 def _sig(x: float) -> float:
@@ -324,25 +338,19 @@ def recheck_segment(
     it replays, ``(None, reason)`` if it cannot be decided (a state not served, a segment the transcript
     does not have): vote only on ``True``.
     """
-    h = update.header
-    steps, digests = list(h.transcript_steps), list(h.transcript_digests)
+    steps = list(update.header.transcript_steps)
     if miner not in ctx.registry or segment_start not in steps[:-1]:
         return None, f"no segment starts at step {segment_start}"
     i = steps.index(segment_start)
     a = ctx.assignment(miner)
 
     def get(j: int) -> dict[str, Tensor]:
-        try:
-            st = fetch_state("0x" + digests[j])
-        except Exception as exc:
-            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[j]} not served: {exc}", False) from exc
-        if state_digest(st).hex() != digests[j]:
-            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[j]} does not match the transcript", False)
-        return st
+        return _fetch_digest_state(fetch_state, digests[j], f"state at step {steps[j]}")
 
-    batches = _training_batches(ctx, a)
     try:
-        _replay_one(ctx, a, update, batches, get, policy, i, {})
+        update = _with_transcript(update, fetch_state)
+        digests = list(update.header.transcript_digests)
+        _replay_one(ctx, a, update, _training_batches(ctx, a), get, policy, i, {})
     except _Fail as f:
         return (True if f.provable else None), f.reason
     return False, ""

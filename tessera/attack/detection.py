@@ -112,8 +112,8 @@ def measure(
     )
 
     def fetch_state(d: str) -> dict[str, Any]:
-        if d == "0x" + built.ef_after.hex():
-            return built.residual()
+        if d in built.published():
+            return built.published()[d]
         return transcript_state(
             spec, ds, round=1, checkpoint=theta, assign_seed=assign_seed, assignment=built.assignment,
             snapshots=built.snapshots, step=by_digest[d],

@@ -259,8 +259,8 @@ def measure_work(
     )
 
     def fetch_state(d: str) -> dict[str, Any]:
-        if d == "0x" + built.ef_after.hex():
-            return built.residual()
+        if d in built.published():
+            return built.published()[d]
         return {k: v.clone() for k, v in built.states[by_digest[d]].items()}
 
     ctx = vv.RoundContext(

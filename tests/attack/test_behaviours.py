@@ -56,8 +56,8 @@ def _verify(world: dict[str, Any], built: Any, data: bytes | None = None, round:
     steps = dict(zip(("0x" + d.hex() for d in built.transcript_digests), built.transcript_steps, strict=True))
 
     def fetch_state(d: str) -> Any:
-        if d == "0x" + built.ef_after.hex():
-            return built.residual()
+        if d in built.published():
+            return built.published()[d]
         return transcript_state(
             spec, ds, round=round, checkpoint=world["theta"], assign_seed=world["seed"],
             assignment=built.assignment, snapshots=built.snapshots, step=steps[d],

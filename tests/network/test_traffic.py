@@ -43,6 +43,7 @@ def test_blob_kinds_are_told_from_the_real_artifacts(rnd: Round) -> None:
     assert blob_kind(built.update) is Kind.UPDATE
     assert blob_kind(encode_tensors(state)) is Kind.STATE
     assert blob_kind(encode_tensors(residual)) is Kind.RESIDUAL
+    assert blob_kind(encode_tensors(built.transcript())) is Kind.TRANSCRIPT
     assert blob_kind(encode_tensors(checkpoint)) is Kind.CHECKPOINT
     assert blob_kind(b'{"quote": "..."}') is Kind.EVIDENCE
     assert blob_kind(b"") is Kind.OTHER

@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import save as st_save
 
 from protocol import update as wire
+from protocol import updatecost
 from protocol.coordinator import update_commitment
 from protocol.errors import ProtocolError
 from protocol.tensorblob import TensorBlobError, decode_tensors
@@ -111,7 +112,8 @@ def test_a_module_of_tiny_parameters_under_a_dct_run_codec_is_not_refused(
     tiny = {f"trunk.0.ln{i % 2 + 1}.{'weight' if i < 2 else 'bias'}": (64,) for i in range(4)}
     model = {**tiny, "head.out.weight": (4096, 64)}
     data = crafted_update(tiny, codec)
-    monkeypatch.setattr(wire, "MEMORY_SLACK", 0)  # the fixed allowance would hide the ratio at this size
+    # the fixed allowance would hide the ratio at this size
+    monkeypatch.setattr(updatecost, "MEMORY_SLACK", 0)
     caps = wire.UpdateCaps(max_decoded_bytes=1 << 20, max_decode_memory=1 << 20, max_memory_ratio=16)
     with pytest.raises(wire.DecodeTooCostly, match="more than 16x"):
         wire.decode_update(data, caps)

@@ -69,7 +69,7 @@ class Round:
             ef_source=(after.round, after.digest) if after else None,
             behaviour=behaviour or Behaviour(),
         )
-        self.published["0x" + built.ef_after.hex()] = built.residual()
+        self.published.update(built.published())
         self.updates[(built.round, built.digest.hex())] = built.update
         return built
 
