@@ -27,6 +27,11 @@ def register(subparsers: Any) -> None:
     init = sub.add_parser("init", help="write a run file and print its digest and genesis checkpoint")
     init.add_argument("--out", type=Path, default=Path("run.json"), help="file to write")
     init.add_argument("--mode", choices=["moe", "dipaco", "dense"], default="moe", help="model mode")
+    init.add_argument(
+        "--preset",
+        default="tiny",
+        help="model size: tiny (default, ~0.2M), 1m, 10m, 50m, 125m (see `tessera runspec estimate`)",
+    )
     init.add_argument("--inner-steps", type=int, default=None, help="H, inner steps per round")
     init.add_argument("--batch-size", type=int, default=None, help="sequences per inner step")
     init.add_argument(
@@ -45,6 +50,30 @@ def register(subparsers: Any) -> None:
     init.add_argument("--genesis-seed", type=int, default=0, help="seed of theta_0")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=_init)
+    est = sub.add_parser(
+        "estimate",
+        help="parameters, memory per miner and validator, and time per inner step and round of presets "
+        "or a run file, measured on this machine",
+        description="For each preset (or the run file given): parameter counts (total, a miner's trained "
+        "modules), memory per miner and per validator in fp32 (parameters, gradients, AdamW moments, "
+        "activations at the run's batch and sequence length, transcript states), and the time of one inner "
+        "step measured here (--steps AdamW steps after a warm-up, at --time-batch sequences scaled to the "
+        "run's batch) times H for a round's training.",
+    )
+    est.add_argument("run_file", type=Path, nargs="?", default=None, help="a run file (default: presets)")
+    est.add_argument(
+        "--preset", action="append", default=None, help="a preset name or 'all' (repeatable; default all)"
+    )
+    est.add_argument("--mode", choices=["moe", "dipaco", "dense"], default="moe", help="mode of the presets")
+    est.add_argument("--vocab", type=int, default=256, help="vocabulary of the presets (BPE: its size)")
+    est.add_argument("--inner-steps", type=int, default=None, help="H for the presets (default 30)")
+    est.add_argument("--steps", type=int, default=2, help="timed steps per model (0: do not time)")
+    est.add_argument(
+        "--time-batch", type=int, default=None, help="sequences per timed step (default: the run's batch)"
+    )
+    est.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
+    est.add_argument("--json", action="store_true", help="print one JSON object")
+    est.set_defaults(handler=_estimate)
     tok = sub.add_parser(
         "tokenizer",
         help="train a byte-level BPE tokenizer on a corpus (its training documents) and write its file",
@@ -72,11 +101,13 @@ def _init(args: argparse.Namespace) -> int:
 
     from protocol.runspec import RunSpec
     from tessera.errors import TesseraError
-    from training.config import InnerConfig, ModelConfig
 
     if args.out.exists() and not args.force:
         raise TesseraError(f"{args.out} exists; pass --force to overwrite it")
-    inner = InnerConfig()
+    from training.presets import get_preset
+
+    preset = get_preset(args.preset)
+    inner = preset.inner()
     if args.inner_steps is not None:
         inner = replace(inner, steps=args.inner_steps)
     if args.batch_size is not None:
@@ -86,7 +117,7 @@ def _init(args: argparse.Namespace) -> int:
         from training.corpus import load_corpus_path
 
         corpus_digest = load_corpus_path(args.corpus).digest
-    model = ModelConfig(mode=args.mode)
+    model = preset.model(args.mode)
     tokenizer = None
     if args.tokenizer is not None:
         tokenizer = tokenizer_spec(args.tokenizer)
@@ -113,6 +144,8 @@ def summary(spec: Any, path: Path) -> dict[str, Any]:
         "digest": spec.digest(),
         "genesis_checkpoint": spec.genesis_digest(),
         "mode": spec.model.mode,
+        "preset": preset_name(spec.model),
+        "parameters": parameters(spec.model),
         "inner_steps": spec.inner.steps,
         "batch_size": spec.inner.batch_size,
         "corpus": spec.corpus,
@@ -121,6 +154,79 @@ def summary(spec: Any, path: Path) -> dict[str, Any]:
         "vocab_size": spec.model.vocab_size,
         "deploy_with": f"tessera contracts deploy --run-file {path} ...",
     }
+
+
+def preset_name(cfg: Any) -> str:
+    """The preset a model config has the shape of, or ``custom``."""
+    from training.presets import preset_of
+
+    return preset_of(cfg) or "custom"
+
+
+def parameters(cfg: Any) -> int:
+    """Total parameters of a model config."""
+    from training.presets import module_param_counts
+
+    return sum(module_param_counts(cfg).values())
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import torch
+
+    from protocol.runspec import RunSpec
+    from training.presets import PRESETS, estimate, get_preset
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    runs: list[tuple[str, Any, Any, int | None]] = []
+    if args.run_file is not None:
+        spec = RunSpec.load(args.run_file)
+        runs.append((str(args.run_file), spec.model, spec.inner, spec.experts_per_miner))
+    else:
+        names = args.preset or ["all"]
+        names = list(PRESETS) if "all" in names else names
+        for name in names:
+            p = get_preset(name)
+            inner = p.inner()
+            if args.inner_steps is not None:
+                inner = replace(inner, steps=args.inner_steps)
+            runs.append((name, p.model(args.mode, args.vocab), inner, None))
+    rows = []
+    for name, model, inner, epm in runs:
+        e = estimate(model, inner, epm, time_steps=args.steps, time_batch=args.time_batch, device=device)
+        rows.append({"name": name} | e)
+        if not args.json:
+            _print_estimate(rows[-1])
+    if args.json:
+        print(json.dumps({"device": device, "estimates": rows}, sort_keys=True))
+    return 0
+
+
+def _print_estimate(e: dict[str, Any]) -> None:
+    mib = 1 << 20
+    m, v = e["miner_bytes"], e["validator_bytes"]
+    print(
+        f"{e['name']} ({e['model']['mode']}, d_model {e['model']['d_model']}, {e['model']['n_layers']} layers, "
+        f"vocab {e['model']['vocab_size']}, batch {e['batch_size']} x seq {e['seq_len']}, H {e['inner_steps']})"
+    )
+    print(
+        f"  parameters        {e['params_total'] / 1e6:9.2f}M total, "
+        f"{e['params_trained_per_miner'] / 1e6:.2f}M trained per miner ({len(e['modules_per_miner'])} modules)"
+    )
+    print(
+        "  miner memory      "
+        f"{m['total'] / mib:9.1f} MiB = params {m['params'] / mib:.1f} + grads {m['grads'] / mib:.1f} + AdamW "
+        f"{m['adamw_moments'] / mib:.1f} + activations {m['activations'] / mib:.1f} + transcript states "
+        f"{m['transcript_states'] / mib:.1f}"
+    )
+    print(f"  validator memory  {v['total'] / mib:9.1f} MiB (checkpoint, outer momentum, merge, one replay)")
+    if "seconds_per_inner_step" in e:
+        print(
+            f"  time ({e['device']})       {e['seconds_per_inner_step']:9.3f} s per inner step "
+            f"({e['tokens_per_second']:,.0f} tokens/s; timed at batch {e['timed_batch']}), "
+            f"{e['seconds_per_round_training']:.1f} s per round of training (H = {e['inner_steps']})"
+        )
 
 
 def tokenizer_spec(path: str) -> Any:
