@@ -45,7 +45,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.crossplatform_report import command_line, commit, cpu_model, largest, render
+from benchmarks.crossplatform_report import command_line, commit, default_tolerances, largest, machine, render
 from benchmarks.crossplatform_settings import (
     AVX512,
     DEFAULT_SETTINGS,
@@ -317,33 +316,6 @@ def _pairs(
     return pairs
 
 
-def _tolerances() -> dict[str, float]:
-    """Each metric's tolerance in the validator's default policy."""
-    from validator.verify import VerifyPolicy
-
-    policy = VerifyPolicy()
-    return {
-        "replay_param_rel_diff": policy.param_rel_tol,
-        "replay_moment_rel_diff": policy.replay_rel_tol,
-        "ef_rel_err": policy.ef_rel_tol,
-        "ef_after_rel_err": policy.ef_rel_tol,
-    }
-
-
-def _machine(flags: set[str]) -> dict[str, Any]:
-    """The CPU, its vector flags, Python, torch and CUDA."""
-    import torch
-
-    return {
-        "cpu": cpu_model(),
-        "avx512": all(f in flags for f in AVX512),
-        "flags": sorted(f for f in flags if f.startswith(("avx", "sse4", "fma"))),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.cuda.is_available(),
-    }
-
-
 def _figures(
     args: argparse.Namespace,
     flags: set[str],
@@ -358,12 +330,12 @@ def _figures(
     t_start: float,
 ) -> dict[str, Any]:
     """The JSON result of a run."""
-    tolerances = _tolerances()
+    tolerances = default_tolerances()
     keys = ("capability", "kernels", "genesis_here", "seconds", "wall_seconds", "error")
     return {
         "command": command_line(args),
         "commit": commit(),
-        "machine": _machine(flags),
+        "machine": machine(flags),
         "run": {
             "cases": {c: {"inner": sj["inner"], "mode": sj["model"]["mode"]} for c, sj in specs.items()},
             "segments": args.segments,
