@@ -29,6 +29,11 @@ FetchState = Callable[[str], dict[str, Tensor]]
 FetchPartialState = Callable[[str, Mapping[str, Tensor]], dict[str, Tensor] | None]
 
 
+#: Keeps an error-feedback residual the validator recomputed and found equal to the miner's committed one
+#: (digest, tensors): next round's update starts from it, and it need not cross the wire (issue 13).
+KeepResidual = Callable[[str, Mapping[str, Tensor]], None]
+
+
 #: The bytes of this miner's own update of an earlier round by (round, hex digest), already checked
 #: against that round's on-chain commitment: raises :class:`validator.errors.SourceMismatchError` when the
 #: digest is not what the miner committed (provable), anything else when it cannot be fetched.

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+
+from torch import Tensor
 
 from protocol.coordinator import (
     update_commitment,
 )
+from protocol.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
 from protocol.transfer import TransferError, fetch_blob, get_capped, sha256_digest
 from protocol.update import update_digest
+from training.digest import state_digest
+from validator.context import FetchPartialState, FetchSource, FetchState, KeepResidual
 from validator.errors import NotAnnouncedError, SourceMismatchError
 from validator.parts import ValidatorParts
-from validator.verify import (
-    FetchSource,
-)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,56 @@ class IntakeMixin(ValidatorParts):
             except TransferError as exc:
                 log.info("evidence of %s unavailable: %s", miner, exc)
         return data
+
+    def _state_fetcher(self, url: str | None, keep: int) -> FetchState:
+        """Fetches a transcript state, residual or transcript from the miner at ``url`` by digest, checked
+        against it; a residual is looked up in, and kept in, the residual cache (next round's source)."""
+
+        def fetch_state(digest: str) -> dict[str, Tensor]:
+            kept = self._residuals.get(digest)  # the source residual: fetched or recomputed last round
+            if kept is not None:
+                return decode_tensors(kept)
+            if url is None:
+                raise NotAnnouncedError("miner has no URL")
+            data = fetch_blob(url, digest, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
+            self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
+            tensors = decode_tensors(data)
+            self._residuals.offer(digest, data, tensors, keep=keep)
+            return tensors
+
+        return fetch_state
+
+    def _residual_keeper(self, keep: int) -> KeepResidual:
+        """Keeps a residual the validator recomputed bit for bit (its digest is the committed one)."""
+
+        def keep_residual(digest: str, tensors: Mapping[str, Tensor]) -> None:
+            self._residuals.offer(digest, encode_tensors(tensors), tensors, keep=keep)
+
+        return keep_residual
+
+    def _partial_fetcher(self, url: str | None) -> FetchPartialState:
+        """Fetches a state without the tensors the validator holds (``GET /states/{digest}``, issue 13)."""
+
+        def fetch_partial(digest: str, known: Mapping[str, Tensor]) -> dict[str, Tensor] | None:
+            if url is None:
+                return None
+            try:
+                data = get_capped(
+                    f"{url.rstrip('/')}/states/{digest}",
+                    max_bytes=self.fetch_policy.max_bytes,
+                    timeout=self.fetch_policy.timeout,
+                )
+                part = decode_tensors(data)
+            except Exception as exc:  # an older miner, or a bad answer: the whole state is fetched
+                log.debug("partial state %s from %s: %s", digest[:18], url, exc)
+                return None
+            self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
+            if any(k in known for k in part):
+                return None
+            whole = {**part, **known}
+            return whole if "0x" + state_digest(whole).hex() == digest else None
+
+        return fetch_partial
 
     def _source_fetcher(self, miner: str, url: str | None) -> FetchSource:
         """Fetches ``miner``'s own earlier update named by an ``ef.source`` (F12): the digest must be its

@@ -28,11 +28,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from protocol.coordinator import (
     SCORE_MAX,
@@ -48,18 +47,17 @@ from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
 from protocol.recordbook import mount_record_routes
 from protocol.runspec import COMPUTE_LOCK, RunSpec, compute_platform, warm_up_torch
 from protocol.tensorblob import (
-    decode_tensors,
     tensor_blob_digest,
 )
 from protocol.traffic import TrafficLedger
-from protocol.transfer import BlobStore, FetchPolicy, fetch_blob, get_capped
+from protocol.transfer import BlobStore, FetchPolicy
 from training.data import Dataset
 from training.device import use_deterministic
-from training.digest import state_digest
 from validator.api import ApiMixin
 from validator.checkpoints import CheckpointsMixin
 from validator.config import ValidatorConfig
-from validator.errors import NotAnnouncedError, ValidatorError
+from validator.context import RoundContext, Verdict
+from validator.errors import ValidatorError
 from validator.merge import MergePolicy
 from validator.parts import RoundCache, Theta
 from validator.residuals import ResidualCache
@@ -296,96 +294,70 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
                 )
                 complete = False
                 break
-            url = self._miner_url(r, miner)
-
-            def fetch_state(digest: str, url: str | None = url) -> dict[str, Tensor]:
-                kept = self._residuals.get(digest)  # the source residual: fetched last round as ef.after
-                if kept is not None:
-                    return decode_tensors(kept)
-                if url is None:
-                    raise NotAnnouncedError("miner has no URL")
-                data = fetch_blob(url, digest, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
-                self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
-                tensors = decode_tensors(data)
-                self._residuals.offer(digest, data, tensors, keep=2 * len(ctx.registry) + 2)
-                return tensors
-
-            def fetch_partial(
-                digest: str, known: Mapping[str, Tensor], url: str | None = url
-            ) -> dict[str, Tensor] | None:
-                if url is None:
-                    return None
-                try:
-                    data = get_capped(
-                        f"{url.rstrip('/')}/states/{digest}",
-                        max_bytes=self.fetch_policy.max_bytes,
-                        timeout=self.fetch_policy.timeout,
-                    )
-                    part = decode_tensors(data)
-                except Exception as exc:  # an older miner, or a bad answer: the whole state is fetched
-                    log.debug("partial state %s from %s: %s", digest[:18], url, exc)
-                    return None
-                self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
-                if any(k in known for k in part):
-                    return None
-                whole = {**part, **known}
-                return whole if "0x" + state_digest(whole).hex() == digest else None
-
-            # this miner's verification stops where the phase's margin begins (issue 10): the chain is
-            # asked between stages and replayed segments, so a slow miner cannot push the commit late
-            def out_of_time(limit: int = st.deadline - RETRY_MARGIN_BLOCKS) -> bool:
-                return self.coord.current().block >= limit
-
-            now_block = self.coord.current().block
-            verdict, _update = verify_update(
-                ctx,
-                miner,
-                commits[miner],
-                lambda miner=miner: self._fetch_update(r, miner),  # type: ignore[misc]
-                fetch_state,
-                self.policy,
-                evidence=self._cache.evidence.get(miner),
-                check_evidence=self.check_evidence,
-                fetch_source=self._source_fetcher(miner, url),
-                out_of_time=out_of_time,
-                fetch_partial=fetch_partial,
-            )
-            # only a miner that could not be reached is waited for; one that answers without the bytes is
-            # final at once, so a withholder costs the others no time (issue 10)
-            retryable = Stage(verdict.stage).retryable(verdict.provable) and bool(
-                verdict.evidence.get("unreachable")
-            )
-            first_miss = self._first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0
-            in_grace = time.monotonic() - first_miss < self.cfg.withhold_grace_seconds
-            if retryable and in_grace and now_block < st.deadline - RETRY_MARGIN_BLOCKS:
-                # a peer that is slow or restarting: try again next step, for at most the grace period, so
-                # that a miner that withholds costs the others no more than that (issue 10)
-                self._pending.add(miner)
-                self._cache.updates.pop(miner, None)
-                log.info("round %d: %s not verifiable yet (%s); retrying", r, miner[:10], verdict.reason)
-                continue
-            self._pending.discard(miner)
-            if verdict.digest and Stage(verdict.stage).bytes_matched:
-                # keep every update whose bytes matched the commitment, accepted or not: the consensus may
-                # accept what this validator refused, and the merge must follow the consensus (F11)
-                if miner in self._cache.updates:
-                    self._keep_update(r, miner, self._cache.updates[miner])
-            self.state.put_verdict(r, miner, verdict.to_json())
-            self.metrics.verifications.labels(outcome=verdict.stage).inc()
-            log.info(
-                "round %d: %s -> %s (%s) score %d",
-                r,
-                miner[:10],
-                verdict.stage,
-                verdict.reason,
-                verdict.score,
-            )
-            if verdict.provable and self.cfg.slash:
-                self._slash(verdict)
+            self._verify_one(st, ctx, miner, commits[miner])
         with COMPUTE_LOCK:
             before = heldout_loss(self.spec, self.dataset, theta.params, device=self.cfg.device)
         self.state.set(r, verify_seconds=round(time.perf_counter() - t0, 4), heldout_before=round(before, 6))
         return complete
+
+    def _verify_one(self, st: RoundState, ctx: RoundContext, miner: str, commitment: bytes) -> None:
+        """Verify ``miner``'s update: record the verdict, or leave it pending when the miner could not be
+        reached and its grace period has not run out (issue 10)."""
+        r = st.round
+        url = self._miner_url(r, miner)
+        keep = 2 * len(ctx.registry) + 2  # residuals: this round's and the previous, per miner
+
+        # this miner's verification stops where the phase's margin begins (issue 10): the chain is
+        # asked between stages and replayed segments, so a slow miner cannot push the commit late
+        def out_of_time(limit: int = st.deadline - RETRY_MARGIN_BLOCKS) -> bool:
+            return self.coord.current().block >= limit
+
+        now_block = self.coord.current().block
+        verdict, _update = verify_update(
+            ctx,
+            miner,
+            commitment,
+            lambda: self._fetch_update(r, miner),
+            self._state_fetcher(url, keep=keep),
+            self.policy,
+            evidence=self._cache.evidence.get(miner),
+            check_evidence=self.check_evidence,
+            fetch_source=self._source_fetcher(miner, url),
+            out_of_time=out_of_time,
+            fetch_partial=self._partial_fetcher(url),
+            keep_residual=self._residual_keeper(keep=keep),
+        )
+        # only a miner that could not be reached is waited for; one that answers without the bytes is
+        # final at once, so a withholder costs the others no time (issue 10)
+        retryable = Stage(verdict.stage).retryable(verdict.provable) and bool(
+            verdict.evidence.get("unreachable")
+        )
+        first_miss = self._first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0
+        in_grace = time.monotonic() - first_miss < self.cfg.withhold_grace_seconds
+        if retryable and in_grace and now_block < st.deadline - RETRY_MARGIN_BLOCKS:
+            # a peer that is slow or restarting: try again next step, for at most the grace period, so
+            # that a miner that withholds costs the others no more than that (issue 10)
+            self._pending.add(miner)
+            self._cache.updates.pop(miner, None)
+            log.info("round %d: %s not verifiable yet (%s); retrying", r, miner[:10], verdict.reason)
+            return
+        self._pending.discard(miner)
+        self._record_verdict(r, miner, verdict)
+
+    def _record_verdict(self, r: int, miner: str, verdict: Verdict) -> None:
+        """Persist a final verdict, keep the update whose bytes matched, and slash what is provable."""
+        if verdict.digest and Stage(verdict.stage).bytes_matched:
+            # keep every update whose bytes matched the commitment, accepted or not: the consensus may
+            # accept what this validator refused, and the merge must follow the consensus (F11)
+            if miner in self._cache.updates:
+                self._keep_update(r, miner, self._cache.updates[miner])
+        self.state.put_verdict(r, miner, verdict.to_json())
+        self.metrics.verifications.labels(outcome=verdict.stage).inc()
+        log.info(
+            "round %d: %s -> %s (%s) score %d", r, miner[:10], verdict.stage, verdict.reason, verdict.score
+        )
+        if verdict.provable and self.cfg.slash:
+            self._slash(verdict)
 
     def _commit_scores(self, r: int) -> None:
         committed, _ = self.coord.score_status(r)

@@ -27,6 +27,7 @@ from training.config import CodecConfig
 from training.data import Dataset, prepare
 from validator.config import ValidatorConfig
 from validator.merge import MergePolicy
+from validator.residuals import ResidualCache
 from validator.state import ValidatorState
 from validator.verify import (
     CheckEvidence,
@@ -78,6 +79,7 @@ class ValidatorParts:
     _pending: set[str]
     _first_miss: dict[str, float]
     _rechecked_phases: set[tuple[int, int]]
+    _residuals: ResidualCache
 
     @property
     def dataset(self) -> Dataset:

@@ -57,6 +57,7 @@ from validator.context import (
     FetchPartialState,
     FetchSource,
     FetchState,
+    KeepResidual,
     RoundContext,
     Verdict,
     _Fail,
@@ -101,6 +102,7 @@ def verify_update(
     fetch_source: FetchSource | None = None,
     out_of_time: Callable[[], bool] | None = None,
     fetch_partial: FetchPartialState | None = None,
+    keep_residual: KeepResidual | None = None,
 ) -> tuple[Verdict, Update | None]:
     """Run every stage for one miner; returns the verdict and (when it decoded) the update.
 
@@ -110,7 +112,9 @@ def verify_update(
     each stage and each replayed segment (the node asks the chain whether the phase's margin has begun):
     once it says yes, the verdict is the unprovable stage ``budget`` (scored 0), so one slow or stalling
     miner cannot make the validator miss a phase (issue 10). ``fetch_partial`` fetches the step-0 state
-    without the parameters the validator holds (theta_r's), a third fewer bytes (issue 13)."""
+    without the parameters the validator holds (theta_r's), a third fewer bytes (issue 13);
+    ``keep_residual`` is given the recomputed error-feedback residual when it hashes to the committed one,
+    which then is not fetched (issue 13)."""
     v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
     update: Update | None = None
     t = time.perf_counter()
@@ -154,6 +158,7 @@ def verify_update(
             proof,
             out_of_time,
             fetch_partial,
+            keep_residual=keep_residual,
         )
         lap(Stage.RECOMPUTE)
         with COMPUTE_LOCK:

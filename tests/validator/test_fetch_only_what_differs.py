@@ -1,0 +1,121 @@
+"""Issue 13: a validator moves only the bytes a check needs.
+
+The update's header commits to its transcript by a root; the per-step digests are fetched apart, once. A
+replayed segment's end state is fetched only when the replay is not bit-identical (another platform's
+rounding); the residual after the update only when the recomputed one does not hash to the committed
+digest, and a recomputed residual is kept for the next round's error-feedback source."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+from protocol import update as wire
+from protocol.coordinator import update_commitment
+from protocol.tensorblob import tensors_digest
+from tests.validator.validator_support import CHAIN_ID, CONTRACT, MINERS, Round, make_round
+from validator.verify import Verdict, VerifyPolicy, verify_update
+
+
+@pytest.fixture(scope="module")
+def rnd() -> Round:
+    return make_round()
+
+
+def _run(
+    rnd: Round,
+    miner: str,
+    serve: Mapping[str, Mapping[str, Tensor]] | None = None,
+) -> tuple[Verdict, list[str], dict[str, Mapping[str, Tensor]], Any]:
+    """Verify ``miner``'s honest update; the digests fetched, the residuals kept, and the build."""
+    built = rnd.build(miner)
+    states: dict[str, Mapping[str, Tensor]] = {
+        "0x" + d.hex(): built.states[s]
+        for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
+    }
+    states.update(rnd.published)
+    states.update(serve or {})
+    calls: list[str] = []
+    kept: dict[str, Mapping[str, Tensor]] = {}
+
+    def fetch_state(digest: str) -> dict[str, Tensor]:
+        calls.append(digest)
+        return {k: v.clone() for k, v in states[digest].items()}
+
+    commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, miner, built.digest)
+    verdict, _ = verify_update(
+        rnd.ctx(), miner, commitment, lambda: built.update, fetch_state, VerifyPolicy(),
+        fetch_source=rnd.fetch_source, keep_residual=kept.__setitem__,
+    )  # fmt: skip
+    return verdict, calls, kept, built
+
+
+def test_the_wire_header_carries_the_transcript_root_and_not_its_digests(rnd: Round) -> None:
+    built = rnd.build(MINERS[0])
+    header = wire.decode_update(built.update).header
+    assert header.transcript_digests == ()
+    assert header.transcript_root == wire.transcript_root(built.transcript_digests)
+    assert built.transcript_digests[0].hex() not in built.update.hex()  # no digest travels in the message
+    attached = wire.with_transcript(header, built.transcript())
+    assert attached.transcript_digests == tuple(d.hex() for d in built.transcript_digests)
+
+
+def test_a_transcript_other_than_the_committed_one_is_refused(rnd: Round) -> None:
+    built = rnd.build(MINERS[0])
+    header = wire.decode_update(built.update).header
+    rows = built.transcript()[wire.TRANSCRIPT_TENSOR]
+    swapped = rows.clone()
+    swapped[[0, 1]] = rows[[1, 0]]
+    bad = {
+        "reordered": {wire.TRANSCRIPT_TENSOR: swapped},
+        "one step short": {wire.TRANSCRIPT_TENSOR: rows[:-1].clone()},
+        "wrong dtype": {wire.TRANSCRIPT_TENSOR: rows.to(torch.int16)},
+        "an extra tensor": {**built.transcript(), "x": torch.zeros(1)},
+    }
+    for why, tensors in bad.items():
+        with pytest.raises(wire.TranscriptMismatch):
+            wire.with_transcript(header, tensors)
+        assert why
+
+
+def test_bit_identical_replays_and_residuals_are_not_fetched(rnd: Round) -> None:
+    v, calls, kept, built = _run(rnd, MINERS[0])
+    assert v.accepted, v.reason
+    digests = ["0x" + d.hex() for d in built.transcript_digests]
+    root = "0x" + wire.transcript_root(built.transcript_digests)
+    assert calls.count(root) == 1, "the transcript is fetched once"
+    replayed = [built.transcript_steps.index(s) for s in v.evidence["segments"]]
+    assert replayed, "the default policy replays segments"
+    # the final state is fetched for its own check, and a start state may be another segment's end
+    ends = {digests[i + 1] for i in replayed} - {digests[-1]} - {digests[i] for i in replayed}
+    assert ends, "the seed replays a segment whose end is no other check's state"
+    assert not ends & set(calls), "an end state is fetched although the replay matched it bit for bit"
+    assert "0x" + built.ef_after.hex() not in calls
+    assert list(kept) == ["0x" + built.ef_after.hex()]
+    got = kept["0x" + built.ef_after.hex()]
+    assert tensors_digest(got) == "0x" + built.ef_after.hex()
+    assert v.metrics["ef_after_rel_err"] == 0.0
+
+
+def test_a_replay_that_differs_in_rounding_fetches_the_end_state_and_passes(
+    rnd: Round, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import validator.recompute as recompute
+
+    real = recompute.replay_segment
+
+    def other_platform(*args: Any, **kwargs: Any) -> dict[str, Tensor]:
+        got = real(*args, **kwargs)  # one ulp on every parameter: another platform's rounding
+        return {k: torch.nextafter(v, v + 1) if k.startswith("param/") else v for k, v in got.items()}
+
+    monkeypatch.setattr(recompute, "replay_segment", other_platform)
+    v, calls, _, built = _run(rnd, MINERS[1])
+    assert v.accepted, v.reason
+    digests = ["0x" + d.hex() for d in built.transcript_digests]
+    for s in v.evidence["segments"]:
+        assert digests[built.transcript_steps.index(s) + 1] in calls
+    assert v.metrics["replay_param_rel_diff"] > 0
