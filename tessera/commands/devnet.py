@@ -15,7 +15,8 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Starts anvil (state persisted in --dir), deploys the contracts, starts validators and\n"
         "miners as separate processes, runs --rounds rounds on the bundled corpus with a live view, writes\n"
-        "report.json and report.png to --dir, and stops everything (also on Ctrl-C).\n\n"
+        "report.json and report.png to --dir, and stops everything (also on Ctrl-C). --preset picks the\n"
+        "model size, --bpe-vocab a BPE tokenizer; each round's certified checkpoint is sampled (--samples).\n\n"
         "Phase windows are sized from the work they must hold, measured on this machine before deploying\n"
         "(in a process started like a node, once per --node-env setting; the slowest wins):\n"
         "  blocks       = max(floor, ceil(safety x seconds / block time)); floors 60/10/30/10 blocks\n"
@@ -43,6 +44,28 @@ def register(subparsers: Any) -> None:
         "--dipaco", dest="mode", action="store_const", const="dipaco", help="same as --mode dipaco"
     )
     p.add_argument("--inner-steps", type=int, default=60, help="H, inner steps per round (default 60)")
+    p.add_argument(
+        "--preset",
+        default="tiny",
+        help="model preset: tiny (default), 1m, 10m, 50m, 125m (`tessera runspec estimate` prints their "
+        "cost; 10m and up are slow on a CPU)",
+    )
+    p.add_argument(
+        "--bpe-vocab",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train an N-token BPE tokenizer on the bundled corpus and pin it in the run file "
+        "(default: byte-level tokens)",
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=2,
+        help="continuations generated from each round's certified checkpoint, shown live and in the report "
+        "(default 2; 0: none)",
+    )
+    p.add_argument("--sample-prompt", default="The ", help="the prompt the samples continue")
     p.add_argument(
         "--segments", type=int, default=2, help="transcript steps each validator replays per miner"
     )
@@ -147,13 +170,19 @@ def _run(args: argparse.Namespace) -> int:
 
     from tessera.devnet.network import DevnetConfig
     from tessera.devnet.run import run_devnet
+    from training.presets import get_preset
 
+    get_preset(args.preset)  # an unknown name fails before anything starts
     cfg = DevnetConfig(
         workdir=args.dir,
         miners=args.miners,
         validators=args.validators,
         mode=args.mode,
         inner_steps=args.inner_steps,
+        preset=args.preset,
+        bpe_vocab=args.bpe_vocab,
+        samples=args.samples,
+        sample_prompt=args.sample_prompt,
         segments_per_miner=args.segments,
         tee=args.tee,
         merge_method=args.merge,
@@ -174,6 +203,11 @@ def _run(args: argparse.Namespace) -> int:
         "round_wall_seconds": [p["wall_seconds"] for p in report["per_round"]],
         "rewards_total_tokens": {m: round(w / 1e18, 2) for m, w in report["rewards_total_wei"].items()},
         "phase_blocks": {k: v for k, v in report["phases"].items() if k.endswith("_blocks")},
+        "samples": {
+            p["round"]: p["samples"].get("samples") or p["samples"].get("error")
+            for p in report["per_round"]
+            if "samples" in p
+        },
     }
     print("\n".join(f"phase window {line}" for line in report["phases"]["derivation"]))
     print(json.dumps(summary, indent=1))

@@ -34,7 +34,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,15 @@ class DevnetConfig:
     inner_steps: int = 60
     """H: inner steps per round."""
     batch_size: int = 8
+    preset: str = "tiny"
+    """The model preset (``training.presets``: tiny, 1m, 10m, 50m, 125m); its shape and learning rate."""
+    bpe_vocab: int | None = None
+    """Train a BPE tokenizer of this many tokens on the bundled corpus (``DIR/tokenizer.json``, pinned in
+    the run file); None: byte-level tokens."""
+    samples: int = 2
+    """Continuations of :attr:`sample_prompt` generated from each round's certified checkpoint (0: none)."""
+    sample_prompt: str = "The "
+    """The prompt the samples continue."""
     segments_per_miner: int = 2
     commit_blocks: int = 60
     """Least blocks of the commit phase (the sized window is never shorter)."""
@@ -162,6 +171,10 @@ class Devnet:
         (wd / "logs").mkdir(exist_ok=True)
         self.started_at = time.time()
         keys = self._keys()
+        if cfg.bpe_vocab is not None and (cfg.fresh or not tokenizer_path(cfg).exists()):
+            from tessera.commands.runspec import train_tokenizer_file
+
+            train_tokenizer_file("bundled", cfg.bpe_vocab, tokenizer_path(cfg))
         spec = devnet_spec(cfg)
         self.run_path = wd / "run.json"
         if cfg.fresh or not self.run_path.exists():
@@ -533,17 +546,33 @@ class Devnet:
             self.anvil = None
 
 
-def devnet_spec(cfg: DevnetConfig) -> Any:
-    """The devnet's run: the configured model mode and inner loop, the network's training recipe
-    (``OuterConfig.recipe()``, ``CodecConfig.recipe()``; docs/decisions/training-recipe.md)."""
-    from protocol.runspec import RunSpec
-    from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig
+def tokenizer_path(cfg: DevnetConfig) -> Path:
+    """Where the devnet writes its BPE tokenizer (absolute: nodes read it from their own directories)."""
+    return (cfg.workdir / "tokenizer.json").resolve()
 
+
+def devnet_spec(cfg: DevnetConfig) -> Any:
+    """The devnet's run: the configured preset (``training.presets``; ``tiny`` is the devnet's historical
+    model) in the configured mode, its inner loop, the network's training recipe (``OuterConfig.recipe()``,
+    ``CodecConfig.recipe()``; docs/decisions/training-recipe.md), and, with :attr:`DevnetConfig.bpe_vocab`,
+    the BPE tokenizer at :func:`tokenizer_path` (which must exist)."""
+    from protocol.runspec import RunSpec
+    from training.config import CodecConfig, InnerConfig, OuterConfig
+    from training.presets import get_preset
+
+    preset = get_preset(cfg.preset)
+    tokenizer = None
+    if cfg.bpe_vocab is not None:
+        from tessera.commands.runspec import tokenizer_spec
+
+        tokenizer = tokenizer_spec(str(tokenizer_path(cfg)))
+    inner = InnerConfig(steps=cfg.inner_steps, batch_size=cfg.batch_size, transcript_interval=1)
     return RunSpec(
-        model=ModelConfig(mode=cfg.mode),  # type: ignore[arg-type]
-        inner=InnerConfig(steps=cfg.inner_steps, batch_size=cfg.batch_size, transcript_interval=1),
+        model=preset.model(cfg.mode, 256 if tokenizer is None else tokenizer.vocab_size),
+        inner=replace(inner, lr=preset.lr),
         outer=OuterConfig.recipe(),
         codec=CodecConfig.recipe(),
+        tokenizer=tokenizer,
     )
 
 

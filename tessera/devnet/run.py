@@ -3,13 +3,16 @@
 The view (rich) shows the round, phase and block, the held-out loss, and each miner's state, score,
 consensus and reward. The report (``report.json`` and ``report.png`` in the workdir) has per round: the
 held-out loss before and after the merge, rewards per miner, the traffic of every node's ledger by kind and
-in bits per trained parameter per inner step (issue 13), verification cost (validator compute per miner against that miner's training compute), and
-the round's wall time with the share spent outside training.
+in bits per trained parameter per inner step (issue 13), verification cost (validator compute per miner against that miner's training compute),
+the round's wall time with the share spent outside training, and samples: continuations of a fixed prompt
+generated from the round's certified checkpoint (fetched from a validator and checked against the chain),
+also shown under the live view as rounds certify (issue 17).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +20,58 @@ from typing import Any
 from protocol.traffic import Kind, bits_per_param_step, merge_ledgers
 from tessera.devnet.network import Devnet, DevnetConfig, DevnetError
 
+log = logging.getLogger(__name__)
+
 PHASES = ["commit", "reveal", "score-commit", "score-reveal", "finalize"]
 
 
-def _view(net: Devnet, rounds: int, t0: float) -> Any:
+def checkpoint_samples(
+    net: Any, r: int, spec: Any, count: int, prompt: str, max_new: int = 80
+) -> dict[str, Any]:
+    """``count`` continuations of ``prompt`` (seeds 0.., temperature 0.8; in DiPaCo mode path ``i`` of
+    ``all_paths``) from theta_{r+1}, the checkpoint certified for round ``r``: fetched from validator0 and
+    checked against the digest on chain (``tessera.modelout``). Errors become ``{"error": ...}``."""
+    import torch
+
+    from tessera.errors import TesseraError
+    from tessera.modelout import fetch_checkpoint, model_with, sample, theta_of
+    from training.errors import TrainingError
+    from training.model import all_paths
+
+    raw = bytes(net.chain.checkpoint(r + 1))
+    out: dict[str, Any] = {"round": r, "checkpoint": "0x" + raw.hex(), "prompt": prompt}
+    if not any(raw):
+        return out | {"error": "not certified"}
+    try:
+        params, _ = theta_of(
+            fetch_checkpoint(net.nodes["validator0"].url, out["checkpoint"]), out["checkpoint"]
+        )
+        model = model_with(params, spec.model)
+        tok = spec.load_tokenizer()
+        paths = all_paths(spec.model)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the nodes have the cores
+        try:
+            texts = [
+                sample(
+                    model,
+                    prompt,
+                    max_new=max_new,
+                    temperature=0.8,
+                    seed=i,
+                    path=paths[i % len(paths)] if spec.model.mode == "dipaco" else None,
+                    tokenizer=tok,
+                )
+                for i in range(count)
+            ]
+        finally:
+            torch.set_num_threads(threads)
+    except (TesseraError, TrainingError, OSError) as exc:
+        return out | {"error": str(exc)}
+    return out | {"samples": texts}
+
+
+def _view(net: Devnet, rounds: int, t0: float, samples: dict[int, dict[str, Any]] | None = None) -> Any:
     from rich.table import Table
 
     st = net.chain.round_state()
@@ -60,6 +111,12 @@ def _view(net: Devnet, rounds: int, t0: float) -> Any:
             table.add_row(
                 name, f"{alive} {s.get('phase', '')}", loss, "", "", f"{int(rew) / 1e18:.1f}" if rew else ""
             )
+    if samples:
+        last = samples[max(samples)]
+        texts = last.get("samples") or [f"({last.get('error', 'no sample')})"]
+        table.caption = f"sample of theta_{last['round'] + 1}: " + " | ".join(
+            repr(last["prompt"] + t.replace("\n", " ")[:70]) for t in texts
+        )
     return table
 
 
@@ -73,26 +130,59 @@ def run_devnet(cfg: DevnetConfig, rounds: int, *, live: bool = True, timeout: fl
     rounds = rounds + 1 if cfg.fresh else rounds
     t0 = time.time()
     round_marks: dict[int, float] = {}
+    samples: dict[int, dict[str, Any]] = {}
     try:
         net.start()
         t_started = time.time()
+        on_round = _sampler(net, samples) if cfg.samples > 0 else None
         if live:
             from rich.console import Console
             from rich.live import Live
 
-            with Live(_view(net, rounds, t0), console=Console(), refresh_per_second=2) as lv:
-                _drive(net, rounds, t0, timeout, round_marks, lambda: lv.update(_view(net, rounds, t0)))
+            with Live(_view(net, rounds, t0, samples), console=Console(), refresh_per_second=2) as lv:
+                _drive(
+                    net,
+                    rounds,
+                    t0,
+                    timeout,
+                    round_marks,
+                    lambda: lv.update(_view(net, rounds, t0, samples)),
+                    on_round,
+                )
         else:
-            _drive(net, rounds, t0, timeout, round_marks, lambda: None)
+            _drive(net, rounds, t0, timeout, round_marks, lambda: None, on_round)
         report = build_report(net, rounds, t0, t_started, round_marks)
+        for pr in report["per_round"]:
+            if pr["round"] in samples:
+                pr["samples"] = samples[pr["round"]]
         write_report(report, cfg.workdir)
         return report
     finally:
         net.stop()
 
 
+def _sampler(net: Devnet, samples: dict[int, dict[str, Any]]) -> Any:
+    """A callback that samples round ``r``'s certified checkpoint into ``samples`` (and logs it)."""
+    from protocol.runspec import RunSpec
+
+    spec = RunSpec.load(net.run_path)
+
+    def on_round(r: int) -> None:
+        got = checkpoint_samples(net, r, spec, net.cfg.samples, net.cfg.sample_prompt)
+        samples[r] = got
+        log.info("samples of theta_%d: %s", r + 1, got.get("samples") or got.get("error"))
+
+    return on_round
+
+
 def _drive(
-    net: Devnet, rounds: int, t0: float, timeout: float, marks: dict[int, float], refresh: Any
+    net: Devnet,
+    rounds: int,
+    t0: float,
+    timeout: float,
+    marks: dict[int, float],
+    refresh: Any,
+    on_round: Any = None,
 ) -> None:
     last_view = 0.0
     while True:
@@ -100,6 +190,9 @@ def _drive(
         net.fast_forward()
         done = net.certified_rounds()
         for r in range(1, done + 1):
+            if r not in marks and on_round is not None:
+                marks[r] = time.time()
+                on_round(r)
             marks.setdefault(r, time.time())
         if done >= rounds:
             return
