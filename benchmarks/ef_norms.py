@@ -21,15 +21,19 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from miner.work import BuiltUpdate
 
 SEED_TAG = b"ef-norms"
 """Assignment seeds are sha256(SEED_TAG || round): fixed, so the figures reproduce."""
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command-line arguments of ``python -m benchmarks.ef_norms``."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.ef_norms", description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=["moe", "dipaco"], default="moe", help="model family (default moe)")
     p.add_argument("--rounds", type=int, default=12, help="outer rounds (default 12)")
@@ -40,6 +44,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _compare(d: dict[str, torch.Tensor], t: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Cosine on the support of ``d``, and the norm ratios of ``d`` to ``t`` on that support and in full."""
     num = da = db = tf = 0.0
     for name, x in d.items():
         mask = x != 0
@@ -57,16 +62,9 @@ def _compare(d: dict[str, torch.Tensor], t: dict[str, torch.Tensor]) -> dict[str
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the measurement, print a line per round and write the JSON report."""
-    import hashlib
-
-    from miner.behaviour import Behaviour
-    from miner.work import BuiltUpdate, build_update
     from protocol.runspec import RunSpec
-    from protocol.tensorblob import tensors_digest
-    from protocol.update import decode_update
     from training.config import InnerConfig, ModelConfig
     from training.data import prepare
-    from training.diloco import pseudo_gradient
 
     args = _parse(argv)
     torch.set_num_threads(1)
@@ -80,36 +78,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     last: dict[str, BuiltUpdate | None] = dict.fromkeys(miners)
     rows: list[dict[str, Any]] = []
     for r in range(1, args.rounds + 1):
-        digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in params.items()})[2:])
-        seed = hashlib.sha256(SEED_TAG + r.to_bytes(8, "big")).digest()
-        deltas = []
-        for m in miners:
-            prev = last[m]
-            b = build_update(
-                spec, ds, round=r, miner=m, checkpoint=params, checkpoint_digest=digest, assign_seed=seed,
-                registry=miners, ef_state=prev.ef_state if prev else {},
-                ef_source=(prev.round, prev.digest) if prev else None, behaviour=Behaviour(),
-            )  # fmt: skip
-            last[m] = b
-            d = decode_update(b.update).pseudo_gradient()
-            final = b.states[b.transcript_steps[-1]]
-            t = pseudo_gradient(params, {n: final[f"param/{n}"] for n in d})
-            rows.append({"round": r, "miner": m, **_compare(d, t)})
-            deltas.append(d)
-        new = dict(params)
-        for name in params:
-            got = [d[name] for d in deltas if name in d]
-            if got:
-                new[name] = params[name] - torch.stack(got).mean(0)
-        params = new
-        mine = [x for x in rows if x["round"] == r]
-        print(
-            f"round {r:3d}: cos {min(x['cos'] for x in mine):.3f}-{max(x['cos'] for x in mine):.3f}  "
-            f"ratio_full {min(x['ratio_full'] for x in mine):.3f}-{max(x['ratio_full'] for x in mine):.3f}  "
-            f"ratio_support {min(x['ratio_support'] for x in mine):.3f}-"
-            f"{max(x['ratio_support'] for x in mine):.3f}",
-            flush=True,
-        )
+        deltas, mine = _round(spec, ds, params, r, miners, last)
+        params = _average_step(params, deltas)
+        rows += mine
+        _print_round(r, mine)
     report = {
         "mode": args.mode,
         "rounds": args.rounds,
@@ -121,6 +93,66 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.out.write_text(json.dumps(report, indent=1))
     print(f"report: {args.out}")
     return report
+
+
+def _round(
+    spec: Any,
+    ds: Any,
+    params: dict[str, torch.Tensor],
+    r: int,
+    miners: list[str],
+    last: dict[str, BuiltUpdate | None],
+) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, Any]]]:
+    """Round ``r`` of every miner from ``params``, each carrying its previous build's residual (``last``,
+    updated): the decoded updates and one comparison row per miner."""
+    import hashlib
+
+    from miner.behaviour import Behaviour
+    from miner.work import build_update
+    from protocol.tensorblob import tensors_digest
+    from protocol.update import decode_update
+    from training.diloco import pseudo_gradient
+
+    digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in params.items()})[2:])
+    seed = hashlib.sha256(SEED_TAG + r.to_bytes(8, "big")).digest()
+    deltas, rows = [], []
+    for m in miners:
+        prev = last[m]
+        b = build_update(
+            spec, ds, round=r, miner=m, checkpoint=params, checkpoint_digest=digest, assign_seed=seed,
+            registry=miners, ef_state=prev.ef_state if prev else {},
+            ef_source=(prev.round, prev.digest) if prev else None, behaviour=Behaviour(),
+        )  # fmt: skip
+        last[m] = b
+        d = decode_update(b.update).pseudo_gradient()
+        final = b.states[b.transcript_steps[-1]]
+        t = pseudo_gradient(params, {n: final[f"param/{n}"] for n in d})
+        rows.append({"round": r, "miner": m, **_compare(d, t)})
+        deltas.append(d)
+    return deltas, rows
+
+
+def _average_step(
+    params: dict[str, torch.Tensor], deltas: list[dict[str, torch.Tensor]]
+) -> dict[str, torch.Tensor]:
+    """The next checkpoint: each tensor moved by the plain average of the updates that carry it."""
+    new = dict(params)
+    for name in params:
+        got = [d[name] for d in deltas if name in d]
+        if got:
+            new[name] = params[name] - torch.stack(got).mean(0)
+    return new
+
+
+def _print_round(r: int, mine: list[dict[str, Any]]) -> None:
+    """The round's range of each figure over the miners."""
+    print(
+        f"round {r:3d}: cos {min(x['cos'] for x in mine):.3f}-{max(x['cos'] for x in mine):.3f}  "
+        f"ratio_full {min(x['ratio_full'] for x in mine):.3f}-{max(x['ratio_full'] for x in mine):.3f}  "
+        f"ratio_support {min(x['ratio_support'] for x in mine):.3f}-"
+        f"{max(x['ratio_support'] for x in mine):.3f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
