@@ -58,7 +58,23 @@ def _clear_memos() -> None:
     pck.parse_pck_extension.cache_clear()
 
 
+def _case(
+    fmt: str, evidence: bytes, collateral_text: str, policy: Any, now: dt.datetime, expected: Any = None
+) -> dict[str, Any]:
+    """One quote format's case: its evidence and collateral, the policy and time it is verified under,
+    and the binding it must carry (None: not checked)."""
+    return {
+        "format": fmt,
+        "evidence": evidence,
+        "collateral_text": collateral_text,
+        "policy": policy,
+        "now": now,
+        "expected": expected,
+    }
+
+
 def _cases() -> list[dict[str, Any]]:
+    """Every format's case: the real vectors of tests/attestation/vectors, then the simulated enclave."""
     from attestation import Binding, Policy, TcbStatus
     from attestation.collateral import NvidiaCollateral, SnpCollateral, dumps_collateral
     from attestation.nvidia.spdm import decode_report_text
@@ -71,53 +87,42 @@ def _cases() -> list[dict[str, Any]]:
     sim_now = dt.datetime(2026, 1, 1, tzinfo=utc)
     binding = Binding(31337, 1, "0x" + "11" * 20, bytes(32))
     snp_dir, nv_dir = VECTORS / "amd-sev-snp", VECTORS / "nvidia-h100"
+    snp_collateral = SnpCollateral(
+        (snp_dir / "vcek.testcer").read_bytes(), (snp_dir / "ask_ark_milan.pem").read_bytes()
+    )
     return [
-        {
-            "format": "intel-sgx (DCAP v3, real)",
-            "evidence": (intel / "sgx_quote").read_bytes(),
-            "collateral_text": (intel / "sgx_quote_collateral.json").read_text(),
-            "policy": policy_intel,
-            "now": dt.datetime(2025, 6, 20, tzinfo=utc),
-            "expected": None,
-        },
-        {
-            "format": "intel-tdx (DCAP v4, real)",
-            "evidence": (intel / "tdx_quote").read_bytes(),
-            "collateral_text": (intel / "tdx_quote_collateral.json").read_text(),
-            "policy": policy_intel,
-            "now": dt.datetime(2025, 6, 20, tzinfo=utc),
-            "expected": None,
-        },
-        {
-            "format": "amd-sev-snp (v2, real)",
-            "evidence": (snp_dir / "attestation.bin").read_bytes(),
-            "collateral_text": dumps_collateral(
-                SnpCollateral(
-                    (snp_dir / "vcek.testcer").read_bytes(), (snp_dir / "ask_ark_milan.pem").read_bytes()
-                )
-            ),
-            "policy": Policy(dangerous_allow_debug=True),
-            "now": dt.datetime(2023, 6, 1, tzinfo=utc),
-            "expected": None,
-        },
-        {
-            "format": "nvidia-h100 (SPDM 1.1, real)",
-            "evidence": decode_report_text((nv_dir / "hopperAttestationReport.txt").read_text()),
-            "collateral_text": dumps_collateral(
-                NvidiaCollateral((nv_dir / "hopperCertChain.txt").read_bytes())
-            ),
-            "policy": Policy(),
-            "now": dt.datetime(2025, 1, 1, tzinfo=utc),
-            "expected": None,
-        },
-        {
-            "format": "simulated TDX (v4, dev root)",
-            "evidence": sim.quote(binding.report_data()),
-            "collateral_text": dumps_collateral(sim.collateral(sim_now)),
-            "policy": sim.policy(),
-            "now": sim_now,
-            "expected": binding,
-        },
+        *(
+            _case(
+                f"intel-{kind} (DCAP v{version}, real)",
+                (intel / f"{kind}_quote").read_bytes(),
+                (intel / f"{kind}_quote_collateral.json").read_text(),
+                policy_intel,
+                dt.datetime(2025, 6, 20, tzinfo=utc),
+            )
+            for kind, version in (("sgx", 3), ("tdx", 4))
+        ),
+        _case(
+            "amd-sev-snp (v2, real)",
+            (snp_dir / "attestation.bin").read_bytes(),
+            dumps_collateral(snp_collateral),
+            Policy(dangerous_allow_debug=True),
+            dt.datetime(2023, 6, 1, tzinfo=utc),
+        ),
+        _case(
+            "nvidia-h100 (SPDM 1.1, real)",
+            decode_report_text((nv_dir / "hopperAttestationReport.txt").read_text()),
+            dumps_collateral(NvidiaCollateral((nv_dir / "hopperCertChain.txt").read_bytes())),
+            Policy(),
+            dt.datetime(2025, 1, 1, tzinfo=utc),
+        ),
+        _case(
+            "simulated TDX (v4, dev root)",
+            sim.quote(binding.report_data()),
+            dumps_collateral(sim.collateral(sim_now)),
+            sim.policy(),
+            sim_now,
+            binding,
+        ),
     ]
 
 
