@@ -1,4 +1,4 @@
-"""``tessera bench training|chain|attestation|crossplatform``: run a benchmark, print its figures, write JSON (+PNG).
+"""``tessera bench training|chain|attestation|crossplatform|presets``: run a benchmark, print its figures, write JSON (+PNG).
 
 Each subcommand imports its benchmark module lazily and calls its ``main(args)``.
 """
@@ -17,6 +17,10 @@ _TARGETS = {
         "benchmarks.crossplatform",
         "honest replay differences across CPU instruction sets (and CUDA) against the replay tolerances",
     ),
+    "presets": (
+        "benchmarks.presets",
+        "a miner's inner loop at each model preset against a plain PyTorch loop: tokens/s, peak memory",
+    ),
 }
 
 
@@ -34,6 +38,10 @@ def register(subparsers: Any) -> None:
             from benchmarks.crossplatform import add_arguments as add_crossplatform_arguments
 
             add_crossplatform_arguments(p)
+        elif name == "presets":
+            from benchmarks.presets import add_arguments as add_presets_arguments
+
+            add_presets_arguments(p)
         else:
             p.add_argument("--out", default=f"bench-{name}", help="output directory")
             p.add_argument("extra", nargs=argparse.REMAINDER, help="arguments for the benchmark itself")

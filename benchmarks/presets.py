@@ -1,0 +1,211 @@
+"""``tessera bench presets``: a miner's inner loop at each model preset against a plain PyTorch loop.
+
+For each preset and mode, the two loops below train the same model
+(the preset's shape, theta_0 of seed 0), the same modules (a miner's assignment: the shared modules and
+its experts, or its DiPaCo path), on the same random token batches (the preset's batch and sequence
+length), with AdamW:
+
+- ``miner``: ``training.inner.train_inner`` as a miner calls it (``keep_states=True``: the transcript's
+  state digests every ``transcript_interval`` steps and the states kept to serve, the learning-rate
+  schedule, gradient clipping, zero gradients for experts that routed no token);
+- ``plain``: the textbook loop: ``zero_grad``, forward, loss, ``backward``, ``clip_grad_norm_``, ``step``.
+
+One child times both loops in alternation (a warm-up round of each, then ``--repeats`` rounds of
+``--steps`` steps of each, miner then plain, so both see the same load on a shared machine) and keeps
+each loop's fastest round (the least disturbed); tokens/s = steps x batch x seq_len / time. The figure of
+merit is miner tokens/s over plain tokens/s (target >= 95%). Two more children run one round of one loop
+each for its peak resident set size (``ru_maxrss``), so each loop's memory is its own. Output: a table
+and ``OUT/presets.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PRESETS = ("tiny", "1m", "10m")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The benchmark's options (``tessera bench presets``)."""
+    p.add_argument("--out", default="bench-presets", help="output directory")
+    p.add_argument(
+        "--presets", default=",".join(DEFAULT_PRESETS), help="comma-separated presets (default tiny,1m,10m)"
+    )
+    p.add_argument("--modes", default="moe,dipaco", help="comma-separated modes (default moe,dipaco)")
+    p.add_argument("--steps", type=int, default=20, help="inner steps per timed round (default 20)")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per loop; the fastest counts")
+    p.add_argument("--transcript-interval", type=int, default=10, help="k of the miner's transcript")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per child (a devnet node uses 1)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+
+
+def child(
+    preset: str, mode: str, kind: str, steps: int, repeats: int, interval: int, device: str
+) -> dict[str, Any]:
+    """One loop's figures, in this process (the parent starts one process per loop)."""
+    import resource
+    from dataclasses import replace
+
+    import torch
+
+    from training.assignment import assign
+    from training.inner import train_inner
+    from training.model import build_model, lm_loss, load_params, module_params, param_state
+    from training.presets import get_preset
+
+    p = get_preset(preset)
+    cfg = p.model(mode)
+    inner = replace(p.inner(), steps=steps, transcript_interval=interval)
+    a = assign(b"\0" * 32, ["miner"], cfg)["miner"]
+    theta = param_state(build_model(cfg, seed=0))
+    gen = torch.Generator().manual_seed(1)
+    batches = torch.randint(1, cfg.vocab_size, (steps, inner.batch_size, cfg.seq_len + 1), generator=gen)
+    model = build_model(cfg).to(device)
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def miner_round() -> None:
+        train_inner(cfg, inner, theta, a, batches, 0, keep_states=True, model=model, device=device)
+
+    def plain_round() -> None:
+        load_params(model, theta)
+        trained = module_params(dict(model.named_parameters()), a.module_ids)
+        for name, prm in model.named_parameters():
+            prm.requires_grad_(name in trained)
+        params = list(trained.values())
+        opt = torch.optim.AdamW(
+            params,
+            lr=inner.lr,
+            betas=(inner.beta1, inner.beta2),
+            eps=inner.eps,
+            weight_decay=inner.weight_decay,
+        )
+        model.train()
+        for s in range(steps):
+            _, loss = lm_loss(model, batches[s].to(device), a.path)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, inner.grad_clip)
+            opt.step()
+
+    loops = {"miner": miner_round, "plain": plain_round}
+    kinds = ["miner", "plain"] if kind == "both" else [kind]
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(repeats + 1):  # alternating, so both loops see the same load on a shared machine
+        for k in kinds:
+            sync()
+            t0 = time.perf_counter()
+            loops[k]()
+            sync()
+            times[k].append(time.perf_counter() - t0)
+    tokens = steps * inner.batch_size * cfg.seq_len
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    timed = {k: v[1:] or v for k, v in times.items()}  # the first round is the warm-up
+    return {
+        "preset": preset,
+        "mode": mode,
+        "loop": kind,
+        "params_total": sum(v.numel() for v in theta.values()),
+        "params_trained": sum(v.numel() for v in module_params(theta, a.module_ids).values()),
+        "batch_size": inner.batch_size,
+        "seq_len": cfg.seq_len,
+        "steps": steps,
+        "seconds": timed,
+        "tokens_per_second": {k: tokens / min(v) for k, v in timed.items()},
+        "peak_rss_bytes": rss,
+        "device": device,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every (preset, mode): both loops in child processes, their ratio and peak memory."""
+    rows: list[dict[str, Any]] = []
+    root = Path(__file__).resolve().parents[1]
+    env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(root)}
+    for preset in [s for s in args.presets.split(",") if s]:
+        for mode in [s for s in args.modes.split(",") if s]:
+            got: dict[str, dict[str, Any]] = {}
+            for kind in ("both", "miner", "plain"):  # timing, then each loop's peak memory on its own
+                repeats = args.repeats if kind == "both" else 0
+                cmd = [sys.executable, "-m", "benchmarks.presets", "--child", preset, mode, kind,
+                       str(args.steps), str(repeats), str(args.transcript_interval), args.device,
+                       str(args.threads)]  # fmt: skip
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=root)
+                if out.returncode != 0:
+                    raise RuntimeError(f"{preset}/{mode}/{kind} failed: {out.stderr.strip()[-1500:]}")
+                got[kind] = json.loads(out.stdout.strip().splitlines()[-1])
+            m, pl = got["miner"], got["plain"]
+            tps, secs = got["both"]["tokens_per_second"], got["both"]["seconds"]
+            row = {
+                "preset": preset,
+                "mode": mode,
+                "params_total": m["params_total"],
+                "params_trained": m["params_trained"],
+                "batch_size": m["batch_size"],
+                "seq_len": m["seq_len"],
+                "miner_tokens_per_second": round(tps["miner"], 1),
+                "plain_tokens_per_second": round(tps["plain"], 1),
+                "miner_over_plain_pct": round(100 * tps["miner"] / tps["plain"], 1),
+                "miner_peak_rss_mib": round(m["peak_rss_bytes"] / 2**20, 1),
+                "plain_peak_rss_mib": round(pl["peak_rss_bytes"] / 2**20, 1),
+                "miner_seconds": secs["miner"],
+                "plain_seconds": secs["plain"],
+            }
+            rows.append(row)
+            print(
+                f"{preset:>5} {mode:>6} {row['params_total'] / 1e6:7.2f}M  miner {row['miner_tokens_per_second']:9.0f}"
+                f" tok/s  plain {row['plain_tokens_per_second']:9.0f} tok/s  {row['miner_over_plain_pct']:6.1f}%"
+                f"  peak RSS miner {row['miner_peak_rss_mib']:7.1f} MiB, plain {row['plain_peak_rss_mib']:7.1f} MiB",
+                flush=True,
+            )
+    import platform
+
+    import torch
+
+    return {
+        "benchmark": "presets",
+        "command": "tessera bench presets "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items()) if k in _OPTS),
+        "settings": {k: v for k, v in vars(args).items() if k in _OPTS},
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+        "target_pct": 95.0,
+        "rows": rows,
+    }
+
+
+_OPTS = ("presets", "modes", "steps", "repeats", "transcript_interval", "threads", "device")
+
+
+def main(args: Any = None) -> int:
+    """``tessera bench presets`` (or ``python -m benchmarks.presets``)."""
+    if args is None:
+        parser = argparse.ArgumentParser(prog="tessera bench presets", description=__doc__.splitlines()[0])
+        add_arguments(parser)
+        args = parser.parse_args()
+    result = run(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "presets.json").write_text(json.dumps(result, indent=1, sort_keys=True))
+    print(f"wrote {out / 'presets.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        preset, mode, kind, steps, repeats, interval, device, threads = sys.argv[2:10]
+        import torch
+
+        torch.set_num_threads(int(threads))
+        print(json.dumps(child(preset, mode, kind, int(steps), int(repeats), int(interval), device)))
+    else:
+        sys.exit(main())
