@@ -1,0 +1,137 @@
+"""The attack suite's report: a plain-text table, Markdown tables for docs/security.md, and the profit
+model (``tessera.attack.economics``) set against the measured profit of each cheater."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tessera.attack.results import HONEST_WORK, SLASH_FRACTION, ScenarioResult
+from tessera.attack.scenarios import get
+
+
+def table(results: Sequence[ScenarioResult]) -> str:
+    """A plain-text table: one line per participant, then one per scenario's checks."""
+    lines = [
+        f"{'scenario':22} {'role':9} {'mode':20} {'stake':>6} {'reward':>9} {'cheating':>9} "
+        f"{'slashed':>7} {'detected':>8}  stages"
+    ]
+    for res in results:
+        for r in res.rows:
+            lines.append(
+                f"{res.name:22} {r.role:9} {r.label:20} {r.stake:6.0f} {r.reward:9.2f} {r.reward_cheating:9.2f} "
+                f"{r.stake_slashed:7.1f} {r.detected_rounds:>4}/{r.rounds:<3}  {','.join(r.stages)}"
+            )
+        checks = " ".join(f"{k}={'PASS' if v else 'FAIL'}" for k, v in res.checks.items())
+        lines.append(
+            f"{'':22} -> honest share {res.honest_share:.4f}, held-out {res.heldout[-1] if res.heldout else 0:.4f}"
+            f" ({res.heldout_rel_diff:+.2%} vs honest), {res.seconds:.0f}s  {checks}"
+        )
+    return "\n".join(lines)
+
+
+#: Share of an honest round's compute each miner mode saves (the rest it spends; lazy modes are exact).
+SAVED: dict[str, float] = {
+    "free-rider": 1.0, "copier": 1.0, "commitment-copier": 1.0, "replayer": 1.0, "withholder": 1.0,
+    "sybil": 1.0, "quote-replayer": 0.0, "poisoner": 0.0, "forger": 0.0, "lazy-other-data": 0.0,
+    "lazy-33": 1 / 3,
+}  # fmt: skip
+
+
+def _saved(label: str) -> float:
+    return next((v for k, v in sorted(SAVED.items(), key=lambda kv: -len(kv[0])) if label.startswith(k)), 0.0)
+
+
+def profit_rows(doc: dict[str, Any], segments: int = 3, checked: int = 2) -> list[dict[str, Any]]:
+    """Expected (``tessera.attack.economics``) against measured profit per cheating round, per cheater of a
+    report written by :func:`run_suite`: ``R`` = the honest miners' mean reward per round in that scenario,
+    compute cost ``c = R / 2``, the cheater's stake, slash fraction :data:`SLASH_FRACTION`; measured profit
+    = reward while cheating - compute spent - stake slashed. ``segments``/``checked``: the run's transcript
+    segments per update and segments each validator replays (the suite's tiny spec: 3 and 2)."""
+    from tessera.attack import economics as ec
+
+    out = []
+    for res in doc["scenarios"]:
+        if res["kind"] != "miner" or not res["rows"]:
+            continue
+        sc = get(res["name"])
+        honest = [r for r in res["rows"] if r["role"] == "miner" and r["label"] == "honest"]
+        weights = [int(r["stake"]) for r in res["rows"] if r["role"] == "validator"]
+        reward = sum(r["reward"] for r in honest) / max(1, len(honest)) / max(1, res["rounds"])
+        for r in res["rows"]:
+            if r["role"] != "miner" or r["label"] in HONEST_WORK:
+                continue
+            n = max(1, r["rounds"] - sc.cheat_from + 1)
+            saved = _saved(r["label"])
+            if r["label"].startswith("lazy-33"):
+                st = ec.lazy_strategy(1 / 3, segments, checked, weights, evidence_shared=True)
+            else:
+                st = ec.deterministic_strategy(r["label"], saved, sc.provable)
+            e = ec.Economy(reward, reward / 2, r["stake"], SLASH_FRACTION)
+            measured = (r["reward_cheating"] - (1 - saved) * e.compute_cost * n - r["stake_slashed"]) / n
+            out.append({
+                "scenario": res["name"], "mode": r["label"], "rounds_cheating": n, "model_p_zero": st.p_zero,
+                "refused": f"{min(r['detected_rounds'], n)}/{n}", "model_profit": st.expected_profit(e),
+                "measured_profit": measured,
+            })  # fmt: skip
+    return out
+
+
+def profit_markdown(doc: dict[str, Any]) -> str:
+    """:func:`profit_rows` as a Markdown table."""
+    lines = [
+        "| scenario (mode) | rounds cheating | model P(reward zeroed) | measured (rounds refused) | "
+        "model E[profit]/round | measured profit/round |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for p in profit_rows(doc):
+        lines.append(
+            f"| {p['scenario']} ({p['mode']}) | {p['rounds_cheating']} | {p['model_p_zero']:.3f} | {p['refused']} | "
+            f"{p['model_profit']:.1f} | {p['measured_profit']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The report JSON (as written by :func:`run_suite`) as Markdown tables for docs/security.md."""
+    out = [
+        "| scenario | participant | stake | reward | reward while cheating | stake slashed | rounds detected | stages |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    summary = [
+        "| scenario | honest miners' share | held-out loss (vs all-honest) | checks |",
+        "|---|---:|---:|---|",
+    ]
+    for res in doc["scenarios"]:
+        for r in res["rows"]:
+            if res["name"] != "baseline" and r["label"] == "honest" and r["role"] == "miner":
+                continue
+            out.append(
+                f"| {res['name']} | {r['role']} {r['label']} | {r['stake']:.0f} | {r['reward']:.2f} | "
+                f"{r['reward_cheating']:.2f} | {r['stake_slashed']:.1f} | {r['detected_rounds']}/{r['rounds']} | "
+                f"{', '.join(r['stages'])} |"
+            )
+        held = res["heldout"][-1] if res["heldout"] else float("nan")
+        checks = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in res["checks"].items())
+        summary.append(
+            f"| {res['name']} | {res['honest_share']:.4f} | {held:.4f} ({res['heldout_rel_diff']:+.2%}) | {checks} |"
+        )
+    chain = doc.get("chain", "memory")
+    head = [
+        f"chain: **{chain}**" + (" (in-memory ledger, not a real chain)" if chain == "memory" else ""),
+        "",
+        "| scenario | cheater reward (while cheating) | cheater stake slashed | cheater rounds detected | "
+        "honest miners' share | held-out loss vs honest |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for res in doc["scenarios"]:
+        bad = [r for r in res["rows"] if r["label"] not in HONEST_WORK]
+        det = f"{sum(r['detected_rounds'] for r in bad)}/{sum(r['rounds'] for r in bad)}" if bad else "-"
+        held = res["heldout"][-1] if res["heldout"] else float("nan")
+        live = "" if res["checks"].get("network_live", True) else " (stalled)"
+        head.append(
+            f"| {res['name']}{live} | {sum(r['reward_cheating'] for r in bad):.2f} | "
+            f"{sum(r['stake_slashed'] for r in bad):.1f} | {det} | {res['honest_share']:.4f} | "
+            f"{held:.4f} ({res['heldout_rel_diff']:+.2%}) |"
+        )
+    return "\n".join(head) + "\n\n" + "\n".join(summary) + "\n\n" + "\n".join(out)
