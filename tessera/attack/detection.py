@@ -9,6 +9,7 @@ round's lower median would be 0 are compared with :mod:`tessera.attack.economics
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,41 +87,10 @@ def measure(
     if fixed_inner:
         with zero_missing_grads():
             return measure(fraction, steps, interval, trials, validators, checked)
-    import torch
-
-    from miner.work import build_update, transcript_state
     from protocol.consensus import weighted_median
-    from protocol.tensorblob import tensors_digest
-    from training.data import prepare
-    from validator.verify import RoundContext, VerifyPolicy, verify_update
+    from validator.verify import VerifyPolicy
 
-    torch.manual_seed(0)
-    spec = tiny_spec(steps=steps, interval=interval)
-    ds = prepare(spec.load_corpus(), spec.model)
-    theta = spec.genesis_params()
-    digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in theta.items()})[2:])
-    miner = "0x" + "ab" * 20
-    registry = [miner, "0x" + "cd" * 20]
-    assign_seed = hashlib.sha256(b"detection").digest()
-    n_segments = len(sorted({*range(0, steps, interval), steps})) - 1
-    built = build_update(
-        spec, ds, round=1, miner=miner, checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
-        registry=registry, ef_state={}, behaviour=LazyMiner(fraction, n_segments), snapshot_every=1,
-    )  # fmt: skip
-    by_digest = dict(
-        zip(("0x" + d.hex() for d in built.transcript_digests), built.transcript_steps, strict=True)
-    )
-
-    def fetch_state(d: str) -> dict[str, Any]:
-        if d in built.published():
-            return built.published()[d]
-        return transcript_state(
-            spec, ds, round=1, checkpoint=theta, assign_seed=assign_seed, assignment=built.assignment,
-            snapshots=built.snapshots, step=by_digest[d],
-        )  # fmt: skip
-
-    from protocol.coordinator import update_commitment
-
+    lazy = _LazyUpdate.build(fraction, steps, interval)
     vals = ["0x" + f"{i + 1:040x}" for i in range(validators)]
     policy = VerifyPolicy(segments_per_miner=checked)
     one = zeroed = every = 0
@@ -128,18 +98,12 @@ def measure(
         seed = hashlib.sha256(b"trial" + t.to_bytes(4, "big")).digest()
         scores = []
         for v in vals:
-            ctx = RoundContext(
-                spec=spec, dataset=ds, round=1, chain_id=31337, contract="0x" + "c0" * 20, validator=v,
-                checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed, seed=seed, registry=registry,
-                validators=vals,
-            )  # fmt: skip
-            commitment = update_commitment(31337, ctx.contract, 1, miner, built.digest)
-            verdict, _ = verify_update(ctx, miner, commitment, lambda: built.update, fetch_state, policy)
-            caught = verdict.stage == "recompute"
+            caught = lazy.caught_by(v, vals, seed, policy)
             one += caught
             scores.append(0 if caught else 5000)
         zeroed += weighted_median(scores, [1] * validators) == 0
         every += all(s == 0 for s in scores)
+    n_segments = lazy.n_segments
     p1 = ec.p_one_validator(fraction, n_segments, checked)
     return DetectionResult(
         fraction, n_segments, checked, validators, trials,
@@ -148,6 +112,82 @@ def measure(
         round(every / trials, 4),
         round(ec.p_reward_zeroed(fraction, n_segments, checked, [1] * validators, quorum=1.0), 4),
     )  # fmt: skip
+
+
+@dataclass
+class _LazyUpdate:
+    """One lazy miner's update of round 1 on the tiny spec, with what a validator needs to verify it."""
+
+    spec: Any
+    dataset: Any
+    theta: dict[str, Any]
+    digest: bytes
+    miner: str
+    registry: list[str]
+    assign_seed: bytes
+    n_segments: int
+    built: Any
+    """``miner.work.build_update``'s result (update, transcript, snapshots)."""
+
+    @classmethod
+    def build(cls, fraction: float, steps: int, interval: int) -> _LazyUpdate:
+        """Build it with the miner's own code and :class:`LazyMiner` faking ``fraction`` of the steps."""
+        import torch
+
+        from miner.work import build_update
+        from protocol.tensorblob import tensors_digest
+        from training.data import prepare
+
+        torch.manual_seed(0)
+        spec = tiny_spec(steps=steps, interval=interval)
+        ds = prepare(spec.load_corpus(), spec.model)
+        theta = spec.genesis_params()
+        digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in theta.items()})[2:])
+        miner = "0x" + "ab" * 20
+        registry = [miner, "0x" + "cd" * 20]
+        assign_seed = hashlib.sha256(b"detection").digest()
+        n_segments = len(sorted({*range(0, steps, interval), steps})) - 1
+        built = build_update(
+            spec, ds, round=1, miner=miner, checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
+            registry=registry, ef_state={}, behaviour=LazyMiner(fraction, n_segments), snapshot_every=1,
+        )  # fmt: skip
+        return cls(spec, ds, theta, digest, miner, registry, assign_seed, n_segments, built)
+
+    @functools.cached_property
+    def steps_by_digest(self) -> dict[str, int]:
+        """The inner step of each transcript state, by its digest."""
+        built = self.built
+        return dict(
+            zip(("0x" + t.hex() for t in built.transcript_digests), built.transcript_steps, strict=True)
+        )
+
+    def fetch_state(self, d: str) -> dict[str, Any]:
+        """The transcript state with digest ``d``, as the miner would serve it."""
+        from miner.work import transcript_state
+
+        built = self.built
+        if d in built.published():
+            return built.published()[d]
+        return transcript_state(
+            self.spec, self.dataset, round=1, checkpoint=self.theta, assign_seed=self.assign_seed,
+            assignment=built.assignment, snapshots=built.snapshots, step=self.steps_by_digest[d],
+        )  # fmt: skip
+
+    def caught_by(self, validator: str, validators: list[str], seed: bytes, policy: Any) -> bool:
+        """Whether ``validator`` refuses the update at the recomputation stage under round seed ``seed``."""
+        from protocol.coordinator import update_commitment
+        from validator.verify import RoundContext, verify_update
+
+        ctx = RoundContext(
+            spec=self.spec, dataset=self.dataset, round=1, chain_id=31337, contract="0x" + "c0" * 20,
+            validator=validator, checkpoint=self.theta, checkpoint_digest=self.digest,
+            assign_seed=self.assign_seed, seed=seed, registry=self.registry, validators=validators,
+        )  # fmt: skip
+        commitment = update_commitment(31337, ctx.contract, 1, self.miner, self.built.digest)
+        verdict, _ = verify_update(
+            ctx, self.miner, commitment, lambda: self.built.update, self.fetch_state, policy
+        )
+        return bool(verdict.stage == "recompute")
 
 
 def main(argv: list[str] | None = None) -> DetectionResult:

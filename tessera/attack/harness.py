@@ -22,10 +22,11 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.attack.board import BoardDiscovery
 from tessera.attack.errors import AttackError
 
 log = logging.getLogger(__name__)
@@ -45,69 +46,6 @@ def tiny_spec(steps: int = 6, interval: int = 2) -> Any:
 
 def _key(i: int) -> str:
     return "0x" + (i + 1).to_bytes(32, "big").hex()
-
-
-def _discovery_base() -> Any:
-    from protocol.discovery import Discovery
-
-    return Discovery
-
-
-@dataclass
-class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
-    """Discovery over a shared in-memory board of signed records (see the module doc)."""
-
-    board: dict[tuple[int, str], bytes] = field(default_factory=dict)
-
-    def announce(self, round: int, role: str, url: str, serves: Any, ttl: int = 3600, **_: Any) -> Any:
-        """Sign and publish (replaces this node's record of the round)."""
-        from protocol.records import make_record
-
-        rec = make_record(
-            self.private_key,
-            chain_id=self.chain_id,
-            role=role,
-            round=round,
-            url=url,
-            serves=tuple(serves),
-            ttl=ttl,
-        )
-        self.board[(round, rec.address)] = rec.encode()
-        return rec
-
-    def find(self, round: int, fresh: bool = False, **kw: Any) -> list[Any]:
-        """Valid records of a round (every one decoded strictly; the board is always fresh)."""
-        from protocol.records import RecordError, decode_record
-
-        out = []
-        for (r, _), data in sorted(self.board.items()):
-            if r != round:
-                continue
-            try:
-                out.append(decode_record(data, chain_id=self.chain_id))
-            except RecordError as exc:
-                self.refused += 1
-                self.errors.append(str(exc))
-        return out
-
-    def urls_for(
-        self, round: int, kind: str, digest: str, *, address: str | None = None, **_: Any
-    ) -> list[str]:
-        """URLs announcing ``digest`` of ``kind``."""
-        want = digest.removeprefix("0x")
-        return [
-            r.url
-            for r in self.find(round)
-            if (address is None or r.address.lower() == address.lower())
-            and any(s.kind == kind and s.digest.removeprefix("0x") == want for s in r.serves)
-        ]
-
-    def url_of(self, round: int, address: str, **_: Any) -> str | None:
-        """The URL ``address`` announced for a round."""
-        for r in self.find(round):
-            if r.address.lower() == address.lower():
-                return str(r.url)
-        return None
 
 
 @dataclass
@@ -181,42 +119,18 @@ class Network:
     ) -> None:
         from eth_account import Account
 
-        from protocol.coordinator import MemoryLedger
-        from protocol.tensorblob import tensors_digest
-
         self.spec = spec or tiny_spec()
         self.participants = participants
         self._tmp = tempfile.TemporaryDirectory(prefix="tessera-attack-") if workdir is None else None
         self.dir: Path = Path(self._tmp.name) if self._tmp is not None else Path(str(workdir))
-        genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
         self.chain = chain
-        self.offset = 0
-        """Chain rounds before scenario round 1 (node state is keyed by chain rounds)."""
         for i, p in enumerate(participants):
             p.key = _key(i)
             p.address = Account.from_key(p.key).address
         self.ledger: Any
-        if chain == "memory":
-            self.ledger = MemoryLedger(
-                bytes.fromhex(tensors_digest(genesis)[2:]),
-                phase_blocks=phase_blocks,
-                emission=emission,
-                validator_share_bps=validator_share_bps,
-            )
-        elif chain == "anvil":
-            from tessera.attack.chainnet import OFFSET, AnvilLedger
-
-            self.offset = OFFSET
-            self.ledger = AnvilLedger(
-                [(p.key, 2 * p.stake) for p in participants],
-                tensors_digest(genesis),
-                phase_blocks=phase_blocks,
-                emission=emission,
-                validator_share_bps=validator_share_bps,
-                workdir=self.dir,
-            )
-        else:
-            raise AttackError(f"unknown chain {chain!r}: anvil or memory")
+        self.offset: int
+        """Chain rounds before scenario round 1 (node state is keyed by chain rounds)."""
+        self.ledger, self.offset = self._open_ledger(phase_blocks, emission, validator_share_bps)
         self.board: dict[tuple[int, str], bytes] = {}
         self.on_step = on_step
         self.errors: list[str] = []
@@ -230,6 +144,35 @@ class Network:
         except BaseException:
             self._close_chain()
             raise
+
+    def _open_ledger(self, phase_blocks: int, emission: int, validator_share_bps: int) -> tuple[Any, int]:
+        """The chain the nodes run on, with the genesis checkpoint, and its round offset: a fresh anvil with
+        the contracts deployed and every participant funded (twice its stake), or the in-memory ledger."""
+        from protocol.coordinator import MemoryLedger
+        from protocol.tensorblob import tensors_digest
+
+        genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
+        if self.chain == "memory":
+            ledger = MemoryLedger(
+                bytes.fromhex(tensors_digest(genesis)[2:]),
+                phase_blocks=phase_blocks,
+                emission=emission,
+                validator_share_bps=validator_share_bps,
+            )
+            return ledger, 0
+        if self.chain == "anvil":
+            from tessera.attack.chainnet import OFFSET, AnvilLedger
+
+            anvil = AnvilLedger(
+                [(p.key, 2 * p.stake) for p in self.participants],
+                tensors_digest(genesis),
+                phase_blocks=phase_blocks,
+                emission=emission,
+                validator_share_bps=validator_share_bps,
+                workdir=self.dir,
+            )
+            return anvil, OFFSET
+        raise AttackError(f"unknown chain {self.chain!r}: anvil or memory")
 
     def _entropy(self, key: str) -> Callable[[str, int], bytes]:
         """A validator's seed-share secrets and salts, derived from its key: every run of the suite draws the

@@ -175,51 +175,55 @@ def _tee_validators(n: int = 2) -> list[Participant]:
 
 
 def _build_registry() -> dict[str, Scenario]:
-    from tessera.attack.validators import (
-        BadSignerValidator,
-        CopierValidator,
-        RandomValidator,
-        SilentValidator,
-    )
+    """Every scenario, in the order ``tessera attack --list`` shows them."""
+    scenarios = [
+        Scenario("baseline", "baseline", "all honest (the reference run)", lambda: _honest()),
+        *_free_riders_and_lazy(),
+        *_copiers(),
+        *_poisoners_forgers_and_sybils(),
+        *_validator_scenarios(),
+        *_fault_scenarios(),
+    ]
+    return {sc.name: sc for sc in scenarios}
 
-    s: dict[str, Scenario] = {}
 
-    def add(sc: Scenario) -> None:
-        s[sc.name] = sc
-
-    add(Scenario("baseline", "baseline", "all honest (the reference run)", lambda: _honest()))
-    add(Scenario("free-rider-zero", "miner", "sends a zero update",
-                 lambda: [*_honest(), _adversary("free-rider-zero", FreeRiderZero())]))  # fmt: skip
-    add(Scenario("free-rider-random", "miner", "sends noise with a real update's norm",
-                 lambda: [*_honest(), _adversary("free-rider-random", FreeRiderRandom())]))  # fmt: skip
-    add(Scenario("free-rider-stale", "miner", "re-sends its round-1 update", cheat_from=2,
-                 build=lambda: [*_honest(), _adversary("free-rider-stale", FreeRiderStale())]))  # fmt: skip
-    add(Scenario("lazy-33", "miner", "skips 1/3 of its steps (trains them on other data): 1 of 3 segments",
-                 lambda: [*_honest(), _adversary("lazy-33", LazyMiner(1 / 3, 3))]))  # fmt: skip
-    add(Scenario("lazy-other-data", "miner", "trains on other data than assigned",
-                 lambda: [*_honest(), _adversary("lazy-other-data", LazyOtherData())]))  # fmt: skip
-    add(Scenario("overfit-scorer", "miner", "fits the batch it knows at commit time, attested by an honest TEE",
+def _free_riders_and_lazy() -> list[Scenario]:
+    """Miners that skip the work: free riders, lazy trainers, a TEE-attested overfitter."""
+    return [
+        Scenario("free-rider-zero", "miner", "sends a zero update",
+                 lambda: [*_honest(), _adversary("free-rider-zero", FreeRiderZero())]),
+        Scenario("free-rider-random", "miner", "sends noise with a real update's norm",
+                 lambda: [*_honest(), _adversary("free-rider-random", FreeRiderRandom())]),
+        Scenario("free-rider-stale", "miner", "re-sends its round-1 update", cheat_from=2,
+                 build=lambda: [*_honest(), _adversary("free-rider-stale", FreeRiderStale())]),
+        Scenario("lazy-33", "miner", "skips 1/3 of its steps (trains them on other data): 1 of 3 segments",
+                 lambda: [*_honest(), _adversary("lazy-33", LazyMiner(1 / 3, 3))]),
+        Scenario("lazy-other-data", "miner", "trains on other data than assigned",
+                 lambda: [*_honest(), _adversary("lazy-other-data", LazyOtherData())]),
+        Scenario("overfit-scorer", "miner", "fits the batch it knows at commit time, attested by an honest TEE",
                  tee=True, build=lambda: [*_tee_validators(), *_honest(0, 3),
-                                          _adversary("overfit-scorer", OverfitScorer(), True)]))  # fmt: skip
+                                          _adversary("overfit-scorer", OverfitScorer(), True)]),
+    ]  # fmt: skip
+
+
+def _copiers() -> list[Scenario]:
+    """Miners that pass off someone's (or their own earlier) work: update, commitment, update and quote
+    replays. Their builders read the scenario's shared board."""
     copier = Scenario(
         "copier", "miner", "re-labels another miner's previous revealed update", lambda: [], cheat_from=2
     )
     copier.build = lambda sc=copier: _copier(sc)  # type: ignore[misc]
-    add(copier)
 
     def commit_copier() -> list[Participant]:
         parts = _honest()
         victim = parts[2]
         return [*parts, Participant("miner", "commitment-copier", MINER_STAKE, _commitment_copier(victim))]
 
-    add(
-        Scenario(
-            "commitment-copier", "miner", "commits another miner's commitment", commit_copier, provable=False
-        )
+    commitment_copier = Scenario(
+        "commitment-copier", "miner", "commits another miner's commitment", commit_copier, provable=False
     )
     replayer = Scenario("replayer", "miner", "re-sends its own previous update", lambda: [], cheat_from=2)
     replayer.build = lambda sc=replayer: [*_honest(), _adversary("replayer", Replayer(sc.board))]  # type: ignore[misc]
-    add(replayer)
     qr = Scenario(
         "quote-replayer", "miner", "serves its previous round's TEE quote", lambda: [], cheat_from=2, tee=True
     )
@@ -228,58 +232,86 @@ def _build_registry() -> dict[str, Scenario]:
         *_honest(0, 3),
         _adversary("quote-replayer", QuoteReplayer(sc.board), evidence=True),
     ]
-    add(qr)
+    return [copier, commitment_copier, replayer, qr]
+
+
+def _poisoners_forgers_and_sybils() -> list[Scenario]:
+    """Miners that poison the model, forge TEE evidence, withhold, or split into Sybil identities."""
 
     def poisoner(mode: str) -> Callable[[], list[Participant]]:
         return lambda: [*_honest(), _adversary(f"poisoner-{mode}", Poisoner(mode))]
 
-    for mode in ("scaled", "flip", "huge", "nan"):
-        add(Scenario(f"poisoner-{mode}", "miner", f"sends its true update {mode}", poisoner(mode)))
-    add(Scenario("forger", "miner", "serves corrupted TEE evidence", tee=True,
-                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger", Forger("corrupt"), True)]))  # fmt: skip
-    add(Scenario("forger-mismatch", "miner", "serves a valid quote bound to another digest", tee=True,
-                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-mismatch", Forger("mismatch", DEV_SEED), True)]))  # fmt: skip
-    add(Scenario("forger-public-seed", "miner", "serves well-bound quotes from the old public devnet TEE seed", tee=True,
-                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-public-seed", Forger("public-seed"), True)]))  # fmt: skip
-    add(Scenario("withholder", "miner", "commits but never serves", provable=False,
-                 build=lambda: [*_honest(), _adversary("withholder", Withholder())]))  # fmt: skip
-    add(Scenario("sybil", "miner", "4 low-stake identities: one trains, three re-label its update",
-                 lambda: [*_honest(), *_sybils(4)]))  # fmt: skip
-    add(Scenario("copier-validator", "validator", "a validator (20% of stake) commits last round's consensus",
+    out = [
+        Scenario(f"poisoner-{mode}", "miner", f"sends its true update {mode}", poisoner(mode))
+        for mode in ("scaled", "flip", "huge", "nan")
+    ]
+    return out + [
+        Scenario("forger", "miner", "serves corrupted TEE evidence", tee=True,
+                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger", Forger("corrupt"), True)]),
+        Scenario("forger-mismatch", "miner", "serves a valid quote bound to another digest", tee=True,
+                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-mismatch", Forger("mismatch", DEV_SEED), True)]),
+        Scenario("forger-public-seed", "miner", "serves well-bound quotes from the old public devnet TEE seed", tee=True,
+                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-public-seed", Forger("public-seed"), True)]),
+        Scenario("withholder", "miner", "commits but never serves", provable=False,
+                 build=lambda: [*_honest(), _adversary("withholder", Withholder())]),
+        Scenario("sybil", "miner", "4 low-stake identities: one trains, three re-label its update",
+                 lambda: [*_honest(), *_sybils(4)]),
+    ]  # fmt: skip
+
+
+def _validator_scenarios() -> list[Scenario]:
+    """Validators that score dishonestly, stay silent or sign another checkpoint."""
+    from tessera.attack.validators import (
+        BadSignerValidator,
+        CopierValidator,
+        RandomValidator,
+        SilentValidator,
+    )
+
+    return [
+        Scenario("copier-validator", "validator", "a validator (20% of stake) commits last round's consensus",
                  lambda: [*_honest(2, 0),
                           Participant("validator", "copier-validator", VALIDATOR_STAKE // 2, _validator_factory(CopierValidator)),
-                          *_honest(0, 3)]))  # fmt: skip
-    add(Scenario("random-validator", "validator", "a validator (20% of stake) scores at random",
+                          *_honest(0, 3)]),
+        Scenario("random-validator", "validator", "a validator (20% of stake) scores at random",
                  lambda: [*_honest(2, 0),
                           Participant("validator", "random-validator", VALIDATOR_STAKE // 2, _validator_factory(RandomValidator)),
-                          *_honest(0, 3)]))  # fmt: skip
-    add(Scenario("colluding-validators", "validator",
+                          *_honest(0, 3)]),
+        Scenario("colluding-validators", "validator",
                  "a validator with 25% of stake gives a free-riding miner the top score and the others 0",
-                 _colluders))  # fmt: skip
-    add(Scenario("silent-validator", "validator", "a validator verifies and commits but never reveals",
+                 _colluders),
+        Scenario("silent-validator", "validator", "a validator verifies and commits but never reveals",
                  lambda: [*_honest(2, 0),
                           Participant("validator", "silent-validator", VALIDATOR_STAKE, _validator_factory(SilentValidator)),
-                          *_honest(0, 3)]))  # fmt: skip
-    add(Scenario("bad-signer-validator", "validator",
+                          *_honest(0, 3)]),
+        Scenario("bad-signer-validator", "validator",
                  "a validator (1 of 3) serves a valid signature of another checkpoint digest",
                  scores_dishonestly=False,
                  build=lambda: [*_honest(2, 0),
                           Participant("validator", "bad-signer-validator", VALIDATOR_STAKE, _validator_factory(BadSignerValidator)),
-                          *_honest(0, 3)]))  # fmt: skip
-    # faults: participant 0 is a validator, 2 the first honest miner (see _honest)
-    for label, rnd, phase, who in (
-        ("fault-miner-crash-commit", 2, 0, 2),
-        ("fault-miner-crash-reveal", 2, 1, 2),
-        ("fault-validator-crash-verify", 2, 2, 0),
-        ("fault-validator-crash-reveal", 2, 3, 0),
-    ):
-        add(Scenario(label, "fault", f"kill -9 and restart participant {who} in round {rnd}, phase {phase}",
-                     lambda: _honest(), faults=[(rnd, phase, who)]))  # fmt: skip
-    add(Scenario("fault-miner-down-18s-reveal", "fault", "kill -9 a miner in round 2 REVEAL, restart it 18 s later",
-                 lambda: _honest(), faults=[(2, 1, 2, 18.0)], phase_blocks=200))  # fmt: skip
-    add(Scenario("fault-corrupt-server", "miner", "a miner serves bytes that do not match its commitment",
-                 lambda: [*_honest(), _adversary("corrupt-server", _CorruptServer())], provable=False))  # fmt: skip
-    return s
+                          *_honest(0, 3)]),
+    ]  # fmt: skip
+
+
+def _fault_scenarios() -> list[Scenario]:
+    """Crashed and restarted nodes, a node down for a while, a peer serving corrupt bytes."""
+    # participant 0 is a validator, 2 the first honest miner (see _honest)
+    out = [
+        Scenario(label, "fault", f"kill -9 and restart participant {who} in round {rnd}, phase {phase}",
+                 lambda: _honest(), faults=[(rnd, phase, who)])
+        for label, rnd, phase, who in (
+            ("fault-miner-crash-commit", 2, 0, 2),
+            ("fault-miner-crash-reveal", 2, 1, 2),
+            ("fault-validator-crash-verify", 2, 2, 0),
+            ("fault-validator-crash-reveal", 2, 3, 0),
+        )
+    ]  # fmt: skip
+    return out + [
+        Scenario("fault-miner-down-18s-reveal", "fault", "kill -9 a miner in round 2 REVEAL, restart it 18 s later",
+                 lambda: _honest(), faults=[(2, 1, 2, 18.0)], phase_blocks=200),
+        Scenario("fault-corrupt-server", "miner", "a miner serves bytes that do not match its commitment",
+                 lambda: [*_honest(), _adversary("corrupt-server", _CorruptServer())], provable=False),
+    ]  # fmt: skip
 
 
 class _CorruptServer(Withholder):
