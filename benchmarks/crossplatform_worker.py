@@ -157,14 +157,17 @@ def _publish(d: Path, b1: Any, b2: Any, theta2: Any, segs: list[int]) -> None:
     """Write what a validator fetches: round 2's transcript states around the sampled segments (and its
     first and last), both rounds' residuals and transcripts, theta_2 and both updates."""
     from protocol.tensorblob import encode_tensors
+    from protocol.update import transcript_root
 
+    blobs: dict[str, Any] = {}
+    for b in (b1, b2):  # the residuals and the transcripts
+        blobs["0x" + b.ef_after.hex()] = b.residual()
+        blobs["0x" + transcript_root(b.transcript_parts)] = b.transcript()
     keep = {0, len(b2.transcript_steps) - 1} | set(segs) | {i + 1 for i in segs}
-    for i in sorted(keep):
-        st = b2.states[b2.transcript_steps[i]]
-        (d / "blobs" / f"0x{b2.transcript_digests[i].hex()}.safetensors").write_bytes(encode_tensors(st))
-    for b in (b1, b2):  # the residuals and the transcript, fetched by digest like states
-        for name, blob in b.published().items():
-            (d / "blobs" / f"{name}.safetensors").write_bytes(encode_tensors(blob))
+    for i in sorted(keep):  # both parts of each state a check may read (issue 13)
+        blobs.update(b2.state_parts(i))
+    for name, tensors in blobs.items():
+        (d / "blobs" / f"{name}.safetensors").write_bytes(encode_tensors(tensors))
     (d / "checkpoint.safetensors").write_bytes(encode_tensors(theta2))
     (d / "update-1.bin").write_bytes(b1.update)
     (d / "update-2.bin").write_bytes(b2.update)

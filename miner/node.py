@@ -13,12 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 import torch
-from fastapi import HTTPException
-from fastapi import Path as PathParam
-from fastapi.responses import Response
 from torch import Tensor
 
 from miner.behaviour import Behaviour, RoundContext, make_behaviour
@@ -31,7 +28,6 @@ from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundStat
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
 from protocol.nodeapi import (
-    DIGEST_PATTERN,
     NodeMetrics,
     NodeNotReadyError,
     NodeServer,
@@ -53,6 +49,7 @@ from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
 from protocol.update import transcript_tensors
 from training.data import Dataset, prepare
 from training.device import use_deterministic
+from training.digest import split_state
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +80,9 @@ class _Live:
     checkpoint_digest: bytes = b""
     built: BuiltUpdate | None = None
     snapshots: dict[int, dict[str, Tensor]] = field(default_factory=dict)
-    digests: dict[str, int] = field(default_factory=dict)
-    """Transcript state digest (0x-hex) -> step, for serving on demand."""
+    parts: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    """Digest (0x-hex) of a transcript state's part -> (step, whether it is the parameters), for serving
+    on demand."""
 
 
 class MinerNode:
@@ -167,30 +165,6 @@ class MinerNode:
         @app.get("/rounds", summary="This miner's round records")
         def rounds() -> dict[str, Any]:
             return {str(r): rec for r, rec in self.state.rounds().items()}
-
-        @app.get(
-            "/states/{digest}",
-            summary="A transcript state without its parameters",
-            response_class=Response,
-            responses={
-                200: {"content": {"application/octet-stream": {}}, "description": "tensor blob"},
-                503: {"description": "the node is starting and has not caught up yet; retry"},
-            },
-        )
-        def state_without_params(
-            digest: Annotated[str, PathParam(pattern=DIGEST_PATTERN, description="the state's digest")],
-        ) -> Response:
-            """The state's tensors other than ``param/*`` (the AdamW moments and the step), for a validator
-            that holds the parameters already: at step 0 they are theta_r's, so it rebuilds the state and
-            checks it against the transcript digest with a third fewer bytes fetched (issue 13)."""
-            try:
-                tensors = self.transcript_tensors("0x" + digest.removeprefix("0x"))
-            except NodeNotReadyError as exc:
-                raise HTTPException(status_code=503, detail=str(exc), headers={"Retry-After": "1"}) from exc
-            if tensors is None:
-                raise HTTPException(status_code=404, detail="not a transcript state served here")
-            part = {k: v for k, v in tensors.items() if not k.startswith("param/")}
-            return Response(encode_tensors(part), media_type="application/octet-stream")
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
@@ -365,6 +339,7 @@ class MinerNode:
             "inner_steps": self.spec.inner.steps,
             "transcript_steps": built.transcript_steps,
             "transcript_digests": [d.hex() for d in built.transcript_digests],
+            "transcript_parts": [[p.hex(), q.hex()] for p, q in built.transcript_parts],
             "snapshots": snaps,
             "ef_after": built.ef_after.hex(),
             "ef_source": None if ef_source is None else [ef_source[0], ef_source[1].hex()],
@@ -372,9 +347,9 @@ class MinerNode:
         self.state.prepare(r, record, built.ef_state)
         self._live.built = built
         self._live.snapshots = dict(built.states)
-        self._live.digests = {
-            "0x" + d.hex(): s for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
-        }
+        self._live.parts = _part_index(
+            built.transcript_steps, [(p.hex(), q.hex()) for p, q in built.transcript_parts]
+        )
         self._commit(r, built.digest)
 
     def _commit(self, r: int, digest: bytes) -> None:
@@ -425,9 +400,8 @@ class MinerNode:
         self._live.snapshots = {
             int(s): decode_tensors(self.state.blobs.get(d)) for s, d in rec["snapshots"].items()
         }
-        self._live.digests = {
-            "0x" + d: s for s, d in zip(rec["transcript_steps"], rec["transcript_digests"], strict=True)
-        }
+        # a record written before the transcript had parts serves none (its round is long settled)
+        self._live.parts = _part_index(rec["transcript_steps"], rec.get("transcript_parts") or [])
         self._live.checkpoint = params
 
     def _serve(self, st: RoundState) -> None:
@@ -450,9 +424,9 @@ class MinerNode:
         data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
         served = [Served("update", "0x" + rec["update_digest"], len(data))]
         self.public.put(data, "0x" + rec["update_digest"]) if data else None
-        # the transcript's digests, which the header commits to by its root only (issue 13)
-        digests = [bytes.fromhex(d) for d in rec["transcript_digests"]]
-        self.public.put(encode_tensors(transcript_tensors(digests)), digest_fn=tensor_blob_digest)
+        # the transcript, which the header commits to by its root only (issue 13)
+        parts = [(bytes.fromhex(p), bytes.fromhex(q)) for p, q in rec.get("transcript_parts") or []]
+        self.public.put(encode_tensors(transcript_tensors(parts)), digest_fn=tensor_blob_digest)
         self._publish_error_feedback(r, rec)
         evidence = (
             self.evidence_fn(r, self.address, bytes.fromhex(rec["update_digest"]))
@@ -485,25 +459,21 @@ class MinerNode:
 
     def serve_transcript_state(self, digest: str) -> bytes | None:
         """Bytes of a transcript state of the current served round (replayed from a snapshot if needed)."""
-        tensors = self.transcript_tensors(digest)
+        tensors = self.transcript_part(digest)
         return None if tensors is None else encode_tensors(tensors)
 
-    def transcript_tensors(self, digest: str) -> dict[str, Tensor] | None:
-        """A transcript state of the current served round by its digest (``0x`` + hex), None if this
-        process does not serve it; :class:`NodeNotReadyError` until the first step since start."""
+    def transcript_part(self, digest: str) -> dict[str, Tensor] | None:
+        """A part of a transcript state of the current served round (its parameters or the rest) by its
+        digest (``0x`` + hex), None if this process does not serve it; :class:`NodeNotReadyError` until
+        the first step since start."""
         if not self._synced:
             raise NodeNotReadyError("restoring the round after a start")
         with self._lock:
             live = self._live
             rec = self.state.record(live.round)
-            if (
-                rec is None
-                or rec["status"] != SERVED
-                or digest not in live.digests
-                or live.checkpoint is None
-            ):
+            if rec is None or rec["status"] != SERVED or digest not in live.parts or live.checkpoint is None:
                 return None
-            step = live.digests[digest]
+            step, is_params = live.parts[digest]
             a = assignment_for(self.spec, bytes.fromhex(rec["assign_seed"]), rec["registry"], self.address)
             with COMPUTE_LOCK:
                 tensors = transcript_state(
@@ -517,7 +487,7 @@ class MinerNode:
                     step=step,
                     device=self.cfg.device,
                 )
-            return tensors
+            return split_state(tensors)[0 if is_params else 1]
 
     def _collect_rewards(self, current_round: int) -> None:
         for r, rec in self.state.rounds().items():
@@ -531,3 +501,14 @@ class MinerNode:
             self.metrics.rewards.inc(reward)
             self.rounds_done += 1
             log.info("round %d: consensus score %s, reward %d", r, s.consensus.get(self.address), reward)
+
+
+def _part_index(
+    steps: list[int], parts: list[tuple[str, str]] | list[list[str]]
+) -> dict[str, tuple[int, bool]]:
+    """Digest (``0x`` + hex) of each recorded state's parameters and rest -> (step, is the parameters)."""
+    out: dict[str, tuple[int, bool]] = {}
+    for step, (p, q) in zip(steps, parts, strict=bool(parts)):
+        out["0x" + p] = (step, True)
+        out["0x" + q] = (step, False)
+    return out

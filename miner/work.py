@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from torch import Tensor
 
@@ -27,7 +28,7 @@ from protocol.update import (
 from training.assignment import Assignment, assign
 from training.codecs import ErrorFeedback
 from training.data import Dataset, miner_batches
-from training.digest import state_digest
+from training.digest import split_state, state_digest
 from training.diloco import pseudo_gradient
 from training.inner import Device, replay_segment, train_inner
 
@@ -44,6 +45,9 @@ class BuiltUpdate:
     """SHA-256 of ``update`` (32 bytes): what the miner commits to."""
     transcript_steps: list[int]
     transcript_digests: list[bytes]
+    """``state_digest`` of each recorded state (this miner's own index of its states)."""
+    transcript_parts: list[tuple[bytes, bytes]]
+    """(parameters, rest) digests of each recorded state: what the update's transcript commits to."""
     states: dict[int, dict[str, Tensor]]
     """Every transcript state (served from memory while the round is live)."""
     snapshots: dict[int, dict[str, Tensor]]
@@ -68,15 +72,29 @@ class BuiltUpdate:
         return {k: v for k, v in self.ef_state.items() if k.startswith("ef/")}
 
     def transcript(self) -> dict[str, Tensor]:
-        """The transcript's digests as the blob served under the header's ``transcript.root``."""
-        return transcript_tensors(self.transcript_digests)
+        """The transcript's digest pairs as the blob served under the header's ``transcript.root``."""
+        return transcript_tensors(self.transcript_parts)
+
+    def state_parts(self, i: int) -> dict[str, dict[str, Tensor]]:
+        """The two parts of the ``i``-th recorded state by their digests (``0x`` + hex), as served."""
+        params, rest = split_state(self.states[self.transcript_steps[i]])
+        p, r = self.transcript_parts[i]
+        return {"0x" + p.hex(): params, "0x" + r.hex(): rest}
+
+    @cached_property
+    def _published(self) -> dict[str, dict[str, Tensor]]:
+        out = {
+            "0x" + self.ef_after.hex(): self.residual(),
+            "0x" + transcript_root(self.transcript_parts): self.transcript(),
+        }
+        for i in range(len(self.transcript_steps)):
+            out.update(self.state_parts(i))
+        return out
 
     def published(self) -> dict[str, dict[str, Tensor]]:
-        """The blobs a validator fetches by digest besides the states: the residual and the transcript."""
-        return {
-            "0x" + self.ef_after.hex(): self.residual(),
-            "0x" + transcript_root(self.transcript_digests): self.transcript(),
-        }
+        """Everything a validator fetches by digest: the residual, the transcript and both parts of every
+        recorded state (computed once)."""
+        return self._published
 
 
 def assignment_for(spec: RunSpec, assign_seed: bytes, registry: Sequence[str], miner: str) -> Assignment:
@@ -152,7 +170,7 @@ def build_update(
         checkpoint_digest,
         tr.interval,
         tr.steps,
-        tr.digests,
+        tr.parts,
         res.tokens,
         ef_after=ef_after_digest,
         ef_source=ef_source,
@@ -165,6 +183,7 @@ def build_update(
         digest=update_digest(data),
         transcript_steps=list(tr.steps),
         transcript_digests=list(tr.digests),
+        transcript_parts=list(tr.parts),
         states=dict(tr.states),
         snapshots=snapshots,
         ef_state={**ef_after, **{f"opt/{k}": v for k, v in res.optimizer_state.items()}},

@@ -178,7 +178,7 @@ def build_update(
         base_checkpoint,
         transcript.interval,
         transcript.steps,
-        transcript.digests,
+        transcript.parts,
         tokens,
         ef_after=ef_after,
         ef_source=ef_source,

@@ -1,10 +1,13 @@
 """The update's header: what it says, how it is checked, and the transcript it commits to.
 
-The transcript's per-step state digests (32 bytes each, one per recorded inner step: 61 at H = 60 with
-k = 1) do not travel in the header: it carries ``transcript.root``, the state digest of the digests laid
-out as one uint8 tensor (:func:`transcript_tensors`), and the miner serves that tensor blob under the root
-like any state. A validator that replays fetches it once (``fetch_blob`` checks the digest) and attaches it
-with :func:`with_transcript`; the update message shrinks by 4.3 kB of hex (issue 13).
+The transcript does not travel in the header. Each recorded inner step (61 at H = 60 with k = 1) commits to
+two state digests: of the state's parameters (``param/*``) and of the rest (the AdamW moments and step),
+``training.digest.part_digests``. The header carries ``transcript.root``, the state digest of those pairs
+laid out as one uint8 tensor ``[steps, 2, 32]`` (:func:`transcript_tensors`); the miner serves that blob
+under the root, and each part of each state under its own digest. A validator fetches the transcript once
+(``fetch_blob`` checks the digest), attaches it with :func:`with_transcript`, and then moves only the parts
+a check reads: none for the anchor (theta_r's parameters hash to the step-0 parameter digest), the
+parameters alone for the final state, both parts of a replayed segment's start (issue 13).
 """
 
 from __future__ import annotations
@@ -46,34 +49,36 @@ _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$|^[A-Za-z0-9_.:-]{1,64}$")
 _HEX32 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def transcript_tensors(digests: Sequence[bytes]) -> dict[str, Tensor]:
-    """The transcript's state digests as the tensor blob a miner serves under :func:`transcript_root`."""
-    raw = b"".join(digests)
-    if any(len(d) != 32 for d in digests):
+def transcript_tensors(parts: Sequence[tuple[bytes, bytes]]) -> dict[str, Tensor]:
+    """The transcript as the tensor blob a miner serves under :func:`transcript_root`: for each recorded
+    step, the digest of its parameters and the digest of the rest (``training.digest.part_digests``)."""
+    if any(len(p) != 32 or len(r) != 32 for p, r in parts):
         raise ValueError("transcript digests are 32 bytes each")
+    raw = b"".join(p + r for p, r in parts)
     rows = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
-    return {TRANSCRIPT_TENSOR: rows.reshape(len(digests), 32).clone()}
+    return {TRANSCRIPT_TENSOR: rows.reshape(len(parts), 2, 32).clone()}
 
 
-def transcript_root(digests: Sequence[bytes]) -> str:
+def transcript_root(parts: Sequence[tuple[bytes, bytes]]) -> str:
     """Hex state digest of :func:`transcript_tensors` (what a header's ``transcript.root`` holds)."""
-    return state_digest(transcript_tensors(digests)).hex()
+    return state_digest(transcript_tensors(parts)).hex()
 
 
 def with_transcript(header: UpdateHeader, tensors: Mapping[str, Tensor]) -> UpdateHeader:
-    """``header`` with its transcript digests attached from the served blob ``tensors``;
+    """``header`` with its transcript (hex digest pairs) attached from the served blob ``tensors``;
     :class:`TranscriptMismatch` unless it is exactly the transcript the header commits to."""
     t = tensors.get(TRANSCRIPT_TENSOR)
     if set(tensors) != {TRANSCRIPT_TENSOR} or t is None or t.dtype != torch.uint8:
         raise TranscriptMismatch(f"a transcript is one uint8 tensor {TRANSCRIPT_TENSOR!r}")
-    if tuple(t.shape) != (len(header.transcript_steps), 32):
+    if tuple(t.shape) != (len(header.transcript_steps), 2, 32):
         raise TranscriptMismatch(
             f"transcript of shape {tuple(t.shape)} for {len(header.transcript_steps)} recorded steps"
         )
     if state_digest(tensors).hex() != header.transcript_root:
         raise TranscriptMismatch("transcript does not hash to the header's transcript.root")
     raw = t.contiguous().numpy().tobytes()
-    return replace(header, transcript_digests=tuple(raw[i : i + 32].hex() for i in range(0, len(raw), 32)))
+    pairs = tuple((raw[i : i + 32].hex(), raw[i + 32 : i + 64].hex()) for i in range(0, len(raw), 64))
+    return replace(header, transcript_digests=pairs)
 
 
 def codec_wire(cfg: CodecConfig) -> tuple[str, int, int, int, str]:
@@ -121,11 +126,12 @@ class UpdateHeader:
     """k of the transcript."""
     transcript_steps: tuple[int, ...]
     """Recorded inner steps."""
-    transcript_digests: tuple[str, ...] = field(compare=False)
-    """Hex state digests at those steps. Not on the wire: a decoded header has none until
-    :func:`with_transcript` attaches the list the miner serves (the blob ``transcript_root`` names)."""
+    transcript_digests: tuple[tuple[str, str], ...] = field(compare=False)
+    """(parameters, rest) hex state digests at those steps. Not on the wire: a decoded header has none
+    until :func:`with_transcript` attaches the transcript the miner serves (the blob ``transcript_root``
+    names)."""
     transcript_root: str
-    """Hex state digest of :func:`transcript_tensors` of the digests: what the wire carries."""
+    """Hex state digest of :func:`transcript_tensors` of the digest pairs: what the wire carries."""
     tokens: int
     """Training tokens the update consumed."""
     ef_after: str = ""
@@ -176,7 +182,7 @@ def make_header(
     base_checkpoint: bytes,
     transcript_interval: int,
     transcript_steps: list[int],
-    transcript_digests: list[bytes],
+    transcript_parts: Sequence[tuple[bytes, bytes]],
     tokens: int,
     *,
     ef_after: bytes,
@@ -192,8 +198,8 @@ def make_header(
         base_checkpoint=base_checkpoint.hex(),
         transcript_interval=transcript_interval,
         transcript_steps=tuple(transcript_steps),
-        transcript_digests=tuple(d.hex() for d in transcript_digests),
-        transcript_root=transcript_root(transcript_digests),
+        transcript_digests=tuple((p.hex(), r.hex()) for p, r in transcript_parts),
+        transcript_root=transcript_root(transcript_parts),
         tokens=tokens,
         ef_after=ef_after.hex(),
         ef_source=None if ef_source is None else (ef_source[0], ef_source[1].hex()),

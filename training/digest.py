@@ -50,3 +50,21 @@ def state_digest(tensors: Mapping[str, Tensor]) -> bytes:
         h.update(struct.pack("<Q", len(data)))
         h.update(data)
     return h.digest()
+
+
+#: Prefix of a training state's parameters (``training.inner``: ``param/<name>``); the rest of a state is
+#: the optimizer's (AdamW moments and step counters).
+PARAM_PREFIX = "param/"
+
+
+def split_state(state: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """A training state as (its parameters ``param/*``, the rest): the two parts a transcript step
+    commits to apart, so a check that reads parameters only never moves the optimizer's moments."""
+    params = {k: v for k, v in state.items() if k.startswith(PARAM_PREFIX)}
+    return params, {k: v for k, v in state.items() if not k.startswith(PARAM_PREFIX)}
+
+
+def part_digests(state: Mapping[str, Tensor]) -> tuple[bytes, bytes]:
+    """(state digest of the parameters, state digest of the rest) of a training state (:func:`split_state`)."""
+    params, rest = split_state(state)
+    return state_digest(params), state_digest(rest)

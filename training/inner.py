@@ -29,7 +29,7 @@ from torch import Tensor
 
 from training.assignment import Assignment
 from training.config import InnerConfig, ModelConfig
-from training.digest import state_digest
+from training.digest import part_digests, state_digest
 from training.errors import ReplayError
 from training.model import TesseraModel, build_model, lm_loss, load_params, module_params
 
@@ -61,6 +61,9 @@ class Transcript:
     """Inner steps at which the state was recorded (0, k, 2k, ..., H)."""
     digests: list[bytes] = field(default_factory=list)
     """``state_digest`` of the state at each recorded step."""
+    parts: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """``part_digests`` of the state at each recorded step: (parameters, the rest), what the update commits
+    to, so that a check reading parameters only fetches them alone."""
     states: dict[int, dict[str, Tensor]] = field(default_factory=dict)
     """The recorded states by step (empty unless ``keep_states``)."""
 
@@ -244,6 +247,7 @@ def _steps(
             state = _capture(params, opt, done, adam_offset + done, copy=keep_states)
             transcript.steps.append(done)
             transcript.digests.append(state_digest(state))
+            transcript.parts.append(part_digests(state))
             if keep_states:
                 transcript.states[done] = state
     return torch.stack(losses).tolist() if losses else []
@@ -276,6 +280,7 @@ def train_inner(
     state0 = _capture(params, opt, 0, adam_offset, copy=keep_states)
     transcript.steps.append(0)
     transcript.digests.append(state_digest(state0))
+    transcript.parts.append(part_digests(state0))
     if keep_states:
         transcript.states[0] = state0
     losses = _steps(

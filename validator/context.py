@@ -20,14 +20,8 @@ from validator.stages import Stage
 FetchBytes = Callable[[str], bytes]
 
 
-#: Fetches a transcript state by its (hex) state digest.
+#: Fetches a blob of tensors by its (hex) state digest: a part of a transcript state, the transcript, a residual.
 FetchState = Callable[[str], dict[str, Tensor]]
-
-#: Fetches a transcript state by its digest given tensors the caller holds already (the parameters of the
-#: step-0 state are theta_r's): returns the whole state, checked against the digest, or None when the peer
-#: cannot serve the rest or the rebuilt state does not hash to the digest (the caller then fetches it whole).
-FetchPartialState = Callable[[str, Mapping[str, Tensor]], dict[str, Tensor] | None]
-
 
 #: Keeps an error-feedback residual the validator recomputed and found equal to the miner's committed one
 #: (digest, tensors): next round's update starts from it, and it need not cross the wire (issue 13).

@@ -15,8 +15,7 @@ from protocol.coordinator import (
 from protocol.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
 from protocol.transfer import TransferError, fetch_blob, get_capped, sha256_digest
 from protocol.update import update_digest
-from training.digest import state_digest
-from validator.context import FetchPartialState, FetchSource, FetchState, KeepResidual
+from validator.context import FetchSource, FetchState, KeepResidual
 from validator.errors import NotAnnouncedError, SourceMismatchError
 from validator.parts import ValidatorParts
 
@@ -79,30 +78,6 @@ class IntakeMixin(ValidatorParts):
             self._residuals.offer(digest, encode_tensors(tensors), tensors, keep=keep)
 
         return keep_residual
-
-    def _partial_fetcher(self, url: str | None) -> FetchPartialState:
-        """Fetches a state without the tensors the validator holds (``GET /states/{digest}``, issue 13)."""
-
-        def fetch_partial(digest: str, known: Mapping[str, Tensor]) -> dict[str, Tensor] | None:
-            if url is None:
-                return None
-            try:
-                data = get_capped(
-                    f"{url.rstrip('/')}/states/{digest}",
-                    max_bytes=self.fetch_policy.max_bytes,
-                    timeout=self.fetch_policy.timeout,
-                )
-                part = decode_tensors(data)
-            except Exception as exc:  # an older miner, or a bad answer: the whole state is fetched
-                log.debug("partial state %s from %s: %s", digest[:18], url, exc)
-                return None
-            self.metrics.bytes_received.labels(kind="transcript").inc(len(data))
-            if any(k in known for k in part):
-                return None
-            whole = {**part, **known}
-            return whole if "0x" + state_digest(whole).hex() == digest else None
-
-        return fetch_partial
 
     def _source_fetcher(self, miner: str, url: str | None) -> FetchSource:
         """Fetches ``miner``'s own earlier update named by an ``ef.source`` (F12): the digest must be its

@@ -324,7 +324,6 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
             check_evidence=self.check_evidence,
             fetch_source=self._source_fetcher(miner, url),
             out_of_time=out_of_time,
-            fetch_partial=self._partial_fetcher(url),
             keep_residual=self._residual_keeper(keep=keep),
         )
         # only a miner that could not be reached is waited for; one that answers without the bytes is

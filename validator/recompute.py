@@ -19,13 +19,12 @@ from protocol.update import Update, UpdateCaps, UpdateError, decode_update, with
 from training.assignment import Assignment
 from training.codecs import ErrorFeedback
 from training.data import miner_batches
-from training.digest import state_digest
+from training.digest import PARAM_PREFIX, part_digests, state_digest
 from training.diloco import pseudo_gradient
 from training.errors import TrainingError
 from training.inner import replay_segment, states_close
 from training.model import module_of
 from validator.context import (
-    FetchPartialState,
     FetchSource,
     FetchState,
     KeepResidual,
@@ -43,6 +42,57 @@ from validator.stages import Stage
 log = logging.getLogger(__name__)
 
 
+class _States:
+    """The transcript's states as a check reads them, fetched part by part (issue 13): a state's
+    parameters and the rest are committed apart, each fetched at most once and checked against its
+    digest; theta_r's parameters stand for step 0's once they hash to its parameter digest."""
+
+    def __init__(self, update: Update, fetch_state: FetchState) -> None:
+        self.pairs = list(update.header.transcript_digests)
+        self.steps = list(update.header.transcript_steps)
+        self.fetch_state = fetch_state
+        self.params: dict[int, dict[str, Tensor]] = {}
+        self.full: dict[int, dict[str, Tensor]] = {}
+
+    def _part(self, i: int, which: int, what: str) -> dict[str, Tensor]:
+        digest = self.pairs[i][which]
+        try:
+            part = self.fetch_state("0x" + digest)
+        except Exception as exc:
+            raise _Fail(
+                Stage.RECOMPUTE,
+                f"{what} at step {self.steps[i]} not served: {exc}",
+                False,
+                step=self.steps[i],
+                unreachable=unreachable(exc),
+            ) from exc
+        if state_digest(part).hex() != digest:
+            raise _Fail(
+                Stage.RECOMPUTE, f"{what} at step {self.steps[i]} does not match the transcript", False
+            )
+        # the bytes are the committed ones: a part holding the other part's tensors is the miner's, provably
+        if any(k.startswith(PARAM_PREFIX) != (which == 0) for k in part):
+            raise _Fail(Stage.RECOMPUTE, f"{what} at step {self.steps[i]} holds the wrong tensors", True)
+        return part
+
+    def params_of(self, i: int) -> dict[str, Tensor]:
+        """The parameters (``param/*``) of the ``i``-th recorded state."""
+        if i not in self.params:
+            self.params[i] = self._part(i, 0, "parameters")
+        return self.params[i]
+
+    def get(self, i: int) -> dict[str, Tensor]:
+        """The whole ``i``-th recorded state."""
+        if i not in self.full:
+            self.full[i] = {**self.params_of(i), **self._part(i, 1, "optimizer state")}
+        return self.full[i]
+
+    def matches(self, i: int, state: Mapping[str, Tensor]) -> bool:
+        """Whether ``state`` is, bit for bit, the ``i``-th recorded state."""
+        p, r = part_digests(state)
+        return (p.hex(), r.hex()) == self.pairs[i]
+
+
 def _recompute(
     ctx: RoundContext,
     v: Verdict,
@@ -55,53 +105,25 @@ def _recompute(
     segments: int,
     ev: dict[str, Any],
     out_of_time: Callable[[], bool] | None = None,
-    fetch_partial: FetchPartialState | None = None,
     *,
     keep_residual: KeepResidual | None = None,
 ) -> None:
     update = _with_transcript(update, fetch_state)
-    h = update.header
-    digests = list(h.transcript_digests)
-    steps = list(h.transcript_steps)
-    # the anchor and the final state are fetched once and reused by a replay of the first or last segment
-    # (which only reads a start state before its replay and compares an end state)
-    held: dict[int, dict[str, Tensor]] = {}
-
-    def get(i: int) -> dict[str, Tensor]:
-        if i in held:
-            return held[i]
-        try:
-            st = fetch_state("0x" + digests[i])
-        except Exception as exc:
-            raise _Fail(
-                Stage.RECOMPUTE,
-                f"state at step {steps[i]} not served: {exc}",
-                False,
-                step=steps[i],
-                unreachable=unreachable(exc),
-            ) from exc
-        if state_digest(st).hex() != digests[i]:
-            raise _Fail(Stage.RECOMPUTE, f"state at step {steps[i]} does not match the transcript", False)
-        return st
-
-    # anchor: the step-0 state's parameters are exactly theta_r's (moments are the miner's choice). The
-    # parameters are not fetched when the rest, with theta_r's, hashes to the digest (issue 13); otherwise
-    # the whole state is, and a mismatch below is provable
+    states = _States(update, fetch_state)
+    steps = states.steps
+    # anchor: the step-0 parameters are exactly theta_r's (moments are the miner's choice): their digest
+    # is checked against theta_r's without fetching anything, and a mismatch is provable (issue 13)
     mods = set(a.module_ids)
-    want = {n for n in ctx.checkpoint if module_of(n) in mods}
-    start0 = None
-    if fetch_partial is not None:
-        start0 = fetch_partial("0x" + digests[0], {f"param/{n}": ctx.checkpoint[n] for n in want})
-        v.metrics["anchor_rebuilt"] = start0 is not None
-    if start0 is None:
-        start0 = get(0)
-    held[0] = start0
-    have = {k.removeprefix("param/") for k in start0 if k.startswith("param/")}
-    if have != want or any(not torch.equal(start0[f"param/{n}"], ctx.checkpoint[n]) for n in want):
+    theta = {f"{PARAM_PREFIX}{n}": ctx.checkpoint[n] for n in ctx.checkpoint if module_of(n) in mods}
+    if state_digest(theta).hex() != states.pairs[0][0]:
         raise _Fail(Stage.RECOMPUTE, "transcript does not start at the checkpoint", True, **ev, step=0)
-
-    final = get(len(steps) - 1)
-    held[len(steps) - 1] = final
+    states.params[0] = theta
+    # the final state's parameters alone: the update is checked against them, not against its moments
+    final = states.params_of(len(steps) - 1)
+    if set(final) != set(theta) or any(
+        final[k].shape != t.shape or final[k].dtype != t.dtype for k, t in theta.items()
+    ):
+        raise _Fail(Stage.RECOMPUTE, "the final state does not hold the assigned parameters", True, **ev)
     num = den_a = den_b = 0.0
     for name, d in delta.items():
         # compare on the update's support: top-k codecs send few coordinates, error feedback shifts them
@@ -137,7 +159,7 @@ def _recompute(
                 Stage.BUDGET, f"verification budget exhausted before replaying step {steps[i]}", False
             )
         t0 = time.perf_counter()
-        d_param, d_moment = _replay_one(ctx, a, update, batches, get, policy, i, ev)
+        d_param, d_moment = _replay_one(ctx, a, batches, states, policy, i, ev)
         worst_param, worst_moment = max(worst_param, d_param), max(worst_moment, d_moment)
         replayed_steps += steps[i + 1] - steps[i]
         v.metrics["replay_seconds"] = v.metrics.get("replay_seconds", 0.0) + time.perf_counter() - t0
@@ -287,9 +309,8 @@ def _check_error_feedback(
 def _replay_one(
     ctx: RoundContext,
     a: Assignment,
-    update: Update,
     batches: Tensor,
-    get: Callable[[int], dict[str, Tensor]],
+    states: _States,
     policy: VerifyPolicy,
     i: int,
     ev: dict[str, Any],
@@ -298,8 +319,8 @@ def _replay_one(
 
     Returns the largest relative difference, per tensor, of the replay against the served end state:
     (parameters, moments and counters), 0 when the digests agree."""
-    steps, digests = list(update.header.transcript_steps), list(update.header.transcript_digests)
-    start = get(i)
+    steps, pairs = states.steps, states.pairs
+    start = states.get(i)
     try:
         with COMPUTE_LOCK:
             got = replay_segment(
@@ -315,20 +336,21 @@ def _replay_one(
             )
     except TrainingError as exc:
         raise _Fail(Stage.RECOMPUTE, f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
-    if state_digest(got).hex() == digests[i + 1]:
+    if states.matches(i + 1, got):
         return 0.0, 0.0  # bit for bit: the end state need not cross the wire (issue 13)
-    end = get(i + 1)  # a different platform's rounding: compare within the tolerances
+    end = states.get(i + 1)  # a different platform's rounding: compare within the tolerances
     if not _replay_matches(got, end, policy):
         worst = _worst_rel_diff(got, end)
+        replayed = part_digests(got)
         raise _Fail(
             Stage.RECOMPUTE,
             f"segment {steps[i]}..{steps[i + 1]} does not replay",
             True,
             **ev,
             segment=[steps[i], steps[i + 1]],
-            start_digest=digests[i],
-            claimed=digests[i + 1],
-            replayed=state_digest(got).hex(),
+            start_digest=list(pairs[i]),
+            claimed=list(pairs[i + 1]),
+            replayed=[replayed[0].hex(), replayed[1].hex()],
             worst_tensor=worst[0],
             worst_rel_diff=worst[1],
         )
@@ -355,14 +377,9 @@ def recheck_segment(
         return None, f"no segment starts at step {segment_start}"
     i = steps.index(segment_start)
     a = ctx.assignment(miner)
-
-    def get(j: int) -> dict[str, Tensor]:
-        return _fetch_digest_state(fetch_state, digests[j], f"state at step {steps[j]}")
-
     try:
-        update = _with_transcript(update, fetch_state)
-        digests = list(update.header.transcript_digests)
-        _replay_one(ctx, a, update, _training_batches(ctx, a), get, policy, i, {})
+        states = _States(_with_transcript(update, fetch_state), fetch_state)
+        _replay_one(ctx, a, _training_batches(ctx, a), states, policy, i, {})
     except _Fail as f:
         return (True if f.provable else None), f.reason
     return False, ""

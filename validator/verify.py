@@ -54,7 +54,6 @@ from training.model import module_of
 from validator.context import (
     CheckEvidence,
     FetchBytes,
-    FetchPartialState,
     FetchSource,
     FetchState,
     KeepResidual,
@@ -101,7 +100,6 @@ def verify_update(
     check_evidence: CheckEvidence | None = None,
     fetch_source: FetchSource | None = None,
     out_of_time: Callable[[], bool] | None = None,
-    fetch_partial: FetchPartialState | None = None,
     keep_residual: KeepResidual | None = None,
 ) -> tuple[Verdict, Update | None]:
     """Run every stage for one miner; returns the verdict and (when it decoded) the update.
@@ -111,9 +109,9 @@ def verify_update(
     names; without it an update that names one is refused (unprovably). ``out_of_time()`` is asked before
     each stage and each replayed segment (the node asks the chain whether the phase's margin has begun):
     once it says yes, the verdict is the unprovable stage ``budget`` (scored 0), so one slow or stalling
-    miner cannot make the validator miss a phase (issue 10). ``fetch_partial`` fetches the step-0 state
-    without the parameters the validator holds (theta_r's), a third fewer bytes (issue 13);
-    ``keep_residual`` is given the recomputed error-feedback residual when it hashes to the committed one,
+    miner cannot make the validator miss a phase (issue 10). ``fetch_state`` is asked for the transcript
+    (by the header's root) and for the parts of the states a check reads (issue 13); ``keep_residual`` is
+    given the recomputed error-feedback residual when it hashes to the committed one,
     which then is not fetched (issue 13)."""
     v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
     update: Update | None = None
@@ -157,7 +155,6 @@ def verify_update(
             segments,
             proof,
             out_of_time,
-            fetch_partial,
             keep_residual=keep_residual,
         )
         lap(Stage.RECOMPUTE)

@@ -54,7 +54,7 @@ def crafted_update(params: dict[str, tuple[int, ...]], codec: CodecConfig, *, ro
     tensors = {n: crafted_fields(s, codec) for n, s in params.items()}
     modules = sorted({module_of(n) for n in params})
     header = wire.make_header(
-        round, MINER, modules, tensors, codec, b"\x11" * 32, 2, [0, 2], [b"\x01" * 32, b"\x02" * 32], 512,
+        round, MINER, modules, tensors, codec, b"\x11" * 32, 2, [0, 2], [(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)], 512,
         ef_after=b"\x03" * 32,
     )  # fmt: skip
     return wire.encode_update(wire.Update(header, tensors))

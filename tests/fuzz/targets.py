@@ -51,7 +51,7 @@ def _valid_updates() -> list[bytes]:
         tensors = {n: encode(torch.randn(p.shape, generator=g), codec) for n, p in params.items()}
         header = wire.make_header(
             3, "0x" + "ab" * 20, ["moe.0.expert.1", "head"], tensors, codec, b"\x11" * 32, 2, [0, 2],
-            [b"\x01" * 32, b"\x02" * 32], 512, ef_after=b"\x03" * 32,
+            [(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)], 512, ef_after=b"\x03" * 32,
             ef_source=None if codec.name == "dense" else (2, b"\x04" * 32),
         )  # fmt: skip
         out.append(wire.encode_update(wire.Update(header, tensors)))

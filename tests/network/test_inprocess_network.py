@@ -120,10 +120,12 @@ def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[
         )
         for m in honest:
             assert s.consensus[m] > 0 and s.miner_rewards[m] > 0
-            # the anchor state came without its parameters over /states/ and hashed with theta_r's (issue 13)
+            # one machine: the recomputed residual and every replay matched bit for bit, so neither the
+            # residual after the update nor a replayed segment's end state crossed the wire (issue 13)
             for val in validators:
                 hv = val.state.verdict(r, m)
-                assert hv is not None and hv["metrics"].get("anchor_rebuilt") is True, hv
+                assert hv is not None and hv["metrics"].get("ef_after_rel_err") == 0.0, hv
+                assert hv["metrics"].get("replay_param_rel_diff", 0.0) == 0.0, hv
         assert s.consensus[junk] == 0 and s.miner_rewards[junk] == 0
         v = validators[0].state.verdict(r, junk)
         assert v is not None and v["stage"] == "format" and v["provable"]

@@ -36,7 +36,7 @@ def _update(codec: CodecConfig = CODEC) -> wire.Update:
         b"\x11" * 32,
         2,
         [0, 2],
-        [b"\x01" * 32, b"\x02" * 32],
+        [(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)],
         512,
         ef_after=b"\x03" * 32,
         ef_source=(2, b"\x04" * 32),

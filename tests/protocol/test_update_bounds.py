@@ -88,7 +88,7 @@ def test_the_runs_own_model_and_codec_pass_whatever_the_caps() -> None:
     shapes = {"head.out.weight": (256, 64), "head.ln.weight": (64,)}
     tensors = {n: encode(torch.randn(s, generator=g), codec) for n, s in shapes.items()}
     header = wire.make_header(
-        1, "0x" + "ab" * 20, ["head"], tensors, codec, b"\x11" * 32, 2, [0, 2], [b"\x01" * 32] * 2, 5,
+        1, "0x" + "ab" * 20, ["head"], tensors, codec, b"\x11" * 32, 2, [0, 2], [(b"\x01" * 32, b"\x02" * 32)] * 2, 5,
         ef_after=b"\x03" * 32,
     )  # fmt: skip
     data = wire.encode_update(wire.Update(header, tensors))

@@ -7,10 +7,12 @@ the miner whose input raised it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from protocol import update as wire
 from protocol.coordinator import update_commitment
 from protocol.transfer import BlobNotFoundError, FetchTimeoutError, PeerUnavailableError
 from tests.validator.validator_support import CHAIN_ID, CONTRACT, MINERS, Round, make_round
@@ -100,8 +102,10 @@ def test_only_an_unreachable_miner_is_marked_for_a_retry(
     built = rnd.build(MINERS[1])
     commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, MINERS[1], built.digest)
 
+    withheld = {"0x" + d.hex() for pair in built.transcript_parts for d in pair}  # the states' parts
+
     def fetch_state(digest: str) -> Any:
-        if digest in rnd.published:
+        if digest in rnd.published and digest not in withheld:
             return rnd.published[digest]
         raise error
 
@@ -123,43 +127,40 @@ def test_only_an_unreachable_miner_is_marked_for_a_retry(
     assert Stage(v.stage).retryable(v.provable)
 
 
-def test_the_anchor_is_rebuilt_from_theta_r_when_the_rest_hashes_to_its_digest(rnd: Round) -> None:
-    """Issue 13: the step-0 state is fetched without its parameters (theta_r's) when the rebuilt state
-    hashes to the transcript digest; otherwise, or without a partial fetcher, it is fetched whole."""
-    from training.digest import state_digest
-
+def test_the_anchor_costs_no_fetch_and_the_final_state_only_its_parameters(rnd: Round) -> None:
+    """Issue 13: a transcript step commits to its parameters and the rest apart; theta_r's parameters hash
+    to step 0's parameter digest (nothing fetched), and the final check fetches the final parameters
+    alone. A step-0 parameter digest other than theta_r's is refused provably, with nothing fetched."""
     built = rnd.build(MINERS[0])
     commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, MINERS[0], built.digest)
-    states = {
-        "0x" + d.hex(): built.states[s]
-        for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
-    }
-    states.update(rnd.published)
-    anchor = "0x" + built.transcript_digests[0].hex()
     policy = VerifyPolicy(segments_per_miner=0)  # the anchor and final checks only
+    calls: list[str] = []
 
-    def run(partial: Any) -> tuple[Verdict, list[str]]:
-        calls: list[str] = []
+    def fetch_state(digest: str) -> Any:
+        calls.append(digest)
+        return rnd.published[digest]
 
-        def fetch_state(digest: str) -> Any:
-            calls.append(digest)
-            return states[digest]
+    v, _ = verify_update(
+        rnd.ctx(), MINERS[0], commitment, lambda: built.update, fetch_state, policy,
+        fetch_source=rnd.fetch_source,
+    )  # fmt: skip
+    assert v.accepted, v.reason
+    ph = built.transcript_parts[-1][0]
+    root = "0x" + wire.transcript_root(built.transcript_parts)
+    assert calls == [root, "0x" + ph.hex()], "the transcript, then the final parameters: nothing else"
 
-        v, _ = verify_update(
-            rnd.ctx(), MINERS[0], commitment, lambda: built.update, fetch_state, policy,
-            fetch_source=rnd.fetch_source, fetch_partial=partial,
-        )  # fmt: skip
-        return v, calls
-
-    def honest(digest: str, known: Any) -> Any:
-        whole = {**{k: t for k, t in states[digest].items() if not k.startswith("param/")}, **known}
-        return whole if "0x" + state_digest(whole).hex() == digest else None
-
-    v, calls = run(honest)
-    assert v.accepted and v.metrics["anchor_rebuilt"] is True, v.reason
-    assert anchor not in calls, "the whole step-0 state is not fetched"
-    v, calls = run(lambda digest, known: None)  # an older miner: no /states route
-    assert v.accepted and v.metrics["anchor_rebuilt"] is False
-    assert anchor in calls
-    v, calls = run(None)
-    assert v.accepted and "anchor_rebuilt" not in v.metrics and anchor in calls
+    other = rnd.build(MINERS[1])  # a transcript that starts elsewhere: MINERS[1]'s, under MINERS[0]'s name
+    forged = wire.decode_update(built.update)
+    pairs = list(other.transcript_parts)
+    pairs[0] = (b"\x01" * 32, pairs[0][1])
+    header = replace(forged.header, transcript_root=wire.transcript_root(pairs))
+    data = wire.encode_update(wire.Update(header, forged.tensors))
+    rnd.published["0x" + header.transcript_root] = wire.transcript_tensors(pairs)
+    calls.clear()
+    v, _ = verify_update(
+        rnd.ctx(), MINERS[0], update_commitment(CHAIN_ID, CONTRACT, rnd.round, MINERS[0], wire.update_digest(data)),
+        lambda: data, fetch_state, policy, fetch_source=rnd.fetch_source,
+    )  # fmt: skip
+    assert (v.accepted, v.provable) == (False, True)
+    assert "does not start at the checkpoint" in v.reason
+    assert calls == ["0x" + header.transcript_root]

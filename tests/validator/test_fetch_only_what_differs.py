@@ -33,12 +33,7 @@ def _run(
 ) -> tuple[Verdict, list[str], dict[str, Mapping[str, Tensor]], Any]:
     """Verify ``miner``'s honest update; the digests fetched, the residuals kept, and the build."""
     built = rnd.build(miner)
-    states: dict[str, Mapping[str, Tensor]] = {
-        "0x" + d.hex(): built.states[s]
-        for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
-    }
-    states.update(rnd.published)
-    states.update(serve or {})
+    states: dict[str, Mapping[str, Tensor]] = {**rnd.published, **(serve or {})}
     calls: list[str] = []
     kept: dict[str, Mapping[str, Tensor]] = {}
 
@@ -58,10 +53,10 @@ def test_the_wire_header_carries_the_transcript_root_and_not_its_digests(rnd: Ro
     built = rnd.build(MINERS[0])
     header = wire.decode_update(built.update).header
     assert header.transcript_digests == ()
-    assert header.transcript_root == wire.transcript_root(built.transcript_digests)
-    assert built.transcript_digests[0].hex() not in built.update.hex()  # no digest travels in the message
+    assert header.transcript_root == wire.transcript_root(built.transcript_parts)
+    assert built.transcript_parts[0][0].hex() not in built.update.hex()  # no digest travels in the message
     attached = wire.with_transcript(header, built.transcript())
-    assert attached.transcript_digests == tuple(d.hex() for d in built.transcript_digests)
+    assert attached.transcript_digests == tuple((p.hex(), r.hex()) for p, r in built.transcript_parts)
 
 
 def test_a_transcript_other_than_the_committed_one_is_refused(rnd: Round) -> None:
@@ -85,15 +80,17 @@ def test_a_transcript_other_than_the_committed_one_is_refused(rnd: Round) -> Non
 def test_bit_identical_replays_and_residuals_are_not_fetched(rnd: Round) -> None:
     v, calls, kept, built = _run(rnd, MINERS[0])
     assert v.accepted, v.reason
-    digests = ["0x" + d.hex() for d in built.transcript_digests]
-    root = "0x" + wire.transcript_root(built.transcript_digests)
+    root = "0x" + wire.transcript_root(built.transcript_parts)
     assert calls.count(root) == 1, "the transcript is fetched once"
+    assert len(calls) == len(set(calls)), "each part is fetched at most once"
     replayed = [built.transcript_steps.index(s) for s in v.evidence["segments"]]
     assert replayed, "the default policy replays segments"
-    # the final state is fetched for its own check, and a start state may be another segment's end
-    ends = {digests[i + 1] for i in replayed} - {digests[-1]} - {digests[i] for i in replayed}
-    assert ends, "the seed replays a segment whose end is no other check's state"
-    assert not ends & set(calls), "an end state is fetched although the replay matched it bit for bit"
+    last = len(built.transcript_steps) - 1
+    step0_params = "0x" + built.transcript_parts[0][0].hex()
+    starts = set().union(*(built.state_parts(i) for i in replayed)) - {step0_params}
+    final_params = "0x" + built.transcript_parts[last][0].hex()
+    assert set(calls) == {root, final_params} | starts, "the transcript, the final parameters, the starts"
+    assert step0_params not in calls, "theta_r stands for step 0's parameters"
     assert "0x" + built.ef_after.hex() not in calls
     assert list(kept) == ["0x" + built.ef_after.hex()]
     got = kept["0x" + built.ef_after.hex()]
@@ -115,7 +112,6 @@ def test_a_replay_that_differs_in_rounding_fetches_the_end_state_and_passes(
     monkeypatch.setattr(recompute, "replay_segment", other_platform)
     v, calls, _, built = _run(rnd, MINERS[1])
     assert v.accepted, v.reason
-    digests = ["0x" + d.hex() for d in built.transcript_digests]
     for s in v.evidence["segments"]:
-        assert digests[built.transcript_steps.index(s) + 1] in calls
+        assert set(built.state_parts(built.transcript_steps.index(s) + 1)) <= set(calls)
     assert v.metrics["replay_param_rel_diff"] > 0
