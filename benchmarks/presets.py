@@ -10,10 +10,12 @@ length), with AdamW:
   schedule, gradient clipping, zero gradients for experts that routed no token);
 - ``plain``: the textbook loop: ``zero_grad``, forward, loss, ``backward``, ``clip_grad_norm_``, ``step``.
 
-One child times both loops in alternation (a warm-up round of each, then ``--repeats`` rounds of
-``--steps`` steps of each, miner then plain, so both see the same load on a shared machine) and keeps
-each loop's fastest round (the least disturbed); tokens/s = steps x batch x seq_len / time. The figure of
-merit is miner tokens/s over plain tokens/s (target >= 95%). Two more children run one round of one loop
+One child times both loops in alternation (a warm-up round of each, then at least ``--repeats`` rounds
+of ``--steps`` steps of each, and at least ``--min-seconds`` of each loop, miner then plain, so both see
+the same load on a shared machine); tokens/s = steps x batch x seq_len / the fastest round. The figure of
+merit (target >= 95%) is the median over the pairs of rounds of plain time / miner time: a pair ran
+back to back under about the same load, where the fastest rounds of the two loops may have met
+different loads (``miner_over_plain_best_pct`` is that ratio, for comparison). Two more children run one round of one loop
 each for its peak resident set size (``ru_maxrss``), so each loop's memory is its own. Output: a table
 and ``OUT/presets.json``.
 """
@@ -40,16 +42,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--modes", default="moe,dipaco", help="comma-separated modes (default moe,dipaco)")
     p.add_argument("--steps", type=int, default=20, help="inner steps per timed round (default 20)")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds per loop; the fastest counts")
+    p.add_argument("--repeats", type=int, default=3, help="least timed rounds per loop (default 3)")
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        default=10.0,
+        help="keep timing rounds until each loop has run this long (default 10: small presets get more rounds)",
+    )
     p.add_argument("--transcript-interval", type=int, default=10, help="k of the miner's transcript")
     p.add_argument("--threads", type=int, default=1, help="torch threads per child (a devnet node uses 1)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
 
 
 def child(
-    preset: str, mode: str, kind: str, steps: int, repeats: int, interval: int, device: str
+    preset: str,
+    mode: str,
+    kind: str,
+    steps: int,
+    repeats: int,
+    interval: int,
+    device: str,
+    min_seconds: float = 0.0,
 ) -> dict[str, Any]:
-    """One loop's figures, in this process (the parent starts one process per loop)."""
+    """One child's figures: ``kind`` ``both`` times the two loops in alternation, ``miner`` or ``plain``
+    runs one loop (for its peak memory)."""
     import resource
     from dataclasses import replace
 
@@ -100,7 +116,8 @@ def child(
     loops = {"miner": miner_round, "plain": plain_round}
     kinds = ["miner", "plain"] if kind == "both" else [kind]
     times: dict[str, list[float]] = {k: [] for k in kinds}
-    for _ in range(repeats + 1):  # alternating, so both loops see the same load on a shared machine
+    # alternating, so both loops see the same load on a shared machine; the first round is the warm-up
+    while len(times[kinds[0]]) < repeats + 1 or sum(times[kinds[0]][1:]) < min_seconds:
         for k in kinds:
             sync()
             t0 = time.perf_counter()
@@ -109,7 +126,7 @@ def child(
             times[k].append(time.perf_counter() - t0)
     tokens = steps * inner.batch_size * cfg.seq_len
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    timed = {k: v[1:] or v for k, v in times.items()}  # the first round is the warm-up
+    timed = {k: v[1:] or v for k, v in times.items()}
     return {
         "preset": preset,
         "mode": mode,
@@ -121,6 +138,9 @@ def child(
         "steps": steps,
         "seconds": timed,
         "tokens_per_second": {k: tokens / min(v) for k, v in timed.items()},
+        "paired_ratios": [p / m for m, p in zip(timed["miner"], timed["plain"], strict=True)]
+        if kind == "both"
+        else [],
         "peak_rss_bytes": rss,
         "device": device,
         "threads": torch.get_num_threads(),
@@ -137,15 +157,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             got: dict[str, dict[str, Any]] = {}
             for kind in ("both", "miner", "plain"):  # timing, then each loop's peak memory on its own
                 repeats = args.repeats if kind == "both" else 0
+                least = args.min_seconds if kind == "both" else 0.0
                 cmd = [sys.executable, "-m", "benchmarks.presets", "--child", preset, mode, kind,
                        str(args.steps), str(repeats), str(args.transcript_interval), args.device,
-                       str(args.threads)]  # fmt: skip
+                       str(args.threads), str(least)]  # fmt: skip
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=root)
                 if out.returncode != 0:
                     raise RuntimeError(f"{preset}/{mode}/{kind} failed: {out.stderr.strip()[-1500:]}")
                 got[kind] = json.loads(out.stdout.strip().splitlines()[-1])
             m, pl = got["miner"], got["plain"]
             tps, secs = got["both"]["tokens_per_second"], got["both"]["seconds"]
+            pairs = sorted(got["both"]["paired_ratios"])
+            median = (pairs[(len(pairs) - 1) // 2] + pairs[len(pairs) // 2]) / 2
             row = {
                 "preset": preset,
                 "mode": mode,
@@ -155,7 +178,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "seq_len": m["seq_len"],
                 "miner_tokens_per_second": round(tps["miner"], 1),
                 "plain_tokens_per_second": round(tps["plain"], 1),
-                "miner_over_plain_pct": round(100 * tps["miner"] / tps["plain"], 1),
+                "miner_over_plain_pct": round(100 * median, 1),
+                "miner_over_plain_best_pct": round(100 * tps["miner"] / tps["plain"], 1),
+                "timed_rounds": len(pairs),
                 "miner_peak_rss_mib": round(m["peak_rss_bytes"] / 2**20, 1),
                 "plain_peak_rss_mib": round(pl["peak_rss_bytes"] / 2**20, 1),
                 "miner_seconds": secs["miner"],
@@ -165,6 +190,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"{preset:>5} {mode:>6} {row['params_total'] / 1e6:7.2f}M  miner {row['miner_tokens_per_second']:9.0f}"
                 f" tok/s  plain {row['plain_tokens_per_second']:9.0f} tok/s  {row['miner_over_plain_pct']:6.1f}%"
+                f" ({row['timed_rounds']} pairs)"
                 f"  peak RSS miner {row['miner_peak_rss_mib']:7.1f} MiB, plain {row['plain_peak_rss_mib']:7.1f} MiB",
                 flush=True,
             )
@@ -183,7 +209,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-_OPTS = ("presets", "modes", "steps", "repeats", "transcript_interval", "threads", "device")
+_OPTS = ("presets", "modes", "steps", "repeats", "min_seconds", "transcript_interval", "threads", "device")
 
 
 def main(args: Any = None) -> int:
@@ -202,10 +228,11 @@ def main(args: Any = None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        preset, mode, kind, steps, repeats, interval, device, threads = sys.argv[2:10]
+        preset, mode, kind, steps, repeats, interval, device, threads, least = sys.argv[2:11]
         import torch
 
         torch.set_num_threads(int(threads))
-        print(json.dumps(child(preset, mode, kind, int(steps), int(repeats), int(interval), device)))
+        got = child(preset, mode, kind, int(steps), int(repeats), int(interval), device, float(least))
+        print(json.dumps(got))
     else:
         sys.exit(main())
