@@ -112,9 +112,9 @@ def _eval_rounds(rounds: int, points: int) -> set[int]:
 
 
 def _validators_merge() -> Any:
-    """The validators' merge (``validator.merge.robust_merge`` with the default policy: each contribution
+    """The validators' merge (``training.merge.robust_merge`` with the default policy: each contribution
     clipped to twice the median norm, then the mean): what the devnet computes."""
-    from validator.merge import MergePolicy, robust_merge
+    from training.merge import MergePolicy, robust_merge
 
     policy = MergePolicy()
     return lambda contributions: robust_merge(contributions, policy)

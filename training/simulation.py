@@ -40,7 +40,7 @@ Transport = Callable[
 
 Merger = Callable[[list[tuple[float, str, dict[str, Tensor]]]], dict[str, Tensor]]
 """``[(weight, miner, delta)] -> merged pseudo-gradient``: how the round's updates combine (default
-:func:`training.diloco.merge`; the bench passes the validators' ``validator.merge.robust_merge``)."""
+:func:`training.diloco.merge`; the bench passes the validators' ``training.merge.robust_merge``)."""
 
 
 def round_seed(run_seed: int, round_index: int) -> bytes:

@@ -24,9 +24,10 @@ from protocol.tensorblob import (
 )
 from protocol.transfer import TransferError, fetch_blob
 from protocol.update import decode_update
-from validator.errors import CertificationError, ValidatorError
+from training.errors import MergeError
+from training.merge import next_checkpoint
+from validator.errors import CertificationError, MergeFailedError, ValidatorError
 from validator.intake import IntakeMixin
-from validator.merge import next_checkpoint
 from validator.parts import Theta
 from validator.verify import (
     heldout_loss,
@@ -127,10 +128,13 @@ class CheckpointsMixin(IntakeMixin):
             # the run's model and codec let the decoder's caps cover an honest update of any size (issue 11)
             update = decode_update(data, None, *self._run_model(theta))
             contributions.append((float(score), miner, update.pseudo_gradient()))
-        with COMPUTE_LOCK:
-            params, momentum = next_checkpoint(
-                theta.params, theta.momentum, contributions, self.spec.outer, self.merge_policy
-            )
+        try:
+            with COMPUTE_LOCK:
+                params, momentum = next_checkpoint(
+                    theta.params, theta.momentum, contributions, self.spec.outer, self.merge_policy
+                )
+        except MergeError as exc:
+            raise MergeFailedError(f"round {p}: {exc}") from exc
         tensors = join_checkpoint(params, momentum)
         data = encode_tensors(tensors)
         digest = self.public.put(data)

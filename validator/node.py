@@ -8,7 +8,7 @@ Per round r (see ``protocol.coordinator`` for the phases):
   store the score vector and salt and commit it; propose/vote slashing on provable failures;
 - SCORE_REVEAL: reveal exactly what was committed (checked against the chain first);
 - FINALIZE: settle the round on-chain (any validator may; a race is harmless);
-- after settlement: merge the updates with positive consensus score (``validator.merge``), store and
+- after settlement: merge the updates with positive consensus score (``training.merge``), store and
   announce theta_{r+1}, sign its digest and collect the other validators' signatures over HTTP; with a
   quorum, certify it on-chain.
 
@@ -18,7 +18,7 @@ resumes without revealing twice or losing a verdict.
 This module is the phase machine; the parts it drives live beside it: ``validator.intake`` (fetching and
 holding updates), ``validator.slashing`` (proposals and peers' evidence), ``validator.checkpoints``
 (theta_r, the merge, signatures and the certificate), ``validator.api`` (HTTP routes), over the shared
-attributes of ``validator.parts``; ``validator.verify`` checks one update, ``validator.merge`` merges.
+attributes of ``validator.parts``; ``validator.verify`` checks one update, ``training.merge`` merges.
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ from protocol.traffic import TrafficLedger
 from protocol.transfer import BlobStore, FetchPolicy
 from training.data import Dataset
 from training.device import use_deterministic
+from training.merge import MergePolicy
 from validator.api import ApiMixin
 from validator.checkpoints import CheckpointsMixin
 from validator.config import ValidatorConfig
 from validator.context import RoundContext, Verdict
 from validator.errors import ValidatorError
-from validator.merge import MergePolicy
 from validator.parts import RoundCache, Theta
 from validator.residuals import ResidualCache
 from validator.slashing import SlashingMixin

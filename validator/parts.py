@@ -25,8 +25,8 @@ from protocol.runspec import RunSpec
 from protocol.transfer import BlobStore, FetchPolicy, get_capped
 from training.config import CodecConfig
 from training.data import Dataset, prepare
+from training.merge import MergePolicy
 from validator.config import ValidatorConfig
-from validator.merge import MergePolicy
 from validator.residuals import ResidualCache
 from validator.state import ValidatorState
 from validator.verify import (

@@ -48,7 +48,7 @@ def _normalised(
     up to it, and a per-round median is not known while miners are verified one at a time (and a
     cheater's own norm moves it). With one global factor the module proportions (the update's direction)
     are kept and the score is a function of the direction alone: a scaled copy scores as the original.
-    The merge still clips the real contribution to ``clip_factor`` x the median (``validator.merge``).
+    The merge still clips the real contribution to ``clip_factor`` x the median (``training.merge``).
     """
     dn = sum(float(d.double().pow(2).sum()) for d in delta.values())
     wn = sum(float(checkpoint[k].double().pow(2).sum()) for k in delta)

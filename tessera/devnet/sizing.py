@@ -238,8 +238,8 @@ def measure_work(
     from protocol.tensorblob import tensors_digest
     from protocol.update import decode_update
     from training.data import prepare
+    from training.merge import MergePolicy, next_checkpoint
     from validator import verify as vv
-    from validator.merge import MergePolicy, next_checkpoint
 
     ds = prepare(spec.load_corpus(), spec.model)
     theta = spec.genesis_params()

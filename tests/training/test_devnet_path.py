@@ -2,7 +2,7 @@
 
 A devnet miner builds its update with ``miner.work.build_update`` (carrying its error-feedback residual
 and AdamW moments through the state it persists), a validator replays transcript segments with
-``training.inner.replay_segment`` and merges with ``validator.merge.next_checkpoint``. Here the same
+``training.inner.replay_segment`` and merges with ``training.merge.next_checkpoint``. Here the same
 rounds run both ways from the devnet's run (``tessera.devnet.network.devnet_spec``: the recipe):
 the checkpoints must be equal bit for bit, round after round, and every replayed segment must match.
 """
@@ -24,8 +24,8 @@ from training.corpus import load_bundled_corpus
 from training.data import prepare
 from training.digest import state_digest
 from training.inner import replay_segment
+from training.merge import MergePolicy, next_checkpoint, robust_merge
 from training.simulation import Simulation, round_seed
-from validator.merge import MergePolicy, next_checkpoint, robust_merge
 
 MINERS = [f"0x{i:040x}" for i in range(1, 4)]
 

@@ -22,7 +22,7 @@ from training.codecs import Encoded, decode, field_specs, index_bits, layout, pa
 from training.config import CodecConfig, OuterConfig
 from training.digest import state_digest
 from training.exact import canonical_normal
-from validator.merge import MergePolicy, next_checkpoint
+from training.merge import MergePolicy, next_checkpoint
 
 SHAPE = (257, 129)
 NAMES = ("a.weight", "b.weight", "c.weight", "d.weight")

@@ -1,5 +1,8 @@
 """The merge: accepted pseudo-gradients -> robust per-module average -> outer step -> theta_{r+1}.
 
+Validators merge with it; miners rebuild theta_{r+1} with it from theta_r, the on-chain consensus and the
+accepted updates, and fetch the checkpoint only when their digest differs from the certified one.
+
 Inputs come from the chain's consensus (miners with a positive consensus score, weighted by it), so every
 honest validator merges the same set. Every operation is one whose result IEEE-754 defines (elementwise
 float64 arithmetic in a fixed order: miners by ascending address, parameters by name; norms by a fixed
@@ -29,8 +32,8 @@ from torch import Tensor
 
 from training.config import OuterConfig
 from training.diloco import OuterOptimizer, merge
+from training.errors import MergeError
 from training.exact import F64, ieee_mode, l2_norm, sequential_sum
-from validator.errors import MergeFailedError
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def robust_merge(
         return merge(clipped)
     if policy.method == "trimmed_mean":
         return _trimmed(clipped, policy.trim)
-    raise MergeFailedError(f"unknown merge method {policy.method!r}")
+    raise MergeError(f"unknown merge method {policy.method!r}")
 
 
 def next_checkpoint(
@@ -116,5 +119,5 @@ def next_checkpoint(
         try:
             new = opt.step({k: v.to("cpu") for k, v in params.items()}, merged)
         except Exception as exc:
-            raise MergeFailedError(f"outer step failed: {exc}") from exc
+            raise MergeError(f"outer step failed: {exc}") from exc
         return new, opt.state_dict()
