@@ -170,6 +170,8 @@ class MinerNode:
         """The /status document."""
         recs = self.state.rounds()
         last = max(recs) if recs else None
+        acc = self.__dict__.get("_account")
+        dht = self.discovery.dht
         return {
             "role": "miner",
             "address": self.address,
@@ -180,7 +182,10 @@ class MinerNode:
             "rounds_done": self.rounds_done,
             "last_error": self.last_error,
             "last_round": recs.get(last) if last is not None else None,
+            "account": acc.to_json() if acc is not None else None,
+            "key_in_use": acc.conflict if acc is not None else "",
             "dht_refused_records": self.discovery.refused,
+            "dht_maddrs": dht.visible_maddrs() if dht is not None and dht.running else [],
         }
 
     # -- the loop --------------------------------------------------------------------------------------
@@ -490,6 +495,11 @@ class MinerNode:
             return split_state(tensors)[0 if is_params else 1]
 
     def _collect_rewards(self, current_round: int) -> None:
+        """Record each settled round's reward, then read this key's account from the chain when the round,
+        its record or the settled count changed (``/status`` ``account``, ``account_tokens`` gauges), and
+        refuse a commitment of this key that this node did not make (:class:`KeyInUseError`)."""
+        from protocol.nodeaccount import ChainAccount
+
         for r, rec in self.state.rounds().items():
             if r >= current_round or "reward" in rec or rec["status"] not in (SERVED, COMMITTED):
                 continue
@@ -498,9 +508,23 @@ class MinerNode:
                 continue
             reward = s.miner_rewards.get(self.address, 0)
             self.state.update(r, reward=str(reward), consensus_score=s.consensus.get(self.address, 0))
-            self.metrics.rewards.inc(reward)
             self.rounds_done += 1
             log.info("round %d: consensus score %s, reward %d", r, s.consensus.get(self.address), reward)
+        if "_account" not in self.__dict__:
+            self.__dict__["_account"] = ChainAccount.of(self.coord, self.address, self.metrics)
+        acc: ChainAccount | None = self.__dict__["_account"]
+        now = self.state.record(current_round) or {}
+        if acc is None or not acc.refresh((current_round, now.get("status"), self.rounds_done)):
+            return
+
+        def own(r: int) -> bool:
+            rec = self.state.record(r) or {}
+            return "update_digest" in rec and (
+                rec["status"] in (COMMITTED, SERVED)
+                or self._chain_has_commit(r, bytes.fromhex(rec["update_digest"]))
+            )
+
+        acc.check_commits(current_round, own)
 
 
 def _part_index(

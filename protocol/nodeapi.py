@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException
@@ -70,17 +70,24 @@ class NodeMetrics:
     bytes_received: Counter
     phase_seconds: Histogram
     verifications: Counter
-    rewards: Gauge
+    account: Gauge
+    """This node's account as the chain holds it (``protocol.nodeaccount``), in tokens by ``figure``."""
+    account_block: Gauge
     errors: Counter
     traffic: Counter
+    before_collect: list[Callable[[], None]] = field(default_factory=list)
+    """Run at each scrape before the metrics are collected (a node refreshes its account figures)."""
 
     @classmethod
     def create(cls, role: str) -> NodeMetrics:
         """Fresh metrics named ``tessera_{role}_*``."""
         reg = CollectorRegistry()
+        before: list[Callable[[], None]] = []
+        reg.register(_BeforeCollect(before))  # type: ignore[arg-type]
         p = f"tessera_{role}"
         return cls(
             registry=reg,
+            before_collect=before,
             round=Gauge(f"{p}_round", "Current round", registry=reg),
             rounds=Counter(f"{p}_rounds", "Rounds completed", registry=reg),
             bytes_sent=Counter(f"{p}_bytes_sent", "Bytes served over HTTP", ["kind"], registry=reg),
@@ -93,7 +100,14 @@ class NodeMetrics:
                 registry=reg,
             ),
             verifications=Counter(f"{p}_verifications", "Verification outcomes", ["outcome"], registry=reg),
-            rewards=Gauge(f"{p}_rewards_wei", "Rewards received (wei)", registry=reg),
+            account=Gauge(
+                f"{p}_account_tokens",
+                "This node's account read from the chain, in tokens (exact wei in /status): figure=stake "
+                "(bonded), owed (rewards not yet claimed), claimed (rewards claimed so far)",
+                ["figure"],
+                registry=reg,
+            ),
+            account_block=Gauge(f"{p}_account_block", "Block the account figures were read at", registry=reg),
             errors=Counter(f"{p}_errors", "Errors by type", ["type"], registry=reg),
             traffic=Counter(
                 f"{p}_traffic_bytes",
@@ -103,6 +117,19 @@ class NodeMetrics:
                 registry=reg,
             ),
         )
+
+
+class _BeforeCollect:
+    """A collector that yields nothing and runs hooks first (registered before the node's metrics, so a
+    hook that refreshes a gauge does so before the gauge is collected)."""
+
+    def __init__(self, hooks: list[Callable[[], None]]) -> None:
+        self.hooks = hooks
+
+    def collect(self) -> list[Any]:
+        for hook in list(self.hooks):
+            hook()
+        return []
 
 
 def create_node_app(

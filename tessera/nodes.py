@@ -106,6 +106,44 @@ def check_genesis(coord: Any, spec: Any, run_file: Path) -> None:
         )
 
 
+def lock_data_dir(data_dir: Path) -> Any:
+    """Hold ``data_dir/node.lock`` (an advisory lock released when the process ends): a second node on the
+    same data dir, e.g. the same miner started twice (with ``--dht false`` too, where the DHT key does not
+    catch it), stops at start instead of sharing its round records. Returns the open file to keep."""
+    import fcntl
+    import os
+
+    d = data_dir.expanduser()
+    d.mkdir(parents=True, exist_ok=True)
+    fh = open(d / "node.lock", "a+")  # held for the life of the process
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        other = fh.read().strip() or "?"
+        fh.close()
+        raise TesseraError(
+            f"data dir {d} is in use by another node (pid {other}): run one node per data dir and key"
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def dht_listen_maddr(host: str, port: int) -> str:
+    """The DHT's listen multiaddr on the node's HTTP ``host`` when that is an IP address (``0.0.0.0``: every
+    interface, so the multiaddrs in ``/status`` name addresses other machines reach), else loopback."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return f"/ip4/127.0.0.1/tcp/{port}"
+    return f"/ip{ip.version}/{ip}/tcp/{port}"
+
+
 def start_dht(
     enabled: bool,
     peers: tuple[str, ...],
@@ -113,11 +151,13 @@ def start_dht(
     *,
     data_dir: Path | None = None,
     chain_id: int | None = None,
+    host: str = "127.0.0.1",
 ) -> Any:
     """A started :class:`protocol.dht.DHTNode`, or None when disabled. With ``data_dir``, the node's DHT key
     lives in ``data_dir/dht.key``: its peer id (and with a fixed port its multiaddr) survives restarts,
     and a second instance on the same data dir is refused at start (the key is in use). ``chain_id``:
-    store only that chain's records. The multiaddr other nodes bootstrap from is printed."""
+    store only that chain's records. It listens on ``host`` (:func:`dht_listen_maddr`). The multiaddr other
+    nodes bootstrap from is printed (and is in the node's ``/status``, ``dht_maddrs``)."""
     if not enabled:
         return None
     from protocol.dht import DHTConfig, DHTNode
@@ -128,7 +168,7 @@ def start_dht(
         identity = str(data_dir.expanduser() / "dht.key")
     cfg = DHTConfig(
         initial_peers=peers,
-        host_maddrs=(f"/ip4/127.0.0.1/tcp/{port}",),
+        host_maddrs=(dht_listen_maddr(host, port),),
         identity_path=identity,
         chain_id=chain_id,
     )

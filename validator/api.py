@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocol.nodeaccount import ChainAccount
 from validator.parts import ValidatorParts
 from validator.web import LIVE_PAGE
 
@@ -61,6 +62,22 @@ class ApiMixin(ValidatorParts):
         def live() -> str:
             return LIVE_PAGE
 
+        self.metrics.before_collect.append(self._refresh_account)
+
+    def _account(self) -> ChainAccount | None:
+        """This validator's account figures (created on first use; None on an in-memory coordinator)."""
+        if "_chain_account" not in self.__dict__:
+            self.__dict__["_chain_account"] = ChainAccount.of(self.coord, self.address, self.metrics)
+        acc: ChainAccount | None = self.__dict__["_chain_account"]
+        return acc
+
+    def _refresh_account(self) -> None:
+        """Read the account from the chain at the first ``/status`` or ``/metrics`` request of a round (a
+        validator's figures change when a round is finalized, which opens the next, and when it claims)."""
+        acc = self._account()
+        if acc is not None:
+            acc.try_refresh(self._cache.round)
+
     def summary(self) -> list[dict[str, Any]]:
         """Per-round summary for the API and the live page."""
         out = []
@@ -92,8 +109,14 @@ class ApiMixin(ValidatorParts):
             "phase": self.phase,
             "last_error": self.last_error,
             "theta_round": self._theta.round if self._theta else None,
+            "account": self._account_json(),
             "dht_refused_records": self.discovery.refused,
             "dht_maddrs": self.discovery.dht.visible_maddrs()
             if self.discovery.dht is not None and self.discovery.dht.running
             else [],
         }
+
+    def _account_json(self) -> dict[str, Any] | None:
+        self._refresh_account()
+        acc = self._account()
+        return acc.to_json() if acc is not None else None

@@ -99,11 +99,8 @@ class CheckpointsMixin(IntakeMixin):
             **{k: str(v) for k, v in s.miner_rewards.items()},
             **{k: str(v) for k, v in s.validator_rewards.items()},
         }
-        first = "rewards" not in self.state.round(p)
+        # this validator's own figures (owed, claimed, stake) are read from the chain: validator.api (issue 16)
         self.state.set(p, consensus=s.consensus, rewards=rewards)
-        mine = s.validator_rewards.get(self.address, 0)
-        if mine and first:  # recorded at merge and again at certification: count the reward once (issue 16)
-            self.metrics.rewards.inc(mine)
 
     def _merge(self, p: int, theta: Theta) -> None:
         s = self.coord.settlement(p)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ def register(subparsers: Any) -> None:
     )
     sub = parser.add_subparsers(dest="account_command", metavar="ACTION")
     actions = {
-        "status": ("role, stake, rewards owed, token balance, unbonding (read-only)", _status),
+        "status": ("role, stake, rewards owed and claimed, token balance, unbonding (read-only)", _status),
         "claim": ("transfer the rewards owed to this account to its wallet", _claim),
         "unbond": ("start unbonding stake (--amount TOKENS or --all)", _unbond),
         "withdraw": ("withdraw stake whose unbonding delay has ended", _withdraw),
@@ -83,27 +85,27 @@ def _connect(args: argparse.Namespace, need_key: bool) -> Any:
 
     deployment = Deployment.load(args.deployment)
     account = None
+    if args.keystore is not None and args.password_env not in os.environ and not sys.stdin.isatty():
+        from tessera.errors import TesseraError
+
+        # getpass without a terminal reads stdin and ends in a traceback (EOFError) when there is none
+        raise TesseraError(
+            f"keystore {args.keystore} needs its password in ${args.password_env} (no terminal)"
+        )
     if need_key or args.keystore is not None or args.key_env is not None:
         account = load_account(keystore=args.keystore, key_env=args.key_env, password_env=args.password_env)
     return Chain.connect(deployment, account, rpc_url=args.rpc_url)
 
 
 def account_status(chain: Any, address: str) -> dict[str, Any]:
-    """What the chain holds for ``address``: role, stake, owed rewards, balance, unbonding."""
-    info = chain.account_info(address)
-    unbonding = chain.unbonding(address)
-    block = chain.block_number()
-    return {
-        "address": address,
-        "role": info.role.name.lower(),
-        "stake_wei": info.stake,
-        "owed_wei": info.owed,
-        "balance_wei": chain.balance_of(address),
-        "unbonding_wei": unbonding.amount,
-        "unbonding_end_block": unbonding.end,
-        "withdrawable": bool(unbonding.amount) and block >= unbonding.end,
-        "block": block,
-    }
+    """What the chain holds for ``address``: role, stake, owed rewards, rewards claimed so far, balance,
+    unbonding (the same reads as a node's account figures, :func:`protocol.nodeapi.read_account`)."""
+    from protocol.nodeaccount import claimed_between, read_account
+
+    out = read_account(chain, address)
+    del out["last_commit_round"]
+    out["claimed_wei"] = claimed_between(chain, address, chain.deployment.block, out["block"])
+    return out
 
 
 def _print(out: dict[str, Any], as_json: bool) -> None:

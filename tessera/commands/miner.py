@@ -35,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
         check_genesis,
         connect,
         dev_tee_seed,
+        lock_data_dir,
         overrides_from_args,
         run_until_signal,
         start_dht,
@@ -43,10 +44,13 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_miner_config(args.config, overrides_from_args(args, MinerConfig))
     key = load_miner_key(cfg)
     spec = RunSpec.load(cfg.run_file)
+    lock = lock_data_dir(cfg.data_dir)  # noqa: F841 - held until the process ends
     traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
     coord = connect(cfg.deployment, cfg.rpc_url, key, traffic)
     check_genesis(coord, spec, cfg.run_file)
-    dht = start_dht(cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id)
+    dht = start_dht(
+        cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id, host=cfg.host
+    )
     try:
         discovery = Discovery(coord.chain_id, key, dht, cfg.checkpoint_urls)
         evidence = simulated_evidence(coord.chain_id, dev_tee_seed()) if cfg.tee == "simulated" else None

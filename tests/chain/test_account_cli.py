@@ -57,7 +57,7 @@ def test_money_commands_match_the_chain(
     reader = net1.reader()
 
     rc, st, _ = _run(["account", "status", *base], capsys)
-    assert rc == 0 and st["role"] == "miner" and st["owed_wei"] == 0
+    assert rc == 0 and st["role"] == "miner" and st["owed_wei"] == 0 and st["claimed_wei"] == 0
     assert st["stake_wei"] == reader.account_info(miner.address).stake
 
     rc, _, err = _run(["account", "claim", *base], capsys)
@@ -71,6 +71,8 @@ def test_money_commands_match_the_chain(
     assert rc == 0 and out["claimed_wei"] == owed
     assert reader.balance_of(miner.address) == before + owed
     assert reader.account_info(miner.address).owed == 0
+    rc, st, _ = _run(["account", "status", *base], capsys)
+    assert rc == 0 and st["claimed_wei"] == owed and st["owed_wei"] == 0  # claimed so far, from its events
 
     stake = reader.account_info(miner.address).stake
     rc, out, _ = _run(["account", "unbond", *base, "--all"], capsys)
@@ -85,6 +87,27 @@ def test_money_commands_match_the_chain(
     rc, out, _ = _run(["account", "withdraw", *base], capsys)
     assert rc == 0 and out["withdrawn_wei"] == stake
     assert reader.balance_of(miner.address) == before + stake
+
+
+def test_a_keystore_without_password_or_terminal_is_one_line(
+    net1: Net, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    from eth_account import Account
+
+    from protocol.keys import write_keystore
+
+    dep = tmp_path / "deployment.json"
+    net1.deployment.save(dep)
+    write_keystore(Account.create(), tmp_path / "k.json", "pw")
+    monkeypatch.delenv("TESSERA_KEYSTORE_PASSWORD", raising=False)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no terminal: getpass used to end in EOFError
+    rc, _, err = _run(
+        ["account", "claim", "--deployment", str(dep), "--keystore", str(tmp_path / "k.json")], capsys
+    )
+    assert rc == 2 and "needs its password in $TESSERA_KEYSTORE_PASSWORD (no terminal)" in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_token_amounts() -> None:

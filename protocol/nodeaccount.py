@@ -1,0 +1,133 @@
+"""A node's own account as the chain holds it: stake, rewards owed and claimed, balance (issue 16).
+
+:func:`read_account` is the one read of an account (``tessera account status`` and the nodes);
+:class:`ChainAccount` keeps a node's figures for its ``/status`` (exact wei) and its ``account_tokens``
+gauges (tokens), read when the node asks, never per request; :class:`KeyInUseError` is a commitment of the
+node's key that the node did not make.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import ProtocolError
+from protocol.nodeapi import NodeMetrics
+
+log = logging.getLogger(__name__)
+
+
+class KeyInUseError(ProtocolError):
+    """The chain shows an action of this node's key that this node did not take: another instance runs
+    with the same key."""
+
+
+WEI_PER_TOKEN = 10**18
+
+
+def read_account(chain: Any, address: str, attempts: int = 3) -> dict[str, Any]:
+    """What the chain holds for ``address`` (a :class:`protocol.chain.Chain`), every figure of one block
+    (read before and after; read again if a block arrived meanwhile): role, stake, owed rewards, token
+    balance, unbonding, last committed round. ``tessera account status`` and the nodes' account figures."""
+    for _ in range(attempts):
+        block = chain.block_number()
+        info = chain.account_info(address)
+        unbonding = chain.unbonding(address)
+        balance = chain.balance_of(address)
+        if chain.block_number() == block:
+            break
+    return {
+        "address": address,
+        "role": info.role.name.lower(),
+        "stake_wei": info.stake,
+        "owed_wei": info.owed,
+        "balance_wei": balance,
+        "unbonding_wei": unbonding.amount,
+        "unbonding_end_block": unbonding.end,
+        "withdrawable": bool(unbonding.amount) and block >= unbonding.end,
+        "last_commit_round": info.last_commit_round,
+        "block": block,
+    }
+
+
+def claimed_between(chain: Any, address: str, from_block: int, to_block: int) -> int:
+    """Wei ``address`` claimed in blocks ``from_block..to_block`` (its ``Claimed`` events: ``claim`` and a
+    miner's ``commitAndClaim``; the contract keeps no running total)."""
+    return sum(int(e.amount) for e in chain.events("Claimed", from_block, to_block, account=address))
+
+
+@dataclass
+class ChainAccount:
+    """A node's own account as the chain holds it, read when the node asks (:meth:`refresh`, at most once
+    per key: a round), never per request: exact wei as decimal strings in ``/status`` (:meth:`to_json`), and
+    the ``account_tokens{figure=stake|owed|claimed}`` gauges in tokens (a float holds wei exactly only up to
+    2**53 wei, 0.009 tokens; tokens keep 15 significant digits), with the block they were read at."""
+
+    chain: Any
+    address: str
+    metrics: NodeMetrics
+    figures: dict[str, Any] = field(default_factory=dict)
+    key: object = None
+    claimed: int = 0
+    scanned: int = -1
+    """The last block whose ``Claimed`` events are summed in ``claimed`` (-1: none yet)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    first_round: int | None = None
+    conflict: str = ""
+    """The last :class:`KeyInUseError` message (kept for ``/status``)."""
+
+    @classmethod
+    def of(cls, coord: Any, address: str, metrics: NodeMetrics) -> ChainAccount | None:
+        """The tracker of a node whose coordinator is on a chain (None for an in-memory one)."""
+        chain = getattr(coord, "chain", None)
+        return None if chain is None else cls(chain, address, metrics)
+
+    def refresh(self, key: object = None) -> bool:
+        """Read the account from the chain unless the last read was for ``key`` (None: read anyway)."""
+        with self.lock:
+            if key is not None and key == self.key:
+                return False
+            read = read_account(self.chain, self.address)
+            start = self.chain.deployment.block if self.scanned < 0 else self.scanned + 1
+            if read["block"] >= start:
+                self.claimed += claimed_between(self.chain, self.address, start, read["block"])
+                self.scanned = read["block"]
+            self.key = key
+            self.figures = {**read, "claimed_wei": self.claimed}
+            for name in ("stake", "owed", "claimed"):
+                self.metrics.account.labels(figure=name).set(self.figures[f"{name}_wei"] / WEI_PER_TOKEN)
+            self.metrics.account_block.set(read["block"])
+            return True
+
+    def check_commits(self, current_round: int, own: Callable[[int], bool]) -> None:
+        """:class:`KeyInUseError` (once per round) if the last round the chain says this account committed
+        to is one this process has seen start and ``own(round)`` says it did not commit."""
+        if self.first_round is None:
+            self.first_round = current_round
+        last = int(self.figures.get("last_commit_round", 0))
+        if last < max(1, self.first_round) or f"round {last}:" in self.conflict or own(last):
+            return
+        self.conflict = (
+            f"round {last}: key {self.address} committed an update this node did not make: another miner "
+            "runs with this key (stop one; each needs its own key), or its data dir was replaced"
+        )
+        raise KeyInUseError(self.conflict)
+
+    def try_refresh(self, key: object = None) -> None:
+        """:meth:`refresh`, logging a chain error instead of raising it (for request handlers)."""
+        try:
+            self.refresh(key)
+        except ProtocolError as exc:
+            log.warning("account figures not read: %s: %s", type(exc).__name__, exc)
+
+    def to_json(self) -> dict[str, Any] | None:
+        """``{stake_wei, owed_wei, claimed_wei, balance_wei, unbonding_wei, block}`` as decimal strings (wei
+        exceed JSON's safe integers), ``role``; None until read."""
+        f = self.figures
+        if not f:
+            return None
+        wei = ("stake_wei", "owed_wei", "claimed_wei", "balance_wei", "unbonding_wei")
+        return {"role": f["role"], **{k: str(f[k]) for k in wei}, "block": f["block"]}

@@ -1,0 +1,141 @@
+"""A node's account figures (``/status`` ``account``, the ``account_tokens{figure}`` gauges) are what the
+chain holds, checked with Foundry's own ``cast`` at the block they were read at (issue 16: the reward
+metric was a float the node summed in-process and lost at a restart); a commitment of the node's key that
+the node did not make is refused with :class:`KeyInUseError`; a second node on one data dir is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+from web3 import Web3
+
+from protocol.anvil import Anvil
+from protocol.nodeaccount import ChainAccount, KeyInUseError
+from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
+from protocol.transfer import BlobStore
+from tessera.errors import TesseraError
+from tessera.nodes import dht_listen_maddr, lock_data_dir
+from tests.chain.conftest import Net, make_net
+from tests.chain.test_account_cli import _pay_the_miner
+
+pytestmark = pytest.mark.chain
+
+REPO = Path(__file__).resolve().parents[2]
+CLAIMED = "Claimed(address indexed account, uint256 amount)"
+
+
+@pytest.fixture(scope="module")
+def net1(w3: Web3, anvil: Anvil) -> Net:
+    return make_net(w3, anvil, n_miners=1, n_validators=1)
+
+
+def _cast(*args: str) -> str:
+    cast = shutil.which("cast", path=str(REPO / "contracts" / "node_modules" / ".bin")) or shutil.which(
+        "cast"
+    )
+    if cast is None:
+        pytest.skip("Foundry's cast is not installed (cd contracts && npm ci)")
+    return subprocess.run([cast, *args], check=True, capture_output=True, text=True, timeout=60).stdout
+
+
+def _gauges(text: str, name: str) -> dict[str, float]:
+    """``{label value or '': sample}`` of one metric in Prometheus text."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            key, value = line.rsplit(" ", 1)
+            out[key.split('"')[1] if '"' in key else ""] = float(value)
+    return out
+
+
+def test_status_and_metrics_equal_cast_at_the_block_read(net1: Net, tmp_path: Path) -> None:
+    miner = net1.miners[0]
+    _pay_the_miner(net1)
+    miner.claim()  # something claimed (a Claimed event) ...
+    _pay_the_miner(net1)  # ... and something owed
+    metrics = NodeMetrics.create("miner")
+    acc = ChainAccount.of(SimpleNamespace(chain=miner), miner.address, metrics)
+    assert acc is not None and ChainAccount.of(SimpleNamespace(), miner.address, metrics) is None
+    app = create_node_app(
+        role="miner", status=lambda: {"account": acc.to_json()}, store=BlobStore(tmp_path), metrics=metrics
+    )
+    server = NodeServer(app).start()
+    try:
+        assert acc.refresh(7) and not acc.refresh(7)  # one read per key (a round)
+        status = httpx.get(f"{server.url}/status", timeout=10).json()["account"]
+        text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    finally:
+        server.stop()
+
+    rpc, block = net1.deployment.rpc_url, str(status["block"])
+    net, token = net1.deployment.network, net1.deployment.token
+    fields = _cast("call", net, "accountOf(address)((uint96,uint96,uint32,uint8,uint16))", miner.address,
+                   "--rpc-url", rpc, "--block", block)  # fmt: skip
+    stake, owed, _last, role, _index = (int(x.split()[0]) for x in fields.strip().strip("()").split(","))
+    balance = int(_cast("call", token, "balanceOf(address)(uint256)", miner.address, "--rpc-url", rpc,
+                        "--block", block).split()[0])  # fmt: skip
+    logs = json.loads(_cast("logs", "--address", net, "--from-block", str(net1.deployment.block),
+                            "--to-block", block, CLAIMED, miner.address, "--rpc-url", rpc, "--json"))  # fmt: skip
+    claimed = sum(int(log["data"], 16) for log in logs)
+    assert owed > 0 and claimed > 0 and role == 1 and len(logs) == 1
+    assert status == {
+        "role": "miner",
+        "stake_wei": str(stake),
+        "owed_wei": str(owed),
+        "claimed_wei": str(claimed),
+        "balance_wei": str(balance),
+        "unbonding_wei": "0",
+        "block": int(block),
+    }
+    tokens = _gauges(text, "tessera_miner_account_tokens")
+    assert tokens == {"stake": stake / 10**18, "owed": owed / 10**18, "claimed": claimed / 10**18}
+    assert _gauges(text, "tessera_miner_account_block") == {"": float(block)}
+    assert "rewards_wei" not in text
+
+    # claimed grows by what a later claim moves, scanning only the new blocks; a scrape's hook (how a
+    # validator refreshes) runs before the gauges are collected
+    miner.claim()
+    metrics.before_collect.append(lambda: acc.try_refresh(8))
+    text = generate_latest(metrics.registry).decode()
+    assert _gauges(text, "tessera_miner_account_tokens")["claimed"] == (claimed + owed) / 10**18
+    assert acc.to_json()["claimed_wei"] == str(claimed + owed)  # type: ignore[index]
+    assert acc.to_json()["owed_wei"] == "0" and acc.scanned > int(block)  # type: ignore[index]
+
+
+def test_a_commitment_this_node_did_not_make_is_refused(net1: Net) -> None:
+    miner = net1.miners[0]
+    acc = ChainAccount(miner, miner.address, NodeMetrics.create("miner"))
+    r = net1.fresh_round()
+    acc.refresh(1)
+    acc.check_commits(r, own=lambda _r: False)  # nothing committed since this node started
+    miner.commit_update(r, b"\x11" * 32)  # another instance with this key commits
+    acc.refresh(2)
+    acc.check_commits(r, own=lambda _r: True)  # its own commitment: fine
+    with pytest.raises(KeyInUseError, match=f"round {r}: key {miner.address} committed an update this node"):
+        acc.check_commits(r, own=lambda _r: False)
+    acc.check_commits(r, own=lambda _r: False)  # reported once per round
+    assert acc.conflict.startswith(f"round {r}:")
+
+
+def test_a_second_node_on_one_data_dir_is_refused(tmp_path: Path) -> None:
+    held = lock_data_dir(tmp_path / "miner")
+    with pytest.raises(
+        TesseraError, match=rf"data dir .*miner is in use by another node \(pid {os.getpid()}\)"
+    ):
+        lock_data_dir(tmp_path / "miner")
+    held.close()
+    lock_data_dir(tmp_path / "miner").close()
+
+
+def test_dht_listens_on_the_http_host() -> None:
+    assert dht_listen_maddr("0.0.0.0", 31337) == "/ip4/0.0.0.0/tcp/31337"
+    assert dht_listen_maddr("::1", 5) == "/ip6/::1/tcp/5"
+    assert dht_listen_maddr("my.host", 0) == "/ip4/127.0.0.1/tcp/0"
