@@ -9,12 +9,15 @@ directory) and runs every other line verbatim with ``bash``; a failing command f
 Order: the launcher's setup, a fresh anvil with chain id 11155111 and 1 s blocks, the deployer's keystore
 (``cast wallet new``), the run file; each operator's keystore (one validator, two miners, each in its own
 home directory); the deployment with the genesis checkpoint of the run file, stake tokens and gas for
-every operator; the run file and deployment file handed to each operator; the two miners and the
-validator started as separate ``tessera ... run`` processes; their progress pages; once round 2 (the
-first training round) has paid the miners (the launcher's ``cast call`` check), each operator's ``tessera
-account status`` and ``claim`` (a running miner's node may have pulled its rewards with its next commit,
-which the guide documents); then miner1's operator stops its node after it served the next round and
-claims that round's reward, cross-checked with ``cast call``; then every process group is stopped.
+every operator; the run file and deployment file handed to each operator; the validator started first
+(it starts the DHT), then each miner reads the validator's DHT multiaddr from its ``/status`` and starts
+with it as ``--dht-peers``, all as separate ``tessera ... run`` processes; their progress pages; once
+round 2 (the first training round) has paid the miners (the launcher's ``cast call`` check), each
+operator's ``tessera account status`` and ``claim`` (a running miner's node may have pulled its rewards
+with its next commit, which the guide documents); a running miner's and the validator's ``/status``
+account and ``/metrics`` figures against ``cast`` at the block the node read them at; then miner1's
+operator stops its node after it served the next round and claims that round's reward, cross-checked
+with ``cast call``; then every process group is stopped.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ DOCS = ("docs/deploy.md", "docs/operator-validator.md", "docs/operator-miner.md"
 STEPS = (
     "setup", "chain", "deployer-key", "run-file", "deploy", "check",
     "validator-key", "validator-start", "validator-progress", "validator-status", "validator-claim",
-    "miner-key", "miner-start", "miner-progress", "miner-status", "miner-claim",
+    "miner-key", "miner-dht-peers", "miner-start", "miner-progress", "miner-status", "miner-claim",
 )  # fmt: skip
 ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
 PAID_WITHIN = 300.0
@@ -73,6 +76,56 @@ def _verified(shell: Shell, block: Block, miner: str) -> set[int]:
     block) shows verified."""
     rounds = json.loads(shell.run(block, timeout=30).splitlines()[1])
     return {int(r["round"]) for r in rounds if r.get("stages", {}).get(miner) == "ok"}
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    """``{figure label or '': value}`` of one metric in Prometheus text."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")):
+            key, value = line.rsplit(" ", 1)
+            out[key.split('"')[1] if '"' in key else ""] = float(value)
+    return out
+
+
+def _node_matches_cast(launcher: Shell, url: str, address: str, from_block: int) -> None:
+    """The node's ``/status`` ``account`` and ``/metrics`` ``account_tokens`` equal ``cast``'s reads of
+    ``accountOf``, ``balanceOf`` and the ``Claimed`` logs at the block the node read them at."""
+    role = json.loads(launcher.bash(f"curl -s {url}/health", "health", 30))["role"]
+    for _ in range(10):  # until no refresh falls between the reads of /metrics and /status
+        text = launcher.bash(f"curl -s {url}/metrics", "metrics", 30)
+        acc = json.loads(launcher.bash(f"curl -s {url}/status", "status", 30))["account"]
+        if acc and _samples(text, f"tessera_{role}_account_block") == {"": float(acc["block"])}:
+            break
+        time.sleep(1)
+    else:
+        raise GuideError(f"{url}: no stable account figures")
+    at = f"--rpc-url $RPC_URL --block {acc['block']}"
+    fields = launcher.bash(
+        f'cast call $NETWORK "accountOf(address)((uint96,uint96,uint32,uint8,uint16))" {address} {at}', "cast", 30
+    )  # fmt: skip
+    stake, owed = (int(x.split()[0]) for x in fields.strip().strip("()").split(",")[:2])
+    balance = int(launcher.bash(f'cast call $TOKEN "balanceOf(address)(uint256)" {address} {at}', "cast", 30)
+                  .split()[0])  # fmt: skip
+    logs = json.loads(launcher.bash(
+        f'cast logs --address $NETWORK --from-block {from_block} --to-block {acc["block"]} '
+        f'"Claimed(address indexed account, uint256 amount)" {address} --rpc-url $RPC_URL --json', "cast", 30
+    ))  # fmt: skip
+    claimed = sum(int(log["data"], 16) for log in logs)
+    got = (acc["stake_wei"], acc["owed_wei"], acc["claimed_wei"], acc["balance_wei"])
+    assert got == (str(stake), str(owed), str(claimed), str(balance)), (
+        url,
+        acc,
+        stake,
+        owed,
+        claimed,
+        balance,
+    )
+    tokens = _samples(text, f"tessera_{role}_account_tokens")
+    assert tokens == {"stake": stake / 10**18, "owed": owed / 10**18, "claimed": claimed / 10**18}, tokens
+    print(
+        f"{role} at block {acc['block']}: stake {stake}, owed {owed}, claimed {claimed}, as cast reads them"
+    )
 
 
 def test_guides_stand_up_a_network_and_pay(tmp_path: Path) -> None:
@@ -138,21 +191,27 @@ def test_guides_stand_up_a_network_and_pay(tmp_path: Path) -> None:
 
         ports = {name: free_port() for name in operators}
         urls = {name: f"http://127.0.0.1:{p}" for name, p in ports.items()}
-        for name in ("miner1", "miner2"):
-            operators[name].run(
-                blocks["miner-start"],
-                {"PORT": str(ports[name]), "PUBLIC_URL": urls[name], "VALIDATOR_URLS": urls["validator"]},
-                timeout=150,
-            )
         operators["validator"].run(
             blocks["validator-start"],
             {
                 "PORT": str(ports["validator"]),
+                "DHT_PORT": str(free_port()),
                 "PUBLIC_URL": urls["validator"],
                 "PEER_URLS": urls["validator"],
             },
             timeout=150,
         )
+        for name in ("miner1", "miner2"):
+            # the validator is the first node: each miner reads its DHT multiaddr from its /status and joins
+            out = operators[name].run(
+                blocks["miner-dht-peers"], {"FIRST_NODE": urls["validator"]}, timeout=30
+            )
+            assert re.fullmatch(r"--dht-peers /ip4/127\.0\.0\.1/tcp/\d+/p2p/\w+", out.strip()), out
+            operators[name].run(
+                blocks["miner-start"],
+                {"PORT": str(ports[name]), "PUBLIC_URL": urls[name], "VALIDATOR_URLS": urls["validator"]},
+                timeout=150,
+            )
         print(f"nodes up {time.time() - deployed:.0f}s after the deployment")
 
         # progress, as the guides show it: /status and /rounds of both node kinds
@@ -199,6 +258,8 @@ def test_guides_stand_up_a_network_and_pay(tmp_path: Path) -> None:
                 assert "has no rewards to claim (owed 0)" in str(exc), exc
             after = _status(sh, blocks["miner-status"])
             assert int(str(after["balance_wei"])) >= earned, (name, st, after)
+            # funded with exactly the stake: its wallet holds what it claimed, claim or commitAndClaim
+            assert after["claimed_wei"] == after["balance_wei"], (name, after)
 
         v = operators["validator"]
         owed = int(str(paid["owed_wei"]))
@@ -207,6 +268,11 @@ def test_guides_stand_up_a_network_and_pay(tmp_path: Path) -> None:
         assert "claimed" in out, out
         after = _status(v, blocks["validator-status"])
         assert int(str(after["owed_wei"])) == 0 and int(str(after["balance_wei"])) >= before + owed, after
+
+        # a running node's account figures (/status exact wei, /metrics tokens) are the chain's, read with
+        # cast at the block the node read them at
+        for name in ("miner2", "validator"):
+            _node_matches_cast(launcher, urls[name], addresses[name], dep["block"])
 
         # miner1's operator stops its node (the guide: Ctrl-C or SIGTERM) once the validator's /rounds shows
         # its update of a later round verified ("ok"): that round's reward then waits on-chain, owed, for
