@@ -109,7 +109,9 @@ def check_genesis(coord: Any, spec: Any, run_file: Path) -> None:
 def lock_data_dir(data_dir: Path) -> Any:
     """Hold ``data_dir/node.lock`` (an advisory lock released when the process ends): a second node on the
     same data dir, e.g. the same miner started twice (with ``--dht false`` too, where the DHT key does not
-    catch it), stops at start instead of sharing its round records. Returns the open file to keep."""
+    catch it), stops at start instead of sharing its round records. Returns the open file to keep. A POSIX
+    record lock (``lockf``): a forked child (the DHT's process) does not inherit it, so a node killed alone
+    does not leave its data dir locked."""
     import fcntl
     import os
 
@@ -117,7 +119,7 @@ def lock_data_dir(data_dir: Path) -> Any:
     d.mkdir(parents=True, exist_ok=True)
     fh = open(d / "node.lock", "a+")  # held for the life of the process
     try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         fh.seek(0)
         other = fh.read().strip() or "?"

@@ -21,7 +21,6 @@ from protocol.anvil import Anvil
 from protocol.nodeaccount import ChainAccount, KeyInUseError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
 from protocol.transfer import BlobStore
-from tessera.errors import TesseraError
 from tessera.nodes import dht_listen_maddr, lock_data_dir
 from tests.chain.conftest import Net, make_net
 from tests.chain.test_account_cli import _pay_the_miner
@@ -126,13 +125,15 @@ def test_a_commitment_this_node_did_not_make_is_refused(net1: Net) -> None:
 
 
 def test_a_second_node_on_one_data_dir_is_refused(tmp_path: Path) -> None:
+    import sys
+
     held = lock_data_dir(tmp_path / "miner")
-    with pytest.raises(
-        TesseraError, match=rf"data dir .*miner is in use by another node \(pid {os.getpid()}\)"
-    ):
-        lock_data_dir(tmp_path / "miner")
+    second = "from pathlib import Path; import sys; from tessera.nodes import lock_data_dir; lock_data_dir(Path(sys.argv[1]))"
+    run = [sys.executable, "-c", second, str(tmp_path / "miner")]
+    got = subprocess.run(run, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert got.returncode != 0 and f"is in use by another node (pid {os.getpid()})" in got.stderr, got.stderr
     held.close()
-    lock_data_dir(tmp_path / "miner").close()
+    assert subprocess.run(run, capture_output=True, text=True, timeout=60, cwd=REPO).returncode == 0
 
 
 def test_dht_listens_on_the_http_host() -> None:
