@@ -16,6 +16,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from eth_account import Account
+
 from protocol.dht import DHTError, DHTNode
 from protocol.recordbook import RecordBook, RecordExchange
 from protocol.records import NodeRecord, RecordError, Served, make_record
@@ -56,6 +58,14 @@ class Discovery:
     ) -> NodeRecord:
         """Sign and publish a record in the DHT, the book and to the peers (failures are logged, not raised)."""
         self._cache.pop(round, None)
+        # the newest record must expire last, or a node restarted within the second of its previous
+        # announcement keeps its old URL where records are merged (the DHT keeps the later expiry)
+        now = time.time()
+        address = Account.from_key(self.private_key).address
+        held = [r.expires for r in self.book.records(round) if r.address == address]
+        if not held:  # a restarted node: what it announced before is in the DHT, if anywhere
+            held = [r.expires for r in self._from_dht(round) if r.address == address]
+        ttl = max(ttl, max(held, default=0) + 1 - int(now))
         rec = make_record(
             self.private_key,
             chain_id=self.chain_id,
@@ -64,6 +74,7 @@ class Discovery:
             url=url,
             serves=tuple(serves),
             ttl=ttl,
+            now=now,
         )
         self.book.note_round(round)
         try:

@@ -20,6 +20,7 @@ from protocol.canonical import CanonicalJSONError, check_json_depth, dumps_canon
 from protocol.errors import ProtocolError
 from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, from_dict, to_dict
 from training.errors import TrainingError
+from training.merge import MERGE_METHODS, MergePolicy
 
 #: Held around every torch computation a node does (training, replay, evaluation, merge). Measured:
 #: torch work running concurrently in another thread of the same process perturbs the bits of an inner
@@ -124,8 +125,13 @@ class RunSpec:
     """Pinned ``training.corpus.content_digest`` of the corpus (None: not pinned; omitted from JSON)."""
     tokenizer: TokenizerSpec | None = None
     """A pinned BPE tokenizer file (None: byte-level tokens; omitted from JSON)."""
+    merge: MergePolicy = field(default_factory=MergePolicy)
+    """How validators merge accepted updates, which miners follow to rebuild theta_{r+1} instead of
+    fetching it (omitted from JSON when the default, so older run files keep their digest)."""
 
     def __post_init__(self) -> None:
+        if self.merge.method not in MERGE_METHODS:
+            raise RunSpecError(f"merge.method must be one of {MERGE_METHODS}, not {self.merge.method!r}")
         if self.tokenizer is not None and self.model.vocab_size != self.tokenizer.vocab_size:
             raise RunSpecError(
                 f"model.vocab_size {self.model.vocab_size} must equal tokenizer.vocab_size "
@@ -146,6 +152,7 @@ class RunSpec:
             }
             | ({} if self.corpus_digest is None else {"corpus_digest": self.corpus_digest})
             | ({} if self.tokenizer is None else {"tokenizer": self.tokenizer.to_json()})
+            | ({} if self.merge == MergePolicy() else {"merge": to_dict(self.merge)})
         )
 
     @classmethod
@@ -164,6 +171,7 @@ class RunSpec:
                 "genesis_seed",
                 "corpus_digest",
                 "tokenizer",
+                "merge",
             }
             if extra:
                 raise RunSpecError(f"unknown run spec fields {sorted(extra)}")
@@ -177,6 +185,7 @@ class RunSpec:
                 genesis_seed=int(doc.get("genesis_seed", 0)),
                 corpus_digest=_corpus_digest(doc.get("corpus_digest")),
                 tokenizer=None if doc.get("tokenizer") is None else TokenizerSpec.from_json(doc["tokenizer"]),
+                merge=from_dict(MergePolicy, doc.get("merge", {})),
             )
         except (TrainingError, TypeError, ValueError) as exc:
             raise RunSpecError(f"invalid run spec: {exc}") from exc

@@ -35,6 +35,9 @@ from training.diloco import OuterOptimizer, merge
 from training.errors import MergeError
 from training.exact import F64, ieee_mode, l2_norm, sequential_sum
 
+#: The merge methods :func:`robust_merge` implements.
+MERGE_METHODS = ("mean", "trimmed_mean")
+
 
 @dataclass(frozen=True)
 class MergePolicy:

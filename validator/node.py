@@ -137,6 +137,13 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         )
         self.policy = cfg.verify_policy()
         self.merge_policy = MergePolicy(cfg.merge_method, cfg.clip_factor, cfg.trim)
+        if self.merge_policy != spec.merge:
+            log.warning(
+                "merge policy %s differs from the run's %s: miners rebuild theta_{r+1} with the run's and will "
+                "fetch this validator's checkpoints instead (and other validators merge differently)",
+                self.merge_policy,
+                spec.merge,
+            )
         self._ds: Dataset | None = None
         self._theta: Theta | None = None
         self._cache = RoundCache(0)

@@ -558,6 +558,7 @@ def devnet_spec(cfg: DevnetConfig) -> Any:
     the BPE tokenizer at :func:`tokenizer_path` (which must exist)."""
     from protocol.runspec import RunSpec
     from training.config import CodecConfig, InnerConfig, OuterConfig
+    from training.merge import MergePolicy
     from training.presets import get_preset
 
     preset = get_preset(cfg.preset)
@@ -573,6 +574,7 @@ def devnet_spec(cfg: DevnetConfig) -> Any:
         outer=OuterConfig.recipe(),
         codec=CodecConfig.recipe(),
         tokenizer=tokenizer,
+        merge=MergePolicy(cfg.merge_method),  # the validators' (--merge), which miners rebuild with
     )
 
 
