@@ -48,7 +48,8 @@ class NodeConfig:
     data_dir: Path = Path("~/.tessera/node")
     """State directory."""
     host: str = "127.0.0.1"
-    """HTTP listen address."""
+    """HTTP listen address; the DHT listens there too when it is an IP address (``0.0.0.0``: every
+    interface), else on 127.0.0.1."""
     port: int = 0
     """HTTP port (0: any free port)."""
     public_url: str = ""
