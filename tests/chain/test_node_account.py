@@ -140,3 +140,29 @@ def test_dht_listens_on_the_http_host() -> None:
     assert dht_listen_maddr("0.0.0.0", 31337) == "/ip4/0.0.0.0/tcp/31337"
     assert dht_listen_maddr("::1", 5) == "/ip6/::1/tcp/5"
     assert dht_listen_maddr("my.host", 0) == "/ip4/127.0.0.1/tcp/0"
+
+
+def test_a_miner_node_reports_a_commitment_of_its_key_it_did_not_make(net1: Net, tmp_path: Path) -> None:
+    """The wiring in ``MinerNode._collect_rewards``: a round this node has no commit record of, committed on
+    chain by its key (another instance), is a one-line KeyInUseError, once, kept in ``/status``."""
+    from miner.config import MinerConfig
+    from miner.node import MinerNode
+    from protocol.chaincoord import ChainCoordinator
+    from protocol.discovery import Discovery
+    from protocol.runspec import RunSpec
+
+    chain = net1.miners[0]
+    key = "0x" + bytes(chain.account.key).hex()  # type: ignore[union-attr]
+    coord = ChainCoordinator(chain, key)
+    node = MinerNode(MinerConfig(data_dir=tmp_path / "m"), RunSpec(), coord, Discovery(coord.chain_id, key))
+    r = net1.fresh_round()
+    node._collect_rewards(r)  # the first read: nothing committed since it started
+    assert node.status()["account"]["role"] == "miner" and node.status()["key_in_use"] == ""
+    chain.commit_update(r, b"\x22" * 32)  # the same key, from elsewhere
+    r2 = net1.fresh_round()
+    with pytest.raises(
+        KeyInUseError, match=f"^round {r}: key {chain.address} committed an update this node did"
+    ):
+        node._collect_rewards(r2)
+    node._collect_rewards(r2)  # once
+    assert node.status()["key_in_use"].startswith(f"round {r}: key {chain.address}")
