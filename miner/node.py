@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 
 from miner.behaviour import Behaviour, RoundContext, make_behaviour
+from miner.checkpoints import CheckpointSource
 from miner.config import MinerConfig
-from miner.errors import CheckpointUnavailableError, MinerError, MinerStateError
+from miner.errors import MinerError, MinerStateError
 from miner.livepage import mount_live_page
-from miner.rebuild import accepted, rebuild_checkpoint
 from miner.state import ABANDONED, COMMITTED, PREPARED, SERVED, MinerState
 from miner.work import BuiltUpdate, assignment_for, build_update, transcript_state
 from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState, update_commitment
@@ -43,10 +43,9 @@ from protocol.tensorblob import (
     encode_tensors,
     split_checkpoint,
     tensor_blob_digest,
-    tensors_digest,
 )
 from protocol.traffic import TrafficLedger
-from protocol.transfer import BlobStore, FetchPolicy, TransferError, fetch_blob
+from protocol.transfer import BlobStore, FetchPolicy
 from protocol.update import transcript_tensors
 from training.data import Dataset, prepare
 from training.device import use_deterministic
@@ -112,6 +111,9 @@ class MinerNode:
         self.public = BlobStore(self.state.dir / "public")
         self.metrics = NodeMetrics.create("miner")
         self.fetch_policy = FetchPolicy(timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts)
+        self.checkpoints = CheckpointSource(
+            spec, coord, discovery, self.state, self.fetch_policy, self.metrics
+        )
         self._ds: Dataset | None = None
         self._live = _Live()
         self._lock = threading.RLock()
@@ -256,94 +258,16 @@ class MinerNode:
 
     # -- round work ------------------------------------------------------------------------------------
     def _checkpoint(self, round: int, digest: bytes) -> dict[str, Tensor]:
+        """theta_round's parameters (``miner.checkpoints``), kept in memory for the round."""
         if (
             self._live.round == round
             and self._live.checkpoint is not None
             and self._live.checkpoint_digest == digest
         ):
             return self._live.checkpoint
-        hexd = "0x" + digest.hex()
-        if self.state.blobs.has(hexd):
-            tensors = decode_tensors(self.state.blobs.get(hexd))
-        else:
-            genesis = self.spec.genesis_params()
-            if tensors_digest({f"param/{k}": v for k, v in genesis.items()}) == hexd:
-                tensors = {f"param/{k}": v for k, v in genesis.items()}
-            elif (rebuilt := self._rebuild(round, hexd)) is not None:
-                tensors = rebuilt
-            else:
-                urls = self.discovery.urls_for(round, "checkpoint", hexd)
-                if not urls:
-                    raise CheckpointUnavailableError(
-                        f"no peer announces checkpoint {hexd[:18]} of round {round}"
-                    )
-                try:
-                    data = fetch_blob(urls, hexd, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
-                except TransferError as exc:
-                    raise CheckpointUnavailableError(f"checkpoint {hexd[:18]}: {exc}") from exc
-                self.metrics.bytes_received.labels(kind="checkpoint").inc(len(data))
-                self.state.blobs.put(data, hexd, digest_fn=tensor_blob_digest)
-                tensors = decode_tensors(data)
-        params, _momentum = split_checkpoint(tensors)
+        params, _momentum = split_checkpoint(self.checkpoints.get(round, "0x" + digest.hex()))
         self._live = _Live(round=round, checkpoint=params, checkpoint_digest=digest)
         return params
-
-    def _rebuild(self, round: int, hexd: str) -> dict[str, Tensor] | None:
-        """theta_round rebuilt from theta_{round-1} (held), round-1's consensus and its accepted updates,
-        if its digest is the certified ``hexd`` (``miner.rebuild``); None: fetch the checkpoint."""
-        p = round - 1
-        prev = self.state.record(p)
-        settlement = self.coord.settlement(p) if prev is not None and "checkpoint" in prev else None
-        if prev is None or settlement is None:
-            return None
-        theta = self._held_checkpoint(prev["checkpoint"])
-        if theta is None:
-            return None
-        updates = self._accepted_updates(p, settlement.consensus)
-        got = rebuild_checkpoint(self.spec, theta, settlement.consensus, updates)
-        if got is None or got[1] != hexd:
-            log.info("round %d: theta_r not rebuilt from %d updates; fetching it", round, len(updates))
-            return None
-        tensors, _ = got
-        self.state.blobs.put(encode_tensors(tensors), hexd, digest_fn=tensor_blob_digest)
-        log.info(
-            "round %d: theta_r rebuilt from %d accepted updates, no checkpoint fetched", round, len(updates)
-        )
-        return tensors
-
-    def _held_checkpoint(self, hex_digest: str) -> dict[str, Tensor] | None:
-        """A checkpoint this miner holds (stored, or the genesis) by its digest, else None."""
-        hexd = "0x" + hex_digest.removeprefix("0x")
-        if self.state.blobs.has(hexd):
-            return decode_tensors(self.state.blobs.get(hexd))
-        genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
-        return genesis if tensors_digest(genesis) == hexd else None
-
-    def _accepted_updates(self, p: int, consensus: Mapping[str, int]) -> dict[str, bytes]:
-        """Round ``p``'s accepted updates, each fetched by the digest its miner announced and kept only if
-        it matches that miner's on-chain commitment (a few kB each)."""
-        commitments = {m.lower(): c for m, c in self.coord.update_commitments(p).items()}
-        records = {r.address.lower(): r for r in self.discovery.find(p) if r.role == "miner"}
-        out: dict[str, bytes] = {}
-        for miner, _score in accepted(consensus):
-            rec = records.get(miner.lower())
-            digest = rec.digest_of("update") if rec is not None else None
-            commitment = commitments.get(miner.lower())
-            if digest is None or commitment is None:
-                continue
-            raw = bytes.fromhex(digest.removeprefix("0x"))
-            if update_commitment(self.coord.chain_id, self.coord.contract, p, miner, raw) != commitment:
-                continue
-            if self.state.blobs.has(digest):  # this miner's own update
-                out[miner] = self.state.blobs.get(digest)
-                continue
-            try:
-                out[miner] = fetch_blob(
-                    self.discovery.urls_for(p, "update", digest), digest, policy=self.fetch_policy
-                )
-            except TransferError as exc:
-                log.info("round %d: update of %s not fetched for the rebuild: %s", p, miner[:10], exc)
-        return out
 
     def _work(self, st: RoundState) -> None:
         assert st.checkpoint is not None
@@ -436,7 +360,6 @@ class MinerNode:
         log.info("round %d: committed %s", r, digest.hex()[:16])
 
     def _chain_has_commit(self, r: int, digest: bytes) -> bool:
-        from protocol.coordinator import update_commitment
 
         got = self.coord.update_commitments(r).get(self.address)
         return got is not None and got == update_commitment(

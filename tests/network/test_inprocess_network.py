@@ -127,6 +127,11 @@ def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[
                 assert hv is not None and hv["metrics"].get("ef_after_rel_err") == 0.0, hv
                 assert hv["metrics"].get("replay_param_rel_diff", 0.0) == 0.0, hv
         assert s.consensus[junk] == 0 and s.miner_rewards[junk] == 0
+    # theta_3 was rebuilt by every honest miner from theta_2, round 2's consensus and the accepted updates:
+    # the certified digest, without fetching the checkpoint (issue 13)
+    for m in miners:
+        if m.address in honest:
+            assert m.checkpoints.rebuilt >= 1, m.last_error
         v = validators[0].state.verdict(r, junk)
         assert v is not None and v["stage"] == "format" and v["provable"]
         assert v["reason"].split(":")[0] in {
