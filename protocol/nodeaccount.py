@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,9 @@ class KeyInUseError(ProtocolError):
 
 
 WEI_PER_TOKEN = 10**18
+
+RETRY_AFTER_S = 30.0
+"""Seconds before a failed read of the same key is tried again (:meth:`ChainAccount.try_refresh`)."""
 
 
 def read_account(chain: Any, address: str, attempts: int = 3) -> dict[str, Any]:
@@ -78,6 +82,8 @@ class ChainAccount:
     first_round: int | None = None
     conflict: str = ""
     """The last :class:`KeyInUseError` message (kept for ``/status``)."""
+    failed: tuple[object, float] | None = None
+    busy: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def of(cls, coord: Any, address: str, metrics: NodeMetrics) -> ChainAccount | None:
@@ -117,11 +123,29 @@ class ChainAccount:
         raise KeyInUseError(self.conflict)
 
     def try_refresh(self, key: object = None) -> None:
-        """:meth:`refresh`, logging a chain error instead of raising it (for request handlers)."""
+        """:meth:`refresh`, logging a chain error instead of raising it; after a failure, the same ``key`` is
+        tried again :data:`RETRY_AFTER_S` later, not at every call."""
+        if key is not None and self.failed is not None and self.failed[0] == key:
+            if time.monotonic() < self.failed[1] + RETRY_AFTER_S:
+                return
         try:
             self.refresh(key)
+            self.failed = None
         except ProtocolError as exc:
+            self.failed = (key, time.monotonic())
             log.warning("account figures not read: %s: %s", type(exc).__name__, exc)
+
+    def refresh_soon(self, key: object) -> None:
+        """:meth:`try_refresh` in a thread of its own unless ``key`` was read or a read is under way: a
+        request handler answers at once with the figures it has (their ``block`` says when they were read)."""
+        if key == self.key or self.busy.locked():
+            return
+
+        def run() -> None:
+            with self.busy:
+                self.try_refresh(key)
+
+        threading.Thread(target=run, daemon=True, name="account-read").start()
 
     def to_json(self) -> dict[str, Any] | None:
         """``{stake_wei, owed_wei, claimed_wei, balance_wei, unbonding_wei, block}`` as decimal strings (wei

@@ -72,11 +72,12 @@ class ApiMixin(ValidatorParts):
         return acc
 
     def _refresh_account(self) -> None:
-        """Read the account from the chain at the first ``/status`` or ``/metrics`` request of a round (a
-        validator's figures change when a round is finalized, which opens the next, and when it claims)."""
+        """Read the account from the chain after the first ``/status`` or ``/metrics`` request of a round
+        (a validator's figures change when a round is finalized, which opens the next, and when it claims),
+        in the background: the request is answered at once with the figures of the block they name."""
         acc = self._account()
         if acc is not None:
-            acc.try_refresh(self._cache.round)
+            acc.refresh_soon(self._cache.round)
 
     def summary(self) -> list[dict[str, Any]]:
         """Per-round summary for the API and the live page."""

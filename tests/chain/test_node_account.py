@@ -166,3 +166,36 @@ def test_a_miner_node_reports_a_commitment_of_its_key_it_did_not_make(net1: Net,
         node._collect_rewards(r2)
     node._collect_rewards(r2)  # once
     assert node.status()["key_in_use"].startswith(f"round {r}: key {chain.address}")
+
+
+def test_a_request_handler_reads_in_the_background_and_a_failure_waits(
+    net1: Net, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from protocol.chain import ChainConnectionError
+    from protocol.nodeaccount import RETRY_AFTER_S
+
+    miner = net1.miners[0]
+    acc = ChainAccount(miner, miner.address, NodeMetrics.create("validator"))
+    acc.refresh_soon(5)  # answered at once; the read runs in its own thread
+    deadline = time.time() + 30
+    while acc.key != 5 and time.time() < deadline:
+        time.sleep(0.05)
+    assert acc.key == 5 and acc.to_json() is not None
+
+    calls = []
+
+    class Down:
+        def block_number(self) -> int:
+            calls.append(1)
+            raise ChainConnectionError("RPC unreachable")
+
+    dead = ChainAccount(Down(), miner.address, NodeMetrics.create("validator"))
+    dead.try_refresh(1)
+    dead.try_refresh(1)  # not again at once
+    assert len(calls) == 1 and dead.to_json() is None
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + RETRY_AFTER_S + 1)
+    dead.try_refresh(1)
+    assert len(calls) == 2
