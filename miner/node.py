@@ -497,7 +497,7 @@ class MinerNode:
             self.__dict__["_account"] = ChainAccount.of(self.coord, self.address, self.metrics)
         acc: ChainAccount | None = self.__dict__["_account"]
         now = self.state.record(current_round) or {}
-        if acc is None or not acc.refresh((current_round, now.get("status"), self.rounds_done)):
+        if acc is None or not acc.try_refresh((current_round, now.get("status"), self.rounds_done)):
             return
 
         def own(r: int) -> bool:

@@ -57,10 +57,19 @@ def read_account(chain: Any, address: str, attempts: int = 3) -> dict[str, Any]:
     }
 
 
+LOG_CHUNK = 5_000
+"""Blocks per ``eth_getLogs`` when summing ``Claimed`` events (public RPC providers cap the range)."""
+
+
 def claimed_between(chain: Any, address: str, from_block: int, to_block: int) -> int:
     """Wei ``address`` claimed in blocks ``from_block..to_block`` (its ``Claimed`` events: ``claim`` and a
-    miner's ``commitAndClaim``; the contract keeps no running total)."""
-    return sum(int(e.amount) for e in chain.events("Claimed", from_block, to_block, account=address))
+    miner's ``commitAndClaim``; the contract keeps no running total), read :data:`LOG_CHUNK` blocks at a
+    time."""
+    total = 0
+    for start in range(from_block, to_block + 1, LOG_CHUNK):
+        end = min(start + LOG_CHUNK - 1, to_block)
+        total += sum(int(e.amount) for e in chain.events("Claimed", start, end, account=address))
+    return total
 
 
 @dataclass
@@ -122,18 +131,21 @@ class ChainAccount:
         )
         raise KeyInUseError(self.conflict)
 
-    def try_refresh(self, key: object = None) -> None:
-        """:meth:`refresh`, logging a chain error instead of raising it; after a failure, the same ``key`` is
-        tried again :data:`RETRY_AFTER_S` later, not at every call."""
+    def try_refresh(self, key: object = None) -> bool:
+        """:meth:`refresh`, logging a chain error instead of raising it (the figures are not worth a node's
+        step); after a failure, the same ``key`` is tried again :data:`RETRY_AFTER_S` later, not at every
+        call. True if it read."""
         if key is not None and self.failed is not None and self.failed[0] == key:
             if time.monotonic() < self.failed[1] + RETRY_AFTER_S:
-                return
+                return False
         try:
-            self.refresh(key)
+            done = self.refresh(key)
             self.failed = None
+            return done
         except ProtocolError as exc:
             self.failed = (key, time.monotonic())
             log.warning("account figures not read: %s: %s", type(exc).__name__, exc)
+            return False
 
     def refresh_soon(self, key: object) -> None:
         """:meth:`try_refresh` in a thread of its own unless ``key`` was read or a read is under way: a

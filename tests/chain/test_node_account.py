@@ -199,3 +199,18 @@ def test_a_request_handler_reads_in_the_background_and_a_failure_waits(
     monkeypatch.setattr(time, "monotonic", lambda: now + RETRY_AFTER_S + 1)
     dead.try_refresh(1)
     assert len(calls) == 2
+
+
+def test_claimed_is_summed_in_bounded_log_ranges(net1: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    import protocol.nodeaccount as na
+
+    miner, start = net1.miners[0], net1.deployment.block
+    if miner.account_info(miner.address).owed == 0:
+        _pay_the_miner(net1)
+    miner.claim()
+    head = miner.block_number()
+    whole = na.claimed_between(miner, miner.address, start, head)
+    assert whole > 0
+    monkeypatch.setattr(na, "LOG_CHUNK", 7)
+    assert na.claimed_between(miner, miner.address, start, head) == whole
+    assert na.claimed_between(miner, miner.address, head + 1, head) == 0
