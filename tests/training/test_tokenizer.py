@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import torch
 
 from protocol.errors import ProtocolError
 from protocol.runspec import RunSpec, RunSpecError, TokenizerDigestError, TokenizerSpec
-from tessera.modelout import export, export_tokenizer, load_export, model_with, sample
+from tessera.modelout import evaluate, export, export_tokenizer, load_export, model_with, sample
 from training.config import ModelConfig
 from training.corpus import load_bundled_corpus
 from training.data import DOC_SEP, is_heldout, prepare
@@ -211,6 +212,9 @@ def test_export_carries_the_tokenizer_and_sample_decodes_with_it(tmp_path: Path,
     text = sample(model_with(params2, cfg), "The ", max_new=12, seed=3, tokenizer=tok)
     assert text == sample(model_with(params2, cfg), "The ", max_new=12, seed=3, tokenizer=tok)
     assert text and text == tok.decode(tok.encode(text)) or "\ufffd" in text  # BPE ids decoded to text
+    ev = evaluate(params2, spec, windows=4)  # loss per token; bits per byte over the bytes per token
+    assert ev["bytes_per_token"] > 1.5
+    assert ev["bits_per_byte"] == pytest.approx(ev["heldout_loss"] / math.log(2) / ev["bytes_per_token"])
     (out / "tokenizer.json").write_bytes(train_bpe(_texts(), 512))
     from tessera.modelout import ModelOutError
 
