@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import sys
 from pathlib import Path
 
 from eth_account import Account
@@ -60,7 +61,14 @@ def account_from_keystore(
     if password is None:
         if not prompt:
             raise KeySourceError(f"no keystore password: set {password_env}")
-        password = getpass.getpass(f"password for {p}: ")
+        if not sys.stdin.isatty():  # getpass would read a pipe, or end in EOFError with no input at all
+            raise KeySourceError(
+                f"no keystore password for {p}: set {password_env} (there is no terminal to ask)"
+            )
+        try:
+            password = getpass.getpass(f"password for {p}: ")
+        except EOFError as exc:
+            raise KeySourceError(f"no keystore password for {p}: set {password_env}") from exc
     try:
         key = Account.decrypt(data, password)
     except ValueError as exc:

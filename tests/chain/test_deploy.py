@@ -134,6 +134,11 @@ def test_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plain.write_text(json.dumps({"key": "0x" + bytes(acct.key).hex()}))
     with pytest.raises(KeySourceError, match="not an encrypted keystore"):
         account_from_keystore(plain, password="pw")
+    # no password anywhere and no terminal to ask (CI, a service, a pipe): one line, not an EOFError
+    monkeypatch.delenv("TESSERA_KEYSTORE_PASSWORD", raising=False)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    with pytest.raises(KeySourceError, match="no terminal to ask"):
+        account_from_keystore(ks, password_env="TESSERA_KEYSTORE_PASSWORD")
     monkeypatch.delenv("TESSERA_TEST_KEY", raising=False)
     with pytest.raises(KeySourceError, match="not set"):
         account_from_env("TESSERA_TEST_KEY")
