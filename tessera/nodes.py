@@ -8,6 +8,7 @@ discovery, and the node, then runs it until SIGINT/SIGTERM. Every config field i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -193,3 +194,39 @@ def run_until_signal(node: Any) -> None:
         node.run(stop)
     finally:
         node.stop()
+
+
+@dataclasses.dataclass
+class NodeRuntime:
+    """What both node kinds start from: the run, the chain, the traffic ledger and discovery."""
+
+    spec: Any
+    coord: Any
+    traffic: Any
+    discovery: Any
+    lock: Any
+    """The data-dir lock, held while the runtime is open."""
+
+
+@contextlib.contextmanager
+def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.Iterator[NodeRuntime]:
+    """Open a node's runtime from its config (``MinerConfig`` or ``ValidatorConfig``) and key: the run file,
+    the data-dir lock, the chain (its genesis checked against the run file), the DHT and discovery with
+    ``fallback_urls``; the DHT is shut down on exit."""
+    from protocol.discovery import Discovery
+    from protocol.runspec import RunSpec
+    from protocol.traffic import TrafficLedger
+
+    spec = RunSpec.load(cfg.run_file)
+    lock = lock_data_dir(cfg.data_dir)
+    traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
+    coord = connect(cfg.deployment, cfg.rpc_url, key, traffic)
+    check_genesis(coord, spec, cfg.run_file)
+    dht = start_dht(
+        cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id, host=cfg.host
+    )
+    try:
+        yield NodeRuntime(spec, coord, traffic, Discovery(coord.chain_id, key, dht, fallback_urls), lock)
+    finally:
+        if dht is not None:
+            dht.shutdown()

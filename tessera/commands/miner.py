@@ -28,36 +28,16 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from miner.config import MinerConfig, load_miner_config, load_miner_key
     from miner.node import MinerNode, simulated_evidence
-    from protocol.discovery import Discovery
-    from protocol.runspec import RunSpec
-    from protocol.traffic import TrafficLedger
-    from tessera.nodes import (
-        check_genesis,
-        connect,
-        dev_tee_seed,
-        lock_data_dir,
-        overrides_from_args,
-        run_until_signal,
-        start_dht,
-    )
+    from tessera.nodes import dev_tee_seed, node_runtime, overrides_from_args, run_until_signal
 
     cfg = load_miner_config(args.config, overrides_from_args(args, MinerConfig))
     key = load_miner_key(cfg)
-    spec = RunSpec.load(cfg.run_file)
-    lock = lock_data_dir(cfg.data_dir)  # noqa: F841 - held until the process ends
-    traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
-    coord = connect(cfg.deployment, cfg.rpc_url, key, traffic)
-    check_genesis(coord, spec, cfg.run_file)
-    dht = start_dht(
-        cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id, host=cfg.host
-    )
-    try:
-        discovery = Discovery(coord.chain_id, key, dht, cfg.checkpoint_urls)
-        evidence = simulated_evidence(coord.chain_id, dev_tee_seed()) if cfg.tee == "simulated" else None
-        node = MinerNode(cfg, spec, coord, discovery, evidence_fn=evidence, traffic=traffic).start()
-        print(f"miner {coord.address} serving at {node.url}", flush=True)
+    with node_runtime(cfg, key, cfg.checkpoint_urls) as rt:
+        chain_id = rt.coord.chain_id
+        evidence = simulated_evidence(chain_id, dev_tee_seed()) if cfg.tee == "simulated" else None
+        node = MinerNode(
+            cfg, rt.spec, rt.coord, rt.discovery, evidence_fn=evidence, traffic=rt.traffic
+        ).start()
+        print(f"miner {rt.coord.address} serving at {node.url}", flush=True)
         run_until_signal(node)
-    finally:
-        if dht is not None:
-            dht.shutdown()
     return 0

@@ -26,42 +26,20 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from protocol.discovery import Discovery
-    from protocol.runspec import RunSpec
-    from protocol.traffic import TrafficLedger
-    from tessera.nodes import (
-        check_genesis,
-        connect,
-        dev_tee_seed,
-        lock_data_dir,
-        overrides_from_args,
-        run_until_signal,
-        start_dht,
-    )
+    from tessera.nodes import dev_tee_seed, node_runtime, overrides_from_args, run_until_signal
     from validator.config import ValidatorConfig, load_validator_config, load_validator_key
     from validator.node import ValidatorNode, dev_evidence_checker
 
     cfg = load_validator_config(args.config, overrides_from_args(args, ValidatorConfig))
     key = load_validator_key(cfg)
-    spec = RunSpec.load(cfg.run_file)
-    lock = lock_data_dir(cfg.data_dir)  # noqa: F841 - held until the process ends
-    traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
-    coord = connect(cfg.deployment, cfg.rpc_url, key, traffic)
-    check_genesis(coord, spec, cfg.run_file)
-    dht = start_dht(
-        cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id, host=cfg.host
-    )
-    try:
-        discovery = Discovery(coord.chain_id, key, dht, cfg.peer_urls)
-        checker = dev_evidence_checker(coord.chain_id, dev_tee_seed()) if cfg.dangerous_dev_tee else None
+    with node_runtime(cfg, key, cfg.peer_urls) as rt:
+        chain_id = rt.coord.chain_id
+        checker = dev_evidence_checker(chain_id, dev_tee_seed()) if cfg.dangerous_dev_tee else None
         # the attack harness's entry point (tessera.attack.node) runs an adversarial subclass here
         cls = getattr(args, "node_class", None) or ValidatorNode
         node: ValidatorNode = cls(
-            cfg, spec, coord, discovery, key, check_evidence=checker, traffic=traffic
+            cfg, rt.spec, rt.coord, rt.discovery, key, check_evidence=checker, traffic=rt.traffic
         ).start()
-        print(f"validator {coord.address} serving at {node.url} (live page: {node.url}/)", flush=True)
+        print(f"validator {rt.coord.address} serving at {node.url} (live page: {node.url}/)", flush=True)
         run_until_signal(node)
-    finally:
-        if dht is not None:
-            dht.shutdown()
     return 0
