@@ -25,7 +25,7 @@ from safetensors.torch import save as st_save
 from torch import Tensor
 
 from miner.errors import MinerStateError
-from protocol.canonical import CanonicalJSONError, check_json_depth
+from protocol.canonical import JSONFileError, read_json_file
 from protocol.transfer import BlobStore, atomic_write
 
 PREPARED = "prepared"
@@ -47,10 +47,8 @@ class MinerState:
         self._doc: dict[str, Any] = {"version": 1, "rounds": {}}
         if self._file.exists():
             try:
-                text = self._file.read_text()
-                check_json_depth(text)
-                doc = json.loads(text)
-            except (OSError, ValueError, RecursionError, CanonicalJSONError) as exc:
+                doc = read_json_file(self._file)
+            except JSONFileError as exc:
                 raise MinerStateError(f"cannot read {self._file}: {exc}") from exc
             if (
                 not isinstance(doc, dict)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from protocol.errors import ProtocolError
@@ -101,3 +102,28 @@ def loads_canonical(data: bytes) -> Any:
 
 def _reject_float(text: str) -> Any:
     raise CanonicalJSONError(f"float {text!r} in canonical JSON")
+
+
+class JSONFileError(CanonicalJSONError):
+    """A JSON file could not be read or parsed; ``missing``: it does not exist."""
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+def read_json_file(path: str | Path) -> Any:
+    """The JSON value of a local file (state, run, deployment, keystore), its nesting checked before it is
+    parsed (:func:`check_json_depth`); :class:`JSONFileError` with the reason otherwise."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError as exc:
+        raise JSONFileError(f"{p} not found", missing=True) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JSONFileError(str(exc)) from exc
+    try:
+        check_json_depth(text)
+        return json.loads(text)
+    except (ValueError, RecursionError, CanonicalJSONError) as exc:
+        raise JSONFileError(str(exc)) from exc

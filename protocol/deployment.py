@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from protocol.canonical import CanonicalJSONError, check_json_depth
+from protocol.canonical import JSONFileError, read_json_file
 from protocol.errors import ProtocolError
 
 DEPLOYMENT_VERSION = 1
@@ -186,12 +186,12 @@ class Deployment:
         """Reads and strictly parses a deployment file."""
         p = Path(path)
         try:
-            text = p.read_text()
-            check_json_depth(text)
-            data = json.loads(text)
-        except FileNotFoundError as exc:
-            raise DeploymentError(f"deployment file {p} not found (run `tessera contracts deploy`)") from exc
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, CanonicalJSONError) as exc:
+            data = read_json_file(p)
+        except JSONFileError as exc:
+            if exc.missing:
+                raise DeploymentError(
+                    f"deployment file {p} not found (run `tessera contracts deploy`)"
+                ) from exc
             raise DeploymentError(f"cannot read deployment file {p}: {exc}") from exc
         return cls.from_json(data, str(p))
 

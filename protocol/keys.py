@@ -16,7 +16,7 @@ from pathlib import Path
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from protocol.canonical import CanonicalJSONError, check_json_depth
+from protocol.canonical import JSONFileError, read_json_file
 from protocol.errors import ProtocolError
 
 DEFAULT_PASSWORD_ENV = "TESSERA_KEYSTORE_PASSWORD"
@@ -47,12 +47,10 @@ def account_from_keystore(
     variable ``password_env``, else an interactive prompt (if ``prompt``)."""
     p = Path(path)
     try:
-        text = p.read_text()
-        check_json_depth(text)
-        data = json.loads(text)
-    except FileNotFoundError as exc:
-        raise KeySourceError(f"keystore {p} not found") from exc
-    except (OSError, ValueError, RecursionError, CanonicalJSONError) as exc:
+        data = read_json_file(p)
+    except JSONFileError as exc:
+        if exc.missing:
+            raise KeySourceError(f"keystore {p} not found") from exc
         raise KeySourceError(f"keystore {p} is not readable JSON: {exc}") from exc
     if not isinstance(data, dict) or "crypto" not in data and "Crypto" not in data:
         raise KeySourceError(f"{p} is not an encrypted keystore (plain key files are refused)")

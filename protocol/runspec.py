@@ -16,7 +16,11 @@ from typing import Any
 
 from torch import Tensor
 
-from protocol.canonical import CanonicalJSONError, check_json_depth, dumps_canonical
+from protocol.canonical import (
+    JSONFileError,
+    dumps_canonical,
+    read_json_file,
+)
 from protocol.errors import ProtocolError
 from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, from_dict, to_dict
 from training.errors import TrainingError
@@ -205,10 +209,8 @@ class RunSpec:
         """Read a ``run.json``; a pinned tokenizer is loaded and checked against its digest here, so a
         node with the wrong tokenizer file refuses to start (:class:`TokenizerDigestError`)."""
         try:
-            text = Path(path).read_text()
-            check_json_depth(text)
-            doc = json.loads(text)
-        except (OSError, ValueError, RecursionError, CanonicalJSONError) as exc:
+            doc = read_json_file(path)
+        except JSONFileError as exc:
             raise RunSpecError(f"cannot read run spec {path}: {exc}") from exc
         spec = cls.from_json(doc)
         spec.load_tokenizer()

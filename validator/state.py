@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from protocol.canonical import CanonicalJSONError, check_json_depth
+from protocol.canonical import JSONFileError, read_json_file
 from protocol.transfer import BlobStore, atomic_write
 from validator.errors import ValidatorStateError
 
@@ -81,10 +81,8 @@ class ValidatorState:
         self._doc: dict[str, Any] = {"version": 1, "rounds": {}, "checkpoints": {}}
         if self._file.exists():
             try:
-                text = self._file.read_text()
-                check_json_depth(text)
-                doc = json.loads(text)
-            except (OSError, ValueError, RecursionError, CanonicalJSONError) as exc:
+                doc = read_json_file(self._file)
+            except JSONFileError as exc:
                 raise ValidatorStateError(f"cannot read {self._file}: {exc}") from exc
             if not isinstance(doc, dict) or doc.get("version") != 1:
                 raise ValidatorStateError(f"{self._file} is not a validator state file")
