@@ -134,6 +134,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+#: Query parameter an operator's tool adds to a blob fetch so the server counts it as API, not protocol.
+OPERATOR_QUERY = "reader=operator"
+
+
 class TrafficMiddleware:
     """ASGI middleware counting each HTTP exchange into a ledger: the request (line, headers, body) as
     received and the response (status line, headers, streamed body) as sent, under the request's kind."""
@@ -149,7 +153,9 @@ class TrafficMiddleware:
             return
         path = str(scope.get("path", ""))
         kind = path_kind(path)
-        if path.startswith("/blobs/"):
+        if OPERATOR_QUERY.encode() in scope.get("query_string", b""):
+            kind = Kind.API  # an operator's read (a model export, the devnet's samples): not the protocol's
+        elif path.startswith("/blobs/"):
             try:
                 kind = self.blob(path.removeprefix("/blobs/"))
             except Exception:  # a malformed digest: the route answers 4xx; its bytes count as other

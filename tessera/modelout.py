@@ -49,10 +49,13 @@ def fetch_checkpoint(
             raise ModelOutError(
                 "fetching from a node needs the digest (give --deployment to read it from the chain)"
             )
+        from protocol.traffic import OPERATOR_QUERY
         from protocol.transfer import TransferError, get_capped
 
         try:
-            return get_capped(f"{source.rstrip('/')}/blobs/{digest}", max_bytes=max_bytes, timeout=timeout)
+            # marked as an operator's read: the node's traffic ledger counts it apart from the protocol's
+            url = f"{source.rstrip('/')}/blobs/{digest}?{OPERATOR_QUERY}"
+            return get_capped(url, max_bytes=max_bytes, timeout=timeout)
         except TransferError as exc:
             raise ModelOutError(f"{source} did not serve checkpoint {digest[:18]}: {exc}") from exc
     try:

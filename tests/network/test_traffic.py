@@ -14,6 +14,7 @@ from protocol.chain import http_web3
 from protocol.nodeapi import NodeServer
 from protocol.tensorblob import encode_tensors, tensor_blob_digest
 from protocol.traffic import (
+    OPERATOR_QUERY,
     Kind,
     TrafficLedger,
     bits_per_param_step,
@@ -98,6 +99,12 @@ def test_a_node_counts_what_it_serves_to_the_byte(tmp_path: Path, rnd: Round) ->
             assert 50 < row[kind]["received_overhead"] < 1000, "request line and headers, once"
             assert row[kind]["received"] == 0, "a GET has no body"
         assert row["api"]["sent"] > 0
+        api_before = row["api"]["sent"]
+        # an operator's read of the same checkpoint (tessera model export, the devnet's samples) is API
+        got = httpx.get(f"{m.url}/blobs/{ckpt_digest}?{OPERATOR_QUERY}", timeout=5)
+        assert got.content == ckpt
+        row = led.to_json()["7"]
+        assert row["checkpoint"]["sent"] == len(ckpt) and row["api"]["sent"] >= api_before + len(ckpt)
         served = httpx.get(f"{m.url}/traffic", timeout=5).json()
         assert served["7"]["update"]["sent"] == len(built.update)
         metrics = httpx.get(f"{m.url}/metrics", timeout=5).text
