@@ -327,7 +327,6 @@ class MinerNode:
             "trained_params": built.trained_params,
             "inner_steps": self.spec.inner.steps,
             "transcript_steps": built.transcript_steps,
-            "transcript_digests": [d.hex() for d in built.transcript_digests],
             "transcript_parts": [[p.hex(), q.hex()] for p, q in built.transcript_parts],
             "snapshots": snaps,
             "ef_after": built.ef_after.hex(),

@@ -44,8 +44,6 @@ class BuiltUpdate:
     digest: bytes
     """SHA-256 of ``update`` (32 bytes): what the miner commits to."""
     transcript_steps: list[int]
-    transcript_digests: list[bytes]
-    """``state_digest`` of each recorded state (this miner's own index of its states)."""
     transcript_parts: list[tuple[bytes, bytes]]
     """(parameters, rest) digests of each recorded state: what the update's transcript commits to."""
     states: dict[int, dict[str, Tensor]]
@@ -70,6 +68,12 @@ class BuiltUpdate:
     def residual(self) -> dict[str, Tensor]:
         """The committed error-feedback residual (``ef/*``), served under ``"0x" + ef_after.hex()``."""
         return {k: v for k, v in self.ef_state.items() if k.startswith("ef/")}
+
+    @cached_property
+    def transcript_digests(self) -> list[bytes]:
+        """``state_digest`` of each recorded state (an index of the states for tools and tests; the update
+        commits to :attr:`transcript_parts`), computed on first use."""
+        return [state_digest(self.states[s]) for s in self.transcript_steps]
 
     def transcript(self) -> dict[str, Tensor]:
         """The transcript's digest pairs as the blob served under the header's ``transcript.root``."""
@@ -182,7 +186,6 @@ def build_update(
         update=data,
         digest=update_digest(data),
         transcript_steps=list(tr.steps),
-        transcript_digests=list(tr.digests),
         transcript_parts=list(tr.parts),
         states=dict(tr.states),
         snapshots=snapshots,

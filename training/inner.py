@@ -14,7 +14,8 @@ states, digests and updates do not depend on where they were computed.
 Transcript: the *state* at inner step s is the trained parameters plus AdamW's moments and step counts,
 named ``param/<name>``, ``exp_avg/<name>``, ``exp_avg_sq/<name>``, ``step`` (s) and ``adam_step`` (AdamW's
 own count, which includes steps carried from earlier rounds). The transcript holds
-``state_digest(state)`` at s = 0, k, 2k, ... and at s = H, and (if asked) the states themselves, which
+``part_digests(state)`` (the digest of the parameters and of the rest) at s = 0, k, 2k, ... and at s = H,
+and (if asked) the states themselves, which
 the miner serves so a validator can :func:`replay_segment` from s to the next recorded step and compare.
 """
 
@@ -29,7 +30,7 @@ from torch import Tensor
 
 from training.assignment import Assignment
 from training.config import InnerConfig, ModelConfig
-from training.digest import part_digests, state_digest
+from training.digest import part_digests
 from training.errors import ReplayError
 from training.model import TesseraModel, build_model, lm_loss, load_params, module_params
 
@@ -53,14 +54,13 @@ def lr_at(cfg: InnerConfig, global_step: int) -> float:
 
 @dataclass
 class Transcript:
-    """State digests every k inner steps (and optionally the states) of one miner's round."""
+    """State digests every k inner steps (and optionally the states) of one miner's round: per recorded
+    step the digest of its parameters and of the rest (one pass over the state's bytes)."""
 
     interval: int
     """k."""
     steps: list[int] = field(default_factory=list)
     """Inner steps at which the state was recorded (0, k, 2k, ..., H)."""
-    digests: list[bytes] = field(default_factory=list)
-    """``state_digest`` of the state at each recorded step."""
     parts: list[tuple[bytes, bytes]] = field(default_factory=list)
     """``part_digests`` of the state at each recorded step: (parameters, the rest), what the update commits
     to, so that a check reading parameters only fetches them alone."""
@@ -246,7 +246,6 @@ def _steps(
         if transcript is not None and (done % inner_cfg.transcript_interval == 0 or done == inner_cfg.steps):
             state = _capture(params, opt, done, adam_offset + done, copy=keep_states)
             transcript.steps.append(done)
-            transcript.digests.append(state_digest(state))
             transcript.parts.append(part_digests(state))
             if keep_states:
                 transcript.states[done] = state
@@ -279,7 +278,6 @@ def train_inner(
     transcript = Transcript(inner_cfg.transcript_interval)
     state0 = _capture(params, opt, 0, adam_offset, copy=keep_states)
     transcript.steps.append(0)
-    transcript.digests.append(state_digest(state0))
     transcript.parts.append(part_digests(state0))
     if keep_states:
         transcript.states[0] = state0
@@ -320,7 +318,7 @@ def replay_segment(
 
     A validator calls it with the round's checkpoint, the miner's assignment and batches (which it
     recomputes), a served start state whose digest is in the transcript, and the next recorded step; it
-    then checks ``state_digest(result)`` against the transcript (or :func:`states_close` across platforms).
+    then checks ``part_digests(result)`` against the transcript (or :func:`states_close` across platforms).
     ``device`` is where it computes; the result is on the CPU.
     """
     model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model, device)

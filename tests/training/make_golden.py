@@ -133,7 +133,7 @@ def pseudo_gradient_case() -> tuple[dict[str, torch.Tensor], dict[str, torch.Ten
     delta = pseudo_gradient(theta, res.params)
     info = {
         "batches_sha256": hashlib.sha256(batches.numpy().tobytes()).hexdigest(),
-        "transcript": [d.hex() for d in res.transcript.digests],
+        "transcript": [p.hex() + r.hex() for p, r in res.transcript.parts],
     }
     return theta, delta, info
 

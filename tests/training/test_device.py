@@ -14,7 +14,7 @@ from training.assignment import assign
 from training.corpus import load_bundled_corpus
 from training.data import miner_batches, prepare
 from training.device import check_device_name, resolve_device, use_deterministic
-from training.digest import state_digest
+from training.digest import part_digests, state_digest
 from training.errors import DeviceError
 from training.inner import replay_segment, train_inner
 from training.model import build_model, param_state
@@ -90,13 +90,13 @@ def test_cpu_device_and_deterministic_mode_change_no_bits(mode: str, torch_flags
     use_deterministic("cpu")
     det = train_inner(cfg, inner, theta, a, batches, 1, keep_states=True, device=torch.device("cpu"))
     for res in (named, det):
-        assert res.transcript.digests == plain.transcript.digests
+        assert res.transcript.parts == plain.transcript.parts
         assert res.losses == plain.losses
         assert state_digest(res.optimizer_state) == state_digest(plain.optimizer_state)
     for st in det.transcript.states.values():
         assert all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.int64) for t in st.values())
     got = replay_segment(cfg, inner, theta, a, batches, 1, det.transcript.states[1], 2, device="cpu")
-    assert state_digest(got) == plain.transcript.digests[2]
+    assert part_digests(got) == plain.transcript.parts[2]
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
@@ -108,7 +108,7 @@ def test_cuda_round_trip_stays_on_the_cpu(torch_flags: None) -> None:  # pragma:
     use_deterministic("cuda")
     res = train_inner(cfg, inner, theta, a, batches, 1, keep_states=True, device="cuda")
     again = train_inner(cfg, inner, theta, a, batches, 1, keep_states=True, device="cuda")
-    assert res.transcript.digests == again.transcript.digests  # deterministic on one GPU
+    assert res.transcript.parts == again.transcript.parts  # deterministic on one GPU
     assert all(t.device.type == "cpu" for t in res.params.values())
     got = replay_segment(cfg, inner, theta, a, batches, 1, res.transcript.states[1], 2, device="cpu")
     d_param, d_moment = replay_differences(got, res.transcript.states[2])

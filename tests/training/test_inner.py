@@ -10,7 +10,7 @@ from training.assignment import assign
 from training.config import InnerConfig
 from training.corpus import load_bundled_corpus
 from training.data import miner_batches, prepare
-from training.digest import state_digest
+from training.digest import part_digests, state_digest
 from training.errors import ReplayError
 from training.inner import REPLAY_REL_TOL, is_start_state, lr_at, replay_segment, states_close, train_inner
 from training.model import build_model, param_state
@@ -33,7 +33,7 @@ def test_deterministic_and_only_assigned_modules_move(corpus, mode: str) -> None
     cfg, inner, theta, a, batches = _setup(corpus, mode)
     r1 = train_inner(cfg, inner, theta, a, batches, round_index=0)
     r2 = train_inner(cfg, inner, theta, a, batches, round_index=0)
-    assert r1.transcript.digests == r2.transcript.digests
+    assert r1.transcript.parts == r2.transcript.parts
     assert r1.transcript.steps == [0, 2, 4, 6]
     assert state_digest(r1.params) == state_digest(r2.params)
     from training.model import module_params
@@ -41,7 +41,7 @@ def test_deterministic_and_only_assigned_modules_move(corpus, mode: str) -> None
     assert set(r1.params) == set(module_params(theta, a.module_ids))
     assert all(not torch.equal(r1.params[n], theta[n]) for n in r1.params if theta[n].dim() >= 2)
     r3 = train_inner(cfg, inner, theta, a, batches, round_index=1)
-    assert r3.transcript.digests[-1] != r1.transcript.digests[-1]  # the schedule depends on the round
+    assert r3.transcript.parts[-1] != r1.transcript.parts[-1]  # the schedule depends on the round
     assert r1.tokens == inner.steps * inner.batch_size * cfg.seq_len
 
 
@@ -59,12 +59,12 @@ def test_replay_matches_transcript(corpus) -> None:  # type: ignore[no-untyped-d
     for start in t.steps[:-1]:
         end = t.segment_end(start)
         state = replay_segment(cfg, inner, theta, a, batches, 0, t.states[start], end)
-        assert state_digest(state) == t.digests[t.steps.index(end)]
+        assert part_digests(state) == t.parts[t.steps.index(end)]
         assert states_close(state, t.states[end])
     forged = dict(t.states[2])
     forged["param/head.out.weight"] = forged["param/head.out.weight"] * 1.01
     bad = replay_segment(cfg, inner, theta, a, batches, 0, forged, 4)
-    assert state_digest(bad) != t.digests[2]
+    assert part_digests(bad) != t.parts[2]
     assert not states_close(bad, t.states[4], REPLAY_REL_TOL)
     with pytest.raises(ReplayError):
         replay_segment(cfg, inner, theta, a, batches, 0, {"step": torch.tensor(0)}, 2)
@@ -97,4 +97,4 @@ def test_replay_exact_when_an_assigned_expert_routes_no_token(corpus) -> None:  
     for start in t.steps[:-1]:
         end = t.segment_end(start)
         state = replay_segment(cfg, inner, theta, a, batches, 0, t.states[start], end)
-        assert state_digest(state) == t.digests[t.steps.index(end)], f"segment {start}->{end}"
+        assert part_digests(state) == t.parts[t.steps.index(end)], f"segment {start}->{end}"
