@@ -3,6 +3,7 @@ of what was served (real HTTP between a real node and a real client; a real JSON
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,9 @@ def test_a_node_counts_what_it_serves_to_the_byte(tmp_path: Path, rnd: Round) ->
         # an operator's read of the same checkpoint (tessera model export, the devnet's samples) is API
         got = httpx.get(f"{m.url}/blobs/{ckpt_digest}?{OPERATOR_QUERY}", timeout=5)
         assert got.content == ckpt
+        deadline = time.monotonic() + 5  # the server counts an exchange once its response has gone out
+        while led.to_json()["7"]["api"]["sent"] < api_before + len(ckpt) and time.monotonic() < deadline:
+            time.sleep(0.05)
         row = led.to_json()["7"]
         assert row["checkpoint"]["sent"] == len(ckpt) and row["api"]["sent"] >= api_before + len(ckpt)
         served = httpx.get(f"{m.url}/traffic", timeout=5).json()
