@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,10 @@ class TokenizerSpec:
         return cls(file=doc["file"], digest=_hex_digest(doc["digest"], "tokenizer.digest"), vocab_size=vocab)
 
 
+def _finite_number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything that fixes a run's math."""
@@ -134,8 +139,13 @@ class RunSpec:
     fetching it (omitted from JSON when the default, so older run files keep their digest)."""
 
     def __post_init__(self) -> None:
-        if self.merge.method not in MERGE_METHODS:
-            raise RunSpecError(f"merge.method must be one of {MERGE_METHODS}, not {self.merge.method!r}")
+        m = self.merge
+        if m.method not in MERGE_METHODS:
+            raise RunSpecError(f"merge.method must be one of {MERGE_METHODS}, not {m.method!r}")
+        if not _finite_number(m.clip_factor) or m.clip_factor <= 0:
+            raise RunSpecError(f"merge.clip_factor must be a positive number, not {m.clip_factor!r}")
+        if not _finite_number(m.trim) or not 0 <= m.trim < 0.5:
+            raise RunSpecError(f"merge.trim must be a number in [0, 0.5), not {m.trim!r}")
         if self.tokenizer is not None and self.model.vocab_size != self.tokenizer.vocab_size:
             raise RunSpecError(
                 f"model.vocab_size {self.model.vocab_size} must equal tokenizer.vocab_size "

@@ -56,3 +56,26 @@ def test_anything_short_of_the_inputs_gives_none_or_another_digest(rnd: Round) -
     got = rebuild_checkpoint(trimmed, theta, consensus, updates)
     assert got is not None and got[1] != want
     assert got[1] == _certified(rnd, consensus, updates, MergePolicy(method="trimmed_mean"))
+
+
+def test_the_run_files_merge_policy_round_trips_and_bad_values_are_refused(rnd: Round) -> None:
+    """The run file names the merge miners rebuild with; default runs keep their digest (no ``merge`` key),
+    and a policy the merge cannot run is refused when the run file is read, with a one-line error."""
+    from protocol.runspec import RunSpec, RunSpecError
+
+    assert "merge" not in rnd.spec.to_json()
+    trimmed = replace(rnd.spec, merge=MergePolicy(method="trimmed_mean", trim=0.25))
+    doc = trimmed.to_json()
+    assert doc["merge"] == {"method": "trimmed_mean", "clip_factor": 2.0, "trim": 0.25}
+    assert RunSpec.from_json(doc) == trimmed and RunSpec.from_json(doc).digest() != rnd.spec.digest()
+    for bad in (
+        {"method": "max"},
+        {"clip_factor": 0},
+        {"clip_factor": "2"},
+        {"trim": 0.5},
+        {"trim": float("nan")},
+    ):
+        with pytest.raises(RunSpecError, match="merge"):
+            RunSpec.from_json({**rnd.spec.to_json(), "merge": bad})
+    with pytest.raises(RunSpecError, match="unknown"):
+        RunSpec.from_json({**rnd.spec.to_json(), "merge": {"weights": "equal"}})
