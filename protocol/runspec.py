@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,8 @@ class TokenizerSpec:
     """A BPE tokenizer file pinned by the run file (absent: byte-level tokens)."""
 
     file: str
-    """Path of the ``tokenizers`` JSON file (``tessera runspec tokenizer`` writes it); relative paths are
-    read from the node's working directory, like ``corpus``."""
+    """Path of the ``tokenizers`` JSON file (``tessera runspec tokenizer`` writes it); a relative path is
+    read from the run file's folder, like ``corpus`` (:meth:`RunSpec.resolve`)."""
     digest: str
     """SHA-256 (hex) of the file's bytes."""
     vocab_size: int
@@ -127,7 +127,8 @@ class RunSpec:
     experts_per_miner: int | None = None
     """MoE experts per miner per layer (None: the model's top_k)."""
     corpus: str = "bundled"
-    """``bundled`` or a path to a ``.txt``/``.jsonl`` file or a folder of them."""
+    """``bundled`` or a path to a ``.txt``/``.jsonl`` file or a folder of them (relative: to the run
+    file's folder, :meth:`resolve`)."""
     genesis_seed: int = 0
     """Seed of theta_0 (``training.model.build_model``)."""
     corpus_digest: str | None = None
@@ -137,6 +138,15 @@ class RunSpec:
     merge: MergePolicy = field(default_factory=MergePolicy)
     """How validators merge accepted updates, which miners follow to rebuild theta_{r+1} instead of
     fetching it (omitted from JSON when the default, so older run files keep their digest)."""
+    base_dir: Path | None = field(default=None, compare=False, repr=False)
+    """The folder of the run file this spec was loaded from (:meth:`load` sets it), against which relative
+    ``corpus`` and ``tokenizer.file`` paths resolve, so a node started from any directory reads the same
+    files; None (a spec built in memory): the working directory. Not part of the JSON or the digest."""
+
+    def resolve(self, path: str) -> Path:
+        """``path`` from the run file: as is when absolute, else under :attr:`base_dir`."""
+        p = Path(path)
+        return p if p.is_absolute() or self.base_dir is None else self.base_dir / p
 
     def __post_init__(self) -> None:
         m = self.merge
@@ -222,7 +232,7 @@ class RunSpec:
             doc = read_json_file(path)
         except JSONFileError as exc:
             raise RunSpecError(f"cannot read run spec {path}: {exc}") from exc
-        spec = cls.from_json(doc)
+        spec = replace(cls.from_json(doc), base_dir=Path(path).parent)
         spec.load_tokenizer()
         return spec
 
@@ -233,7 +243,7 @@ class RunSpec:
 
         if self.tokenizer is None:
             return ByteTokenizer()
-        path = Path(self.tokenizer.file)
+        path = self.resolve(self.tokenizer.file)
         try:
             size = path.stat().st_size
             if size > MAX_TOKENIZER_BYTES:
@@ -282,7 +292,7 @@ class RunSpec:
             found = content_digest(corpus.documents)
         else:
             try:
-                corpus = load_corpus_path(self.corpus)
+                corpus = load_corpus_path(self.resolve(self.corpus))
             except OSError as exc:
                 raise RunSpecError(f"cannot read corpus {self.corpus}: {exc}") from exc
             found = corpus.digest
@@ -292,8 +302,6 @@ class RunSpec:
                 f"{self.corpus_digest}"
             )
         if self.tokenizer is not None:
-            from dataclasses import replace
-
             corpus = replace(corpus, tokenizer=self.load_tokenizer())
         return corpus
 

@@ -108,7 +108,7 @@ def export(
     tok_bytes = None
     if spec.tokenizer is not None:
         spec.load_tokenizer()  # refuses a file whose digest is not the pinned one
-        tok_bytes = Path(spec.tokenizer.file).read_bytes()
+        tok_bytes = spec.resolve(spec.tokenizer.file).read_bytes()
         tokenizer = spec.tokenizer.to_json() | {"file": TOKENIZER_FILE}
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: params[k].detach().contiguous().cpu() for k in sorted(params)}, str(out / WEIGHTS_FILE))

@@ -14,9 +14,10 @@ def register(subparsers: Any) -> None:
         help="run the whole network locally: chain, contracts, validators, miners; write a report",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Starts anvil (state persisted in --dir), deploys the contracts, starts validators and\n"
-        "miners as separate processes, runs --rounds rounds on the bundled corpus with a live view, writes\n"
-        "report.json and report.png to --dir, and stops everything (also on Ctrl-C). --preset picks the\n"
-        "model size, --bpe-vocab a BPE tokenizer; each round's certified checkpoint is sampled (--samples).\n\n"
+        "miners as separate processes, runs --rounds rounds on the bundled corpus (or --corpus) with a live\n"
+        "view, writes report.json and report.png to --dir, and stops everything (also on Ctrl-C). --preset\n"
+        "picks the model size, --bpe-vocab a BPE tokenizer trained on the corpus; each round's certified\n"
+        "checkpoint is sampled (--samples).\n\n"
         "Phase windows are sized from the work they must hold, measured on this machine before deploying\n"
         "(in a process started like a node, once per --node-env setting; the slowest wins):\n"
         "  blocks       = max(floor, ceil(safety x seconds / block time)); floors 60/10/30/10 blocks\n"
@@ -51,11 +52,19 @@ def register(subparsers: Any) -> None:
         "cost; 10m and up are slow on a CPU)",
     )
     p.add_argument(
+        "--corpus",
+        default="bundled",
+        metavar="PATH",
+        help="train on your text: a .txt or .jsonl file or a folder of them (documents in .txt files are "
+        "separated by two blank lines); the run file pins its content digest and every node derives the "
+        "same token streams (default: the bundled corpus)",
+    )
+    p.add_argument(
         "--bpe-vocab",
         type=int,
         default=None,
         metavar="N",
-        help="train an N-token BPE tokenizer on the bundled corpus and pin it in the run file "
+        help="train an N-token BPE tokenizer on the corpus and pin it in the run file "
         "(default: byte-level tokens)",
     )
     p.add_argument(
@@ -180,6 +189,7 @@ def _run(args: argparse.Namespace) -> int:
         mode=args.mode,
         inner_steps=args.inner_steps,
         preset=args.preset,
+        corpus=args.corpus,
         bpe_vocab=args.bpe_vocab,
         samples=args.samples,
         sample_prompt=args.sample_prompt,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -112,29 +113,40 @@ def _init(args: argparse.Namespace) -> int:
         inner = replace(inner, steps=args.inner_steps)
     if args.batch_size is not None:
         inner = replace(inner, batch_size=args.batch_size)
-    corpus_digest = None
+    corpus, corpus_digest = "bundled", None
     if args.corpus != "bundled":
         from training.corpus import load_corpus_path
 
         corpus_digest = load_corpus_path(args.corpus).digest
+        corpus = run_file_path(args.corpus, args.out)
     model = preset.model(args.mode)
     tokenizer = None
     if args.tokenizer is not None:
-        tokenizer = tokenizer_spec(args.tokenizer)
+        tokenizer = replace(tokenizer_spec(args.tokenizer), file=run_file_path(args.tokenizer, args.out))
         model = replace(model, vocab_size=tokenizer.vocab_size)
     spec = RunSpec(
         model=model,
         inner=inner,
-        corpus=args.corpus,
+        corpus=corpus,
         genesis_seed=args.genesis_seed,
         corpus_digest=corpus_digest,
         tokenizer=tokenizer,
     )
-    spec = RunSpec.from_json(spec.to_json())  # the same validation a node applies when it loads the file
+    # the same validation a node applies when it loads the file, paths resolved from where it is written
+    spec = replace(RunSpec.from_json(spec.to_json()), base_dir=args.out.parent)
     spec.load_tokenizer()
     spec.save(args.out)
     print(json.dumps(summary(spec, args.out), indent=1))
     return 0
+
+
+def run_file_path(path: str | Path, run_file: Path) -> str:
+    """``path`` (as given on the command line: relative to the working directory) as the run file at
+    ``run_file`` names it: absolute stays absolute, relative becomes relative to the run file's folder,
+    where nodes resolve it (``protocol.runspec.RunSpec.resolve``) whatever their working directory."""
+    if Path(path).is_absolute():
+        return str(path)
+    return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(run_file.parent))).as_posix()
 
 
 def summary(spec: Any, path: Path) -> dict[str, Any]:

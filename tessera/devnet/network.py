@@ -65,9 +65,13 @@ class DevnetConfig:
     batch_size: int = 8
     preset: str = "tiny"
     """The model preset (``training.presets``: tiny, 1m, 10m, 50m, 125m); its shape and learning rate."""
+    corpus: str = "bundled"
+    """``bundled`` or a ``.txt``/``.jsonl`` file or a folder of them (``training.corpus.load_corpus_path``):
+    the run file names it by absolute path and pins its content digest, so every node derives the same
+    token streams."""
     bpe_vocab: int | None = None
-    """Train a BPE tokenizer of this many tokens on the bundled corpus (``DIR/tokenizer.json``, pinned in
-    the run file); None: byte-level tokens."""
+    """Train a BPE tokenizer of this many tokens on :attr:`corpus` (``DIR/tokenizer.json``, pinned in the
+    run file); None: byte-level tokens."""
     samples: int = 2
     """Continuations of :attr:`sample_prompt` generated from each round's certified checkpoint (0: none)."""
     sample_prompt: str = "The "
@@ -155,6 +159,8 @@ class Devnet:
     """Node name -> a proxy in front of the node's HTTP API: its public URL and the URL peers are given."""
     phases: Any = None
     """The deployed phase windows (:class:`tessera.devnet.sizing.PhaseWindows`) with their derivation."""
+    streams: dict[str, Any] = field(default_factory=dict)
+    """The run's corpus and token streams as the devnet built them (:func:`build_streams`)."""
 
     # -- start -----------------------------------------------------------------------------------------
     def start(self) -> Devnet:
@@ -174,12 +180,14 @@ class Devnet:
         if cfg.bpe_vocab is not None and (cfg.fresh or not tokenizer_path(cfg).exists()):
             from tessera.commands.runspec import train_tokenizer_file
 
-            train_tokenizer_file("bundled", cfg.bpe_vocab, tokenizer_path(cfg))
+            train_tokenizer_file(cfg.corpus, cfg.bpe_vocab, tokenizer_path(cfg))
         spec = devnet_spec(cfg)
         self.run_path = wd / "run.json"
         if cfg.fresh or not self.run_path.exists():
             spec.save(self.run_path)
         spec = RunSpec.load(self.run_path)
+        self.streams = build_streams(spec)
+        log.info("corpus and token streams: %s", self.streams)
         genesis = spec.genesis_digest()
         self.phases = self._size_phases()
 
@@ -546,16 +554,44 @@ class Devnet:
             self.anvil = None
 
 
+#: The devnet's BPE tokenizer file, next to its run file (which names it by this relative path).
+TOKENIZER_FILE = "tokenizer.json"
+
+
 def tokenizer_path(cfg: DevnetConfig) -> Path:
-    """Where the devnet writes its BPE tokenizer (absolute: nodes read it from their own directories)."""
-    return (cfg.workdir / "tokenizer.json").resolve()
+    """Where the devnet writes its BPE tokenizer: beside ``run.json``, which names it relative to itself
+    (``protocol.runspec.RunSpec.resolve``), so nodes find it from any working directory."""
+    return (cfg.workdir / TOKENIZER_FILE).resolve()
+
+
+def build_streams(spec: Any) -> dict[str, Any]:
+    """Build the run's token streams as every node will (``training.data.prepare`` of the run file's corpus,
+    checked against its pinned digest, tokenized by its pinned tokenizer) and describe them. Raises the
+    typed errors of a bad corpus before anything starts: ``training.corpus.CorpusError`` (missing, not
+    UTF-8, no documents...), ``protocol.runspec.CorpusDigestError`` (the files changed since the run file
+    pinned them), ``training.errors.DataError`` (too small for a train/held-out split)."""
+    from training.data import prepare
+
+    corpus = spec.load_corpus()
+    ds = prepare(corpus, spec.model)
+    return {
+        "corpus": spec.corpus,
+        "corpus_digest": corpus.digest,
+        "documents": len(corpus.documents),
+        "bytes": corpus.n_bytes,
+        "tokenizer": "bytes" if spec.tokenizer is None else spec.tokenizer.digest,
+        "train_tokens": int(ds.train.numel()),
+        "heldout_tokens": int(ds.heldout.numel()),
+    }
 
 
 def devnet_spec(cfg: DevnetConfig) -> Any:
     """The devnet's run: the configured preset (``training.presets``; ``tiny`` is the devnet's historical
     model) in the configured mode, its inner loop, the network's training recipe (``OuterConfig.recipe()``,
-    ``CodecConfig.recipe()``; docs/decisions/training-recipe.md), and, with :attr:`DevnetConfig.bpe_vocab`,
-    the BPE tokenizer at :func:`tokenizer_path` (which must exist)."""
+    ``CodecConfig.recipe()``; docs/decisions/training-recipe.md), the configured corpus (a user corpus by
+    absolute path, its content digest pinned; ``training.corpus.CorpusError`` if unusable) and, with
+    :attr:`DevnetConfig.bpe_vocab`, the BPE tokenizer at :func:`tokenizer_path` (which must exist), named
+    relative to the run file. Its ``base_dir`` is the workdir, where ``run.json`` goes."""
     from protocol.runspec import RunSpec
     from training.config import CodecConfig, InnerConfig, OuterConfig
     from training.merge import MergePolicy
@@ -566,15 +602,24 @@ def devnet_spec(cfg: DevnetConfig) -> Any:
     if cfg.bpe_vocab is not None:
         from tessera.commands.runspec import tokenizer_spec
 
-        tokenizer = tokenizer_spec(str(tokenizer_path(cfg)))
+        tokenizer = replace(tokenizer_spec(str(tokenizer_path(cfg))), file=TOKENIZER_FILE)
+    corpus, corpus_digest = "bundled", None
+    if cfg.corpus != "bundled":
+        from training.corpus import load_corpus_path
+
+        corpus = os.path.abspath(cfg.corpus)
+        corpus_digest = load_corpus_path(corpus).digest
     inner = InnerConfig(steps=cfg.inner_steps, batch_size=cfg.batch_size, transcript_interval=1)
     return RunSpec(
         model=preset.model(cfg.mode, 256 if tokenizer is None else tokenizer.vocab_size),
         inner=replace(inner, lr=preset.lr),
         outer=OuterConfig.recipe(),
         codec=CodecConfig.recipe(),
+        corpus=corpus,
+        corpus_digest=corpus_digest,
         tokenizer=tokenizer,
         merge=MergePolicy(cfg.merge_method),  # the validators' (--merge), which miners rebuild with
+        base_dir=cfg.workdir.resolve(),
     )
 
 

@@ -269,6 +269,7 @@ def build_report(
     return {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(net.cfg).items()},
         "phases": net.phases.to_json() if net.phases is not None else {},
+        "streams": net.streams,
         "rounds": rounds,
         "wall_seconds_total": round(time.time() - t0, 2),
         "wall_seconds_startup": round(t_started - t0, 2),
