@@ -222,4 +222,13 @@ def _run(args: argparse.Namespace) -> int:
     print("\n".join(f"phase window {line}" for line in report["phases"]["derivation"]))
     print(json.dumps(summary, indent=1))
     print(f"report: {args.dir / 'report.json'} and {args.dir / 'report.png'}")
+    model = report.get("model", {})
+    if "dir" in model:
+        print(
+            f"model: theta_{model['theta_round']} (checked against the chain) in {model['dir']}; try\n"
+            f"  tessera model sample {model['dir']} --prompt {json.dumps(args.sample_prompt)}\n"
+            f"  tessera model eval {model['dir']} --run-file {args.dir / 'run.json'}"
+        )
+    else:
+        print(f"model: not exported ({model.get('error', 'no devnet report')})")
     return 0

@@ -6,7 +6,8 @@ held-out loss before and after the merge, rewards per miner, the traffic of ever
 in bits per trained parameter per inner step (issue 13), verification cost (validator compute per miner against that miner's training compute),
 the round's wall time with the share spent outside training, and samples: continuations of a fixed prompt
 generated from the round's certified checkpoint (fetched from a validator and checked against the chain),
-also shown under the live view as rounds certify (issue 17).
+also shown under the live view as rounds certify (issue 17). Before it stops, the devnet exports the
+newest certified checkpoint to ``DIR/model`` (``tessera model eval`` / ``model sample`` read it).
 """
 
 from __future__ import annotations
@@ -155,10 +156,30 @@ def run_devnet(cfg: DevnetConfig, rounds: int, *, live: bool = True, timeout: fl
         for pr in report["per_round"]:
             if pr["round"] in samples:
                 pr["samples"] = samples[pr["round"]]
+        report["model"] = export_model(net, cfg.workdir / "model")
         write_report(report, cfg.workdir)
         return report
     finally:
         net.stop()
+
+
+def export_model(net: Any, out: Path) -> dict[str, Any]:
+    """Export the newest certified checkpoint to ``out`` as ``tessera model export`` does (fetched from
+    validator0, its digest checked against the chain): what ``tessera model eval`` and ``model sample``
+    read after the devnet stopped. Errors become ``{"error": ...}``."""
+    from protocol.runspec import RunSpec
+    from tessera.errors import TesseraError
+    from tessera.modelout import certified_digest, export, fetch_checkpoint, theta_of
+    from training.errors import TrainingError
+
+    try:
+        spec = RunSpec.load(net.run_path)
+        cert = certified_digest(net.chain, None)
+        params, digest = theta_of(fetch_checkpoint(net.nodes["validator0"].url, cert.digest), cert.digest)
+        export(params, spec, out, cert, digest)
+    except (TesseraError, TrainingError, OSError) as exc:
+        return {"error": str(exc)}
+    return {"dir": str(out), "theta_round": cert.round, "checkpoint": digest}
 
 
 def _sampler(net: Devnet, samples: dict[int, dict[str, Any]]) -> Any:

@@ -87,3 +87,32 @@ def test_live_view_shows_the_latest_sample() -> None:
     console.print(_view(_stub(), 3, 0.0, samples))
     text = console.export_text()
     assert "sample of theta_3" in text and "'The quick fox'" in text
+
+
+def test_the_devnet_exports_the_newest_certified_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tessera.devnet.run import export_model
+    from tessera.modelout import load_export
+
+    cfg = DevnetConfig(workdir=tmp_path, bpe_vocab=300)
+    train_tokenizer_file("bundled", 300, tokenizer_path(cfg))
+    spec = devnet_spec(cfg)
+    spec.save(tmp_path / "run.json")
+    params = spec.genesis_params()
+    tensors = join_checkpoint(params, {k: v * 0 for k, v in params.items()})
+    digest = tensors_digest(tensors)
+    monkeypatch.setattr(tessera.modelout, "fetch_checkpoint", lambda src, d, **_: encode_tensors(tensors))
+    chain = _Chain({4: digest})
+    chain.round_state = lambda: SimpleNamespace(round=5)  # type: ignore[attr-defined]
+    chain.chain_id, chain.network_address = 31337, "0x" + "11" * 20  # type: ignore[attr-defined]
+    net = SimpleNamespace(
+        chain=chain, nodes={"validator0": SimpleNamespace(url="http://v0")}, run_path=tmp_path / "run.json"
+    )
+    got = export_model(net, tmp_path / "model")
+    assert got == {"dir": str(tmp_path / "model"), "theta_round": 4, "checkpoint": digest}
+    loaded, model_cfg, doc = load_export(tmp_path / "model")
+    assert model_cfg == spec.model and doc["certified"]["round"] == 4
+    assert (tmp_path / "model" / "tokenizer.json").read_bytes() == tokenizer_path(cfg).read_bytes()
+    chain.digests = {}
+    assert "no certified checkpoint" in export_model(net, tmp_path / "none")["error"]
