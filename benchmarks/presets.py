@@ -52,6 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transcript-interval", type=int, default=10, help="k of the miner's transcript")
     p.add_argument("--threads", type=int, default=1, help="torch threads per child (a devnet node uses 1)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="sequences per step (default 0: the preset's; smaller fits a large preset in a small memory)",
+    )
 
 
 def child(
@@ -63,9 +69,10 @@ def child(
     interval: int,
     device: str,
     min_seconds: float = 0.0,
+    batch_size: int = 0,
 ) -> dict[str, Any]:
     """One child's figures: ``kind`` ``both`` times the two loops in alternation, ``miner`` or ``plain``
-    runs one loop (for its peak memory)."""
+    runs one loop (for its peak memory); ``batch_size`` 0 is the preset's."""
     import resource
     from dataclasses import replace
 
@@ -79,6 +86,8 @@ def child(
     p = get_preset(preset)
     cfg = p.model(mode)
     inner = replace(p.inner(), steps=steps, transcript_interval=interval)
+    if batch_size:
+        inner = replace(inner, batch_size=batch_size)
     a = assign(b"\0" * 32, ["miner"], cfg)["miner"]
     theta = param_state(build_model(cfg, seed=0))
     gen = torch.Generator().manual_seed(1)
@@ -160,7 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 least = args.min_seconds if kind == "both" else 0.0
                 cmd = [sys.executable, "-m", "benchmarks.presets", "--child", preset, mode, kind,
                        str(args.steps), str(repeats), str(args.transcript_interval), args.device,
-                       str(args.threads), str(least)]  # fmt: skip
+                       str(args.threads), str(least), str(args.batch_size)]  # fmt: skip
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=root)
                 if out.returncode != 0:
                     raise RuntimeError(f"{preset}/{mode}/{kind} failed: {out.stderr.strip()[-1500:]}")
@@ -209,7 +218,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-_OPTS = ("presets", "modes", "steps", "repeats", "min_seconds", "transcript_interval", "threads", "device")
+_OPTS = (
+    "presets",
+    "modes",
+    "steps",
+    "repeats",
+    "min_seconds",
+    "transcript_interval",
+    "threads",
+    "device",
+    "batch_size",
+)
 
 
 def main(args: Any = None) -> int:
@@ -228,11 +247,13 @@ def main(args: Any = None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        preset, mode, kind, steps, repeats, interval, device, threads, least = sys.argv[2:11]
+        preset, mode, kind, steps, repeats, interval, device, threads, least, batch = sys.argv[2:12]
         import torch
 
         torch.set_num_threads(int(threads))
-        got = child(preset, mode, kind, int(steps), int(repeats), int(interval), device, float(least))
+        got = child(
+            preset, mode, kind, int(steps), int(repeats), int(interval), device, float(least), int(batch)
+        )
         print(json.dumps(got))
     else:
         sys.exit(main())

@@ -22,12 +22,14 @@ def test_both_loops_train_the_same_work() -> None:
     assert all(v > 0 for v in got["tokens_per_second"].values()) and got["peak_rss_bytes"] > 50 * 2**20
     one = child("tiny", "dipaco", "plain", 3, 0, 10, "cpu")
     assert list(one["seconds"]) == ["plain"] and len(one["seconds"]["plain"]) == 1
+    small = child("tiny", "dipaco", "miner", 2, 0, 10, "cpu", batch_size=2)  # a large preset's memory
+    assert small["batch_size"] == 2 and small["tokens_per_second"]["miner"] > 0
 
 
 def test_command_writes_rows_with_the_ratio(tmp_path: Path) -> None:
     out = tmp_path / "bp"
     args = ["bench", "presets", "--presets", "tiny", "--modes", "moe", "--steps", "2", "--repeats", "1"]
-    args += ["--min-seconds", "0"]
+    args += ["--min-seconds", "0", "--batch-size", "4"]
     assert main([*args, "--out", str(out)]) == 0
     doc = json.loads((out / "presets.json").read_text())
     (row,) = doc["rows"]
@@ -37,3 +39,4 @@ def test_command_writes_rows_with_the_ratio(tmp_path: Path) -> None:
     assert row["miner_over_plain_pct"] > 0
     assert row["miner_peak_rss_mib"] > 50 and doc["target_pct"] == 95.0
     assert doc["command"].startswith("tessera bench presets ") and "--steps 2" in doc["command"]
+    assert row["batch_size"] == 4 and "--batch-size 4" in doc["command"]
