@@ -1,27 +1,40 @@
 """Loading a node's typed config: defaults < TOML file < environment < command-line flags.
 
 A role's config is a frozen dataclass of plain fields (str, int, float, bool, Path, tuple of str and
-``X | None`` of those). :func:`load_settings` fills it from, in increasing priority, the dataclass
-defaults, a TOML table, ``{PREFIX}{FIELD}`` environment variables (upper case), and explicit overrides
-(the CLI flags that were given). Unknown TOML keys and unparsable values are :class:`SettingsError`.
+``X | None`` of those) and of *sections*: a field whose type is itself such a dataclass (torchtitan's
+sectioned ``JobConfig``), e.g. ``ValidatorConfig.verify``. Each setting has one name, ``field`` or
+``section.field`` (:func:`setting_types`); a section's field that the config also has at the top level
+(``device``) is set there only. :func:`load_settings` fills the config from, in increasing priority, the
+dataclass defaults, a TOML table (a section is its sub-table: ``[validator.verify]``),
+``{PREFIX}{SETTING}`` environment variables (upper case, the dot an underscore:
+``TESSERA_VALIDATOR_VERIFY_SEGMENTS_PER_MINER``), and explicit overrides (the CLI flags that were given,
+``--verify.segments-per-miner``). Unknown TOML keys and unparsable values are :class:`SettingsError`.
 Secrets are never read from the TOML file: fields named in ``secret_fields`` come from the environment
 only.
+
+A config class may name settings that moved or went away, so that an old config is never silently
+ignored: ``renamed_settings`` (a class attribute, old name -> new name) are still read, with a warning
+naming the new spelling; ``retired_settings`` (old name -> why) are refused with a one-line
+:class:`SettingsError`, unless the loader is given ``on_retired`` to judge them itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from protocol.errors import ProtocolError
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class SettingsError(ProtocolError):
@@ -134,6 +147,51 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
     return value
 
 
+def sections(cls: type) -> dict[str, type]:
+    """``cls``'s section fields (a field typed by a dataclass) -> their dataclass."""
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name])
+    }
+
+
+def setting_types(cls: type) -> dict[str, Any]:
+    """Every setting of ``cls``, named ``field`` or ``section.field``, -> its type. A section's field that
+    ``cls`` also has at the top level is not a setting of the section (the config passes it down)."""
+    hints = typing.get_type_hints(cls)
+    secs = sections(cls)
+    out: dict[str, Any] = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name not in secs}  # type: ignore[arg-type]
+    for sec, scls in secs.items():
+        shints = typing.get_type_hints(scls)
+        for f in dataclasses.fields(scls):  # type: ignore[arg-type]
+            if f.name not in out:
+                out[f"{sec}.{f.name}"] = shints[f.name]
+    return out
+
+
+def setting_defaults(cls: type) -> dict[str, Any]:
+    """Every setting of ``cls`` (as :func:`setting_types` names it) -> its default."""
+    inst_defaults: dict[str, Any] = {}
+    for name in setting_types(cls):
+        owner, _, field_name = name.rpartition(".")
+        klass = sections(cls)[owner] if owner else cls
+        f = {f.name: f for f in dataclasses.fields(klass)}[field_name]  # type: ignore[arg-type]
+        if f.default is not dataclasses.MISSING:
+            inst_defaults[name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            inst_defaults[name] = f.default_factory()
+        else:
+            inst_defaults[name] = None
+    return inst_defaults
+
+
+def env_name(prefix: str, setting: str) -> str:
+    """The environment variable of ``setting``: ``TESSERA_VALIDATOR_`` + ``verify.trim`` -> ``..._VERIFY_TRIM``."""
+    return f"{prefix}{setting.replace('.', '_').upper()}"
+
+
 def load_settings(
     cls: type[T],
     *,
@@ -143,52 +201,97 @@ def load_settings(
     env_prefix: str = "",
     overrides: Mapping[str, Any] | None = None,
     secret_fields: tuple[str, ...] = (),
+    on_retired: Callable[[str, Any], None] | None = None,
 ) -> T:
-    """Build ``cls`` from defaults, a TOML file (optionally one ``[table]`` of it), env and overrides."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    """Build ``cls`` from defaults, a TOML file (optionally one ``[table]`` of it), env and overrides.
+    A retired setting that is given goes to ``on_retired(name, value)`` (without it: :class:`SettingsError`)."""
+    types_ = setting_types(cls)
+    renamed: Mapping[str, str] = getattr(cls, "renamed_settings", {})
+    retired: Mapping[str, str] = getattr(cls, "retired_settings", {})
     values: dict[str, Any] = {}
+
+    def take(layer: Mapping[str, Any], source: str) -> None:
+        for name, value in layer.items():
+            if name in retired:
+                if on_retired is None:
+                    raise SettingsError(f"{name} ({source}) is no longer a setting: {retired[name]}")
+                on_retired(name, value)
+                continue
+            if name in renamed:
+                log.warning("setting %s (%s) is deprecated: it is %s now", name, source, renamed[name])
+                if renamed[name] in layer:
+                    continue  # the new spelling, given beside it, wins
+                name = renamed[name]
+            values[name] = value
+
     if toml_path is not None:
-        try:
-            doc = tomllib.loads(Path(toml_path).read_text())
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SettingsError(f"cannot read config file {toml_path}: {exc}") from exc
-        except (tomllib.TOMLDecodeError, RecursionError) as exc:
-            raise SettingsError(f"config file {toml_path} is not valid TOML: {exc}") from exc
-        if table is not None:
-            if table not in doc and any(isinstance(v, dict) for v in doc.values()):
-                # e.g. a validator's config given to a miner: its settings would all be silently ignored
-                others = sorted(k for k, v in doc.items() if isinstance(v, dict))
-                raise SettingsError(
-                    f"{toml_path} has no [{table}] table (it has {', '.join(f'[{k}]' for k in others)})"
-                )
-            doc = doc.get(table, {})
-            if not isinstance(doc, dict):
-                raise SettingsError(f"[{table}] in {toml_path} must be a table")
-        unknown = set(doc) - set(fields)
+        doc = _read_table(cls, Path(toml_path), table)
+        unknown = set(doc) - set(types_) - set(renamed) - set(retired)
         if unknown:
             raise SettingsError(f"unknown keys in {toml_path}: {sorted(unknown)}")
         secret = set(doc) & set(secret_fields)
         if secret:
             raise SettingsError(f"{sorted(secret)} must come from the environment, not a file")
-        values.update(doc)
+        take(doc, str(toml_path))
     environ = os.environ if env is None else env
-    for name in fields:
-        key = f"{env_prefix}{name.upper()}"
-        if key in environ:
-            values[name] = environ[key]
+    take(
+        {
+            name: environ[env_name(env_prefix, name)]
+            for name in (*types_, *renamed, *retired)
+            if env_name(env_prefix, name) in environ
+        },
+        "environment",
+    )
     if env_prefix:
         _refuse_unknown_env(cls, environ, env_prefix, {**values, **(overrides or {})})
-    for name, value in (overrides or {}).items():
-        if name not in fields:
+    given = {name: value for name, value in (overrides or {}).items() if value is not None}
+    for name in given:
+        if name not in types_ and name not in renamed and name not in retired:
             raise SettingsError(f"unknown setting {name!r}")
-        if value is not None:
-            values[name] = value
-    out = {name: _coerce(name, hints[name], v) for name, v in values.items()}
+    take(given, "flag")
+    return _build(cls, {name: _coerce(name, types_[name], v) for name, v in values.items()})
+
+
+def _build(cls: type[T], values: dict[str, Any]) -> T:
+    """``cls`` from coerced settings, each section's (``section.field``) gathered into its dataclass."""
     try:
-        return cls(**out)
+        for sec, scls in sections(cls).items():
+            inner = {k.partition(".")[2]: values.pop(k) for k in list(values) if k.startswith(sec + ".")}
+            if inner:
+                values[sec] = scls(**inner)
+        return cls(**values)
     except (TypeError, ValueError) as exc:
         raise SettingsError(f"invalid {cls.__name__}: {exc}") from exc
+
+
+def _read_table(cls: type, toml_path: Path, table: str | None) -> dict[str, Any]:
+    """The settings in ``toml_path`` (its ``[table]`` if named), a section's sub-table flattened to
+    ``section.field`` keys."""
+    try:
+        doc = tomllib.loads(toml_path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read config file {toml_path}: {exc}") from exc
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise SettingsError(f"config file {toml_path} is not valid TOML: {exc}") from exc
+    if table is not None:
+        if table not in doc and any(isinstance(v, dict) for v in doc.values()):
+            # e.g. a validator's config given to a miner: its settings would all be silently ignored
+            others = sorted(k for k, v in doc.items() if isinstance(v, dict))
+            raise SettingsError(
+                f"{toml_path} has no [{table}] table (it has {', '.join(f'[{k}]' for k in others)})"
+            )
+        doc = doc.get(table, {})
+        if not isinstance(doc, dict):
+            raise SettingsError(f"[{table}] in {toml_path} must be a table")
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in sections(cls):
+            if not isinstance(value, dict):
+                raise SettingsError(f"{key} in {toml_path} must be a table ([{table}.{key}])")
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
 
 
 def _refuse_unknown_env(cls: type, environ: Mapping[str, str], prefix: str, given: Mapping[str, Any]) -> None:
@@ -197,18 +300,21 @@ def _refuse_unknown_env(cls: type, environ: Mapping[str, str], prefix: str, give
     settings and are allowed."""
     import difflib
 
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    pointed = {str(given.get(f, getattr(cls, f, ""))) for f in fields if f.endswith("_env")}
+    names = [
+        *setting_types(cls),
+        *getattr(cls, "renamed_settings", {}),
+        *getattr(cls, "retired_settings", {}),
+    ]
+    known = {env_name(prefix, n)[len(prefix) :] for n in names}
+    pointed = {str(given.get(f, getattr(cls, f, ""))) for f in names if f.endswith("_env")}
     unknown = sorted(
-        k
-        for k in environ
-        if k.startswith(prefix) and k[len(prefix) :].lower() not in fields and k not in pointed
+        k for k in environ if k.startswith(prefix) and k[len(prefix) :] not in known and k not in pointed
     )
     if unknown:
         hints = []
         for k in unknown:
-            close = difflib.get_close_matches(k[len(prefix) :].lower(), sorted(fields), n=1)
-            hints.append(f"{k}" + (f" (did you mean {prefix}{close[0].upper()}?)" if close else ""))
+            close = difflib.get_close_matches(k[len(prefix) :], sorted(known), n=1)
+            hints.append(f"{k}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
         raise SettingsError(f"unknown environment settings: {', '.join(hints)}")
 
 
@@ -237,6 +343,14 @@ def field_docs(cls: type) -> dict[str, str]:
             ):
                 docs[stmt.target.id] = " ".join(nxt.value.value.split())
     return docs
+
+
+def setting_docs(cls: type) -> dict[str, str]:
+    """Each setting's docstring (:func:`field_docs`), named as :func:`setting_types` names it."""
+    docs = field_docs(cls)
+    for sec, scls in sections(cls).items():
+        docs.update({f"{sec}.{k}": v for k, v in field_docs(scls).items()})
+    return {name: docs.get(name, "") for name in setting_types(cls)}
 
 
 def resolve_private_key(

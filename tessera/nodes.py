@@ -45,31 +45,45 @@ def dev_tee_seed(environ: typing.Mapping[str, str] | None = None) -> bytes:
 
 
 def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One ``--field-name`` flag per config field (string-valued; the loader coerces and validates)."""
+    """One flag per setting (string-valued; the loader coerces and validates): ``--field-name``, and
+    ``--section.field-name`` inside a section (``--verify.segments-per-miner``). Renamed and retired
+    settings keep a hidden flag of their old name, so that the loader warns about them or refuses them
+    instead of argparse failing on an unknown flag."""
     parser.add_argument("--config", type=Path, help="TOML config file")
-    from protocol.settings import field_docs
+    from protocol.settings import setting_defaults, setting_docs, setting_types
 
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        doc = docs.get(f.name, "").replace("%", "%%")
+    docs = setting_docs(cls)
+    defaults = setting_defaults(cls)
+    for name, tp in setting_types(cls).items():
+        doc = docs.get(name, "").replace("%", "%%")
         doc = doc + " " if doc else ""
-        default = f.default if f.default is not dataclasses.MISSING else None
+        default = defaults[name]
         parser.add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest=f"cfg_{f.name}",
+            _flag(name),
+            dest=f"cfg_{name}",
             default=None,
-            metavar=str(getattr(hints[f.name], "__name__", "VALUE")).upper(),
+            metavar=str(getattr(tp, "__name__", "VALUE")).upper(),
             help=f"{doc.replace('``', '')}(default: {str(default) if isinstance(default, Path) else repr(default)})",
         )
+    for name in (*getattr(cls, "renamed_settings", {}), *getattr(cls, "retired_settings", {})):
+        parser.add_argument(_flag(name), dest=f"cfg_{name}", default=None, help=argparse.SUPPRESS)
+
+
+def _flag(setting: str) -> str:
+    return "--" + setting.replace("_", "-")
 
 
 def overrides_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
-    """The config fields given on the command line."""
+    """The settings given on the command line."""
+    from protocol.settings import setting_types
+
+    names = (
+        *setting_types(cls),
+        *getattr(cls, "renamed_settings", {}),
+        *getattr(cls, "retired_settings", {}),
+    )
     return {
-        f.name: getattr(args, f"cfg_{f.name}")
-        for f in dataclasses.fields(cls)
-        if getattr(args, f"cfg_{f.name}", None) is not None
+        name: getattr(args, f"cfg_{name}") for name in names if getattr(args, f"cfg_{name}", None) is not None
     }
 
 

@@ -172,7 +172,7 @@ class IntakeMixin(ValidatorParts):
             try:  # bounded in bytes and in wall time: a peer that drips bytes cannot hold the validator
                 body = get_capped(
                     f"{url.rstrip('/')}/updates/{p}/{miner}",
-                    max_bytes=self.cfg.max_update_bytes,
+                    max_bytes=self.cfg.verify.max_update_bytes,
                     timeout=self.cfg.fetch_timeout,
                 )
             except TransferError as exc:

@@ -53,7 +53,6 @@ from protocol.traffic import TrafficLedger
 from protocol.transfer import BlobStore, FetchPolicy
 from training.data import Dataset
 from training.device import use_deterministic
-from training.merge import MergePolicy
 from validator.api import ApiMixin
 from validator.checkpoints import CheckpointsMixin
 from validator.config import ValidatorConfig
@@ -133,17 +132,10 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         self._residuals = ResidualCache(self.state.dir / "residuals")
         self.metrics = NodeMetrics.create("validator")
         self.fetch_policy = FetchPolicy(
-            max_bytes=cfg.max_update_bytes, timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts
+            max_bytes=cfg.verify.max_update_bytes, timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts
         )
-        self.policy = cfg.verify_policy()
-        self.merge_policy = MergePolicy(cfg.merge_method, cfg.clip_factor, cfg.trim)
-        if self.merge_policy != spec.merge:
-            log.warning(
-                "merge policy %s differs from the run's %s: miners rebuild theta_{r+1} with the run's and will "
-                "fetch this validator's checkpoints instead (and other validators merge differently)",
-                self.merge_policy,
-                spec.merge,
-            )
+        self.policy = cfg.verify
+        self.merge_policy = spec.merge  # the run's: miners rebuild theta_{r+1} with it too
         self._ds: Dataset | None = None
         self._theta: Theta | None = None
         self._cache = RoundCache(0)

@@ -1,15 +1,14 @@
 """The validator's verification thresholds and budgets: one typed policy, defined once.
 
-``VerifyPolicy`` is what ``validator.verify`` runs with; ``validator.config.ValidatorConfig`` extends it,
-so every threshold here is also a validator setting (TOML ``[validator]`` key, ``TESSERA_VALIDATOR_*``
-variable and flag of the same name) with this default and this documentation. No torch here: the config
-must load without it.
+``VerifyPolicy`` is what ``validator.verify`` runs with; it is the ``verify`` section of
+``validator.config.ValidatorConfig``, so every threshold here is also a validator setting (TOML key of the
+``[validator.verify]`` table, ``TESSERA_VALIDATOR_VERIFY_*`` variable, ``--verify.*`` flag) with this
+default and this documentation; ``device`` is the node's. No torch here: the config must load without it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 # The replay tolerances (relative L2 per tensor). Calibrated across CPU instruction
 # sets and thread counts with ``tessera bench crossplatform`` (docs/benchmarks.md, "Cross-platform replay
@@ -89,8 +88,3 @@ class VerifyPolicy:
     (``||delta'|| = usefulness_rel_norm * ||theta_assigned||``), so the score depends on the update's
     direction only and multiplying an update never raises it (docs/security.md F9). 0.01 is of the order
     of an honest update's relative norm (measured 0.003 to 0.016 per module after 6 inner steps)."""
-
-
-def policy_fields(obj: Any) -> dict[str, Any]:
-    """``obj``'s values of :class:`VerifyPolicy`'s fields."""
-    return {f.name: getattr(obj, f.name) for f in fields(VerifyPolicy)}

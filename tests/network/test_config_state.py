@@ -14,6 +14,7 @@ from miner.state import ABANDONED, COMMITTED, MinerState
 from protocol.settings import SettingsError, load_settings
 from validator.config import ValidatorConfig, load_validator_config
 from validator.errors import ValidatorConfigError
+from validator.policy import VerifyPolicy
 from validator.state import ValidatorState
 
 
@@ -36,7 +37,7 @@ def test_bad_values(tmp_path: Path) -> None:
         load_miner_config(None, {"port": "eighty"}, env={})
     with pytest.raises(MinerConfigError):
         load_miner_config(None, {"tee": "sgx-please"}, env={})
-    with pytest.raises(ValidatorConfigError):
+    with pytest.raises(ValidatorConfigError, match="merge_method"):
         load_validator_config(None, {"merge_method": "max"}, env={})
     f.write_text("[miner\n")
     with pytest.raises(MinerConfigError, match="TOML"):
@@ -128,7 +129,7 @@ def test_roles_share_the_node_fields_and_help_shows_their_docs() -> None:
     import argparse
 
     from protocol.settings import NodeConfig, field_docs
-    from tessera.nodes import add_config_flags
+    from tessera.nodes import add_config_flags, overrides_from_args
 
     shared = {f.name for f in dataclasses.fields(NodeConfig)}
     for cls in (MinerConfig, ValidatorConfig):
@@ -141,18 +142,25 @@ def test_roles_share_the_node_fields_and_help_shows_their_docs() -> None:
     p = argparse.ArgumentParser()
     add_config_flags(p, ValidatorConfig)
     text = " ".join(p.format_help().split())
-    # every verification threshold is a setting, documented once (validator.policy.VerifyPolicy)
+    # every verification threshold is a setting of the verify section, documented once (VerifyPolicy)
     assert "of the decoded update against the validator's own compression" in text
     for flag in ("--heldout-windows", "--max-heldout-excess", "--eval-own-batches", "--attested-segments"):
-        assert flag in text
+        assert "--verify." + flag[2:] in text
+        assert f"{flag} " not in text  # the old top-level spelling is hidden (still read, with a warning)
+    assert "--verify.device" not in text and "--merge-method" not in text
+    args = p.parse_args(["--verify.heldout-windows", "4", "--segments-per-miner", "3"])
+    assert overrides_from_args(args, ValidatorConfig) == {
+        "verify.heldout_windows": "4",
+        "segments_per_miner": "3",
+    }
     cfg = load_validator_config(
-        None, {"heldout_windows": "4"}, env={"TESSERA_VALIDATOR_ATTESTED_SEGMENTS": "2"}
+        None,
+        overrides_from_args(args, ValidatorConfig),
+        env={"TESSERA_VALIDATOR_VERIFY_ATTESTED_SEGMENTS": "2"},
     )
-    policy = cfg.verify_policy()
-    assert (policy.heldout_windows, policy.attested_segments) == (4, 2)
-    assert (
-        type(policy).__name__ == "VerifyPolicy" and policy.replay_rel_tol == ValidatorConfig().replay_rel_tol
-    )
+    policy = cfg.verify
+    assert (policy.heldout_windows, policy.attested_segments, policy.segments_per_miner) == (4, 2, 3)
+    assert type(policy).__name__ == "VerifyPolicy" and policy.replay_rel_tol == VerifyPolicy().replay_rel_tol
     assert "(default: ~/.tessera/validator)" in text
 
 
@@ -190,3 +198,60 @@ def test_validator_round_record_refuses_unknown_keys(tmp_path: Path) -> None:
     with pytest.raises(ValidatorStateError, match="score_commited"):
         st.set(3, score_commited=True)  # type: ignore[call-arg]
     assert ValidatorState(tmp_path).round(3) == {"verdicts": {}, "scores": [1, 2], "salt": "00"}
+
+
+def test_validator_sections_and_settings_that_moved(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """One ``VerifyPolicy``, the ``verify`` section (file, env, flag); the merge policy is the run file's.
+    An older config's top-level threshold is read with a warning; its merge settings load only where they
+    say what the run file says, else one typed line."""
+    from protocol.runspec import RunSpec
+    from training.merge import MergePolicy
+
+    f = tmp_path / "v.toml"
+    f.write_text("[validator]\nport = 7000\n[validator.verify]\nsegments_per_miner = 3\nmax_rel_norm = 2.5\n")
+    cfg = load_validator_config(f, {"device": "cpu"}, env={"TESSERA_VALIDATOR_VERIFY_MAX_REL_NORM": "3.5"})
+    assert (cfg.port, cfg.verify.segments_per_miner, cfg.verify.max_rel_norm) == (7000, 3, 3.5)
+    assert cfg.verify.device == cfg.device == "cpu"
+    f.write_text("[validator.verify]\nsegments_per_mienr = 3\n")
+    with pytest.raises(ValidatorConfigError, match=r"unknown keys .*verify.segments_per_mienr"):
+        load_validator_config(f, env={})
+    f.write_text("[validator]\nverify = 3\n")
+    with pytest.raises(ValidatorConfigError, match=r"must be a table"):
+        load_validator_config(f, env={})
+    with pytest.raises(ValidatorConfigError, match="VERIFY_SEGMENTS_PER_MINR"):
+        load_validator_config(None, env={"TESSERA_VALIDATOR_VERIFY_SEGMENTS_PER_MINR": "3"})
+    with pytest.raises(ValueError, match="verify.device"):
+        ValidatorConfig(verify=VerifyPolicy(device="cuda"))
+    # an older config: top-level thresholds are read into the section, with a warning
+    f.write_text("[validator]\nsegments_per_miner = 4\n")
+    with caplog.at_level("WARNING"):
+        cfg = load_validator_config(
+            f, {"min_own_gain": "0.5"}, env={"TESSERA_VALIDATOR_ATTESTED_SEGMENTS": "2"}
+        )
+    assert (cfg.verify.segments_per_miner, cfg.verify.min_own_gain, cfg.verify.attested_segments) == (
+        4,
+        0.5,
+        2,
+    )
+    assert "segments_per_miner" in caplog.text and "verify.segments_per_miner" in caplog.text
+    # the merge policy: the run file's; an old merge setting that agrees with it is a warning, else an error
+    run = tmp_path / "run.json"
+    RunSpec(merge=MergePolicy("trimmed_mean", trim=0.25)).save(run)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        load_validator_config(
+            None, {"run_file": str(run), "merge_method": "trimmed_mean", "trim": "0.25"}, env={}
+        )
+    assert "deprecated and ignored" in caplog.text
+    with pytest.raises(
+        ValidatorConfigError, match=r"merge_method = 'mean' differs from the run file's merge.method"
+    ):
+        load_validator_config(None, {"run_file": str(run), "merge_method": "mean"}, env={})
+    with pytest.raises(ValidatorConfigError, match=r"clip_factor .* differs"):
+        load_validator_config(None, {"run_file": str(run)}, env={"TESSERA_VALIDATOR_CLIP_FACTOR": "3"})
+    f.write_text('[validator]\nmerge_method = "mean"\n')
+    with pytest.raises(ValidatorConfigError, match=r"merge_method: not validator settings any more"):
+        load_validator_config(f, {"run_file": str(tmp_path / "none.json")}, env={})
+    # without a judge for them, a retired setting is refused by the loader itself
+    with pytest.raises(SettingsError, match="trim .* is no longer a setting"):
+        load_settings(ValidatorConfig, overrides={"trim": "0.1"}, env={})

@@ -32,6 +32,7 @@ from training.config import InnerConfig
 from validator.config import ValidatorConfig
 from validator.errors import ValidatorError
 from validator.node import ValidatorNode
+from validator.policy import VerifyPolicy
 
 KEYS = ["0x" + f"{i:064x}" for i in range(11, 16)]
 
@@ -56,7 +57,7 @@ def network(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     validators = []
     for i, k in enumerate(KEYS[:2]):
         c = MemoryCoordinator(ledger, Account.from_key(k).address)
-        cfg = ValidatorConfig(data_dir=tmp / f"v{i}", segments_per_miner=2)
+        cfg = ValidatorConfig(data_dir=tmp / f"v{i}", verify=VerifyPolicy(segments_per_miner=2))
         validators.append(ValidatorNode(cfg, spec, c, Discovery(31337, k, dht), k).start())
     miners = []
     for i, k in enumerate(KEYS[2:]):

@@ -39,6 +39,7 @@ from tessera.devnet.sizing import PhaseWindows, measure_work, phase_windows
 from validator.config import ValidatorConfig
 from validator.errors import ValidatorError
 from validator.node import ValidatorNode
+from validator.policy import VerifyPolicy
 
 BLOCK_TIME = 0.05
 """Seconds per block of the in-memory chain."""
@@ -152,7 +153,7 @@ def _run_round(
     mkeys = ["0x" + f"{0x60 + i:064x}" for i in range(MINERS)]
     validators = [
         ValidatorNode(
-            ValidatorConfig(data_dir=tmp / f"v{i}", segments_per_miner=2),
+            ValidatorConfig(data_dir=tmp / f"v{i}", verify=VerifyPolicy(segments_per_miner=2)),
             spec,
             _coord(ledger, k),
             Discovery(chain_id, k, dht),

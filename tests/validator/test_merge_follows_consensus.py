@@ -29,6 +29,7 @@ from training.config import InnerConfig
 from validator.config import ValidatorConfig
 from validator.errors import ValidatorError
 from validator.node import ValidatorNode
+from validator.policy import VerifyPolicy
 
 KEYS = ["0x" + f"{i:064x}" for i in range(41, 45)]
 
@@ -76,7 +77,10 @@ def network(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[An
             nodes.append(LazyValidator(cfg, spec, c, Discovery(31337, k, dht), k).start())
         else:  # an honest disagreement: a threshold no update meets, so every update is refused
             cfg = ValidatorConfig(
-                data_dir=tmp_path / "v1", stake=1000 * 10**18, slash=False, min_final_cosine=1.01
+                data_dir=tmp_path / "v1",
+                stake=1000 * 10**18,
+                slash=False,
+                verify=VerifyPolicy(min_final_cosine=1.01),
             )
             nodes.append(ValidatorNode(cfg, spec, c, Discovery(31337, k, dht), k).start())
     for i, k in enumerate(KEYS[2:]):

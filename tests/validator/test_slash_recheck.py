@@ -32,6 +32,7 @@ from training.config import InnerConfig
 from validator.config import ValidatorConfig
 from validator.errors import ValidatorError
 from validator.node import ValidatorNode
+from validator.policy import VerifyPolicy
 
 KEYS = ["0x" + f"{i:064x}" for i in range(51, 56)]
 H = 4
@@ -48,7 +49,9 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, ...
     validators = []
     for i, k in enumerate(KEYS[:3]):
         c = MemoryCoordinator(ledger, Account.from_key(k).address)
-        cfg = ValidatorConfig(data_dir=tmp / f"v{i}", segments_per_miner=H if i == 0 else 0)
+        cfg = ValidatorConfig(
+            data_dir=tmp / f"v{i}", verify=VerifyPolicy(segments_per_miner=H if i == 0 else 0)
+        )
         validators.append(ValidatorNode(cfg, spec, c, Discovery(31337, k, dht), k).start())
     miners = []
     for i, k in enumerate(KEYS[3:]):

@@ -183,13 +183,13 @@ def _figures(
     net: Devnet, rounds: list[int], certified: list[int], tally: VerdictTally, platforms: dict[str, str]
 ) -> dict[str, Any]:
     """The scenario's figures for the report, the largest honest differences beside their tolerances."""
-    from validator.config import ValidatorConfig
+    from validator.policy import VerifyPolicy
 
     tolerances = {
-        "replay_param_rel_diff": ValidatorConfig.param_rel_tol,
-        "replay_moment_rel_diff": ValidatorConfig.replay_rel_tol,
-        "ef_rel_err": ValidatorConfig.ef_rel_tol,
-        "ef_after_rel_err": ValidatorConfig.ef_rel_tol,
+        "replay_param_rel_diff": VerifyPolicy.param_rel_tol,
+        "replay_moment_rel_diff": VerifyPolicy.replay_rel_tol,
+        "ef_rel_err": VerifyPolicy.ef_rel_tol,
+        "ef_after_rel_err": VerifyPolicy.ef_rel_tol,
     }
     return {
         "rounds_run": len(rounds),
