@@ -112,6 +112,15 @@ class TokenizerSpec:
         return cls(file=doc["file"], digest=_hex_digest(doc["digest"], "tokenizer.digest"), vocab_size=vocab)
 
 
+def _codec_json(codec: CodecConfig) -> dict[str, Any]:
+    """The codec's JSON form; the default index coding is left out, so run files written before it
+    existed keep their digest."""
+    doc = to_dict(codec)
+    if doc["index"] == "packed":
+        del doc["index"]
+    return doc
+
+
 def _finite_number(x: object) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -169,7 +178,7 @@ class RunSpec:
                 "model": to_dict(self.model),
                 "inner": to_dict(self.inner),
                 "outer": to_dict(self.outer),
-                "codec": to_dict(self.codec),
+                "codec": _codec_json(self.codec),
                 "experts_per_miner": self.experts_per_miner,
                 "corpus": self.corpus,
                 "genesis_seed": self.genesis_seed,

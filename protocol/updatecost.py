@@ -117,7 +117,12 @@ def _param_cost(numel: int, cfg: CodecConfig) -> tuple[int, int, float, int]:
         ns += _NS_QVALUE * kept
     if cfg.name == "topk":
         width = index_bits(cfg)
-        if width in (1, 2, 4, 8, 12):
+        if cfg.index == "elias-fano":
+            # every bit of the field unpacked as int64, the low parts and the bitmap's positions
+            idx_bytes = math.prod(field_specs((numel,), cfg)["idx"][1])
+            transient += 64 * idx_bytes + 8 * (width + 2) * kept
+            ns += _NS_INDEX * kept + _NS_INDEX_BIT * 8 * idx_bytes
+        elif width in (1, 2, 4, 8, 12):
             transient += 24 * kept
             ns += _NS_INDEX * kept
         else:

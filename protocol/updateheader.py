@@ -81,9 +81,9 @@ def with_transcript(header: UpdateHeader, tensors: Mapping[str, Tensor]) -> Upda
     return replace(header, transcript_digests=pairs)
 
 
-def codec_wire(cfg: CodecConfig) -> tuple[str, int, int, int, str]:
+def codec_wire(cfg: CodecConfig) -> tuple[str, int, int, int, str, str]:
     """The codec parameters that travel in a header (``ef_beta`` and ``feedback`` are the miner's)."""
-    return (cfg.name, cfg.chunk, cfg.topk, cfg.bits, cfg.transform)
+    return (cfg.name, cfg.chunk, cfg.topk, cfg.bits, cfg.transform, cfg.index)
 
 
 def check_expected(
@@ -156,6 +156,7 @@ class UpdateHeader:
                 "topk": c.topk,
                 "bits": c.bits,
                 "transform": c.transform,
+                **({} if c.index == "packed" else {"index": c.index}),
             },
             "base_checkpoint": self.base_checkpoint,
             "transcript": {
@@ -221,8 +222,12 @@ def _str(obj: dict[str, Any], key: str) -> str:
 
 
 def _parse_codec(raw: Any) -> CodecConfig:
-    if not isinstance(raw, dict) or set(raw) != {"name", "chunk", "topk", "bits", "transform"}:
-        raise MalformedHeader("codec must be an object with name, chunk, topk, bits, transform")
+    keys = {"name", "chunk", "topk", "bits", "transform"}
+    if not isinstance(raw, dict) or set(raw) - {"index"} != keys:
+        raise MalformedHeader("codec must be an object with name, chunk, topk, bits, transform (and index)")
+    if raw.get("index", "elias-fano") not in ("elias-fano",):
+        # the default coding is written by leaving the key out, so each header has one spelling
+        raise UnknownCodec(f"unknown index coding {raw['index']!r}")
     if raw["name"] not in KNOWN_CODECS:
         raise UnknownCodec(f"unknown codec {raw['name']!r}")
     try:
@@ -232,6 +237,7 @@ def _parse_codec(raw: Any) -> CodecConfig:
             topk=raw["topk"],
             bits=raw["bits"],
             transform=raw["transform"],
+            index=raw.get("index", "packed"),
         )
     except (ConfigError, TypeError) as exc:
         raise UnknownCodec(f"unsupported codec parameters: {exc}") from exc

@@ -6,7 +6,9 @@ partial chunk keeps ``ceil(topk * len / chunk)`` values so small tensors are not
 (as DeMo does) before selection, and back after decoding.
 
 Per chunk, ``topk`` keeps the k largest-magnitude values (indices sorted ascending, packed at
-``ceil(log2(chunk))`` bits each); values are quantised uniformly and symmetrically to ``L = 2**bits``
+``ceil(log2(chunk))`` bits each, or with ``index='elias-fano'`` in the Elias-Fano code of a sorted list:
+``floor(log2(width / k))`` low bits each and the high parts in unary, about ``2 + log2(width / k)`` bits
+each); values are quantised uniformly and symmetrically to ``L = 2**bits``
 levels ``s * (-1 + 2q/(L-1))`` with ``s`` the chunk's largest kept magnitude (one fp32 scale per chunk)
 and packed at ``bits`` bits each; ``bits=32`` sends raw fp32 and no scale. ``dense`` keeps every value.
 
@@ -28,10 +30,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from training.bitpack import (
+    elias_fano_bits,
+    elias_fano_decode,
+    elias_fano_encode,
+    pack_bits,
+    unpack_bits,
+)
 from training.config import CodecConfig
 from training.errors import CodecError
 from training.exact import F64, dct_basis, quantised_idct_tiles, sparse_idct_tiles
@@ -129,11 +137,27 @@ def index_bits(cfg: CodecConfig, shape: tuple[int, ...] | None = None) -> int:
     return max(1, math.ceil(math.log2(cfg.chunk)))
 
 
+def index_groups(shape: tuple[int, ...], cfg: CodecConfig) -> list[tuple[int, int, int]]:
+    """``(chunks, width, k)`` of each group of chunks of a tensor of ``shape`` that share a width and a
+    ``k``, in wire order (the full chunks, then the tail), leaving out empty groups."""
+    lay = layout_of(shape, cfg)
+    if cfg.transform in SHAPED:
+        _, _, tr, tc = tile_grid(shape)
+        groups = [(lay.full_chunks, tr * tc, lay.k_full)]
+    else:
+        tail_width = cfg.chunk if cfg.transform == "dct" else lay.tail
+        groups = [(lay.full_chunks, cfg.chunk, lay.k_full), (1 if lay.tail else 0, tail_width, lay.k_tail)]
+    return [(m, w, k) for m, w, k in groups if m and k]
+
+
 def field_specs(shape: tuple[int, ...], cfg: CodecConfig) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """Exact dtype and shape of each field for a tensor of ``shape`` (what a decoder checks first)."""
     lay = layout_of(shape, cfg)
     specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
-    if cfg.name == "topk":
+    if cfg.name == "topk" and cfg.index == "elias-fano":
+        bits = sum(m * elias_fano_bits(width, k) for m, width, k in index_groups(shape, cfg))
+        specs["idx"] = (torch.uint8, (math.ceil(bits / 8),))
+    elif cfg.name == "topk":
         specs["idx"] = (torch.uint8, (math.ceil(lay.kept * index_bits(cfg, shape) / 8),))
     if cfg.bits == 32:
         specs["val"] = (torch.float32, (lay.kept,))
@@ -149,44 +173,6 @@ def encoded_bits(shape: tuple[int, ...], cfg: CodecConfig) -> int:
         8 * math.prod(s) * torch.empty((), dtype=d).element_size()
         for d, s in field_specs(shape, cfg).values()
     )
-
-
-def pack_bits(values: Tensor, width: int) -> Tensor:
-    """Pack non-negative integers ``< 2**width`` into bytes, little-endian bit order.
-
-    Value i's bit j is bit ``i * width + j`` of the stream; byte b holds stream bits ``8b .. 8b + 7``
-    (least significant first). Widths 1, 2, 4, 8 and 12 take vectorised fast paths with the same output.
-    """
-    v = values.reshape(-1).to(torch.int64)
-    n = v.numel()
-    if width in (1, 2, 4, 8):
-        per = 8 // width
-        v = torch.nn.functional.pad(v, (0, (-n) % per)).view(-1, per)
-        shifts = torch.arange(per, dtype=torch.int64) * width
-        return (v << shifts).sum(dim=1).to(torch.uint8)
-    if width == 12:
-        v = torch.nn.functional.pad(v, (0, n % 2)).view(-1, 2)
-        a, b = v[:, 0], v[:, 1]
-        out = torch.stack([a & 0xFF, (a >> 8) | ((b & 0xF) << 4), b >> 4], dim=1).reshape(-1)
-        return out[: (n * 12 + 7) // 8].to(torch.uint8)
-    arr = v.numpy()
-    bits = ((arr[:, None] >> np.arange(width, dtype=np.int64)) & 1).astype(np.uint8)
-    return torch.from_numpy(np.packbits(bits.reshape(-1), bitorder="little").copy())
-
-
-def unpack_bits(data: Tensor, width: int, count: int) -> Tensor:
-    """Inverse of :func:`pack_bits`: ``count`` integers (``int64``)."""
-    if width in (1, 2, 4, 8):
-        per = 8 // width
-        shifts = torch.arange(per, dtype=torch.int64) * width
-        return ((data.to(torch.int64).unsqueeze(1) >> shifts) & ((1 << width) - 1)).reshape(-1)[:count]
-    if width == 12:
-        d = torch.nn.functional.pad(data.to(torch.int64), (0, (-data.numel()) % 3)).view(-1, 3)
-        a = d[:, 0] | ((d[:, 1] & 0xF) << 8)
-        b = (d[:, 1] >> 4) | (d[:, 2] << 4)
-        return torch.stack([a, b], dim=1).reshape(-1)[:count]
-    bits = np.unpackbits(data.numpy(), bitorder="little", count=count * width).reshape(count, width)
-    return torch.from_numpy((bits.astype(np.int64) << np.arange(width, dtype=np.int64)).sum(axis=1))
 
 
 def dct_matrix(n: int = TILE) -> Tensor:
@@ -256,16 +242,20 @@ def encode(x: Tensor, cfg: CodecConfig) -> Encoded:
     x = x.detach().to("cpu")
     lay = layout_of(tuple(x.shape), cfg)
     idx_parts: list[Tensor] = []
+    idx_groups: list[tuple[Tensor, int]] = []
     val_parts: list[Tensor] = []
     for chunks, k in _to_chunks(x, lay, cfg):
         if cfg.name == "topk":
             idx = chunks.abs().topk(k, dim=1, sorted=False).indices.sort(dim=1).values
             idx_parts.append(idx)
+            idx_groups.append((idx, chunks.shape[1]))
             val_parts.append(chunks.gather(1, idx))
         else:
             val_parts.append(chunks)
     fields: dict[str, Tensor] = {}
-    if cfg.name == "topk":
+    if cfg.name == "topk" and cfg.index == "elias-fano":
+        fields["idx"] = elias_fano_encode(idx_groups)
+    elif cfg.name == "topk":
         idx_all = (
             torch.cat([i.reshape(-1) for i in idx_parts]) if idx_parts else torch.zeros(0, dtype=torch.int64)
         )
@@ -326,7 +316,10 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
         width_full = tr * tc
     groups: list[Tensor] = []
     if cfg.name == "topk":
-        idx = unpack_bits(enc.fields["idx"], index_bits(cfg, enc.shape), lay.kept)
+        if cfg.index == "elias-fano":
+            idx = elias_fano_decode(enc.fields["idx"], index_groups(enc.shape, cfg))
+        else:
+            idx = unpack_bits(enc.fields["idx"], index_bits(cfg, enc.shape), lay.kept)
         pos = 0
         for first, m, width, k in (
             (0, lay.full_chunks, width_full, lay.k_full),

@@ -153,6 +153,11 @@ class CodecConfig:
     ef_beta: float = 1.0
     """Error-feedback decay: the miner accumulates ``e = ef_beta * e + delta`` and sends C(e) (the
     recipe: 0.95, as in SparseLoCo, so a residual too old to fit the current checkpoint fades)."""
+    index: Literal["packed", "elias-fano"] = "packed"
+    """How a ``topk`` chunk's sorted indices are written: ``packed`` at ``ceil(log2(width))`` bits each, or
+    ``elias-fano``: ``floor(log2(width / k))`` low bits each plus the high parts in unary, ``k * (L + 1) +
+    ((width - 1) >> L) + 1`` bits per chunk (about 8.1 bits per index for top-56 of 4,096 instead of 12), so the
+    same bits carry more values (docs/decisions/training-recipe.md)."""
     feedback: Literal["sent", "applied"] = "sent"
     """What the miner subtracts from its error-feedback memory: what it ``sent`` (classic error feedback)
     or what the merge ``applied`` to those values (read from the next checkpoint), so the part of its
@@ -171,6 +176,10 @@ class CodecConfig:
             raise ConfigError(f"the {self.transform} transform needs the topk codec")
         if self.transform == "dct" and self.chunk != 4096:
             raise ConfigError("the dct transform works on 64x64 tiles: chunk must be 4096")
+        if self.index not in ("packed", "elias-fano"):
+            raise ConfigError(f"unknown index coding {self.index!r}")
+        if self.index != "packed" and self.name != "topk":
+            raise ConfigError("an index coding other than packed needs the topk codec")
         if self.feedback not in ("sent", "applied"):
             raise ConfigError(f"unknown feedback {self.feedback!r}")
         if not 0.0 <= self.ef_beta <= 1.0:

@@ -73,9 +73,25 @@ def test_round_trip_and_digest() -> None:
 
 
 def test_other_codecs_round_trip() -> None:
-    for codec in (CodecConfig(chunk=64, topk=4, bits=32), CodecConfig(name="dense", chunk=64, bits=8)):
+    for codec in (
+        CodecConfig(chunk=64, topk=4, bits=32),
+        CodecConfig(name="dense", chunk=64, bits=8),
+        CodecConfig(chunk=64, topk=4, bits=2, index="elias-fano"),
+    ):
         data = wire.encode_update(_update(codec))
         assert wire.decode_update(data).header.codec == codec
+
+
+def test_index_coding_has_one_spelling() -> None:
+    header, payload = _parts(wire.encode_update(_update()))
+    assert "index" not in header["codec"]  # the default coding is written by leaving the key out
+    for bad in ("packed", "huffman", 1):
+        header["codec"]["index"] = bad
+        with pytest.raises(wire.UnknownCodec):
+            wire.decode_update(_frame(dumps_canonical(header), payload))
+    data = wire.encode_update(_update(CodecConfig(chunk=64, topk=4, bits=2, index="elias-fano")))
+    with pytest.raises(wire.CodecMismatch):
+        wire.decode_update(data, expected_codec=CodecConfig(chunk=64, topk=4, bits=2))
 
 
 def test_truncated() -> None:
