@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from miner.behaviour import Behaviour, RoundContext, make_behaviour
@@ -27,17 +26,14 @@ from miner.state import ABANDONED, COMMITTED, PREPARED, SERVED, MinerState
 from miner.work import BuiltUpdate, assignment_for, build_update, transcript_state
 from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState, update_commitment
 from protocol.discovery import Discovery
-from protocol.errors import ProtocolError
 from protocol.nodeapi import (
     NodeMetrics,
     NodeNotReadyError,
     NodeServer,
-    create_node_app,
 )
-from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
-from protocol.recordbook import mount_record_routes
+from protocol.nodestart import ServingNode
 from protocol.records import Served
-from protocol.runspec import COMPUTE_LOCK, RunSpec, compute_platform, warm_up_torch
+from protocol.runspec import COMPUTE_LOCK, RunSpec
 from protocol.tensorblob import (
     decode_tensors,
     encode_tensors,
@@ -48,7 +44,6 @@ from protocol.traffic import TrafficLedger
 from protocol.transfer import BlobStore, FetchPolicy
 from protocol.update import transcript_tensors
 from training.data import Dataset, prepare
-from training.device import use_deterministic
 from training.digest import split_state
 
 log = logging.getLogger(__name__)
@@ -85,8 +80,13 @@ class _Live:
     on demand."""
 
 
-class MinerNode:
-    """A miner: one process, one key, one run."""
+class MinerNode(ServingNode):
+    """A miner: one process, one key, one run (``start`` and ``stop``: ``protocol.nodestart``)."""
+
+    role = "miner"
+    retried = (MinerError,)
+    node_log = log
+    cfg: MinerConfig
 
     def __init__(
         self,
@@ -136,38 +136,15 @@ class MinerNode:
             self._ds = prepare(self.spec.load_corpus(), self.spec.model)
         return self._ds
 
-    def start(self) -> MinerNode:
-        """Start the HTTP API and register on-chain if needed."""
-        torch.set_num_threads(max(1, self.cfg.threads))
-        use_deterministic(self.cfg.device)
-        log.info("torch warm-up took %.2fs (%s)", warm_up_torch(), compute_platform())
-        app = create_node_app(
-            role="miner",
-            status=self.status,
-            store=self.public,
-            metrics=self.metrics,
-            fallback=self.serve_transcript_state,
-            traffic=self.traffic,
-        )
-        self._add_routes(app)
-        mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
-        mount_live_page(app, self.status, self.state.rounds)  # GET / (issue 16)
-        self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
-        self.url = self.cfg.public_url or self.server.url
-        if self.coord.ensure_registered("miner", self.cfg.stake):
-            log.info("registered %s as a miner with stake %d", self.address, self.cfg.stake)
-        self.phase = "ready"
-        return self
-
-    def stop(self) -> None:
-        """Stop serving."""
-        if self.server is not None:
-            self.server.stop()
+    def _blob_fallback(self) -> Callable[[str], bytes | None]:
+        return self.serve_transcript_state
 
     def _add_routes(self, app: Any) -> None:
         @app.get("/rounds", summary="This miner's round records")
         def rounds() -> dict[str, Any]:
             return {str(r): rec for r, rec in self.state.rounds().items()}
+
+        mount_live_page(app, self.status, self.state.rounds)  # GET / (issue 16)
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
@@ -192,17 +169,8 @@ class MinerNode:
         }
 
     # -- the loop --------------------------------------------------------------------------------------
-    def run(self, stop: threading.Event | None = None) -> None:
-        """Step until ``stop`` is set or ``max_rounds`` rounds were served; errors are retried with backoff."""
-        step_forever(
-            self.step,
-            stop=stop or threading.Event(),
-            interval=self.cfg.poll_interval,
-            retry_on=(ProtocolError, MinerError),
-            on_error=failure_reporter(self, "miner", log),
-            on_recovery=recovery_reporter(self, "miner", log),
-            done=lambda: bool(self.cfg.max_rounds) and self.rounds_done >= self.cfg.max_rounds,
-        )
+    def _done(self) -> bool:
+        return bool(self.cfg.max_rounds) and self.rounds_done >= self.cfg.max_rounds
 
     def step(self) -> None:
         """Take whatever action the chain's current state calls for."""
@@ -248,13 +216,6 @@ class MinerNode:
                 self.phase = "serving"
             else:
                 self.phase = "idle (not committed this round)"
-
-    def _maybe_advance(self, st: RoundState) -> None:
-        if st.phase != Phase.FINALIZE and st.block > st.deadline:
-            try:
-                self.coord.advance()
-            except CoordinatorError:
-                pass
 
     # -- round work ------------------------------------------------------------------------------------
     def _checkpoint(self, round: int, digest: bytes) -> dict[str, Tensor]:

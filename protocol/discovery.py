@@ -53,6 +53,21 @@ class Discovery:
     def _peers(self) -> tuple[str, ...]:
         return self.fallback_urls if self.record_urls is None else self.record_urls
 
+    def sign_record(
+        self, round: int, role: str, url: str, serves: Sequence[Served], ttl: int, *, now: float | None = None
+    ) -> NodeRecord:
+        """This node's record of ``round``, signed with its key (``protocol.records.make_record``)."""
+        return make_record(
+            self.private_key,
+            chain_id=self.chain_id,
+            role=role,
+            round=round,
+            url=url,
+            serves=tuple(serves),
+            ttl=ttl,
+            now=now,
+        )
+
     def announce(
         self, round: int, role: str, url: str, serves: Sequence[Served], ttl: int = 3600
     ) -> NodeRecord:
@@ -66,16 +81,7 @@ class Discovery:
         if not held:  # a restarted node: what it announced before is in the DHT, if anywhere
             held = [r.expires for r in self._from_dht(round) if r.address == address]
         ttl = max(ttl, max(held, default=0) + 1 - int(now))
-        rec = make_record(
-            self.private_key,
-            chain_id=self.chain_id,
-            role=role,
-            round=round,
-            url=url,
-            serves=tuple(serves),
-            ttl=ttl,
-            now=now,
-        )
+        rec = self.sign_record(round, role, url, serves, ttl, now=now)
         self.book.note_round(round)
         try:
             self.book.add(rec)

@@ -14,6 +14,7 @@ import logging
 import signal
 import threading
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +245,35 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     finally:
         if dht is not None:
             dht.shutdown()
+
+
+def add_run_command(
+    subparsers: Any, cls: type, handler: Callable[[argparse.Namespace], int], *, help: str, run_help: str
+) -> None:
+    """``tessera ROLE run`` for the role whose config is ``cls`` (``MinerConfig``: miner, ``ValidatorConfig``:
+    validator): one flag per setting (:func:`add_config_flags`); ``tessera ROLE`` alone prints its help."""
+    role = cls.__name__.removesuffix("Config").lower()
+    parser = subparsers.add_parser(role, help=help)
+    sub = parser.add_subparsers(dest=f"{role}_command", metavar="ACTION")
+    run = sub.add_parser(
+        "run",
+        help=run_help,
+        description=f"Every setting is also read from the [{role}] table of --config and from "
+        f"TESSERA_{role.upper()}_<SETTING> environment variables; flags win. The key comes from "
+        f"${getattr(cls, 'key_env', '')} (or --key-env NAME) or an encrypted --keystore.",
+    )
+    add_config_flags(run, cls)
+    run.set_defaults(handler=handler)
+    parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
+
+
+def serve_node(
+    cfg: Any, key: str, fallback_urls: tuple[str, ...], build: Callable[[NodeRuntime], Any], banner: str
+) -> int:
+    """Open the node's runtime (:func:`node_runtime`), start the node ``build`` makes from it, print
+    ``banner`` (formatted with the node's ``address`` and ``url``) and run it until a signal."""
+    with node_runtime(cfg, key, fallback_urls) as rt:
+        node = build(rt).start()
+        print(banner.format(address=rt.coord.address, url=node.url), flush=True)
+        run_until_signal(node)
+    return 0

@@ -26,12 +26,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-import torch
 
 from protocol.coordinator import (
     SCORE_MAX,
@@ -41,18 +38,15 @@ from protocol.coordinator import (
     RoundState,
 )
 from protocol.discovery import Discovery
-from protocol.errors import ProtocolError
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
-from protocol.recordbook import mount_record_routes
-from protocol.runspec import COMPUTE_LOCK, RunSpec, compute_platform, warm_up_torch
+from protocol.nodeapi import NodeMetrics, NodeServer
+from protocol.nodestart import ServingNode
+from protocol.runspec import COMPUTE_LOCK, RunSpec
 from protocol.tensorblob import (
     tensor_blob_digest,
 )
 from protocol.traffic import TrafficLedger
 from protocol.transfer import BlobStore, FetchPolicy
 from training.data import Dataset
-from training.device import use_deterministic
 from validator.api import ApiMixin
 from validator.checkpoints import CheckpointsMixin
 from validator.config import ValidatorConfig
@@ -100,9 +94,15 @@ def dev_evidence_checker(chain_id: int, seed: bytes) -> CheckEvidence:
     return check
 
 
-class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
+class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
     """A validator: one process, one key, one run; this class is its phase machine (``step``), the other
-    parts are mixins: intake, slashing, checkpoints and the API."""
+    parts are mixins: intake, slashing, checkpoints and the API (``start`` and ``stop``:
+    ``protocol.nodestart``)."""
+
+    role = "validator"
+    retried = (ValidatorError,)
+    node_log = log
+    cfg: ValidatorConfig
 
     def __init__(
         self,
@@ -150,45 +150,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         """When each pending miner's update or states first failed to arrive this round (monotonic)."""
         self._rechecked_phases: set[tuple[int, int]] = set()
 
-    # -- lifecycle -------------------------------------------------------------------------------------
-
-    def start(self) -> ValidatorNode:
-        """Start the HTTP API and register on-chain if needed."""
-        torch.set_num_threads(max(1, self.cfg.threads))
-        use_deterministic(self.cfg.device)
-        log.info("torch warm-up took %.2fs (%s)", warm_up_torch(), compute_platform())
-        app = create_node_app(
-            role="validator",
-            status=self.status,
-            store=self.public,
-            metrics=self.metrics,
-            traffic=self.traffic,
-        )
-        self._add_routes(app)
-        mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
-        self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
-        self.url = self.cfg.public_url or self.server.url
-        if self.coord.ensure_registered("validator", self.cfg.stake):
-            log.info("registered %s as a validator", self.address)
-        self.phase = "ready"
-        return self
-
-    def stop(self) -> None:
-        """Stop serving."""
-        if self.server is not None:
-            self.server.stop()
-
     # -- loop ------------------------------------------------------------------------------------------
-    def run(self, stop: threading.Event | None = None) -> None:
-        """Step until ``stop`` is set; errors are retried with backoff."""
-        step_forever(
-            self.step,
-            stop=stop or threading.Event(),
-            interval=self.cfg.poll_interval,
-            retry_on=(ProtocolError, ValidatorError),
-            on_error=failure_reporter(self, "validator", log),
-            on_recovery=recovery_reporter(self, "validator", log),
-        )
 
     def step(self) -> None:
         """Take whatever action the chain's current state calls for."""
@@ -241,13 +203,6 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
                     raise
                 log.info("round %d finalized by another validator (%s)", r, exc)
         self._maybe_advance(st)
-
-    def _maybe_advance(self, st: RoundState) -> None:
-        if st.phase != Phase.FINALIZE and st.block > st.deadline:
-            try:
-                self.coord.advance()
-            except CoordinatorError:
-                pass
 
     # -- checkpoints -----------------------------------------------------------------------------------
 
@@ -357,6 +312,15 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         if verdict.provable and self.cfg.slash:
             self._slash(verdict)
 
+    def _round_scores(self, r: int, miners: list[str]) -> list[int]:
+        """The score vector to commit for ``miners`` (ascending address order): each one's verdict's score,
+        at most ``SCORE_MAX``, 0 where this validator has no verdict."""
+        scores = []
+        for m in miners:
+            v = self.state.verdict(r, m)
+            scores.append(min(SCORE_MAX, int(v["score"])) if v else 0)
+        return scores
+
     def _commit_scores(self, r: int) -> None:
         committed, _ = self.coord.score_status(r)
         if committed:
@@ -364,10 +328,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin):
         rec = self.state.round(r)
         if rec.get("scores") is None:
             miners = sorted(self.coord.update_commitments(r), key=lambda a: int(a, 16))
-            scores = []
-            for m in miners:
-                v = self.state.verdict(r, m)
-                scores.append(min(SCORE_MAX, int(v["score"])) if v else 0)
+            scores = self._round_scores(r, miners)
             self.state.set(r, miners=miners, scores=scores, salt=self._entropy("salt", r).hex())
             rec = self.state.round(r)
         self.coord.commit_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))

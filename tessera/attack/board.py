@@ -25,17 +25,7 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
 
     def announce(self, round: int, role: str, url: str, serves: Any, ttl: int = 3600, **_: Any) -> Any:
         """Sign and publish (replaces this node's record of the round)."""
-        from protocol.records import make_record
-
-        rec = make_record(
-            self.private_key,
-            chain_id=self.chain_id,
-            role=role,
-            round=round,
-            url=url,
-            serves=tuple(serves),
-            ttl=ttl,
-        )
+        rec = self.sign_record(round, role, url, serves, ttl)
         self.board[(round, rec.address)] = rec.encode()
         return rec
 

@@ -35,18 +35,8 @@ class _ScoringValidator(ValidatorNode):
         if not self.lazy:
             super()._verify_all(st, theta)
 
-    def _commit_scores(self, r: int) -> None:
-        committed, _ = self.coord.score_status(r)
-        if committed:
-            return
-        rec = self.state.round(r)
-        if rec.get("scores") is None:
-            miners = sorted(self.coord.update_commitments(r), key=lambda a: int(a, 16))
-            scores = [max(0, min(SCORE_MAX, int(s))) for s in self.choose_scores(r, miners)]
-            self.state.set(r, miners=miners, scores=scores, salt=self._entropy("salt", r).hex())
-            rec = self.state.round(r)
-        self.coord.commit_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))
-        self.state.set(r, score_committed=True)
+    def _round_scores(self, r: int, miners: list[str]) -> list[int]:
+        return [max(0, min(SCORE_MAX, int(s))) for s in self.choose_scores(r, miners)]
 
 
 class CopierValidator(_ScoringValidator):

@@ -8,38 +8,34 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     """Add ``tessera validator``."""
-    from tessera.nodes import add_config_flags
+    from tessera.nodes import add_run_command
     from validator.config import ValidatorConfig
 
-    parser = subparsers.add_parser("validator", help="run a validator node")
-    sub = parser.add_subparsers(dest="validator_command", metavar="ACTION")
-    run = sub.add_parser(
-        "run",
-        help="verify, score, settle, merge and certify each round",
-        description="Every setting is also read from the [validator] table of --config and from "
-        "TESSERA_VALIDATOR_<SETTING> environment variables; flags win. The key comes from "
-        "$TESSERA_VALIDATOR_KEY (or --key-env NAME) or an encrypted --keystore.",
+    add_run_command(
+        subparsers,
+        ValidatorConfig,
+        _run,
+        help="run a validator node",
+        run_help="verify, score, settle, merge and certify each round",
     )
-    add_config_flags(run, ValidatorConfig)
-    run.set_defaults(handler=_run)
-    parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tessera.nodes import dev_tee_seed, node_runtime, overrides_from_args, run_until_signal
+    from tessera.nodes import NodeRuntime, dev_tee_seed, overrides_from_args, serve_node
     from validator.config import ValidatorConfig, load_validator_config, load_validator_key
     from validator.node import ValidatorNode, dev_evidence_checker
 
     cfg = load_validator_config(args.config, overrides_from_args(args, ValidatorConfig))
     key = load_validator_key(cfg)
-    with node_runtime(cfg, key, cfg.peer_urls) as rt:
-        chain_id = rt.coord.chain_id
-        checker = dev_evidence_checker(chain_id, dev_tee_seed()) if cfg.dangerous_dev_tee else None
-        # the attack harness's entry point (tessera.attack.node) runs an adversarial subclass here
-        cls = getattr(args, "node_class", None) or ValidatorNode
+    # the attack harness's entry point (tessera.attack.node) runs an adversarial subclass here
+    cls = getattr(args, "node_class", None) or ValidatorNode
+
+    def build(rt: NodeRuntime) -> ValidatorNode:
+        checker = dev_evidence_checker(rt.coord.chain_id, dev_tee_seed()) if cfg.dangerous_dev_tee else None
         node: ValidatorNode = cls(
             cfg, rt.spec, rt.coord, rt.discovery, key, check_evidence=checker, traffic=rt.traffic
-        ).start()
-        print(f"validator {rt.coord.address} serving at {node.url} (live page: {node.url}/)", flush=True)
-        run_until_signal(node)
-    return 0
+        )
+        return node
+
+    banner = "validator {address} serving at {url} (live page: {url}/)"
+    return serve_node(cfg, key, cfg.peer_urls, build, banner)

@@ -1,0 +1,122 @@
+"""How a node process starts and stops serving, the same for both roles (``miner.node.MinerNode`` and
+``validator.node.ValidatorNode`` mix :class:`ServingNode` in).
+
+Start: torch's threads and deterministic settings for the node's device (``training.device``) and a
+warm-up; the common HTTP API (``protocol.nodeapi``) with the role's own routes and the signed node
+records (``protocol.recordbook``); the server; registration on chain with the role's stake, if the key is
+not registered yet. Run: the node's ``step`` every ``poll_interval`` until a signal, its role's errors
+retried with backoff (``protocol.nodeloop``). Stop: the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar, Self
+
+import torch
+from fastapi import FastAPI
+
+from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState
+from protocol.discovery import Discovery
+from protocol.errors import ProtocolError
+from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
+from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
+from protocol.recordbook import mount_record_routes
+from protocol.runspec import compute_platform, warm_up_torch
+from protocol.settings import NodeConfig
+from protocol.traffic import TrafficLedger
+from protocol.transfer import BlobStore
+from training.device import use_deterministic
+
+log = logging.getLogger(__name__)
+
+
+class ServingNode:
+    """``start``, ``run`` and ``stop`` of a node; the node's ``__init__`` sets the attributes declared here."""
+
+    role: ClassVar[str]
+    """``miner`` or ``validator``: the API's role and the role registered on chain."""
+    retried: ClassVar[tuple[type[Exception], ...]] = ()
+    """The role's own errors that ``run`` retries (besides :class:`ProtocolError`)."""
+    node_log: ClassVar[logging.Logger] = log
+    """Where ``run`` reports failures and recoveries (the role's module logger)."""
+    cfg: NodeConfig
+    coord: Coordinator
+    discovery: Discovery
+    address: str
+    public: BlobStore
+    metrics: NodeMetrics
+    traffic: TrafficLedger
+    server: NodeServer | None
+    url: str
+    phase: str
+    last_error: str
+
+    def status(self) -> dict[str, Any]:
+        """The /status document."""
+        raise NotImplementedError
+
+    def step(self) -> None:
+        """One look at the chain and the actions it calls for."""
+        raise NotImplementedError
+
+    def _done(self) -> bool:
+        """Whether ``run`` should return (a miner's ``max_rounds``)."""
+        return False
+
+    def _add_routes(self, app: FastAPI) -> None:
+        """The role's own routes, added to the common API."""
+
+    def _blob_fallback(self) -> Callable[[str], bytes | None] | None:
+        """Blobs not in ``public`` that the node produces on demand (``protocol.nodeapi.create_node_app``)."""
+        return None
+
+    def start(self) -> Self:
+        """Start the HTTP API and register on-chain if needed."""
+        torch.set_num_threads(max(1, self.cfg.threads))
+        use_deterministic(self.cfg.device)
+        log.info("torch warm-up took %.2fs (%s)", warm_up_torch(), compute_platform())
+        app = create_node_app(
+            role=self.role,
+            status=self.status,
+            store=self.public,
+            metrics=self.metrics,
+            fallback=self._blob_fallback(),
+            traffic=self.traffic,
+        )
+        self._add_routes(app)
+        mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
+        self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
+        self.url = self.cfg.public_url or self.server.url
+        if self.coord.ensure_registered(self.role, self.cfg.stake):
+            log.info("registered %s as a %s with stake %d", self.address, self.role, self.cfg.stake)
+        self.phase = "ready"
+        return self
+
+    def _maybe_advance(self, st: RoundState) -> None:
+        """Advance a phase whose deadline has passed (any node may; one that loses the race to another
+        is refused, which is fine)."""
+        if st.phase != Phase.FINALIZE and st.block > st.deadline:
+            try:
+                self.coord.advance()
+            except CoordinatorError:
+                pass
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Step until ``stop`` is set (or ``_done``); errors are retried with backoff."""
+        step_forever(
+            self.step,
+            stop=stop or threading.Event(),
+            interval=self.cfg.poll_interval,
+            retry_on=(ProtocolError, *self.retried),
+            on_error=failure_reporter(self, self.role, self.node_log),
+            on_recovery=recovery_reporter(self, self.role, self.node_log),
+            done=self._done,
+        )
+
+    def stop(self) -> None:
+        """Stop serving."""
+        if self.server is not None:
+            self.server.stop()
