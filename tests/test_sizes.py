@@ -30,7 +30,6 @@ MODULES: dict[str, str] = {
     "protocol/transfer.py": "bounded HTTP blob fetches, to split (fetch loop and peer handling)",
     "miner/node.py": "the miner's phase loop with its actions, to split like the validator",
     "validator/recompute.py": "the recompute stage and the slashing re-check, to split",
-    "tessera/devnet/network.py": "the devnet composition root (anvil, contracts, DHT, nodes), to split",
 }
 """Modules over :data:`MAX_MODULE_LINES`, and why."""
 
@@ -51,7 +50,6 @@ FUNCTIONS: dict[str, str] = {
     "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",
     "tessera/commands/devnet.py::register": "argparse declarations of tessera devnet's options",
     "tessera/commands/runspec.py::register": "argparse declarations of tessera runspec's subcommands",
-    "tessera/devnet/network.py::Devnet.start": "the devnet's start-up sequence, step by step, to split",
     "tessera/devnet/run.py::build_report": "the devnet report's figures from the APIs and the chain",
     "tessera/devnet/sizing.py::phase_windows": "the phase-window rule over the measured work, to split",
     "tessera/devnet/sizing.py::measure_work": "times a miner round, a check, an evaluation and a merge",

@@ -1,0 +1,73 @@
+"""The devnet's shape (:class:`DevnetConfig`) and its error (:class:`DevnetError`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tessera.errors import TesseraError
+
+
+class DevnetError(TesseraError):
+    """The devnet could not start or lost a component."""
+
+
+@dataclass
+class DevnetConfig:
+    """Shape of a devnet."""
+
+    workdir: Path = Path(".devnet")
+    miners: int = 4
+    validators: int = 2
+    mode: str = "moe"
+    """``moe`` or ``dipaco``."""
+    inner_steps: int = 60
+    """H: inner steps per round."""
+    batch_size: int = 8
+    preset: str = "tiny"
+    """The model preset (``training.presets``: tiny, 1m, 10m, 50m, 125m); its shape and learning rate."""
+    corpus: str = "bundled"
+    """``bundled`` or a ``.txt``/``.jsonl`` file or a folder of them (``training.corpus.load_corpus_path``):
+    the run file names it by absolute path and pins its content digest, so every node derives the same
+    token streams."""
+    bpe_vocab: int | None = None
+    """Train a BPE tokenizer of this many tokens on :attr:`corpus` (``DIR/tokenizer.json``, pinned in the
+    run file); None: byte-level tokens."""
+    samples: int = 2
+    """Continuations of :attr:`sample_prompt` generated from each round's certified checkpoint (0: none)."""
+    sample_prompt: str = "The "
+    """The prompt the samples continue."""
+    segments_per_miner: int = 2
+    commit_blocks: int = 60
+    """Least blocks of the commit phase (the sized window is never shorter)."""
+    reveal_blocks: int = 10
+    """Least blocks of the reveal phase."""
+    score_commit_blocks: int = 30
+    """Least blocks of the score-commit phase."""
+    score_reveal_blocks: int = 10
+    """Least blocks of the score-reveal phase."""
+    size_phases: bool = True
+    """Size each phase from the work measured on this machine (:mod:`tessera.devnet.sizing`); False: the
+    ``*_blocks`` above as they are."""
+    phase_safety: float = 4.0
+    """Safety factor on the measured work (``tessera.devnet.sizing.LOAD_SAFETY``)."""
+    block_time: float = 1.0
+    fast_forward: bool = True
+    tee: str = "simulated"
+    """Miners serve evidence from the development enclave; validators trust its root (devnet only)."""
+    merge_method: str = "mean"
+    fresh: bool = True
+    """Start from an empty workdir (False: resume the persisted chain and node state)."""
+    threads: int = 1
+    state_interval: float | None = None
+    """Seconds between anvil's periodic state dumps (None: only on a clean exit). ``tessera faults`` sets
+    it so that a ``kill -9`` of the chain restarts from the last dump."""
+    extra_args: dict[str, list[str]] = field(default_factory=dict)
+    """Extra command-line flags per node name (appended: they win over the defaults)."""
+    node_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Extra environment variables per node name (e.g. ``{"miner1": {"ATEN_CPU_CAPABILITY": "default"}}``);
+    they win over the devnet's own."""
+
+    def node_names(self) -> list[str]:
+        """Every node's name: ``validator0..``, then ``miner0..``."""
+        return [f"validator{i}" for i in range(self.validators)] + [f"miner{i}" for i in range(self.miners)]
