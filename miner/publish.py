@@ -1,0 +1,130 @@
+"""A miner's round after its commitment: publish the update, the transcript, the error-feedback states a
+validator recomputes the update from (F12) and any TEE evidence; announce them with this process's URL;
+and serve transcript states on demand (replayed from the nearest snapshot, ``miner.work``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from torch import Tensor
+
+from miner.behaviour import RoundContext
+from miner.errors import MinerStateError
+from miner.parts import MinerParts, part_index
+from miner.state import SERVED
+from miner.work import assignment_for, transcript_state
+from protocol.coordinator import RoundState
+from protocol.nodeapi import NodeNotReadyError
+from protocol.records import Served
+from protocol.runspec import COMPUTE_LOCK
+from protocol.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
+from protocol.update import transcript_tensors
+from training.digest import split_state
+
+log = logging.getLogger(__name__)
+
+
+class PublishMixin(MinerParts):
+    """Serve what a committed round's validators fetch."""
+
+    def _ensure_live(self, r: int) -> None:
+        """Reload the round's serving material from disk (after a restart)."""
+        if self._live.round == r and self._live.snapshots:
+            return
+        rec = self.state.record(r)
+        if rec is None or "snapshots" not in rec:
+            return
+        params = self._checkpoint(r, bytes.fromhex(rec["checkpoint"]))
+        self._live.snapshots = {
+            int(s): decode_tensors(self.state.blobs.get(d)) for s, d in rec["snapshots"].items()
+        }
+        # a record written before the transcript had parts serves none (its round is long settled)
+        self._live.parts = part_index(rec["transcript_steps"], rec.get("transcript_parts") or [])
+        self._live.checkpoint = params
+
+    def _serve(self, st: RoundState) -> None:
+        """After the commit deadline: publish the update (+ evidence) and announce it."""
+        r = st.round
+        rec = self.state.record(r)
+        assert rec is not None
+        self._ensure_live(r)
+        self._publish(r, rec)
+        self.state.set_status(r, SERVED, served_at=time.time())
+        self.metrics.rounds.inc()
+        self.phase = "serving"
+        log.info("round %d: serving update at %s", r, self.url)
+
+    def _publish(self, r: int, rec: dict[str, Any]) -> None:
+        """Put the round's update, error-feedback states and evidence in the public store and announce
+        them with this process's URL (idempotent: the store is content-addressed)."""
+        extra = {"update_digest": bytes.fromhex(rec["update_digest"]), "chain_id": self.coord.chain_id}
+        ctx = RoundContext(r, self.address, tuple(rec["modules"]), self.spec.inner.steps, extra)
+        data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
+        served = [Served("update", "0x" + rec["update_digest"], len(data))]
+        self.public.put(data, "0x" + rec["update_digest"]) if data else None
+        # the transcript, which the header commits to by its root only (issue 13)
+        parts = [(bytes.fromhex(p), bytes.fromhex(q)) for p, q in rec.get("transcript_parts") or []]
+        self.public.put(encode_tensors(transcript_tensors(parts)), digest_fn=tensor_blob_digest)
+        self._publish_error_feedback(r, rec)
+        evidence = (
+            self.evidence_fn(r, self.address, bytes.fromhex(rec["update_digest"]))
+            if self.evidence_fn
+            else None
+        )
+        evidence = self.behaviour.evidence(ctx, evidence)
+        if evidence:
+            ed = self.public.put(evidence)
+            served.append(Served("evidence", ed, len(evidence)))
+        self.discovery.announce(r, "miner", self.url, served)
+        self._announced.add(r)
+
+    def _publish_error_feedback(self, r: int, rec: dict[str, Any]) -> None:
+        """Serve what a validator needs to recompute the compressed update (F12): the residual after this
+        round and, if the update started from an earlier one, that round's update and residual."""
+        rounds = [r]
+        src = rec.get("ef_source")
+        if src:
+            rounds.append(int(src[0]))
+            if self.state.blobs.has("0x" + src[1]):
+                self.public.put(self.state.blobs.get("0x" + src[1]), "0x" + src[1])
+        for q in rounds:
+            try:
+                after = {k: v for k, v in self.state.ef_state(q).items() if k.startswith("ef/")}
+            except MinerStateError as exc:
+                log.warning("round %d: error-feedback residual of round %d not served: %s", r, q, exc)
+                continue
+            self.public.put(encode_tensors(after), digest_fn=tensor_blob_digest)
+
+    def serve_transcript_state(self, digest: str) -> bytes | None:
+        """Bytes of a transcript state of the current served round (replayed from a snapshot if needed)."""
+        tensors = self.transcript_part(digest)
+        return None if tensors is None else encode_tensors(tensors)
+
+    def transcript_part(self, digest: str) -> dict[str, Tensor] | None:
+        """A part of a transcript state of the current served round (its parameters or the rest) by its
+        digest (``0x`` + hex), None if this process does not serve it; :class:`NodeNotReadyError` until
+        the first step since start."""
+        if not self._synced:
+            raise NodeNotReadyError("restoring the round after a start")
+        with self._lock:
+            live = self._live
+            rec = self.state.record(live.round)
+            if rec is None or rec["status"] != SERVED or digest not in live.parts or live.checkpoint is None:
+                return None
+            step, is_params = live.parts[digest]
+            a = assignment_for(self.spec, bytes.fromhex(rec["assign_seed"]), rec["registry"], self.address)
+            with COMPUTE_LOCK:
+                tensors = transcript_state(
+                    self.spec,
+                    self.dataset,
+                    round=live.round,
+                    checkpoint=live.checkpoint,
+                    assign_seed=bytes.fromhex(rec["assign_seed"]),
+                    assignment=a,
+                    snapshots=live.snapshots,
+                    step=step,
+                    device=self.cfg.device,
+                )
+            return split_state(tensors)[0 if is_params else 1]
