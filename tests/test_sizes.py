@@ -28,7 +28,6 @@ MODULES: dict[str, str] = {
     "protocol/chain/errors.py": "one typed class per Solidity custom error (51 classes, mostly docstrings)",
     "protocol/coordinator.py": "the Coordinator interface and its in-memory implementation, to split",
     "protocol/transfer.py": "bounded HTTP blob fetches, to split (fetch loop and peer handling)",
-    "validator/recompute.py": "the recompute stage and the slashing re-check, to split",
 }
 """Modules over :data:`MAX_MODULE_LINES`, and why."""
 
@@ -42,8 +41,6 @@ FUNCTIONS: dict[str, str] = {
     "protocol/update.py::decode_update": "the update's wire checks in the order the format fixes, to split",
     "protocol/updateheader.py::parse_header": "the header's field checks in wire order, to split",
     "miner/work.py::build_update": "train, compress and package one update, to split",
-    "validator/recompute.py::_recompute": "the seed-chosen segment replays, to split",
-    "validator/recompute.py::_check_error_feedback": "the error-feedback recomputation (F12), to split",
     "validator/verify.py::verify_update": "the stage pipeline's driver, to split further",
     "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",
     "tessera/commands/devnet.py::register": "argparse declarations of tessera devnet's options",

@@ -1,6 +1,8 @@
-"""The ``recompute`` stage: the transcript anchors at theta_r, seed-chosen segments replay, and the update
-is exactly what the codec makes of the final state plus the miner's error feedback (F12); the re-check of a
-peer's slashing evidence (F8) replays one segment the same way."""
+"""The ``recompute`` stage: the transcript anchors at theta_r, the update is exactly what the codec makes
+of the final state plus the miner's error feedback (F12, ``validator.errorfeedback``), and seed-chosen
+segments replay (``validator.replay``, which also re-checks a peer's slashing evidence, F8). The
+transcript's states are read through ``validator.transcript``. ``recheck_segment`` and
+``replay_differences`` are re-exported from ``validator.replay``."""
 
 from __future__ import annotations
 
@@ -8,21 +10,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from protocol.runspec import COMPUTE_LOCK
-from protocol.update import Update, UpdateCaps, UpdateError, decode_update, with_transcript
+from protocol.update import Update
 from training.assignment import Assignment
-from training.codecs import ErrorFeedback
-from training.data import miner_batches
-from training.digest import PARAM_PREFIX, part_digests, state_digest
-from training.diloco import pseudo_gradient
-from training.errors import TrainingError
-from training.inner import replay_segment, states_close
+from training.digest import PARAM_PREFIX, state_digest
 from training.model import module_of
 from validator.context import (
     FetchSource,
@@ -31,66 +25,17 @@ from validator.context import (
     RoundContext,
     Verdict,
     _Fail,
-    _run_model,
-    unreachable,
 )
-from validator.errors import SourceMismatchError
+from validator.errorfeedback import _check_error_feedback
 from validator.policy import VerifyPolicy
+from validator.replay import _replay_one, _sig, _training_batches, recheck_segment, replay_differences
 from validator.sampling import segments_to_check, validator_slot
 from validator.stages import Stage
+from validator.transcript import _States, _with_transcript
 
 log = logging.getLogger(__name__)
 
-
-class _States:
-    """The transcript's states as a check reads them, fetched part by part (issue 13): a state's
-    parameters and the rest are committed apart, each fetched at most once and checked against its
-    digest; theta_r's parameters stand for step 0's once they hash to its parameter digest."""
-
-    def __init__(self, update: Update, fetch_state: FetchState) -> None:
-        self.pairs = list(update.header.transcript_digests)
-        self.steps = list(update.header.transcript_steps)
-        self.fetch_state = fetch_state
-        self.params: dict[int, dict[str, Tensor]] = {}
-        self.full: dict[int, dict[str, Tensor]] = {}
-
-    def _part(self, i: int, which: int, what: str) -> dict[str, Tensor]:
-        digest = self.pairs[i][which]
-        try:
-            part = self.fetch_state("0x" + digest)
-        except Exception as exc:
-            raise _Fail(
-                Stage.RECOMPUTE,
-                f"{what} at step {self.steps[i]} not served: {exc}",
-                False,
-                step=self.steps[i],
-                unreachable=unreachable(exc),
-            ) from exc
-        if state_digest(part).hex() != digest:
-            raise _Fail(
-                Stage.RECOMPUTE, f"{what} at step {self.steps[i]} does not match the transcript", False
-            )
-        # the bytes are the committed ones: a part holding the other part's tensors is the miner's, provably
-        if any(k.startswith(PARAM_PREFIX) != (which == 0) for k in part):
-            raise _Fail(Stage.RECOMPUTE, f"{what} at step {self.steps[i]} holds the wrong tensors", True)
-        return part
-
-    def params_of(self, i: int) -> dict[str, Tensor]:
-        """The parameters (``param/*``) of the ``i``-th recorded state."""
-        if i not in self.params:
-            self.params[i] = self._part(i, 0, "parameters")
-        return self.params[i]
-
-    def get(self, i: int) -> dict[str, Tensor]:
-        """The whole ``i``-th recorded state."""
-        if i not in self.full:
-            self.full[i] = {**self.params_of(i), **self._part(i, 1, "optimizer state")}
-        return self.full[i]
-
-    def matches(self, i: int, state: Mapping[str, Tensor]) -> bool:
-        """Whether ``state`` is, bit for bit, the ``i``-th recorded state."""
-        p, r = part_digests(state)
-        return (p.hex(), r.hex()) == self.pairs[i]
+__all__ = ["_recompute", "recheck_segment", "replay_differences"]
 
 
 def _recompute(
@@ -108,25 +53,50 @@ def _recompute(
     *,
     keep_residual: KeepResidual | None = None,
 ) -> None:
+    """The stage: the anchor, the final state, the error feedback (``validator.errorfeedback``), then
+    ``segments`` seed-chosen segment replays (``validator.replay``)."""
     update = _with_transcript(update, fetch_state)
     states = _States(update, fetch_state)
-    steps = states.steps
-    # anchor: the step-0 parameters are exactly theta_r's (moments are the miner's choice): their digest
-    # is checked against theta_r's without fetching anything, and a mismatch is provable (issue 13)
+    final = _anchored_final(ctx, a, states, ev)
+    _final_cosine(ctx, v, delta, final, policy, ev)
+    _check_error_feedback(ctx, v, update, delta, final, fetch_state, fetch_source, policy, ev, keep_residual)
+    if segments <= 0:
+        v.evidence["segments"] = []
+        return
+    _replay_segments(ctx, v, a, states, policy, segments, ev, out_of_time)
+
+
+def _anchored_final(
+    ctx: RoundContext, a: Assignment, states: _States, ev: dict[str, Any]
+) -> dict[str, Tensor]:
+    """The transcript's final parameters, once its step-0 parameters are exactly theta_r's (the moments are
+    the miner's choice): their digest is checked against theta_r's without fetching anything, and a
+    mismatch is provable (issue 13). The update is checked against the final parameters, not its moments."""
     mods = set(a.module_ids)
     theta = {f"{PARAM_PREFIX}{n}": ctx.checkpoint[n] for n in ctx.checkpoint if module_of(n) in mods}
     if state_digest(theta).hex() != states.pairs[0][0]:
         raise _Fail(Stage.RECOMPUTE, "transcript does not start at the checkpoint", True, **ev, step=0)
     states.params[0] = theta
-    # the final state's parameters alone: the update is checked against them, not against its moments
-    final = states.params_of(len(steps) - 1)
+    final = states.params_of(len(states.steps) - 1)
     if set(final) != set(theta) or any(
         final[k].shape != t.shape or final[k].dtype != t.dtype for k, t in theta.items()
     ):
         raise _Fail(Stage.RECOMPUTE, "the final state does not hold the assigned parameters", True, **ev)
+    return final
+
+
+def _final_cosine(
+    ctx: RoundContext,
+    v: Verdict,
+    delta: Mapping[str, Tensor],
+    final: Mapping[str, Tensor],
+    policy: VerifyPolicy,
+    ev: dict[str, Any],
+) -> None:
+    """The cosine of the update and theta_r minus the final parameters on the update's support (top-k
+    codecs send few coordinates, error feedback shifts them), at least ``min_final_cosine``."""
     num = den_a = den_b = 0.0
     for name, d in delta.items():
-        # compare on the update's support: top-k codecs send few coordinates, error feedback shifts them
         true = ctx.checkpoint[name].double() - final[f"param/{name}"].double()
         mask = d != 0
         dd, tt = d.double()[mask], true[mask]
@@ -137,10 +107,21 @@ def _recompute(
     v.metrics["final_cosine"] = round(cos, 6)
     if cos < policy.min_final_cosine:
         raise _Fail(Stage.RECOMPUTE, f"update is unrelated to the transcript (cosine {cos:.3f})", True, **ev)
-    _check_error_feedback(ctx, v, update, delta, final, fetch_state, fetch_source, policy, ev, keep_residual)
-    if segments <= 0:
-        v.evidence["segments"] = []
-        return
+
+
+def _replay_segments(
+    ctx: RoundContext,
+    v: Verdict,
+    a: Assignment,
+    states: _States,
+    policy: VerifyPolicy,
+    segments: int,
+    ev: dict[str, Any],
+    out_of_time: Callable[[], bool] | None,
+) -> None:
+    """Replay this validator's window of the seed-chosen segments (``validator.sampling``), asking
+    ``out_of_time`` before each; the largest differences go to the verdict's metrics."""
+    steps = states.steps
     segs = segments_to_check(
         ctx.seed,
         v.miner,
@@ -166,256 +147,3 @@ def _recompute(
     v.metrics["replayed_steps"] = replayed_steps
     v.metrics["replay_param_rel_diff"] = _sig(worst_param)
     v.metrics["replay_moment_rel_diff"] = _sig(worst_moment)
-
-
-def _training_batches(ctx: RoundContext, a: Assignment) -> Tensor:
-    """The batches the miner trained on (its assignment's, in the round's order)."""
-    return miner_batches(
-        ctx.dataset,
-        ctx.assign_seed,
-        a,
-        ctx.spec.inner.steps,
-        ctx.spec.inner.batch_size,
-        ctx.spec.model.seq_len,
-    )
-
-
-def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict[str, Tensor]:
-    """A state served by digest, checked against it (not served: an unprovable failure)."""
-    try:
-        st = fetch_state("0x" + digest)
-    except Exception as exc:
-        raise _Fail(
-            Stage.RECOMPUTE, f"{what} not served: {exc}", False, unreachable=unreachable(exc)
-        ) from exc
-    if state_digest(st).hex() != digest:
-        raise _Fail(Stage.RECOMPUTE, f"{what} does not match its digest", False)
-    return st
-
-
-def _with_transcript(update: Update, fetch_state: FetchState) -> Update:
-    """``update`` with its transcript's digests attached: fetched by the header's ``transcript.root`` like a
-    state (issue 13). Not served, or not the committed list: an unprovable failure, as for a state."""
-    h = update.header
-    if len(h.transcript_digests) == len(h.transcript_steps):
-        return update
-    served = _fetch_digest_state(fetch_state, h.transcript_root, "transcript")
-    try:
-        return replace(update, header=with_transcript(h, served))
-    except UpdateError as exc:
-        raise _Fail(Stage.RECOMPUTE, f"transcript: {exc}", False) from exc
-
-
-def _sig(x: float) -> float:
-    """``x`` to 4 significant digits (a metric: small honest differences must not round to 0)."""
-    return float(f"{x:.4g}")
-
-
-def _rel_err(got: Mapping[str, Tensor], want: Mapping[str, Tensor]) -> float:
-    """||got - want|| / ||want|| over every tensor of ``want`` (float64)."""
-    num = sum(float((got[n].double() - w.double()).pow(2).sum()) for n, w in want.items())
-    den = sum(float(w.double().pow(2).sum()) for w in want.values())
-    return math.sqrt(num) / max(math.sqrt(den), 1e-30)
-
-
-def _check_error_feedback(
-    ctx: RoundContext,
-    v: Verdict,
-    update: Update,
-    delta: Mapping[str, Tensor],
-    final: Mapping[str, Tensor],
-    fetch_state: FetchState,
-    fetch_source: FetchSource | None,
-    policy: VerifyPolicy,
-    ev: dict[str, Any],
-    keep_residual: KeepResidual | None = None,
-) -> None:
-    """Recompute the compressed update from the transcript and the miner's committed residual (F12).
-
-    The residual the miner started from is the one it committed to (``ef.after``) in the earlier update
-    that ``ef.source`` names, an update whose bytes match that round's on-chain commitment; with no source
-    it is zero. Everything compared is committed, so a mismatch is provable."""
-    h = update.header
-    prev: dict[str, Tensor] = {}
-    if h.ef_source is not None:
-        s, src_digest = h.ef_source
-        if s >= ctx.round:
-            raise _Fail(
-                Stage.RECOMPUTE, f"error-feedback source round {s} is not before {ctx.round}", True, **ev
-            )
-        if fetch_source is None:
-            raise _Fail(Stage.RECOMPUTE, "cannot fetch the error-feedback source update", False)
-        try:
-            data = fetch_source(s, src_digest)
-        except SourceMismatchError as exc:
-            raise _Fail(Stage.RECOMPUTE, f"error-feedback source: {exc}", True, **ev) from exc
-        except Exception as exc:
-            raise _Fail(
-                Stage.RECOMPUTE, f"error-feedback source of round {s} not available: {exc}", False
-            ) from exc
-        try:
-            src = decode_update(
-                data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx)
-            ).header
-        except UpdateError as exc:
-            raise _Fail(Stage.RECOMPUTE, f"error-feedback source does not decode: {exc}", True, **ev) from exc
-        if src.round != s or src.miner.lower() != v.miner.lower():
-            raise _Fail(
-                Stage.RECOMPUTE, "error-feedback source is not this miner's update of its round", True, **ev
-            )
-        residual = _fetch_digest_state(fetch_state, src.ef_after, f"error-feedback residual of round {s}")
-        for key, t in residual.items():
-            name = key.removeprefix("ef/")
-            if name in delta:
-                if t.shape != delta[name].shape or t.dtype != torch.float32:
-                    raise _Fail(
-                        Stage.RECOMPUTE, f"residual of {name} has the wrong shape or dtype", True, **ev
-                    )
-                prev[name] = t
-    truth = pseudo_gradient(ctx.checkpoint, {n: final[f"param/{n}"] for n in delta})
-    ef = ErrorFeedback(replace(h.codec, ef_beta=ctx.spec.codec.ef_beta))
-    ef.load_state_dict({f"ef/{n}": t for n, t in prev.items()})
-    _encs, sent = ef.compress(truth)
-    err = _rel_err(delta, sent)
-    v.metrics["ef_rel_err"] = _sig(err)
-    if err > policy.ef_rel_tol:
-        raise _Fail(
-            Stage.RECOMPUTE,
-            f"the update is not the compressed transcript result (relative error {err:.3g} against the "
-            f"recomputation with the committed error-feedback residual)",
-            True,
-            **ev,
-        )
-    want = ef.state_dict()
-    if state_digest(want).hex() == h.ef_after:
-        # the recomputed residual is the committed one, bit for bit: nothing to fetch (issue 13)
-        v.metrics["ef_after_rel_err"] = 0.0
-        if keep_residual is not None:
-            keep_residual("0x" + h.ef_after, want)
-        return
-    after = _fetch_digest_state(fetch_state, h.ef_after, "error-feedback residual after the update")
-    if set(after) != set(want) or any(after[k].shape != want[k].shape for k in want):
-        raise _Fail(
-            Stage.RECOMPUTE, "the committed residual does not cover the update's parameters", True, **ev
-        )
-    err_after = _rel_err(after, want)
-    v.metrics["ef_after_rel_err"] = _sig(err_after)
-    if err_after > policy.ef_rel_tol:
-        raise _Fail(
-            Stage.RECOMPUTE, f"the committed residual is not the recomputed one ({err_after:.3g})", True, **ev
-        )
-
-
-def _replay_one(
-    ctx: RoundContext,
-    a: Assignment,
-    batches: Tensor,
-    states: _States,
-    policy: VerifyPolicy,
-    i: int,
-    ev: dict[str, Any],
-) -> tuple[float, float]:
-    """Replay transcript segment ``i`` (states ``i`` -> ``i + 1``); :class:`_Fail` (provable) if it fails.
-
-    Returns the largest relative difference, per tensor, of the replay against the served end state:
-    (parameters, moments and counters), 0 when the digests agree."""
-    steps, pairs = states.steps, states.pairs
-    start = states.get(i)
-    try:
-        with COMPUTE_LOCK:
-            got = replay_segment(
-                ctx.spec.model,
-                ctx.spec.inner,
-                ctx.checkpoint,
-                a,
-                batches,
-                ctx.round,
-                start,
-                steps[i + 1],
-                device=policy.device,
-            )
-    except TrainingError as exc:
-        raise _Fail(Stage.RECOMPUTE, f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]) from exc
-    if states.matches(i + 1, got):
-        return 0.0, 0.0  # bit for bit: the end state need not cross the wire (issue 13)
-    end = states.get(i + 1)  # a different platform's rounding: compare within the tolerances
-    if not _replay_matches(got, end, policy):
-        worst = _worst_rel_diff(got, end)
-        replayed = part_digests(got)
-        raise _Fail(
-            Stage.RECOMPUTE,
-            f"segment {steps[i]}..{steps[i + 1]} does not replay",
-            True,
-            **ev,
-            segment=[steps[i], steps[i + 1]],
-            start_digest=list(pairs[i]),
-            claimed=list(pairs[i + 1]),
-            replayed=[replayed[0].hex(), replayed[1].hex()],
-            worst_tensor=worst[0],
-            worst_rel_diff=worst[1],
-        )
-    return replay_differences(got, end)
-
-
-def recheck_segment(
-    ctx: RoundContext,
-    miner: str,
-    update: Update,
-    fetch_state: FetchState,
-    policy: VerifyPolicy,
-    segment_start: int,
-) -> tuple[bool | None, str]:
-    """Re-run another validator's slashing evidence: the replay of the transcript segment that starts at
-    inner step ``segment_start`` of ``update`` (whose bytes the caller checked against the commitment).
-
-    Returns ``(True, reason)`` if the segment provably fails (the anchor or the replay), ``(False, "")`` if
-    it replays, ``(None, reason)`` if it cannot be decided (a state not served, a segment the transcript
-    does not have): vote only on ``True``.
-    """
-    steps = list(update.header.transcript_steps)
-    if miner not in ctx.registry or segment_start not in steps[:-1]:
-        return None, f"no segment starts at step {segment_start}"
-    i = steps.index(segment_start)
-    a = ctx.assignment(miner)
-    try:
-        states = _States(_with_transcript(update, fetch_state), fetch_state)
-        _replay_one(ctx, a, _training_batches(ctx, a), states, policy, i, {})
-    except _Fail as f:
-        return (True if f.provable else None), f.reason
-    return False, ""
-
-
-def _replay_matches(got: Mapping[str, Tensor], served: Mapping[str, Tensor], policy: VerifyPolicy) -> bool:
-    """Moments and counters within ``replay_rel_tol``, parameters within ``param_rel_tol``."""
-    if set(got) != set(served):
-        return False
-    params = {k: v for k, v in got.items() if k.startswith("param/")}
-    others = {k: v for k, v in got.items() if not k.startswith("param/")}
-    return states_close(others, {k: served[k] for k in others}, policy.replay_rel_tol) and states_close(
-        params, {k: served[k] for k in params}, policy.param_rel_tol
-    )
-
-
-def replay_differences(got: Mapping[str, Tensor], served: Mapping[str, Tensor]) -> tuple[float, float]:
-    """The largest per-tensor relative L2 difference of a replayed state against the served one, as
-    ``(parameters, moments and counters)``: what ``param_rel_tol`` and ``replay_rel_tol`` bound."""
-    params = {k for k in got if k.startswith("param/")}
-    d_param = _worst_rel_diff({k: got[k] for k in params}, {k: served[k] for k in params if k in served})
-    d_other = _worst_rel_diff(
-        {k: v for k, v in got.items() if k not in params},
-        {k: v for k, v in served.items() if not k.startswith("param/")},
-    )
-    return d_param[1], d_other[1]
-
-
-def _worst_rel_diff(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> tuple[str, float]:
-    """The tensor of ``a`` furthest from ``b`` in relative L2 (names missing in either count as inf)."""
-    worst = ("", 0.0)
-    for k in sorted(set(a) | set(b)):
-        if k not in a or k not in b or a[k].shape != b[k].shape:
-            return (k, math.inf)
-        x, y = a[k].double(), b[k].double()
-        d = float(torch.linalg.vector_norm(x - y)) / max(float(torch.linalg.vector_norm(y)), 1e-12)
-        if d > worst[1]:
-            worst = (k, d)
-    return worst

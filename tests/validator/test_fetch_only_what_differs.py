@@ -101,15 +101,15 @@ def test_bit_identical_replays_and_residuals_are_not_fetched(rnd: Round) -> None
 def test_a_replay_that_differs_in_rounding_fetches_the_end_state_and_passes(
     rnd: Round, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import validator.recompute as recompute
+    import validator.replay as replay
 
-    real = recompute.replay_segment
+    real = replay.replay_segment
 
     def other_platform(*args: Any, **kwargs: Any) -> dict[str, Tensor]:
         got = real(*args, **kwargs)  # one ulp on every parameter: another platform's rounding
         return {k: torch.nextafter(v, v + 1) if k.startswith("param/") else v for k, v in got.items()}
 
-    monkeypatch.setattr(recompute, "replay_segment", other_platform)
+    monkeypatch.setattr(replay, "replay_segment", other_platform)
     v, calls, _, built = _run(rnd, MINERS[1])
     assert v.accepted, v.reason
     for s in v.evidence["segments"]:
