@@ -41,7 +41,6 @@ FUNCTIONS: dict[str, str] = {
     "protocol/update.py::decode_update": "the update's wire checks in the order the format fixes, to split",
     "protocol/updateheader.py::parse_header": "the header's field checks in wire order, to split",
     "miner/work.py::build_update": "train, compress and package one update, to split",
-    "validator/verify.py::verify_update": "the stage pipeline's driver, to split further",
     "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",
     "tessera/commands/devnet.py::register": "argparse declarations of tessera devnet's options",
     "tessera/commands/runspec.py::register": "argparse declarations of tessera runspec's subcommands",

@@ -113,69 +113,89 @@ def verify_update(
     (by the header's root) and for the parts of the states a check reads (issue 13); ``keep_residual`` is
     given the recomputed error-feedback residual when it hashes to the committed one,
     which then is not fetched (issue 13)."""
-    v = Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason="")
-    update: Update | None = None
-    t = time.perf_counter()
-
-    def lap(name: Stage, check: bool = True) -> None:
-        nonlocal t
-        now = time.perf_counter()
-        v.timings[name] = round(now - t, 6)
-        t = now
-        if check and out_of_time is not None and out_of_time():
-            raise _Fail(Stage.BUDGET, f"verification budget exhausted after {name}", False)
-
+    run = _Run(Verdict(miner=miner, round=ctx.round, accepted=False, stage="", reason=""), out_of_time)
     try:
-        data = _stage_fetch(commitment, fetch_update, policy)
-        lap(Stage.FETCH)
-        assert commitment is not None  # _stage_fetch refused a miner without one
-        digest = _stage_digest(ctx, miner, commitment, data, v)
-        proof = {"update_digest": digest.hex(), "commitment": commitment.hex()}
-        update = _stage_format(ctx, data, policy, proof)
-        lap(Stage.FORMAT)
-        assignment = _stage_header(ctx, miner, update, proof)
-        delta = update.pseudo_gradient()
-        _stage_bounds(ctx, delta, policy, proof)
-        lap(Stage.BOUNDS)
-        v.attested = _stage_attestation(ctx, miner, digest, evidence, check_evidence, proof)
-        lap(Stage.ATTESTATION)
-        full = not v.attested or check_this_round(ctx.seed, miner, policy.attested_check_probability)
-        segments = (
-            policy.segments_per_miner if full else min(policy.attested_segments, policy.segments_per_miner)
-        )
-        _recompute(
-            ctx,
-            v,
-            assignment,
-            update,
-            delta,
-            fetch_state,
-            fetch_source,
-            policy,
-            segments,
-            proof,
-            out_of_time,
-            keep_residual=keep_residual,
-        )
-        lap(Stage.RECOMPUTE)
-        with COMPUTE_LOCK:
-            _usefulness(ctx, v, assignment, delta, policy)
-        lap(Stage.USEFULNESS, check=False)
-        v.accepted = v.score > 0
-        v.stage = Stage.OK if v.accepted else Stage.USEFULNESS
-        v.reason = "accepted" if v.accepted else "the update does not lower the loss on the miner's data"
+        _run_stages(
+            run, ctx, miner, commitment, fetch_update, fetch_state, policy, evidence, check_evidence,
+            fetch_source, keep_residual,
+        )  # fmt: skip
     except _Fail as f:
-        v.stage, v.reason, v.provable = f.stage, f.reason, f.provable
-        v.evidence.update(f.evidence)
-        v.accepted, v.score = False, 0
-        lap(f.stage, check=False)
+        run.refuse(f.stage, f.reason, f.provable, f.evidence)
     except Exception as exc:  # one miner's input must not stop the verification of the others
         # an error no stage anticipated: this miner scores 0 (unprovably) and the loop goes on to the next
         log.exception("round %d: verifying %s raised %s", ctx.round, miner, type(exc).__name__)
-        v.stage, v.reason, v.provable = Stage.ERROR, f"{type(exc).__name__}: {exc}", False
+        run.refuse(Stage.ERROR, f"{type(exc).__name__}: {exc}", False, {})
+    return run.verdict, run.update
+
+
+class _Run:
+    """One verification under way: its verdict, the update once it decoded, and the stage clock."""
+
+    def __init__(self, verdict: Verdict, out_of_time: Callable[[], bool] | None) -> None:
+        self.verdict = verdict
+        self.update: Update | None = None
+        self.out_of_time = out_of_time
+        self.t = time.perf_counter()
+
+    def lap(self, name: Stage, check: bool = True) -> None:
+        """Record the time since the last lap as stage ``name``'s; then (``check``) refuse at ``budget``
+        if ``out_of_time()`` says the phase's margin has begun."""
+        now = time.perf_counter()
+        self.verdict.timings[name] = round(now - self.t, 6)
+        self.t = now
+        if check and self.out_of_time is not None and self.out_of_time():
+            raise _Fail(Stage.BUDGET, f"verification budget exhausted after {name}", False)
+
+    def refuse(self, stage: Stage, reason: str, provable: bool, evidence: dict[str, Any]) -> None:
+        """The verdict is a refusal at ``stage`` (score 0)."""
+        v = self.verdict
+        v.stage, v.reason, v.provable = stage, reason, provable
+        v.evidence.update(evidence)
         v.accepted, v.score = False, 0
-        lap(Stage.ERROR, check=False)
-    return v, update
+        self.lap(stage, check=False)
+
+
+def _run_stages(
+    run: _Run,
+    ctx: RoundContext,
+    miner: str,
+    commitment: bytes | None,
+    fetch_update: Callable[[], bytes],
+    fetch_state: FetchState,
+    policy: VerifyPolicy,
+    evidence: bytes | None,
+    check_evidence: CheckEvidence | None,
+    fetch_source: FetchSource | None,
+    keep_residual: KeepResidual | None,
+) -> None:
+    """Every stage in order (:func:`verify_update`); the first failure raises :class:`_Fail`."""
+    v, lap = run.verdict, run.lap
+    data = _stage_fetch(commitment, fetch_update, policy)
+    lap(Stage.FETCH)
+    assert commitment is not None  # _stage_fetch refused a miner without one
+    digest = _stage_digest(ctx, miner, commitment, data, v)
+    proof = {"update_digest": digest.hex(), "commitment": commitment.hex()}
+    update = run.update = _stage_format(ctx, data, policy, proof)
+    lap(Stage.FORMAT)
+    assignment = _stage_header(ctx, miner, update, proof)
+    delta = update.pseudo_gradient()
+    _stage_bounds(ctx, delta, policy, proof)
+    lap(Stage.BOUNDS)
+    v.attested = _stage_attestation(ctx, miner, digest, evidence, check_evidence, proof)
+    lap(Stage.ATTESTATION)
+    full = not v.attested or check_this_round(ctx.seed, miner, policy.attested_check_probability)
+    segments = policy.segments_per_miner if full else min(policy.attested_segments, policy.segments_per_miner)
+    _recompute(
+        ctx, v, assignment, update, delta, fetch_state, fetch_source, policy, segments, proof, run.out_of_time,
+        keep_residual=keep_residual,
+    )  # fmt: skip
+    lap(Stage.RECOMPUTE)
+    with COMPUTE_LOCK:
+        _usefulness(ctx, v, assignment, delta, policy)
+    lap(Stage.USEFULNESS, check=False)
+    v.accepted = v.score > 0
+    v.stage = Stage.OK if v.accepted else Stage.USEFULNESS
+    v.reason = "accepted" if v.accepted else "the update does not lower the loss on the miner's data"
 
 
 def _stage_fetch(commitment: bytes | None, fetch_update: Callable[[], bytes], policy: VerifyPolicy) -> bytes:
