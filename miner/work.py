@@ -26,11 +26,12 @@ from protocol.update import (
     update_digest,
 )
 from training.assignment import Assignment, assign
-from training.codecs import ErrorFeedback
+from training.codecs import Encoded, ErrorFeedback
+from training.config import CodecConfig
 from training.data import Dataset, miner_batches
 from training.digest import split_state, state_digest
 from training.diloco import pseudo_gradient
-from training.inner import Device, replay_segment, train_inner
+from training.inner import Device, InnerResult, Transcript, replay_segment, train_inner
 
 
 @dataclass
@@ -139,8 +140,49 @@ def build_update(
     ctx = RoundContext(round, miner, a.module_ids, spec.inner.steps)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
     t0 = time.perf_counter()
+    res = _train(spec, checkpoint, a, batches, round, ef_state, device)
+    train_s = time.perf_counter() - t0
+    tr = res.transcript
+    delta = behaviour.pseudo_gradient(ctx, pseudo_gradient(checkpoint, res.params))
+    encs, ef_after = _compress(spec.codec, delta, ef_state, ef_source)
+    ef_after_digest = state_digest(ef_after)
+    header = make_header(
+        round, miner, a.module_ids, encs, spec.codec, checkpoint_digest, tr.interval, tr.steps, tr.parts,
+        res.tokens, ef_after=ef_after_digest, ef_source=ef_source,
+    )  # fmt: skip
+    data = behaviour.update_bytes(ctx, encode_update(Update(header, encs)))
+    return BuiltUpdate(
+        round=round,
+        assignment=a,
+        update=data,
+        digest=update_digest(data),
+        transcript_steps=list(tr.steps),
+        transcript_parts=list(tr.parts),
+        states=dict(tr.states),
+        snapshots=_snapshots(tr, snapshot_every),
+        ef_state={**ef_after, **{f"opt/{k}": v for k, v in res.optimizer_state.items()}},
+        ef_after=ef_after_digest,
+        ef_source=ef_source,
+        losses=res.losses,
+        tokens=res.tokens,
+        train_seconds=train_s,
+        trained_params=sum(v.numel() for v in delta.values()),
+    )
+
+
+def _train(
+    spec: RunSpec,
+    checkpoint: Mapping[str, Tensor],
+    a: Assignment,
+    batches: Tensor,
+    round: int,
+    ef_state: Mapping[str, Tensor],
+    device: Device,
+) -> InnerResult:
+    """The inner loop on the round's batches, every state kept, AdamW's moments carried from the miner's
+    previous round (``opt/*`` of ``ef_state``)."""
     carried = {k.removeprefix("opt/"): v for k, v in ef_state.items() if k.startswith("opt/")}
-    res = train_inner(
+    return train_inner(
         spec.model,
         spec.inner,
         checkpoint,
@@ -151,52 +193,27 @@ def build_update(
         optimizer_state=carried or None,
         device=device,
     )
-    train_s = time.perf_counter() - t0
-    tr = res.transcript
-    keep = {s for i, s in enumerate(tr.steps) if i % max(1, snapshot_every) == 0} | {
-        tr.steps[0],
-        tr.steps[-1],
-    }
-    snapshots = {s: tr.states[s] for s in sorted(keep)}
-    delta = behaviour.pseudo_gradient(ctx, pseudo_gradient(checkpoint, res.params))
-    ef = ErrorFeedback(spec.codec)
+
+
+def _snapshots(tr: Transcript, every: int) -> dict[int, dict[str, Tensor]]:
+    """The transcript states the miner keeps: every ``every``-th recorded one, the first and the last."""
+    keep = {s for i, s in enumerate(tr.steps) if i % max(1, every) == 0} | {tr.steps[0], tr.steps[-1]}
+    return {s: tr.states[s] for s in sorted(keep)}
+
+
+def _compress(
+    codec: CodecConfig,
+    delta: Mapping[str, Tensor],
+    ef_state: Mapping[str, Tensor],
+    ef_source: tuple[int, bytes] | None,
+) -> tuple[dict[str, Encoded], dict[str, Tensor]]:
+    """The pseudo-gradient compressed with error feedback, and the residual after it. The residual of
+    ``ef_state`` (``ef/*``) is carried only with ``ef_source`` and only for parameters assigned again."""
+    ef = ErrorFeedback(codec)
     if ef_source is not None:
         ef.load_state_dict({k: v for k, v in ef_state.items() if k.startswith("ef/") and k[3:] in delta})
     encs, _sent = ef.compress(delta)
-    ef_after = ef.state_dict()
-    ef_after_digest = state_digest(ef_after)
-    header = make_header(
-        round,
-        miner,
-        a.module_ids,
-        encs,
-        spec.codec,
-        checkpoint_digest,
-        tr.interval,
-        tr.steps,
-        tr.parts,
-        res.tokens,
-        ef_after=ef_after_digest,
-        ef_source=ef_source,
-    )
-    data = behaviour.update_bytes(ctx, encode_update(Update(header, encs)))
-    return BuiltUpdate(
-        round=round,
-        assignment=a,
-        update=data,
-        digest=update_digest(data),
-        transcript_steps=list(tr.steps),
-        transcript_parts=list(tr.parts),
-        states=dict(tr.states),
-        snapshots=snapshots,
-        ef_state={**ef_after, **{f"opt/{k}": v for k, v in res.optimizer_state.items()}},
-        ef_after=ef_after_digest,
-        ef_source=ef_source,
-        losses=res.losses,
-        tokens=res.tokens,
-        train_seconds=train_s,
-        trained_params=sum(v.numel() for v in delta.values()),
-    )
+    return encs, ef.state_dict()
 
 
 def transcript_state(

@@ -40,7 +40,6 @@ FUNCTIONS: dict[str, str] = {
     "protocol/transfer.py::fetch_blob": "the retry loop over peers with its bounded reads, to split",
     "protocol/update.py::decode_update": "the update's wire checks in the order the format fixes, to split",
     "protocol/updateheader.py::parse_header": "the header's field checks in wire order, to split",
-    "miner/work.py::build_update": "train, compress and package one update, to split",
     "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",
     "tessera/commands/devnet.py::register": "argparse declarations of tessera devnet's options",
     "tessera/commands/runspec.py::register": "argparse declarations of tessera runspec's subcommands",
