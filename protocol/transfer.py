@@ -5,60 +5,59 @@ make us buffer more than the cap), a per-read timeout, a wall-clock deadline for
 trickles a byte now and then defeats any per-read timeout), a digest check on arrival, and retries with
 exponential backoff across the given peers. Failures are typed (:class:`TransferError` subclasses).
 
-``BlobStore`` is the serving side: a directory of blobs named by digest, written atomically.
+``BlobStore`` (the serving side), the digest helpers and the typed errors are ``protocol.blobs``'s,
+re-exported here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import os
-import re
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from protocol.errors import ProtocolError
+from protocol.blobs import (
+    BadDigestError,
+    BlobNotFoundError,
+    BlobStore,
+    BlobTooLargeError,
+    DigestFn,
+    DigestMismatchError,
+    FetchTimeoutError,
+    PeerUnavailableError,
+    TransferError,
+    atomic_write,
+    check_digest_str,
+    sha256_digest,
+)
 
 log = logging.getLogger(__name__)
 
-DigestFn = Callable[[bytes], str]
-_DIGEST_RE = re.compile(r"^(0x)?[0-9a-f]{16,128}$")
-
-
-class TransferError(ProtocolError):
-    """Root of bulk-transfer failures."""
-
-
-class BlobNotFoundError(TransferError):
-    """No peer has the blob (every peer answered 404 or was unreachable)."""
-
-
-class BlobTooLargeError(TransferError):
-    """A peer sent, or announced, more bytes than the cap."""
-
-
-class DigestMismatchError(TransferError):
-    """The bytes that arrived do not hash to the digest asked for."""
-
-
-class FetchTimeoutError(TransferError):
-    """A peer did not answer in time."""
-
-
-class PeerUnavailableError(TransferError):
-    """A peer could not be reached or answered with a server error."""
-
-
-class BadDigestError(TransferError):
-    """A digest string is not lower-case hex of a sane length."""
+__all__ = [
+    "BadDigestError",
+    "BlobNotFoundError",
+    "BlobStore",
+    "BlobTooLargeError",
+    "DigestFn",
+    "DigestMismatchError",
+    "FetchPolicy",
+    "FetchTimeoutError",
+    "PeerUnavailableError",
+    "TransferError",
+    "atomic_write",
+    "check_digest_str",
+    "count_peer_failure",
+    "fetch_blob",
+    "get_capped",
+    "peer_failure_counts",
+    "sha256_digest",
+    "stalled_recently",
+]
 
 
 _failures: dict[str, int] = {}
@@ -76,18 +75,6 @@ def peer_failure_counts() -> dict[str, int]:
     """Untyped per-peer failures seen by this process's fetches, by exception type."""
     with _failures_lock:
         return dict(_failures)
-
-
-def sha256_digest(data: bytes) -> str:
-    """The default blob digest: ``0x`` + sha256 hex."""
-    return "0x" + hashlib.sha256(data).hexdigest()
-
-
-def check_digest_str(digest: str) -> str:
-    """Validate a digest string (it ends up in URLs and file names)."""
-    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
-        raise BadDigestError(f"not a digest: {digest!r}")
-    return digest
 
 
 @dataclass(frozen=True)
@@ -294,12 +281,7 @@ def fetch_blob(
     when every attempt fails: a mismatch or size error beats a timeout, which beats not-found.
     """
     check_digest_str(digest)
-    given = [urls] if isinstance(urls, str) else list(urls)
-    peers = [u for u in given if isinstance(u, str)]
-    if len(peers) != len(given):
-        log.warning("fetch %s: %d peer URLs are not strings; skipped", digest[:12], len(given) - len(peers))
-    if not peers:
-        raise BlobNotFoundError(f"no peer to fetch {digest} from")
+    peers = _peer_urls(urls, digest)
     pol = policy or FetchPolicy()
     errors: list[TransferError] = []
     bad_peers: set[str] = set()
@@ -322,27 +304,67 @@ def fetch_blob(
                     )
                 )
                 continue
-            try:
-                return _stream_bounded(client, url, digest, pol, digest_fn, min(pol.timeout, left))
-            except (DigestMismatchError, BlobTooLargeError) as exc:
-                log.warning("peer %s served a bad blob: %s", url, exc)
-                bad_peers.add(url)
-                errors.append(exc)
-            except TransferError as exc:
-                log.info("fetch %s from %s failed (attempt %d): %s", digest[:12], url, attempt + 1, exc)
-                errors.append(exc)
-            except Exception as exc:  # anything else one peer's URL or answer causes: skip that peer
-                count_peer_failure(exc)
-                log.warning(
-                    "fetch %s from %r failed, peer skipped: %s: %s", digest[:12], url, type(exc).__name__, exc
-                )
-                bad_peers.add(url)
-                errors.append(PeerUnavailableError(f"{url!r}: {type(exc).__name__}: {exc}"))
+            data = _try_peer(
+                client, url, digest, pol, digest_fn, min(pol.timeout, left), attempt, errors, bad_peers
+            )
+            if data is not None:
+                return data
         if len(bad_peers) == len(peers) or time.monotonic() >= end:
             break
         if attempt + 1 < pol.attempts:
             sleep(min(delay, max(0.0, end - time.monotonic())))
             delay *= 2
+    raise _most_informative(errors, len(peers), digest)
+
+
+def _peer_urls(urls: Sequence[str] | str, digest: str) -> list[str]:
+    """The peers to fetch from (URLs that are not strings are skipped, with a warning); none:
+    :class:`BlobNotFoundError`."""
+    given = [urls] if isinstance(urls, str) else list(urls)
+    peers = [u for u in given if isinstance(u, str)]
+    if len(peers) != len(given):
+        log.warning("fetch %s: %d peer URLs are not strings; skipped", digest[:12], len(given) - len(peers))
+    if not peers:
+        raise BlobNotFoundError(f"no peer to fetch {digest} from")
+    return peers
+
+
+def _try_peer(
+    client: httpx.Client | None,
+    url: str,
+    digest: str,
+    pol: FetchPolicy,
+    digest_fn: DigestFn,
+    timeout: float,
+    attempt: int,
+    errors: list[TransferError],
+    bad_peers: set[str],
+) -> bytes | None:
+    """One attempt at one peer: the blob, or None with the failure in ``errors`` (and the peer in
+    ``bad_peers`` when it is not to be asked again: a bad blob, or an untyped error its URL or answer
+    caused)."""
+    try:
+        return _stream_bounded(client, url, digest, pol, digest_fn, timeout)
+    except (DigestMismatchError, BlobTooLargeError) as exc:
+        log.warning("peer %s served a bad blob: %s", url, exc)
+        bad_peers.add(url)
+        errors.append(exc)
+    except TransferError as exc:
+        log.info("fetch %s from %s failed (attempt %d): %s", digest[:12], url, attempt + 1, exc)
+        errors.append(exc)
+    except Exception as exc:  # anything else one peer's URL or answer causes: skip that peer
+        count_peer_failure(exc)
+        log.warning(
+            "fetch %s from %r failed, peer skipped: %s: %s", digest[:12], url, type(exc).__name__, exc
+        )
+        bad_peers.add(url)
+        errors.append(PeerUnavailableError(f"{url!r}: {type(exc).__name__}: {exc}"))
+    return None
+
+
+def _most_informative(errors: list[TransferError], peers: int, digest: str) -> TransferError:
+    """The error to raise when every try failed: a mismatch or size error beats a timeout, which beats
+    not-found; its message counts the tries."""
     rank = (
         DigestMismatchError,
         BlobTooLargeError,
@@ -353,70 +375,7 @@ def fetch_blob(
     for kind in rank:
         for e in errors:
             if isinstance(e, kind):
-                raise type(e)(f"{e} (after {len(errors)} failed tries over {len(peers)} peers)") from e
-    raise errors[-1] if errors else BlobNotFoundError(digest)
-
-
-class BlobStore:
-    """A directory of blobs named by digest; writes are atomic (temp file + rename)."""
-
-    def __init__(self, root: str | Path, digest_fn: DigestFn = sha256_digest) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.digest_fn = digest_fn
-
-    def path(self, digest: str) -> Path:
-        """Where the blob ``digest`` lives."""
-        return self.root / check_digest_str(digest).removeprefix("0x")
-
-    def put(self, data: bytes, digest: str | None = None, digest_fn: DigestFn | None = None) -> str:
-        """Store ``data`` (under ``digest`` if given, which is checked) and return its digest."""
-        d = (digest_fn or self.digest_fn)(data)
-        if digest is not None and digest.removeprefix("0x") != d.removeprefix("0x"):
-            raise DigestMismatchError(f"blob hashes to {d}, not {digest}")
-        key = digest or d
-        atomic_write(self.path(key), data)
-        return key
-
-    def has(self, digest: str) -> bool:
-        """Whether the blob is stored."""
-        try:
-            return self.path(digest).is_file()
-        except BadDigestError:
-            return False
-
-    def get(self, digest: str) -> bytes:
-        """The blob's bytes; :class:`BlobNotFoundError` if absent."""
-        p = self.path(digest)
-        if not p.is_file():
-            raise BlobNotFoundError(digest)
-        return p.read_bytes()
-
-    def size(self, digest: str) -> int:
-        """The blob's size in bytes."""
-        return self.path(digest).stat().st_size
-
-    def iter_chunks(self, digest: str, chunk: int = 1 << 16) -> Iterator[bytes]:
-        """Stream the blob in chunks."""
-        with open(self.path(digest), "rb") as fh:
-            while block := fh.read(chunk):
-                yield block
-
-
-def atomic_write(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temp file in the same directory, fsync, rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+                out = type(e)(f"{e} (after {len(errors)} failed tries over {peers} peers)")
+                out.__cause__ = e
+                return out
+    return errors[-1] if errors else BlobNotFoundError(digest)

@@ -27,7 +27,6 @@ MODULES: dict[str, str] = {
     "protocol/chain/client.py": "one typed method per contract call of the Chain client, to split by concern",
     "protocol/chain/errors.py": "one typed class per Solidity custom error (51 classes, mostly docstrings)",
     "protocol/coordinator.py": "the Coordinator interface and its in-memory implementation, to split",
-    "protocol/transfer.py": "bounded HTTP blob fetches, to split (fetch loop and peer handling)",
 }
 """Modules over :data:`MAX_MODULE_LINES`, and why."""
 
@@ -37,7 +36,6 @@ FUNCTIONS: dict[str, str] = {
     "training/simulation.py::Simulation.step": "one outer round of the in-process simulation, to split",
     "protocol/nodeapi.py::create_node_app": "every route of the common node API in one closure, to split",
     "protocol/records.py::check_url": "the strict URL grammar, one check after another, to split",
-    "protocol/transfer.py::fetch_blob": "the retry loop over peers with its bounded reads, to split",
     "protocol/update.py::decode_update": "the update's wire checks in the order the format fixes, to split",
     "protocol/updateheader.py::parse_header": "the header's field checks in wire order, to split",
     "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",

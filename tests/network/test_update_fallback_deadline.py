@@ -90,7 +90,9 @@ def _validator(peers: list[str], kept: list[bytes]) -> Any:
     return SimpleNamespace(
         state=SimpleNamespace(verdict=lambda _p, _m: None),
         discovery=SimpleNamespace(find=lambda _r, fresh=False: []),
-        cfg=SimpleNamespace(peer_urls=tuple(peers), fetch_timeout=1.0, max_update_bytes=1 << 20),
+        cfg=SimpleNamespace(
+            peer_urls=tuple(peers), fetch_timeout=1.0, verify=SimpleNamespace(max_update_bytes=1 << 20)
+        ),
         url="http://127.0.0.1:1",
         address="0x" + "cd" * 20,
         fetch_policy=None,
@@ -111,6 +113,6 @@ def test_dripping_peer_is_cut_off_and_the_next_peer_serves(dripper: str, honest:
 def test_oversize_update_refused(honest: str) -> None:
     kept: list[bytes] = []
     v = _validator([honest], kept)
-    v.cfg.max_update_bytes = len(UPDATE) - 1
+    v.cfg.verify.max_update_bytes = len(UPDATE) - 1
     assert ValidatorNode._fetch_missing_update(v, 5, MINER, b"c" * 32) is None
     assert kept == []
