@@ -1,8 +1,8 @@
 """The round coordinator as the nodes see it: a narrow, typed view of the settlement contract.
 
 Miners and validators are written against :class:`Coordinator`. ``protocol.chaincoord`` implements it over
-the deployed ``TesseraNetwork`` contract; :class:`MemoryCoordinator` implements the same semantics in
-memory (used by in-process tests). The semantics are the contract's:
+the deployed ``TesseraNetwork`` contract; ``protocol.memcoordinator.MemoryCoordinator`` implements the
+same semantics in memory (used by in-process tests and the attack harness). The semantics are the contract's:
 
 - rounds start at 1; round r trains from ``checkpoint(r)`` (round 1: the genesis checkpoint) and its
   assignment and batches come from ``seed(r - 1)``, fixed before round r opened;
@@ -17,18 +17,34 @@ memory (used by in-process tests). The semantics are the contract's:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from eth_abi import encode as abi_encode
 from eth_utils import keccak, to_checksum_address
 
-from protocol.commitments import score_commitment, seed_commitment, update_commitment
-from protocol.consensus import SCORE_MAX, settle
+from protocol.commitments import update_commitment
+from protocol.consensus import SCORE_MAX
 from protocol.errors import ProtocolError
 from protocol.phases import Phase
+
+__all__ = [
+    "CHECKPOINT_TAG",
+    "SCORE_MAX",
+    "SCORE_SCALE",
+    "AlreadyDoneError",
+    "Coordinator",
+    "CoordinatorError",
+    "NotRegisteredError",
+    "Phase",
+    "RoundState",
+    "SeedNotRevealedError",
+    "Settlement",
+    "WrongPhaseError",
+    "checkpoint_message",
+    "update_commitment",
+]
 
 #: Alias used by scoring code (a score of 1.0).
 SCORE_SCALE = SCORE_MAX
@@ -195,281 +211,3 @@ class Coordinator(Protocol):
     def owed(self) -> int:
         """Rewards credited to this node and not yet claimed."""
         ...
-
-
-# ---------------------------------------------------------------------------------------------- memory
-@dataclass
-class _MemRound:
-    commits: dict[str, bytes] = field(default_factory=dict)
-    seed_commits: dict[str, bytes] = field(default_factory=dict)
-    seed_reveals: dict[str, bytes] = field(default_factory=dict)
-    score_commits: dict[str, bytes] = field(default_factory=dict)
-    reveals: dict[str, list[int]] = field(default_factory=dict)
-    settlement: Settlement | None = None
-
-
-class MemoryLedger:
-    """Shared in-memory chain state behind :class:`MemoryCoordinator` views (one per participant)."""
-
-    def __init__(
-        self,
-        genesis_checkpoint: bytes,
-        *,
-        phase_blocks: int | Sequence[int] = 5,
-        emission: int = 1000 * 10**18,
-        validator_share_bps: int = 1000,
-        chain_id: int = 31337,
-    ) -> None:
-        """``phase_blocks``: blocks of every phase, or of COMMIT, REVEAL, SCORE_COMMIT and SCORE_REVEAL
-        each (the contract's ``commit_blocks`` ... ``score_reveal_blocks``)."""
-        lengths = (
-            (phase_blocks,) * 4 if isinstance(phase_blocks, int) else tuple(int(b) for b in phase_blocks)
-        )
-        if len(lengths) != 4 or min(lengths) < 1:
-            raise ValueError(f"phase_blocks must be one positive count or four, not {phase_blocks!r}")
-        self.chain_id = chain_id
-        self.contract = to_checksum_address("0x" + "c0" * 20)
-        self.block = 1
-        self.phase_lengths: tuple[int, ...] = lengths
-        self.phase_blocks = max(lengths)
-        self.emission = emission
-        self.validator_share_bps = validator_share_bps
-        self.miners: list[str] = []
-        self.validators: list[str] = []
-        self.stakes: dict[str, int] = {}
-        self.owed: dict[str, int] = {}
-        self.round = 1
-        self.phase = Phase.COMMIT
-        self.phase_start = self.block
-        self.checkpoints: dict[int, bytes] = {1: genesis_checkpoint}
-        self.seeds: dict[int, bytes] = {0: keccak(b"genesis" + genesis_checkpoint)}
-        self.rounds: dict[int, _MemRound] = {1: _MemRound()}
-        self.slash_votes: dict[bytes, set[str]] = {}
-        self.reg_block: dict[str, int] = {}
-        self.round_open: dict[int, int] = {1: self.block}
-        self.slashed: dict[str, int] = {}
-
-    def mine(self, n: int = 1) -> None:
-        """Advance the block number."""
-        self.block += n
-
-    def deadline(self) -> int:
-        """Last block of the current phase."""
-        i = int(self.phase)
-        return self.phase_start + (self.phase_lengths[i] if i < 4 else self.phase_blocks) - 1
-
-
-class MemoryCoordinator:
-    """One participant's view of a :class:`MemoryLedger`."""
-
-    def __init__(self, ledger: MemoryLedger, address: str) -> None:
-        self.ledger = ledger
-        self.chain_id = ledger.chain_id
-        self.contract = ledger.contract
-        self.address = to_checksum_address(address)
-
-    def _tx(self) -> None:
-        self.ledger.mine(1)
-
-    def _open(self, round: int, phase: Phase) -> _MemRound:
-        led = self.ledger
-        if round != led.round:
-            raise WrongPhaseError(f"round {round} is not the current round {led.round}")
-        if led.phase != phase:
-            raise WrongPhaseError(f"round {round} is in {led.phase.name}, not {phase.name}")
-        if led.block > led.deadline():
-            raise WrongPhaseError(f"{phase.name} of round {round} closed")
-        return led.rounds[round]
-
-    def current(self) -> RoundState:
-        led = self.ledger
-        return RoundState(
-            led.round,
-            led.phase,
-            led.deadline(),
-            led.block,
-            led.checkpoints.get(led.round),
-            led.seeds[led.round - 1],
-            led.seeds.get(led.round),
-        )
-
-    def checkpoint(self, round: int) -> bytes | None:
-        return self.ledger.checkpoints.get(round)
-
-    def miners(self, round: int | None = None) -> list[str]:
-        led = self.ledger
-        if round is None:
-            return list(led.miners)
-        opened = led.round_open.get(round, led.block + 1)
-        return [m for m in led.miners if led.reg_block[m] < opened]
-
-    def validators(self) -> list[str]:
-        return list(self.ledger.validators)
-
-    def ensure_registered(self, role: str, stake: int) -> bool:
-        group = self.ledger.miners if role == "miner" else self.ledger.validators
-        if self.address in group:
-            return False
-        group.append(self.address)
-        self.ledger.reg_block[self.address] = self.ledger.block
-        self.ledger.stakes[self.address] = stake
-        self._tx()
-        return True
-
-    def commit_update(self, round: int, update_digest: bytes) -> None:
-        if self.address not in self.ledger.miners:
-            raise NotRegisteredError(f"{self.address} is not a registered miner")
-        rd = self._open(round, Phase.COMMIT)
-        if self.address in rd.commits:
-            raise AlreadyDoneError(f"{self.address} already committed in round {round}")
-        rd.commits[self.address] = update_commitment(
-            self.chain_id, self.contract, round, self.address, update_digest
-        )
-        self._tx()
-
-    def update_commitments(self, round: int) -> dict[str, bytes]:
-        return dict(self.ledger.rounds.get(round, _MemRound()).commits)
-
-    def _validator(self) -> None:
-        if self.address not in self.ledger.validators:
-            raise NotRegisteredError(f"{self.address} is not a registered validator")
-
-    def commit_seed(self, round: int, secret: bytes) -> None:
-        self._validator()
-        rd = self._open(round, Phase.COMMIT)
-        if self.address in rd.seed_commits:
-            raise AlreadyDoneError("seed share already committed")
-        rd.seed_commits[self.address] = seed_commitment(secret, self.address, round)
-        self._tx()
-
-    def reveal_seed(self, round: int, secret: bytes) -> None:
-        rd = self._open(round, Phase.REVEAL)
-        if rd.seed_commits.get(self.address) != seed_commitment(secret, self.address, round):
-            raise CoordinatorError("seed reveal does not match the commitment")
-        if self.address in rd.seed_reveals:
-            raise AlreadyDoneError("seed share already revealed")
-        rd.seed_reveals[self.address] = secret
-        self._tx()
-
-    def seed_share_status(self, round: int) -> tuple[bool, bool]:
-        rd = self.ledger.rounds.get(round, _MemRound())
-        return self.address in rd.seed_commits, self.address in rd.seed_reveals
-
-    def commit_scores(self, round: int, scores: Sequence[int], salt: bytes) -> None:
-        self._validator()
-        rd = self._open(round, Phase.SCORE_COMMIT)
-        if self.address in rd.score_commits:
-            raise AlreadyDoneError("scores already committed")
-        rd.score_commits[self.address] = score_commitment(
-            self.chain_id, self.contract, round, self.address, scores, salt
-        )
-        self._tx()
-
-    def reveal_scores(self, round: int, scores: Sequence[int], salt: bytes) -> None:
-        rd = self._open(round, Phase.SCORE_REVEAL)
-        if self.address in rd.reveals:
-            raise AlreadyDoneError("scores already revealed")
-        # As the contract: withholding a committed share (to steer seed(r) by revealing or not) must cost
-        # the validator its say in the consensus and its reward; checked before the commitment, in its order.
-        if self.address in rd.seed_commits and self.address not in rd.seed_reveals:
-            raise SeedNotRevealedError(
-                f"{self.address} committed a seed share in round {round} but did not reveal it"
-            )
-        if rd.score_commits.get(self.address) != score_commitment(
-            self.chain_id, self.contract, round, self.address, scores, salt
-        ):
-            raise CoordinatorError("revealed scores do not match the commitment")
-        if len(scores) != len(rd.commits) or any(not 0 <= s <= SCORE_MAX for s in scores):
-            raise CoordinatorError("score vector has the wrong length or range")
-        rd.reveals[self.address] = [int(s) for s in scores]
-        self._tx()
-
-    def score_status(self, round: int) -> tuple[bool, bool]:
-        rd = self.ledger.rounds.get(round, _MemRound())
-        return self.address in rd.score_commits, self.address in rd.reveals
-
-    def finalize(self, round: int) -> None:
-        led = self.ledger
-        if round != led.round or led.phase != Phase.FINALIZE:
-            raise WrongPhaseError(f"round {round} cannot be finalized now")
-        rd = led.rounds[round]
-        miners = sorted(rd.commits, key=lambda a: int(a, 16))
-        revealers = sorted(rd.reveals, key=lambda a: int(a, 16))
-        weights = [led.stakes[v] for v in revealers]
-        # the one settlement the Solidity vectors check (contracts/test/Vectors.t.sol), not a copy of it
-        split = settle(
-            [rd.reveals[v] for v in revealers],
-            weights,
-            led.emission,
-            led.validator_share_bps,
-            n_miners=len(miners),
-        )
-        medians = split.medians
-        mpay = dict(zip(miners, split.miner_pay, strict=True))
-        vpay = dict(zip(revealers, split.validator_pay, strict=True))
-        for a, amt in [*mpay.items(), *vpay.items()]:
-            led.owed[a] = led.owed.get(a, 0) + amt
-        rd.settlement = Settlement(dict(zip(miners, medians, strict=True)), mpay, vpay)
-        led.round += 1
-        led.phase = Phase.COMMIT
-        led.phase_start = led.block
-        led.round_open[led.round] = led.block
-        led.rounds[led.round] = _MemRound()
-        self._tx()
-
-    def settlement(self, round: int) -> Settlement | None:
-        rd = self.ledger.rounds.get(round)
-        return rd.settlement if rd else None
-
-    def checkpoint_message(self, round: int, digest: bytes) -> bytes:
-        return checkpoint_message(self.chain_id, self.contract, round, digest)
-
-    def sign_checkpoint(self, round: int, digest: bytes) -> bytes:
-        return keccak(bytes.fromhex(self.address[2:]) + self.checkpoint_message(round, digest))
-
-    def check_checkpoint_signature(self, round: int, digest: bytes, signer: str, signature: bytes) -> bool:
-        return self._signature_ok(round, digest, signer, signature)
-
-    def _signature_ok(self, round: int, digest: bytes, signer: str, signature: bytes) -> bool:
-        # what the contract checks (kept apart from the node-facing method, which tests may replace)
-        return signer in self.ledger.validators and signature == keccak(
-            bytes.fromhex(signer[2:]) + self.checkpoint_message(round, digest)
-        )
-
-    def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
-        led = self.ledger
-        for v, sig in signatures.items():
-            if not self._signature_ok(round, digest, v, sig):
-                raise CoordinatorError(f"bad certificate signature of {v}")
-        if round >= led.round or round + 1 in led.checkpoints:
-            raise AlreadyDoneError(f"round {round} cannot be certified")
-        if 3 * len(signatures) < 2 * len(led.validators):
-            raise CoordinatorError("quorum not reached")
-        led.checkpoints[round + 1] = digest
-        self._tx()
-
-    def slash(self, target: str, evidence: bytes) -> bool:
-        votes = self.ledger.slash_votes.setdefault(evidence, set())
-        if self.address in votes:
-            return False
-        votes.add(self.address)
-        if 3 * len(votes) >= 2 * len(self.ledger.validators):
-            self.ledger.slashed[target] = self.ledger.slashed.get(target, 0) + 1
-        self._tx()
-        return True
-
-    def advance(self) -> bool:
-        led = self.ledger
-        if led.phase == Phase.FINALIZE or led.block <= led.deadline():
-            return False
-        if led.phase == Phase.REVEAL:
-            rd = led.rounds[led.round]
-            mix = hashlib.sha256(b"".join(sorted(rd.seed_reveals.values()))).digest()
-            led.seeds[led.round] = keccak(led.seeds[led.round - 1] + led.round.to_bytes(32, "big") + mix)
-        led.phase = Phase(led.phase + 1)
-        led.phase_start = led.block
-        self._tx()
-        return True
-
-    def owed(self) -> int:
-        return self.ledger.owed.get(self.address, 0)

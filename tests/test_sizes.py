@@ -26,7 +26,6 @@ MODULES: dict[str, str] = {
     "training/codecs.py": "every codec (top-k, DCT, quantisation, index packing) and error feedback, to split",
     "protocol/chain/client.py": "one typed method per contract call of the Chain client, to split by concern",
     "protocol/chain/errors.py": "one typed class per Solidity custom error (51 classes, mostly docstrings)",
-    "protocol/coordinator.py": "the Coordinator interface and its in-memory implementation, to split",
 }
 """Modules over :data:`MAX_MODULE_LINES`, and why."""
 

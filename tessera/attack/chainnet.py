@@ -7,7 +7,7 @@ it through ``protocol.chaincoord.ChainCoordinator``: commits, reveals, settlemen
 slashing (propose + 2/3 stake vote) are the contract's.
 
 :class:`AnvilLedger` exposes, read from the chain (state and event logs), what the harness and the
-runner read of :class:`protocol.coordinator.MemoryLedger`: ``round``, ``phase``, ``checkpoints``,
+runner read of :class:`protocol.memcoordinator.MemoryLedger`: ``round``, ``phase``, ``checkpoints``,
 ``rounds[r].commits / reveals / settlement``, ``slashed`` and ``mine``.
 
 Round 1 opens in the contract's constructor, before anyone can register, so it has no miners: it is a

@@ -4,7 +4,7 @@ The participants are the real node classes (``miner.node.MinerNode``, ``validato
 or their adversarial subclasses) with their real HTTP servers, state directories, verification, merge
 and certification. The chain is real by default (``chain="anvil"``): a fresh anvil with freshly deployed
 contracts per scenario, the nodes on ``protocol.chaincoord.ChainCoordinator`` (see
-:mod:`tessera.attack.chainnet`). ``chain="memory"`` swaps in :class:`protocol.coordinator.MemoryLedger`
+:mod:`tessera.attack.chainnet`). ``chain="memory"`` swaps in :class:`protocol.memcoordinator.MemoryLedger`
 (the contract's semantics in memory), a fast option whose reports say ``chain: memory``. One seam is
 always replaced so that a scenario is deterministic on 2 CPU cores:
 
@@ -148,7 +148,7 @@ class Network:
     def _open_ledger(self, phase_blocks: int, emission: int, validator_share_bps: int) -> tuple[Any, int]:
         """The chain the nodes run on, with the genesis checkpoint, and its round offset: a fresh anvil with
         the contracts deployed and every participant funded (twice its stake), or the in-memory ledger."""
-        from protocol.coordinator import MemoryLedger
+        from protocol.memcoordinator import MemoryLedger
         from protocol.tensorblob import tensors_digest
 
         genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
@@ -187,7 +187,7 @@ class Network:
 
     def _build(self, p: Participant, i: int) -> Any:
         """A node for participant ``i`` (again after a crash: same key, same data directory)."""
-        from protocol.coordinator import MemoryCoordinator
+        from protocol.memcoordinator import MemoryCoordinator
 
         coord: Any = (
             MemoryCoordinator(self.ledger, p.address)

@@ -90,7 +90,8 @@ def _commitment_copier(victim: Participant) -> Callable[..., Any]:
 
     def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
         from miner.node import MinerNode
-        from protocol.coordinator import MemoryCoordinator, Phase
+        from protocol.coordinator import Phase
+        from protocol.memcoordinator import MemoryCoordinator
 
         class CopyCommit(MemoryCoordinator):
             def commit_update(self, round: int, update_digest: bytes) -> None:

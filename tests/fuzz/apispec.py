@@ -66,8 +66,8 @@ def live_nodes(tmp: Path | None = None) -> Iterator[list[LiveNode]]:
 
     from miner.config import MinerConfig
     from miner.node import MinerNode
-    from protocol.coordinator import MemoryCoordinator, MemoryLedger
     from protocol.discovery import Discovery
+    from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
     from protocol.runspec import RunSpec
     from validator.config import ValidatorConfig
     from validator.node import ValidatorNode

@@ -9,8 +9,8 @@ from eth_account import Account
 
 from miner.config import MinerConfig
 from miner.node import MinerNode
-from protocol.coordinator import MemoryCoordinator, MemoryLedger
 from protocol.discovery import Discovery
+from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.runspec import RunSpec
 from protocol.traffic import TrafficLedger
 

@@ -21,10 +21,11 @@ from miner.behaviour import Behaviour, RoundContext
 from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.node import MinerNode
-from protocol.coordinator import MemoryCoordinator, MemoryLedger, Phase
+from protocol.coordinator import Phase
 from protocol.dht import DHTConfig, DHTNode, record_key
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
+from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.records import NodeRecord, make_record
 from protocol.runspec import RunSpec
 from protocol.tensorblob import tensors_digest

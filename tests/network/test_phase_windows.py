@@ -28,10 +28,11 @@ import validator.verify as vverify
 from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.node import MinerNode
-from protocol.coordinator import MemoryCoordinator, MemoryLedger, Phase
+from protocol.coordinator import Phase
 from protocol.dht import DHTConfig, DHTNode
 from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
+from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.runspec import RunSpec
 from protocol.tensorblob import tensors_digest
 from tessera.attack.harness import tiny_spec
