@@ -16,7 +16,8 @@ the same load on a shared machine); tokens/s = steps x batch x seq_len / the fas
 merit (target >= 95%) is the median over the pairs of rounds of plain time / miner time: a pair ran
 back to back under about the same load, where the fastest rounds of the two loops may have met
 different loads (``miner_over_plain_best_pct`` is that ratio, for comparison). Two more children run one round of one loop
-each for its peak resident set size (``ru_maxrss``), so each loop's memory is its own. Output: a table
+each for its peak resident set size (``ru_maxrss``), so each loop's memory is its own (on a GPU also the
+CUDA allocator's peak, ``torch.cuda.max_memory_allocated``). Output: a table
 and ``OUT/presets.json``.
 """
 
@@ -151,6 +152,8 @@ def child(
         if kind == "both"
         else [],
         "peak_rss_bytes": rss,
+        # on a GPU the model lives in device memory: the allocator's peak (None on a CPU)
+        "peak_cuda_bytes": torch.cuda.max_memory_allocated(device) if device.startswith("cuda") else None,
         "device": device,
         "threads": torch.get_num_threads(),
     }
@@ -192,6 +195,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "timed_rounds": len(pairs),
                 "miner_peak_rss_mib": round(m["peak_rss_bytes"] / 2**20, 1),
                 "plain_peak_rss_mib": round(pl["peak_rss_bytes"] / 2**20, 1),
+                "miner_peak_cuda_mib": _mib(m.get("peak_cuda_bytes")),
+                "plain_peak_cuda_mib": _mib(pl.get("peak_cuda_bytes")),
                 "miner_seconds": secs["miner"],
                 "plain_seconds": secs["plain"],
             }
@@ -216,6 +221,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "target_pct": 95.0,
         "rows": rows,
     }
+
+
+def _mib(n: int | None) -> float | None:
+    return None if n is None else round(n / 2**20, 1)
 
 
 _OPTS = (

@@ -40,3 +40,4 @@ def test_command_writes_rows_with_the_ratio(tmp_path: Path) -> None:
     assert row["miner_peak_rss_mib"] > 50 and doc["target_pct"] == 95.0
     assert doc["command"].startswith("tessera bench presets ") and "--steps 2" in doc["command"]
     assert row["batch_size"] == 4 and "--batch-size 4" in doc["command"]
+    assert row["miner_peak_cuda_mib"] is None and row["plain_peak_cuda_mib"] is None  # a CPU run
