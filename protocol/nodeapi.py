@@ -170,6 +170,19 @@ def create_node_app(
     def get_metrics() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    _mount_blobs(app, store, metrics, fallback)
+    if traffic is not None:
+        _count_traffic(app, traffic, store, metrics, has_fallback=fallback is not None)
+    _document_misses(app)
+    return app
+
+
+def _mount_blobs(
+    app: FastAPI, store: BlobStore, metrics: NodeMetrics, fallback: Callable[[str], bytes | None] | None
+) -> None:
+    """``GET /blobs/{digest}``: a blob of ``store`` streamed, or one ``fallback`` produces on demand; 400 for
+    a malformed digest, 404 when not served here, 503 while the node is restoring its round."""
+
     @app.get(
         "/blobs/{digest}",
         summary="A blob by digest",
@@ -209,11 +222,6 @@ def create_node_app(
             media_type="application/octet-stream",
             headers={"content-length": str(size)},
         )
-
-    if traffic is not None:
-        _count_traffic(app, traffic, store, metrics, has_fallback=fallback is not None)
-    _document_misses(app)
-    return app
 
 
 def _count_traffic(

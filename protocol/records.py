@@ -12,6 +12,7 @@ import ipaddress
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +204,21 @@ def check_url(url: object) -> str:
         raise bad("must not carry credentials")
     if not _URL_PATH.match(path):
         raise bad("path holds characters outside RFC 3986")
+    port = _port_of(netloc, bad)
+    if port is not None and (not _PORT.match(port) or not 0 < int(port) <= 65535):
+        raise bad("port must be a decimal number in 1..65535")
+    try:
+        parsed = httpx.URL(url)
+    except Exception as exc:  # httpx.InvalidURL, or whatever else its parser raises
+        raise bad(f"httpx refuses it: {type(exc).__name__}: {exc}") from exc
+    if parsed.scheme != scheme or not parsed.host:
+        raise bad("httpx parses it differently")
+    return url
+
+
+def _port_of(netloc: str, bad: Callable[[str], BadURLError]) -> str | None:
+    """The port of ``netloc`` (None if it names none), once its host is checked: a bracketed IPv6
+    address, an IPv4 address or a DNS name; else ``bad(why)`` is raised."""
     port: str | None
     if netloc.startswith("["):
         host, close, after = netloc[1:].partition("]")
@@ -225,15 +241,7 @@ def check_url(url: object) -> str:
                 raise bad(f"bad IPv4 host: {exc}") from exc
         elif len(host) > 253 or not all(_DNS_LABEL.match(label) for label in host.split(".")):
             raise bad("host is not a DNS name or IP address")
-    if port is not None and (not _PORT.match(port) or not 0 < int(port) <= 65535):
-        raise bad("port must be a decimal number in 1..65535")
-    try:
-        parsed = httpx.URL(url)
-    except Exception as exc:  # httpx.InvalidURL, or whatever else its parser raises
-        raise bad(f"httpx refuses it: {type(exc).__name__}: {exc}") from exc
-    if parsed.scheme != scheme or not parsed.host:
-        raise bad("httpx parses it differently")
-    return url
+    return port
 
 
 def decode_record(

@@ -277,6 +277,24 @@ def decode_update(
     :func:`decode_cost` against ``caps``. Without them only the caps bound a decode.
     """
     caps = caps or UpdateCaps()
+    header, payload = _split_frame(data, caps)
+    check_expected(header, expected_shapes, expected_codec)
+    if expected_shapes is not None and expected_codec is not None:
+        # the run's own model and codec are never refused: an update of some of its parameters costs
+        # at most what decoding all of them costs
+        model = tuple((n, tuple(s)) for n, s in sorted(expected_shapes.items()))
+        caps = caps.covering(decode_cost(model, expected_codec))
+    check_decode_cost(header, caps)
+    update = Update(header, _payload_tensors(header, payload, caps))
+    if encode_update(update) != data:
+        raise NonCanonicalUpdate("bytes are not the canonical encoding of this update")
+    update.pseudo_gradient()  # raises InvalidPayload on bad indices or scales
+    return update
+
+
+def _split_frame(data: bytes, caps: UpdateCaps) -> tuple[UpdateHeader, bytes]:
+    """The parsed header and the payload of ``data``: the magic, the header's length and canonical JSON,
+    the payload's declared length matching what is there, each within ``caps``."""
     if len(data) > caps.max_update_bytes:
         raise UpdateTooLarge(f"{len(data)} bytes > cap {caps.max_update_bytes}")
     if len(data) < len(MAGIC) + 4:
@@ -303,13 +321,12 @@ def decode_update(
     if pos + plen > len(data):
         raise TruncatedUpdate(f"payload of {plen} bytes declared, {len(data) - pos} present")
     payload = data[pos:]
-    check_expected(header, expected_shapes, expected_codec)
-    if expected_shapes is not None and expected_codec is not None:
-        # the run's own model and codec are never refused: an update of some of its parameters costs
-        # at most what decoding all of them costs
-        model = tuple((n, tuple(s)) for n, s in sorted(expected_shapes.items()))
-        caps = caps.covering(decode_cost(model, expected_codec))
-    check_decode_cost(header, caps)
+    return header, payload
+
+
+def _payload_tensors(header: UpdateHeader, payload: bytes, caps: UpdateCaps) -> dict[str, Encoded]:
+    """The encoded tensors of the safetensors ``payload``: exactly the fields the header's parameters and
+    codec call for, each of its dtype and size and finite, sliced back into one per parameter."""
     _safetensors_header_len(payload, caps)
     try:
         flat = st_load(payload)
@@ -341,8 +358,4 @@ def decode_update(
             fields[fname] = flat[fname][offsets[fname] : offsets[fname] + n]
             offsets[fname] += n
         tensors[name] = Encoded(shape, fields)
-    update = Update(header, tensors)
-    if encode_update(update) != data:
-        raise NonCanonicalUpdate("bytes are not the canonical encoding of this update")
-    update.pseudo_gradient()  # raises InvalidPayload on bad indices or scales
-    return update
+    return tensors

@@ -275,7 +275,30 @@ def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
         raise MalformedHeader("modules must be a non-empty list of strings")
     if len(set(modules)) != len(modules):
         raise MalformedHeader("duplicate module ids")
-    params_raw = raw["params"]
+    params = _parse_params(raw["params"], modules, caps)
+    tr = raw["transcript"]
+    steps, root = _parse_transcript(tr)
+    ef_after, ef_source = _parse_ef(raw["ef"])
+    return UpdateHeader(
+        round=_int(raw, "round"),
+        miner=miner,
+        modules=tuple(modules),
+        params=tuple(params),
+        codec=codec,
+        base_checkpoint=base,
+        transcript_interval=_int(tr, "interval", 1),
+        transcript_steps=tuple(steps),
+        transcript_digests=(),
+        transcript_root=root,
+        tokens=_int(raw, "tokens"),
+        ef_after=ef_after,
+        ef_source=ef_source,
+    )
+
+
+def _parse_params(params_raw: Any, modules: list[str], caps: UpdateCaps) -> list[tuple[str, tuple[int, ...]]]:
+    """The header's ``params``: [name, [positive dims]] pairs sorted by name, within ``caps``, of exactly
+    the listed ``modules``."""
     if not isinstance(params_raw, list) or not params_raw:
         raise MalformedHeader("params must be a non-empty list")
     if len(params_raw) > caps.max_params:
@@ -303,7 +326,12 @@ def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
         raise HeaderMismatch(str(exc)) from exc
     if owners != set(modules):
         raise HeaderMismatch(f"params belong to modules {sorted(owners)}, header lists {sorted(modules)}")
-    tr = raw["transcript"]
+    return params
+
+
+def _parse_transcript(tr: Any) -> tuple[list[int], str]:
+    """The header's ``transcript``: its recorded steps (ascending, at most ``MAX_TRANSCRIPT_STEPS``) and
+    root; its ``interval`` is read with the other integers."""
     if not isinstance(tr, dict) or set(tr) != {"interval", "steps", "root"}:
         raise MalformedHeader("transcript must have interval, steps, root")
     steps = tr["steps"]
@@ -318,22 +346,7 @@ def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
     root = _str(tr, "root")
     if not _HEX32.match(root):
         raise MalformedHeader("transcript.root must be 64 lowercase hex digits")
-    ef_after, ef_source = _parse_ef(raw["ef"])
-    return UpdateHeader(
-        round=_int(raw, "round"),
-        miner=miner,
-        modules=tuple(modules),
-        params=tuple(params),
-        codec=codec,
-        base_checkpoint=base,
-        transcript_interval=_int(tr, "interval", 1),
-        transcript_steps=tuple(steps),
-        transcript_digests=(),
-        transcript_root=root,
-        tokens=_int(raw, "tokens"),
-        ef_after=ef_after,
-        ef_source=ef_source,
-    )
+    return steps, root
 
 
 def _parse_ef(raw: Any) -> tuple[str, tuple[int, str] | None]:

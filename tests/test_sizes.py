@@ -24,7 +24,6 @@ MAX_FUNCTION_LINES = 60
 
 MODULES: dict[str, str] = {
     "training/codecs.py": "every codec (top-k, DCT, quantisation, index packing) and error feedback, to split",
-    "protocol/chain/client.py": "one typed method per contract call of the Chain client, to split by concern",
     "protocol/chain/errors.py": "one typed class per Solidity custom error (51 classes, mostly docstrings)",
 }
 """Modules over :data:`MAX_MODULE_LINES`, and why."""
@@ -33,10 +32,6 @@ FUNCTIONS: dict[str, str] = {
     "training/codecs.py::decode": "the codec's decode as one fixed sequence of IEEE-754 steps, to split",
     "training/presets.py::estimate": "parameters, memory and timed steps of a preset in one pass, to split",
     "training/simulation.py::Simulation.step": "one outer round of the in-process simulation, to split",
-    "protocol/nodeapi.py::create_node_app": "every route of the common node API in one closure, to split",
-    "protocol/records.py::check_url": "the strict URL grammar, one check after another, to split",
-    "protocol/update.py::decode_update": "the update's wire checks in the order the format fixes, to split",
-    "protocol/updateheader.py::parse_header": "the header's field checks in wire order, to split",
     "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",
     "tessera/commands/devnet.py::register": "argparse declarations of tessera devnet's options",
     "tessera/commands/runspec.py::register": "argparse declarations of tessera runspec's subcommands",

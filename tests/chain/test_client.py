@@ -11,7 +11,7 @@ from web3 import Web3
 from protocol import anvil as anvil_mod
 from protocol.anvil import Anvil, AnvilError, free_port
 from protocol.chain import Chain, ChainConnectionError, CheckpointCertified, Registered, deploy_network
-from protocol.chain import client as chain_mod
+from protocol.chain import transport as chain_mod
 from protocol.deployment import Deployment, NetworkParams
 from tests.chain.conftest import Net, make_net, new_account
 

@@ -14,13 +14,8 @@ from eth_utils import keccak
 
 from protocol.chain import SeedNotRevealed, decode_revert
 from protocol.chaincoord import _translate
-from protocol.coordinator import (
-    CoordinatorError,
-    MemoryCoordinator,
-    MemoryLedger,
-    Phase,
-    SeedNotRevealedError,
-)
+from protocol.coordinator import CoordinatorError, Phase, SeedNotRevealedError
+from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
 
 KEYS = ["0x" + f"{i:064x}" for i in range(21, 25)]
 SALT = b"\x07" * 32

@@ -1,0 +1,131 @@
+"""The reads of the :class:`protocol.chain.Chain` client: the contract's views as typed values
+(``protocol.chain.values``), event queries, and the update commitment computed locally."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eth_utils import to_checksum_address
+
+from protocol import bls
+from protocol.chain.errors import ChainError, MalformedResponseError, _decoding
+from protocol.chain.events import EVENT_TYPES, ScoresRevealed, UpdateCommitted, _decode_event
+from protocol.chain.transport import ChainTransport, _b32, retrying
+from protocol.chain.values import AccountInfo, ContractRound, Role, ScoreEntry, UnbondingInfo
+from protocol.commitments import update_commitment
+from protocol.deployment import NetworkParams
+from protocol.phases import Phase
+
+
+class ChainReads(ChainTransport):
+    """Typed reads of the network and token contracts."""
+
+    # ------------------------------------------------------------------ reads
+
+    def params(self) -> NetworkParams:
+        """The deployment's parameters (as recorded in the deployment file)."""
+        return self.deployment.params
+
+    def round_state(self) -> ContractRound:
+        """The current round, phase and deadline."""
+        r, phase, start, commits, seed_reveals, score_reveals = self._call("state")
+        deadline = int(self._call("phaseDeadline"))
+        with _decoding("state"):
+            return ContractRound(
+                int(r),
+                Phase(phase),
+                int(start),
+                int(commits),
+                int(seed_reveals),
+                int(score_reveals),
+                deadline,
+            )
+
+    def account_info(self, address: str) -> AccountInfo:
+        """Stake, owed rewards, last committed round, role and validator index of ``address``."""
+        stake, owed, last, role, idx = self._call("accountOf", to_checksum_address(address))
+        with _decoding("accountOf"):
+            return AccountInfo(int(stake), int(owed), int(last), Role(role), int(idx))
+
+    def unbonding(self, address: str) -> UnbondingInfo:
+        """Unbonding amount and the first block it can be withdrawn."""
+        amount, end = self._call("unbondingOf", to_checksum_address(address))
+        return UnbondingInfo(int(amount), int(end))
+
+    def seed(self, round_: int) -> bytes:
+        """The round's seed (32 zero bytes until the Reveal phase is advanced)."""
+        return bytes(self._call("seeds", round_))
+
+    def checkpoint(self, round_: int) -> bytes:
+        """Certified checkpoint digest of ``round_`` (theta_round; round 1 is the genesis checkpoint)."""
+        return bytes(self._call("checkpoints", round_))
+
+    def checkpoint_message(self, round_: int, digest: bytes) -> bytes:
+        """The 32 bytes validators sign to certify ``digest`` after ``round_``."""
+        return bytes(self._call("checkpointMessage", round_, _b32(digest)))
+
+    def validators(self) -> list[str]:
+        """Registered validators in index order (the certificate bitmap order)."""
+        n = int(self._call("validatorCount"))
+        return [str(self._call("validators", i)) for i in range(n)]
+
+    def bls_key_of(self, validator: str) -> bytes:
+        """The validator's registered BLS public key (48 bytes compressed)."""
+        words = self._call("blsKeyOf", to_checksum_address(validator))
+        try:
+            return bls.g1_from_eip2537(b"".join(bytes(w) for w in words))
+        except (bls.BlsError, TypeError) as exc:
+            raise MalformedResponseError(f"blsKeyOf({validator}): {exc}") from exc
+
+    def score_entry(self, round_: int, validator: str) -> ScoreEntry:
+        """A validator's score commitment/reveal for ``round_``."""
+        c, h, w, rev = self._call("scoreEntry", round_, to_checksum_address(validator))
+        return ScoreEntry(bytes(c), bytes(h), int(w), bool(rev))
+
+    def pool(self) -> int:
+        """Tokens left in the reward pool."""
+        return int(self._call("pool"))
+
+    def total_validator_stake(self) -> int:
+        """Sum of active validator stakes (the quorum base)."""
+        return int(self._call("totalValidatorStake"))
+
+    def balance_of(self, address: str) -> int:
+        """Token balance of ``address``."""
+        return int(
+            retrying(lambda: self.token.functions.balanceOf(to_checksum_address(address)).call(), "balanceOf")
+        )
+
+    def slash_proposal(self, evidence: bytes) -> tuple[str, int, bool]:
+        """(target, voted stake, executed) of the proposal on ``evidence``."""
+        t, v, e = self._call("slashProposal", _b32(evidence))
+        return str(t), int(v), bool(e)
+
+    def commitment_for(self, round_: int, miner: str, update_digest: bytes) -> bytes:
+        """The update commitment (computed locally; equals the contract's ``commitmentFor``)."""
+        return update_commitment(self.chain_id, self.network_address, round_, miner, _b32(update_digest))
+
+    def events(
+        self, name: str, from_block: int | None = None, to_block: int | str = "latest", **filters: Any
+    ) -> list[Any]:
+        """Decoded events ``name`` (a key of :data:`EVENT_TYPES`) matching indexed ``filters``."""
+        if name not in EVENT_TYPES:
+            raise ChainError(f"unknown event {name!r}; known: {sorted(EVENT_TYPES)}")
+        start = self.deployment.block if from_block is None else from_block
+        event = getattr(self.network.events, name)
+        with _decoding(f"{name} logs"):
+            logs = retrying(
+                lambda: event.get_logs(from_block=start, to_block=to_block, argument_filters=filters or None),
+                name,
+            )
+            return [_decode_event(name, ev) for ev in logs]
+
+    def committed_miners(self, round_: int) -> list[UpdateCommitted]:
+        """Update commitments of ``round_``, in ascending miner address order (the score vector order)."""
+        evs: list[UpdateCommitted] = self.events("UpdateCommitted", round=round_)
+        return sorted(evs, key=lambda e: int(e.miner, 16))
+
+    def revealed_scores(self, round_: int) -> list[ScoresRevealed]:
+        """Revealed score vectors of ``round_``, in ascending validator address order."""
+        evs: list[ScoresRevealed] = self.events("ScoresRevealed", round=round_)
+        return sorted(evs, key=lambda e: int(e.validator, 16))

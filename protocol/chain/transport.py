@@ -1,0 +1,277 @@
+"""The plumbing of the :class:`protocol.chain.Chain` client: connecting to a JSON-RPC node (its chain id
+and the network contract checked), contract reads retried on connection errors, and transactions
+simulated, signed, sent and waited for (a revert decoded into its typed error before anything is sent;
+a transaction the node forgets raises :class:`TransactionDropped`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Self, TypeVar
+
+import requests
+from eth_account.signers.local import LocalAccount
+from eth_utils import to_checksum_address
+from hexbytes import HexBytes
+from web3 import Web3
+from web3.exceptions import ContractLogicError, TransactionNotFound, Web3RPCError
+from web3.types import RPCEndpoint
+
+from protocol.chain.abi import artifacts, decode_revert
+from protocol.chain.errors import (
+    ChainConnectionError,
+    ChainError,
+    NoAccountError,
+    NotDeployedError,
+    TransactionDropped,
+    TransactionFailed,
+    _decoding,
+)
+from protocol.chain.events import EVENT_TYPES, ChainEvent, _decode_event
+from protocol.chain.values import TxResult
+from protocol.deployment import Deployment
+from protocol.traffic import TrafficLedger, rpc_session
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+#: Seconds a sent transaction may stay unknown to the node before it counts as dropped.
+DROPPED_AFTER_S = 3.0
+
+
+def retrying(
+    fn: Callable[[], T], what: str, attempts: int = 5, base_delay: float = 0.25, not_found: bool = False
+) -> T:
+    """Calls ``fn``, retrying connection errors with exponential backoff (``not_found``: web3's
+    ``TransactionNotFound`` becomes None)."""
+    delay = base_delay
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except TransactionNotFound:
+            if not not_found:
+                raise
+            return None  # type: ignore[return-value]
+        except (requests.ConnectionError, requests.Timeout, ConnectionError) as exc:
+            if attempt == attempts:
+                raise ChainConnectionError(
+                    f"{what}: RPC unreachable after {attempts} attempts: {exc}"
+                ) from exc
+            log.warning(
+                "%s: connection error (%s), retry %d/%d in %.2fs", what, exc, attempt, attempts, delay
+            )
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def _b32(value: bytes | str) -> bytes:
+    if isinstance(value, str):
+        value = bytes.fromhex(value.removeprefix("0x"))
+    if len(value) != 32:
+        raise ChainError(f"expected 32 bytes, got {len(value)}")
+    return value
+
+
+def check_rpc_url(url: str | None) -> str:
+    """``url`` if it is an ``http(s)://host...`` JSON-RPC URL; else a :class:`ChainError` saying what to write."""
+    if not url:
+        raise ChainError("no RPC URL: pass --rpc-url or set rpc_url in the deployment file")
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest or rest.startswith("/"):
+        raise ChainError(f"RPC URL {url!r} must look like http://HOST:PORT or https://HOST/PATH")
+    return url
+
+
+def http_web3(url: str, timeout: float = 30, traffic: TrafficLedger | None = None) -> Web3:
+    """A ``Web3`` over HTTP that asks the node for its chain id once per process, not per request.
+
+    web3's validation middleware reads ``eth_chainId`` before every ``eth_call`` and ``eth_estimateGas``:
+    two extra round trips per contract read, 43% of a devnet's RPC bytes (issue 13). The chain id cannot
+    change under a connection (``Chain.connect`` checks it against the deployment), so it is cached.
+    With ``traffic``, every JSON-RPC exchange is counted there (issue 13's ledger).
+    """
+    provider = Web3.HTTPProvider(
+        url,
+        request_kwargs={"timeout": timeout},
+        session=rpc_session(traffic) if traffic is not None else None,
+        cache_allowed_requests=True,
+        cacheable_requests={RPCEndpoint("eth_chainId")},
+        request_cache_validation_threshold=None,  # no extra eth_chainId to pick a threshold
+    )
+    return Web3(provider)
+
+
+class ChainTransport:
+    """A connection to one deployment, optionally with a signing account: the plumbing under the typed
+    reads (``protocol.chain.reads``) and transactions (``protocol.chain.client``)."""
+
+    def __init__(self, w3: Web3, deployment: Deployment, account: LocalAccount | None = None) -> None:
+        self.w3 = w3
+        self.deployment = deployment
+        self.account = account
+        arts = artifacts()
+        self.network = w3.eth.contract(
+            address=to_checksum_address(deployment.network), abi=arts["TesseraNetwork"]["abi"]
+        )
+        self.token = w3.eth.contract(
+            address=to_checksum_address(deployment.token), abi=arts["TesseraToken"]["abi"]
+        )
+        self.chain_id = deployment.chain_id
+        self.network_address: str = self.network.address
+
+    @classmethod
+    def connect(
+        cls,
+        deployment: Deployment,
+        account: LocalAccount | None = None,
+        rpc_url: str | None = None,
+        timeout: float = 30,
+        traffic: TrafficLedger | None = None,
+    ) -> Self:
+        """Connects to ``rpc_url`` (default: the deployment's), checks the chain id and that the network
+        contract exists there (a wrong file or a restarted dev chain is one clear error, not a
+        ``BadFunctionCallOutput`` at the first read)."""
+        url = check_rpc_url(rpc_url or deployment.rpc_url)
+        w3 = http_web3(url, timeout, traffic)
+        with _decoding("eth_chainId"):
+            got = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
+        if got != deployment.chain_id:
+            raise ChainError(f"{url} is chain {got}, the deployment is on chain {deployment.chain_id}")
+        network = to_checksum_address(deployment.network)
+        with _decoding("eth_getCode"):
+            code = retrying(lambda: bytes(w3.eth.get_code(network)), "eth_getCode")
+        if not code:
+            raise NotDeployedError(
+                f"no contract at {network} on chain {got} ({url}): deploy first (`tessera contracts deploy`), "
+                "or use the deployment file of this chain (a restarted dev chain forgets its contracts)"
+            )
+        return cls(w3, deployment, account)
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def address(self) -> str:
+        """The signing account's address."""
+        if self.account is None:
+            raise NoAccountError("this client has no signing account")
+        return str(self.account.address)
+
+    def block_number(self) -> int:
+        """Latest block number."""
+        with _decoding("eth_blockNumber"):
+            return retrying(lambda: int(self.w3.eth.block_number), "eth_blockNumber")
+
+    def wait_for_block(self, block: int, poll: float = 0.5, timeout: float | None = None) -> int:
+        """Blocks until the chain reaches ``block`` (e.g. ``round_state().deadline + 1``); returns the
+        current block number. Raises :class:`ChainError` after ``timeout`` seconds."""
+        start = time.monotonic()
+        while True:
+            now = self.block_number()
+            if now >= block:
+                return now
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise ChainError(f"block {block} not reached within {timeout:.0f} s (at {now})")
+            time.sleep(poll)
+
+    def _call(self, fn_name: str, *args: Any) -> Any:
+        fn = getattr(self.network.functions, fn_name)(*args)
+        with _decoding(fn_name):
+            try:
+                return retrying(lambda: fn.call(), fn_name)
+            except ContractLogicError as exc:
+                raise decode_revert(fn_name, exc.data) from None
+
+    def _transact(self, contract: Any, fn_name: str, *args: Any) -> TxResult:
+        acct = self.account
+        if acct is None:
+            raise NoAccountError(f"{fn_name} needs a signing account")
+        fn = getattr(contract.functions, fn_name)(*args)
+        try:
+            gas = retrying(lambda: fn.estimate_gas({"from": acct.address}), fn_name)
+        except ContractLogicError as exc:
+            raise decode_revert(fn_name, exc.data) from None
+        nonce = retrying(lambda: self.w3.eth.get_transaction_count(acct.address, "pending"), "nonce")
+        tx = retrying(
+            lambda: fn.build_transaction(
+                {
+                    "from": acct.address,
+                    "nonce": nonce,
+                    "gas": int(gas * 1.25) + 20_000,
+                    "chainId": self.chain_id,
+                }
+            ),
+            fn_name,
+        )
+        signed = acct.sign_transaction(tx)
+
+        def send() -> bytes:
+            try:
+                return bytes(self.w3.eth.send_raw_transaction(signed.raw_transaction))
+            except Web3RPCError as exc:  # a retried send of the same transaction
+                if "already known" in str(exc) or "AlreadyKnown" in str(exc):
+                    return bytes(signed.hash)
+                raise ChainError(f"{fn_name}: transaction rejected: {exc}") from exc
+
+        tx_hash = retrying(send, fn_name)
+        receipt = self._wait_receipt(fn_name, tx_hash)
+        if receipt["status"] != 1:
+            try:
+                fn.call({"from": acct.address}, block_identifier=receipt["blockNumber"])
+            except ContractLogicError as exc:
+                raise decode_revert(fn_name, exc.data) from None
+            raise TransactionFailed(
+                f"{fn_name}: transaction 0x{tx_hash.hex()} failed (gas used {receipt['gasUsed']})"
+            )
+        return TxResult(
+            tx_hash="0x" + tx_hash.hex(),
+            block_number=int(receipt["blockNumber"]),
+            gas_used=int(receipt["gasUsed"]),
+            events=tuple(self._receipt_events(receipt)),
+        )
+
+    def _wait_receipt(self, fn_name: str, tx_hash: bytes, timeout: float = 120.0) -> Any:
+        """The receipt of a sent transaction. Raises :class:`TransactionDropped` when the node no longer
+        knows the transaction (the chain restarted from an older state, or reorged it away): waiting out
+        the timeout would only delay the caller, who must re-read the chain and decide again."""
+        start = time.monotonic()
+        unknown_since: float | None = None
+        while True:
+            got = retrying(
+                lambda: self.w3.eth.get_transaction_receipt(HexBytes(tx_hash)), fn_name, not_found=True
+            )
+            if got is not None:
+                return got
+            known = retrying(lambda: self.w3.eth.get_transaction(HexBytes(tx_hash)), fn_name, not_found=True)
+            now = time.monotonic()
+            if known is None:
+                unknown_since = unknown_since or now
+                if now - unknown_since > DROPPED_AFTER_S:
+                    log.warning(
+                        "%s: transaction 0x%s dropped by the node (chain restarted or reorged); the caller "
+                        "will re-read the chain and resend if still due",
+                        fn_name,
+                        tx_hash.hex(),
+                    )
+                    raise TransactionDropped(f"{fn_name}: transaction 0x{tx_hash.hex()} dropped by the node")
+            else:
+                unknown_since = None
+            if now - start > timeout:
+                raise ChainError(f"{fn_name}: transaction 0x{tx_hash.hex()} not mined in {timeout:.0f} s")
+            time.sleep(0.2)
+
+    def _receipt_events(self, receipt: Any) -> list[ChainEvent]:
+        out: list[ChainEvent] = []
+        for log_ in receipt["logs"]:
+            if to_checksum_address(log_["address"]) != self.network_address:
+                continue
+            for name in EVENT_TYPES:
+                try:
+                    ev = getattr(self.network.events, name)().process_log(log_)
+                except Exception:  # not this event's signature
+                    continue
+                out.append(_decode_event(name, ev))
+                break
+        return out
