@@ -25,8 +25,9 @@ from miner.errors import MinerConfigError
 
 
 @dataclass
-class RoundContext:
-    """What a behaviour may look at when deciding."""
+class BehaviourContext:
+    """What a behaviour may look at when deciding (the validator's round context is
+    ``validator.context.RoundContext``)."""
 
     round: int
     miner: str
@@ -40,27 +41,27 @@ class Behaviour:
 
     name = "honest"
 
-    def batches(self, ctx: RoundContext, batches: Tensor) -> Tensor:
+    def batches(self, ctx: BehaviourContext, batches: Tensor) -> Tensor:
         """The batches to train on (honest: the assigned ones)."""
         return batches
 
-    def pseudo_gradient(self, ctx: RoundContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+    def pseudo_gradient(self, ctx: BehaviourContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
         """The delta to compress and send (honest: the true one)."""
         return delta
 
-    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+    def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """The encoded update to commit (honest: as built)."""
         return data
 
-    def should_commit(self, ctx: RoundContext) -> bool:
+    def should_commit(self, ctx: BehaviourContext) -> bool:
         """Whether to commit this round (honest: yes)."""
         return True
 
-    def served_update(self, ctx: RoundContext, data: bytes) -> bytes:
+    def served_update(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """The update bytes served after the deadline (honest: the committed ones)."""
         return data
 
-    def evidence(self, ctx: RoundContext, evidence: bytes | None) -> bytes | None:
+    def evidence(self, ctx: BehaviourContext, evidence: bytes | None) -> bytes | None:
         """TEE evidence to serve (honest: as produced)."""
         return evidence
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor
 
-from miner.behaviour import RoundContext
+from miner.behaviour import BehaviourContext
 from miner.errors import MinerError
 from miner.parts import MinerParts, part_index
 from miner.state import ABANDONED, COMMITTED
@@ -60,7 +60,7 @@ class CommitMixin(MinerParts):
             self.state.prepare(r, {"skipped": True, "reason": "not in the round's registry"}, {})
             self.state.set_status(r, ABANDONED, reason="not in the round's registry")
             return True
-        if not self.behaviour.should_commit(RoundContext(r, self.address, (), self.spec.inner.steps)):
+        if not self.behaviour.should_commit(BehaviourContext(r, self.address, (), self.spec.inner.steps)):
             self.phase = "skipping (behaviour)"
             self.state.prepare(r, {"skipped": True}, {})
             self.state.set_status(r, ABANDONED, reason="behaviour chose not to commit")

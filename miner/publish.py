@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor
 
-from miner.behaviour import RoundContext
+from miner.behaviour import BehaviourContext
 from miner.errors import MinerStateError
 from miner.parts import MinerParts, part_index
 from miner.state import SERVED
@@ -60,7 +60,7 @@ class PublishMixin(MinerParts):
         """Put the round's update, error-feedback states and evidence in the public store and announce
         them with this process's URL (idempotent: the store is content-addressed)."""
         extra = {"update_digest": bytes.fromhex(rec["update_digest"]), "chain_id": self.coord.chain_id}
-        ctx = RoundContext(r, self.address, tuple(rec["modules"]), self.spec.inner.steps, extra)
+        ctx = BehaviourContext(r, self.address, tuple(rec["modules"]), self.spec.inner.steps, extra)
         data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
         served = [Served("update", "0x" + rec["update_digest"], len(data))]
         self.public.put(data, "0x" + rec["update_digest"]) if data else None

@@ -15,7 +15,7 @@ from functools import cached_property
 
 from torch import Tensor
 
-from miner.behaviour import Behaviour, RoundContext
+from miner.behaviour import Behaviour, BehaviourContext
 from protocol.runspec import RunSpec
 from protocol.update import (
     Update,
@@ -137,7 +137,7 @@ def build_update(
     (``training.device``); the pseudo-gradient, the codec and everything returned are on the CPU in fp32.
     """
     a = assignment_for(spec, assign_seed, registry, miner)
-    ctx = RoundContext(round, miner, a.module_ids, spec.inner.steps)
+    ctx = BehaviourContext(round, miner, a.module_ids, spec.inner.steps)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
     t0 = time.perf_counter()
     res = _train(spec, checkpoint, a, batches, round, ef_state, device)

@@ -111,7 +111,6 @@ __all__ = [
     "UpdateError",
     "UpdateHeader",
     "UpdateTooLarge",
-    "build_update",
     "check_decode_cost",
     "check_expected",
     "codec_wire",
@@ -119,6 +118,7 @@ __all__ = [
     "decode_update",
     "encode_update",
     "make_header",
+    "make_update",
     "parse_header",
     "transcript_root",
     "transcript_tensors",
@@ -155,7 +155,7 @@ class Update:
         return dict(self._decoded)
 
 
-def build_update(
+def make_update(
     round_index: int,
     miner: str,
     modules: tuple[str, ...] | list[str],

@@ -11,7 +11,7 @@ from typing import Any
 
 def wire_transport(codec: Any) -> Any:
     """A simulation transport that sends each update through ``protocol.update`` and counts its bytes."""
-    from protocol.update import build_update, decode_update, encode_update
+    from protocol.update import decode_update, encode_update, make_update
     from training.codecs import encode
     from training.config import CodecConfig
 
@@ -23,7 +23,7 @@ def wire_transport(codec: Any) -> Any:
             encs = {n: encode(t, fp32) for n, t in delta.items()}
             used = fp32
         data = encode_update(
-            build_update(
+            make_update(
                 round_index,
                 assignment.miner,
                 list(assignment.module_ids),

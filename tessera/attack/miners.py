@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from miner.behaviour import Behaviour, RoundContext, register
+from miner.behaviour import Behaviour, BehaviourContext, register
 
 
 @dataclass
@@ -38,7 +38,7 @@ class FreeRiderZero(Behaviour):
 
     name = "free-rider-zero"
 
-    def pseudo_gradient(self, ctx: RoundContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+    def pseudo_gradient(self, ctx: BehaviourContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
         """Zeros of the right shapes."""
         return {k: torch.zeros_like(v) for k, v in delta.items()}
 
@@ -48,7 +48,7 @@ class FreeRiderRandom(Behaviour):
 
     name = "free-rider-random"
 
-    def pseudo_gradient(self, ctx: RoundContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+    def pseudo_gradient(self, ctx: BehaviourContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
         """Noise scaled to the true delta's norm, per tensor."""
         g = torch.Generator().manual_seed(ctx.round)
         out = {}
@@ -66,7 +66,7 @@ class FreeRiderStale(Behaviour):
     def __init__(self) -> None:
         self.first: bytes | None = None
 
-    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+    def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """The first update it ever built, again and again."""
         if self.first is None:
             self.first = data
@@ -88,7 +88,7 @@ class LazyMiner(Behaviour):
         self.fraction = fraction
         self.segments = segments
 
-    def batches(self, ctx: RoundContext, batches: Tensor) -> Tensor:
+    def batches(self, ctx: BehaviourContext, batches: Tensor) -> Tensor:
         """The assigned batches, with those of the first ``ceil(f S)`` segments replaced."""
         steps = batches.shape[0]
         bad = min(self.segments, max(1, math.ceil(self.fraction * self.segments - 1e-12)))
@@ -119,7 +119,7 @@ class OverfitScorer(Behaviour):
 
     name = "overfit-scorer"
 
-    def batches(self, ctx: RoundContext, batches: Tensor) -> Tensor:
+    def batches(self, ctx: BehaviourContext, batches: Tensor) -> Tensor:
         """Batch 0 at every step."""
         return batches[:1].expand_as(batches).clone()
 
@@ -137,7 +137,7 @@ class Copier(Behaviour):
         self.board = board or Board()
         self.victim = victim
 
-    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+    def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """The victim's last update, re-headered for this round and this miner."""
         from dataclasses import replace
 
@@ -163,7 +163,7 @@ class Replayer(Behaviour):
         self.board = board or Board()
         self.me = ""
 
-    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+    def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """Its last revealed update, if any."""
         old = self.board.latest_update(ctx.miner, ctx.round)
         return old if old is not None else data
@@ -177,7 +177,7 @@ class QuoteReplayer(Behaviour):
     def __init__(self, board: Board | None = None) -> None:
         self.board = board or Board()
 
-    def evidence(self, ctx: RoundContext, evidence: bytes | None) -> bytes | None:
+    def evidence(self, ctx: BehaviourContext, evidence: bytes | None) -> bytes | None:
         """The evidence it served in an earlier round, if any."""
         rounds = [r for (r, m) in self.board.evidence if m.lower() == ctx.miner.lower() and r < ctx.round]
         if not rounds:
@@ -194,7 +194,7 @@ class Poisoner(Behaviour):
         self.mode = mode
         self.factor = factor
 
-    def pseudo_gradient(self, ctx: RoundContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+    def pseudo_gradient(self, ctx: BehaviourContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
         """The transformed delta."""
         if self.mode == "scaled":
             return {k: v * self.factor for k, v in delta.items()}
@@ -204,7 +204,7 @@ class Poisoner(Behaviour):
             return {k: v * 1e6 for k, v in delta.items()}
         return delta  # nan: injected on the wire (the codec refuses to encode non-finite values)
 
-    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+    def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """NaN mode: write a NaN into the first float field of the encoded update."""
         if self.mode != "nan":
             return data
@@ -237,7 +237,7 @@ class Forger(Behaviour):
         self.mode = mode
         self.seed = seed
 
-    def evidence(self, ctx: RoundContext, evidence: bytes | None) -> bytes | None:
+    def evidence(self, ctx: BehaviourContext, evidence: bytes | None) -> bytes | None:
         """Corrupted, mismatched or publicly forged evidence (fabricated if the node has no TEE)."""
         if self.mode in ("mismatch", "public-seed"):
             from attestation import report_data
@@ -264,7 +264,7 @@ class Withholder(Behaviour):
 
     name = "withholder"
 
-    def served_update(self, ctx: RoundContext, data: bytes) -> bytes:
+    def served_update(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """Nothing."""
         return b""
 

@@ -126,19 +126,19 @@ def _sybils(n: int) -> list[Participant]:
     """``n`` identities of one operator: the first trains, the others re-label its update (same round)."""
     shared: dict[int, bytes] = {}
 
-    from miner.behaviour import Behaviour, RoundContext
+    from miner.behaviour import Behaviour, BehaviourContext
 
     class Leader(Behaviour):
         name = "sybil-leader"
 
-        def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+        def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
             shared[ctx.round] = data
             return data
 
     class Member(Behaviour):
         name = "sybil"
 
-        def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+        def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
             from dataclasses import replace
 
             from protocol.update import Update, decode_update, encode_update

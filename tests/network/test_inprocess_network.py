@@ -17,7 +17,7 @@ import pytest
 import torch
 from eth_account import Account
 
-from miner.behaviour import Behaviour, RoundContext
+from miner.behaviour import Behaviour, BehaviourContext
 from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.node import MinerNode
@@ -43,7 +43,7 @@ class Junk(Behaviour):
 
     name = "junk"
 
-    def update_bytes(self, ctx: RoundContext, data: bytes) -> bytes:
+    def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
         return b"TSRUPD\0\0" + b"\xff" * 64
 
 
