@@ -176,6 +176,7 @@ class _LazyUpdate:
     def caught_by(self, validator: str, validators: list[str], seed: bytes, policy: Any) -> bool:
         """Whether ``validator`` refuses the update at the recomputation stage under round seed ``seed``."""
         from protocol.coordinator import update_commitment
+        from validator.stages import Stage
         from validator.verify import RoundContext, verify_update
 
         ctx = RoundContext(
@@ -187,7 +188,7 @@ class _LazyUpdate:
         verdict, _ = verify_update(
             ctx, self.miner, commitment, lambda: self.built.update, self.fetch_state, policy
         )
-        return bool(verdict.stage == "recompute")
+        return bool(verdict.stage == Stage.RECOMPUTE)
 
 
 def main(argv: list[str] | None = None) -> DetectionResult:
