@@ -118,12 +118,13 @@ def _check_retired_merge(cfg: ValidatorConfig, given: Mapping[str, Any]) -> None
     from protocol.runspec import RunSpec
 
     names = ", ".join(sorted(given))
+    them = "it" if len(given) == 1 else "them"
     try:
         merge = RunSpec.from_json(read_json_file(cfg.run_file)).merge
     except (JSONFileError, ProtocolError) as exc:
         raise ValidatorConfigError(
-            f"{names}: not validator settings any more (the merge policy is the run file's merge section), "
-            f"and the run file cannot be read to compare ({exc}); remove them"
+            f"{names}: not a validator setting any more (the merge policy is the run file's merge section), "
+            f"and the run file cannot be read to compare ({exc}); remove {them}"
         ) from exc
     for key, value in sorted(given.items()):
         run_field = RETIRED_MERGE_SETTINGS[key]
@@ -137,7 +138,9 @@ def _check_retired_merge(cfg: ValidatorConfig, given: Mapping[str, Any]) -> None
                 f"{key} = {value!r} differs from the run file's merge.{run_field} = {theirs!r}: the merge "
                 f"policy is the run file's ({cfg.run_file}); remove {key} from the validator config"
             )
-    log.warning("%s: deprecated and ignored (the run file's merge section says the same); remove them", names)
+    log.warning(
+        "%s: deprecated and ignored (the run file's merge section says the same); remove %s", names, them
+    )
 
 
 def load_validator_key(cfg: ValidatorConfig, env: Mapping[str, str] | None = None) -> str:

@@ -250,7 +250,7 @@ def test_validator_sections_and_settings_that_moved(tmp_path: Path, caplog: pyte
     with pytest.raises(ValidatorConfigError, match=r"clip_factor .* differs"):
         load_validator_config(None, {"run_file": str(run)}, env={"TESSERA_VALIDATOR_CLIP_FACTOR": "3"})
     f.write_text('[validator]\nmerge_method = "mean"\n')
-    with pytest.raises(ValidatorConfigError, match=r"merge_method: not validator settings any more"):
+    with pytest.raises(ValidatorConfigError, match=r"merge_method: not a validator setting any more"):
         load_validator_config(f, {"run_file": str(tmp_path / "none.json")}, env={})
     # without a judge for them, a retired setting is refused by the loader itself
     with pytest.raises(SettingsError, match="trim .* is no longer a setting"):
