@@ -188,7 +188,7 @@ def setting_defaults(cls: type) -> dict[str, Any]:
 
 
 def env_name(prefix: str, setting: str) -> str:
-    """The environment variable of ``setting``: ``TESSERA_VALIDATOR_`` + ``verify.trim`` -> ``..._VERIFY_TRIM``."""
+    """The environment variable of ``setting``: ``TESSERA_VALIDATOR_`` + ``verify.min_own_gain`` -> ``..._VERIFY_MIN_OWN_GAIN``."""
     return f"{prefix}{setting.replace('.', '_').upper()}"
 
 
