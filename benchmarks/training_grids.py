@@ -75,13 +75,17 @@ Grid = list[tuple[str, int, dict[str, Any]]]
 """(label, H, variant) rows of a study."""
 
 
+AVERAGE = {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"}
+"""Plain averaging of the local models (FedAvg): the outer step of the "average" rows."""
+
+
 def tradeoff_grid(full: bool) -> Grid:
     """(label, H, variant) of the trade-off study (codec None: fp32); the chosen recipe is first."""
     ch = chosen_variant()
     c = ch["codec"]
     grid: Grid = [
         ("chosen", CHOSEN["inner_steps"], ch),
-        ("fp32 DiLoCo, average", 30, {**REFERENCE, "outer": CHOSEN["outer"]}),
+        ("fp32 DiLoCo, average", 30, {**REFERENCE, "outer": AVERAGE}),
     ]
     if full:
         grid += [

@@ -15,8 +15,16 @@ from typing import Any
 # The configuration the figures are about (see docs/decisions/training-recipe.md for why).
 CHOSEN: dict[str, Any] = {
     "inner_steps": 30,
-    "codec": {"name": "topk", "chunk": 4096, "topk": 32, "bits": 2, "transform": "shaped", "ef_beta": 0.95},
-    "outer": {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"},
+    "codec": {
+        "name": "topk",
+        "chunk": 4096,
+        "topk": 54,
+        "bits": 2,
+        "transform": "shaped",
+        "ef_beta": 0.95,
+        "index": "elias-fano",
+    },
+    "outer": {"lr": 1.0, "momentum": 0.5, "nesterov": True, "merge": "mean"},
     "carry": True,
     "ef_key": "name",
     "merge": "validators",

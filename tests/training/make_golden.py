@@ -29,6 +29,7 @@ import merge_case
 from training_fixtures import tiny_inner, tiny_model
 
 from training.assignment import assign
+from training.bitpack import elias_fano_encode
 from training.codecs import Encoded, decode, encode, index_bits, layout, layout_of, pack_bits, tile_grid
 from training.config import CodecConfig, InnerConfig, OuterConfig, to_dict
 from training.corpus import load_bundled_corpus
@@ -88,7 +89,9 @@ def fixed_shaped_encoding() -> tuple[Encoded, CodecConfig]:
     idx = [torch.randperm(tr * tc, generator=gen)[: lay.k_full].sort().values for _ in range(lay.full_chunks)]
     codes = torch.randint(0, 1 << cfg.bits, (lay.kept,), generator=gen)
     fields = {
-        "idx": pack_bits(torch.cat(idx), index_bits(cfg, shape)),
+        "idx": elias_fano_encode([(torch.stack(idx), tr * tc)])
+        if cfg.index == "elias-fano"
+        else pack_bits(torch.cat(idx), index_bits(cfg, shape)),
         "val": pack_bits(codes, cfg.bits),
         "scale": torch.tensor([0.75, 0.046875]),
     }

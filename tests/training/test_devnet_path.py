@@ -34,8 +34,9 @@ def test_the_devnet_runs_the_recipe() -> None:
     """The devnet's run is the chosen recipe (docs/decisions/training-recipe.md)."""
     spec = devnet_spec(DevnetConfig(mode="dipaco"))
     assert spec.inner.carry_optimizer
-    assert spec.codec == CodecConfig.recipe() == CodecConfig(transform="shaped", ef_beta=0.95)
-    assert spec.outer == OuterConfig.recipe() == OuterConfig(lr=1.0, momentum=0.0, nesterov=False)
+    assert spec.codec == CodecConfig.recipe()
+    assert spec.codec == CodecConfig(topk=54, transform="shaped", ef_beta=0.95, index="elias-fano")
+    assert spec.outer == OuterConfig.recipe() == OuterConfig(lr=1.0, momentum=0.5, nesterov=True)
 
 
 @pytest.mark.parametrize("mode", ["moe", "dipaco"])
