@@ -87,13 +87,14 @@ def tradeoff_grid(full: bool) -> Grid:
         ("chosen", CHOSEN["inner_steps"], ch),
         ("fp32 DiLoCo, average", 30, {**REFERENCE, "outer": AVERAGE}),
     ]
+    k = c["topk"]
     if full:
         grid += [
             ("top-16", 30, {**ch, "codec": {**c, "topk": 16}}),
             ("top-64", 30, {**ch, "codec": {**c, "topk": 64}}),
-            ("top-32 8b", 30, {**ch, "codec": {**c, "bits": 8}}),
-            ("top-32, H=15", 15, ch),
-            ("top-32, H=60", 60, ch),
+            (f"top-{k} 8b", 30, {**ch, "codec": {**c, "bits": 8}}),
+            (f"top-{k}, H=15", 15, ch),
+            (f"top-{k}, H=60", 60, ch),
             ("top-256 8b", 30, {**ch, "codec": {**c, "topk": 256, "bits": 8}}),
             ("top-1024 8b", 30, {**ch, "codec": {**c, "topk": 1024, "bits": 8}}),
         ]
