@@ -177,29 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if out.returncode != 0:
                     raise RuntimeError(f"{preset}/{mode}/{kind} failed: {out.stderr.strip()[-1500:]}")
                 got[kind] = json.loads(out.stdout.strip().splitlines()[-1])
-            m, pl = got["miner"], got["plain"]
-            tps, secs = got["both"]["tokens_per_second"], got["both"]["seconds"]
-            pairs = sorted(got["both"]["paired_ratios"])
-            median = (pairs[(len(pairs) - 1) // 2] + pairs[len(pairs) // 2]) / 2
-            row = {
-                "preset": preset,
-                "mode": mode,
-                "params_total": m["params_total"],
-                "params_trained": m["params_trained"],
-                "batch_size": m["batch_size"],
-                "seq_len": m["seq_len"],
-                "miner_tokens_per_second": round(tps["miner"], 1),
-                "plain_tokens_per_second": round(tps["plain"], 1),
-                "miner_over_plain_pct": round(100 * median, 1),
-                "miner_over_plain_best_pct": round(100 * tps["miner"] / tps["plain"], 1),
-                "timed_rounds": len(pairs),
-                "miner_peak_rss_mib": round(m["peak_rss_bytes"] / 2**20, 1),
-                "plain_peak_rss_mib": round(pl["peak_rss_bytes"] / 2**20, 1),
-                "miner_peak_cuda_mib": _mib(m.get("peak_cuda_bytes")),
-                "plain_peak_cuda_mib": _mib(pl.get("peak_cuda_bytes")),
-                "miner_seconds": secs["miner"],
-                "plain_seconds": secs["plain"],
-            }
+            row = _row(preset, mode, got)
             rows.append(row)
             print(
                 f"{preset:>5} {mode:>6} {row['params_total'] / 1e6:7.2f}M  miner {row['miner_tokens_per_second']:9.0f}"
@@ -220,6 +198,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
         "target_pct": 95.0,
         "rows": rows,
+    }
+
+
+def _row(preset: str, mode: str, got: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One table row from the timing child (``both``) and the two memory children (``miner``, ``plain``)."""
+    m, pl = got["miner"], got["plain"]
+    tps, secs = got["both"]["tokens_per_second"], got["both"]["seconds"]
+    pairs = sorted(got["both"]["paired_ratios"])
+    median = (pairs[(len(pairs) - 1) // 2] + pairs[len(pairs) // 2]) / 2
+    return {
+        "preset": preset,
+        "mode": mode,
+        "params_total": m["params_total"],
+        "params_trained": m["params_trained"],
+        "batch_size": m["batch_size"],
+        "seq_len": m["seq_len"],
+        "miner_tokens_per_second": round(tps["miner"], 1),
+        "plain_tokens_per_second": round(tps["plain"], 1),
+        "miner_over_plain_pct": round(100 * median, 1),
+        "miner_over_plain_best_pct": round(100 * tps["miner"] / tps["plain"], 1),
+        "timed_rounds": len(pairs),
+        "miner_peak_rss_mib": round(m["peak_rss_bytes"] / 2**20, 1),
+        "plain_peak_rss_mib": round(pl["peak_rss_bytes"] / 2**20, 1),
+        "miner_peak_cuda_mib": _mib(m.get("peak_cuda_bytes")),
+        "plain_peak_cuda_mib": _mib(pl.get("peak_cuda_bytes")),
+        "miner_seconds": secs["miner"],
+        "plain_seconds": secs["plain"],
     }
 
 
