@@ -12,9 +12,10 @@ SparseLoCo with Templar's published settings, and their ratio (best and median).
 
 Codecs and settings:
 
-* Tessera recipe: ``training.codecs.encode`` + ``decode`` with ``CodecConfig.recipe()``: top-32 of every
+* Tessera recipe: ``training.codecs.encode`` + ``decode`` with ``CodecConfig.recipe()``: top-54 of every
   4,096 DCT coefficients in 64x64 tiles that follow the tensor's shape (``transform="shaped"``), 2-bit
-  values, one fp32 scale per tile, 12-bit indices. Also Tessera's ``tiles`` codec (the same without DCT).
+  values, one fp32 scale per tile, Elias-Fano indices. Also the previous recipe (top-32, 12-bit packed
+  indices) and Tessera's ``tiles`` codec (top-32 without DCT).
 * SparseLoCo (Templar's ``src/tplr/compress.py``), run as the miner of ``tplr/neurons.py`` does:
   ``ChunkingTransformer.encode -> TopKCompressor.compress -> TopKCompressor.decompress ->
   ChunkingTransformer.decode``. Published settings (``hparams/hparams.json``): target_chunk 64 (64x64
@@ -86,7 +87,8 @@ __all__ = [
     "time_pair",
 ]
 
-TESSERA_RECIPE = "tessera recipe: top-32/4096 2-bit shaped DCT"
+TESSERA_RECIPE = "tessera recipe: top-54/4096 2-bit shaped DCT, Elias-Fano indices"
+"""Label of ``CodecConfig.recipe()`` (checked against it in :func:`_coders`)."""
 SPARSELOCO_PUBLISHED = "sparseloco published (hparams.json): top-64/4096, no DCT, 4 bins"
 
 SHAPES: list[tuple[int, ...]] = [
@@ -182,9 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "headline": _headline(rows[0]),
         "tessera_settings": {
             "recipe": {
-                k: getattr(tess_cfg, k) for k in ("name", "chunk", "topk", "bits", "transform", "ef_beta")
+                k: getattr(tess_cfg, k)
+                for k in ("name", "chunk", "topk", "bits", "transform", "ef_beta", "index")
             },
-            "index_bits": "ceil(log2(tile area)) = 12 for 64x64 tiles",
+            "index_bits": "Elias-Fano: floor(log2(area / k)) low bits + unary high parts, 8.2 bits per index "
+            "for top-54 of a 64x64 tile",
             "scale": "one fp32 per tile",
         },
         "sparseloco_settings": {k: s.settings for k, s in slc.items()},
@@ -210,8 +214,13 @@ def _coders(tess_cfg: CodecConfig, slc: dict[str, SparseLoCo]) -> dict[str, Code
     def tessera(cfg: CodecConfig) -> Coder:
         return (lambda x: encode(x, cfg)), (lambda p, e: decode(e, cfg)), cfg
 
+    if (tess_cfg.topk, tess_cfg.index) != (54, "elias-fano"):
+        raise ValueError(f"TESSERA_RECIPE's label does not describe {tess_cfg}")
     coders: dict[str, Coder] = {
         TESSERA_RECIPE: tessera(tess_cfg),
+        "tessera previous recipe: top-32/4096 2-bit shaped DCT, packed indices": tessera(
+            CodecConfig(topk=32, bits=2, transform="shaped", ef_beta=0.95)
+        ),
         "tessera tiles (no DCT): top-32/4096 2-bit": tessera(CodecConfig(topk=32, bits=2, transform="tiles")),
     }
     for label, s in slc.items():
