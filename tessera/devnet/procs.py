@@ -69,11 +69,9 @@ def node_procs(
             str(ports[name]),
             "--peer-urls",
             vurls,
-            "--segments-per-miner",
+            "--verify.segments-per-miner",
             str(cfg.segments_per_miner),
-            "--merge-method",
-            cfg.merge_method,
-        ]
+        ]  # the merge policy is the run file's (tessera.devnet.runfile puts cfg.merge_method there)
         if cfg.tee == "simulated":
             args += ["--dangerous-dev-tee", "true"]
         nodes[name] = NodeProc(
