@@ -1,52 +1,51 @@
-"""The update wire format: a canonical JSON header plus the codec's tensors as safetensors.
+"""The update wire format (version 4): a canonical JSON header plus the codec's fields as raw bytes.
 
 Layout (all integers little-endian)::
 
     b"TSRUPD\\0\\0"            8-byte magic
     u32 header_len            canonical JSON header (protocol.canonical), at most caps.max_header_bytes
     header bytes
-    u64 payload_len           safetensors bytes, exactly the rest of the message
-    payload bytes             1-D tensors "idx", "val" and "scale" (training.codecs' fields), each the
-                              concatenation of that field over the params in header order
+    u64 payload_len           exactly the rest of the message, and exactly what the header implies
+    payload bytes             the codec's fields (training.codecs) in :data:`FIELD_ORDER` ("idx" and "val"
+                              uint8, "scale" float32 little-endian), each the concatenation of that field
+                              over the params in header order; no names, dtypes or shapes travel
 
-The header (``UpdateHeader.to_json``) carries: ``version``, ``round``, ``miner``, ``modules`` (module
-ids), ``params`` (``[[name, shape], ...]`` sorted by name), ``codec`` (its wire parameters: name, chunk,
-topk, bits, transform), ``base_checkpoint`` (hex state digest of theta_r), ``transcript`` (interval,
-steps, and ``root``: the state digest of the per-step digests, served apart; ``protocol.updateheader``),
-``tokens`` and ``ef``: the error-feedback chain, ``{"after": hex state digest of the
-residual the miner keeps after this update, "source": null or {"round": s, "update": hex digest}}`` where
-``source`` names the miner's own earlier committed update whose ``after`` residual this update started
-from (null: it started from zero). With it a validator recomputes the compressed update exactly from the
-transcript (docs/security.md F12). The update's digest is SHA-256 over the whole message; decoding
-re-encodes and requires identical bytes, so one update has exactly one digest.
+The header (``UpdateHeader.to_json``) carries: ``version`` (4), ``r`` (round), ``m`` (miner address),
+``mods`` (module ids), ``dims`` (``[vocab, seq_len, d_model, d_ff, n_experts]``, 0 where no listed module
+uses one: the parameters' names and shapes are derived from ``mods`` and ``dims``,
+``protocol.updateparams``), ``c`` (the codec's wire parameters: ``[name, chunk, topk, bits, transform,
+index]``), ``b`` (state digest of theta_r), ``t`` (``[k, H, root]``: the recorded steps are 0, k, 2k, ...,
+H, and ``root`` the state digest of the per-step digests, served apart; ``protocol.updateheader``), ``n``
+(tokens) and ``ef``: the error-feedback chain, ``[after, source]``: ``after`` the state digest of the
+residual the miner keeps after this update, ``source`` null or ``[s, digest]`` naming the miner's own
+earlier committed update whose ``after`` residual this update started from (null: it started from zero).
+With it a validator recomputes the compressed update exactly from the transcript (docs/security.md F12).
+Digests travel as 43 characters of unpadded base64url. The update's digest is SHA-256 over the whole
+message; decoding re-encodes and requires identical bytes, so one update has exactly one digest.
 
-Checks run cheapest first: total size, magic, header size, header JSON, version, codec, field types,
-payload size; then the run's expectations when the caller gives them (the codec is the run's codec, each
-parameter is one of the run's model with its shape); then the cost of the decode, derived from the header
-alone (:func:`decode_cost`: the decoded fp32 bytes, the decoder's peak memory and its work) against the
-caps, so a few hundred bytes cannot make a node allocate gigabytes; then the safetensors header (size,
-offsets, and dtypes from an explicit allow-list, before ``safetensors.torch`` parses the payload), tensor
-names, dtypes and shapes (from the codec's ``field_specs``, before any value is read), finiteness, then
-the decode itself. Every failure is an :class:`UpdateError` subclass. Never pickle: safetensors and JSON
-only.
+Checks run cheapest first: total size, magic, header size, header JSON, version, codec, field types, the
+modules (well-formed ids) and dims (exactly the dimensions the modules use, within the caps), from which
+the parameters are derived; the payload size; then the run's expectations when the caller gives them (the
+codec is the run's codec, each parameter is one of the run's model with its shape); then the cost of the
+decode, derived from the header alone (:func:`decode_cost`: the decoded fp32 bytes, the decoder's peak
+memory and its work) against the caps, so a few hundred bytes cannot make a node allocate gigabytes; then
+the payload's size against the one the header implies, finiteness, then the decode itself. Every failure is
+an :class:`UpdateError` subclass. Never pickle. Version 3 (parameter names and shapes in the header, hex
+digests, a safetensors payload) is refused with :class:`UnsupportedVersion`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import Any
 
+import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
 from torch import Tensor
 
-from protocol.canonical import CanonicalJSONError, check_json_depth, dumps_canonical, loads_canonical
+from protocol.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
 from protocol.updatecost import MEMORY_SLACK, DecodeCost, UpdateCaps, check_decode_cost, decode_cost
 from protocol.updateerrors import (
     BadMagic,
@@ -85,7 +84,7 @@ from training.errors import CodecError
 from training.inner import Transcript
 
 __all__ = [
-    "ALLOWED_DTYPES",
+    "FIELD_ORDER",
     "KNOWN_CODECS",
     "MAGIC",
     "MEMORY_SLACK",
@@ -128,10 +127,8 @@ __all__ = [
 
 MAGIC = b"TSRUPD\0\0"
 
-#: The safetensors dtypes a payload may declare; anything else (``F4``, ``F6_E2M3``, ``F6_E3M2``,
-#: ``F8_E8M0``, which the Rust parser accepts and ``safetensors.torch`` does not map) is refused before
-#: the payload is parsed. The codecs use ``U8`` and ``F32`` only.
-ALLOWED_DTYPES = frozenset({"U8", "F32"})
+#: The codec fields (``training.codecs``) in the order the payload carries them.
+FIELD_ORDER = ("idx", "val", "scale")
 
 
 @dataclass(frozen=True)
@@ -189,79 +186,19 @@ def make_update(
 def encode_update(update: Update) -> bytes:
     """The canonical bytes of an update."""
     header = dumps_canonical(update.header.to_json())
-    parts: dict[str, list[Tensor]] = {}
+    parts: dict[str, list[bytes]] = {}
     for name, _ in update.header.params:
         for fname, t in update.tensors[name].fields.items():
-            parts.setdefault(fname, []).append(t.reshape(-1))
-    payload = st_save({fname: torch.cat(ts).contiguous() for fname, ts in parts.items()})
+            parts.setdefault(fname, []).append(_field_bytes(t))
+    if set(parts) - set(FIELD_ORDER):
+        raise ValueError(f"codec fields {sorted(parts)} outside {FIELD_ORDER}")
+    payload = b"".join(b"".join(parts[f]) for f in FIELD_ORDER if f in parts)
     return MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
 
 
 def update_digest(data: bytes) -> bytes:
     """SHA-256 of an encoded update (what miners commit to)."""
     return hashlib.sha256(data).digest()
-
-
-def _tensor_spans(meta: dict[str, Any]) -> list[tuple[int, int, str]]:
-    """The ``(begin, end, name)`` data offsets of every tensor entry, checked for type; sorted."""
-    spans: list[tuple[int, int, str]] = []
-    for name, entry in meta.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(entry, dict):
-            raise InvalidPayload(f"safetensors entry {name!r} is not an object")
-        dtype = entry.get("dtype")
-        if not isinstance(dtype, str):
-            raise InvalidPayload(f"safetensors entry {name!r}: dtype is not a string")
-        if dtype not in ALLOWED_DTYPES:
-            raise BadTensorDtype(
-                f"safetensors entry {name!r}: dtype {dtype!r} is not one of {sorted(ALLOWED_DTYPES)}"
-            )
-        shape = entry.get("shape")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
-            raise InvalidPayload(f"safetensors entry {name!r}: shape is not a list of non-negative integers")
-        offsets = entry.get("data_offsets")
-        if not isinstance(offsets, list) or len(offsets) != 2:
-            raise InvalidPayload(f"safetensors entry {name!r}: data_offsets is not a list of two integers")
-        begin, end = offsets
-        if not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in (begin, end)):
-            raise InvalidPayload(f"safetensors entry {name!r}: data_offsets are not non-negative integers")
-        if begin > end:
-            raise InvalidPayload(f"safetensors entry {name!r}: data_offsets [{begin}, {end}] are reversed")
-        spans.append((begin, end, name))
-    spans.sort()
-    return spans
-
-
-def _safetensors_header_len(payload: bytes, caps: UpdateCaps) -> None:
-    if len(payload) < 8:
-        raise TruncatedUpdate("payload shorter than the safetensors header length")
-    (n,) = struct.unpack("<Q", payload[:8])
-    if n > caps.max_header_bytes:
-        raise UpdateTooLarge(f"safetensors header of {n} bytes > cap {caps.max_header_bytes}")
-    if 8 + n > len(payload):
-        raise TruncatedUpdate("payload ends inside the safetensors header")
-    try:
-        check_json_depth(payload[8 : 8 + n])
-        meta = json.loads(payload[8 : 8 + n])
-    except (CanonicalJSONError, ValueError, RecursionError) as exc:
-        raise InvalidPayload(f"safetensors header is not JSON: {exc}") from exc
-    if not isinstance(meta, dict):
-        raise InvalidPayload("safetensors header is not an object")
-    # The tensors' data must tile the data section exactly: in order, no gap, no overlap, no excess.
-    data_len = len(payload) - 8 - n
-    pos = 0
-    for begin, end, name in _tensor_spans(meta):
-        if end > data_len:
-            raise TruncatedUpdate(f"payload ends inside the tensor data of {name!r}")
-        if begin != pos:
-            kind = "overlaps the previous tensor" if begin < pos else "leaves a gap"
-            raise InvalidPayload(f"safetensors entry {name!r}: data_offsets [{begin}, {end}] {kind}")
-        pos = end
-    if pos != data_len:
-        raise InvalidPayload(f"safetensors tensors cover {pos} of the {data_len} data bytes")
 
 
 def decode_update(
@@ -324,38 +261,46 @@ def _split_frame(data: bytes, caps: UpdateCaps) -> tuple[UpdateHeader, bytes]:
     return header, payload
 
 
+def _field_bytes(t: Tensor) -> bytes:
+    """A codec field's bytes on the wire: uint8 as is, float32 little-endian."""
+    arr = t.detach().contiguous().reshape(-1).numpy()
+    return (arr.astype("<f4") if t.dtype == torch.float32 else arr).tobytes()
+
+
 def _payload_tensors(header: UpdateHeader, payload: bytes, caps: UpdateCaps) -> dict[str, Encoded]:
-    """The encoded tensors of the safetensors ``payload``: exactly the fields the header's parameters and
-    codec call for, each of its dtype and size and finite, sliced back into one per parameter."""
-    _safetensors_header_len(payload, caps)
-    try:
-        flat = st_load(payload)
-    except (SafetensorError, ValueError, RuntimeError, KeyError, TypeError, IndexError, OverflowError) as exc:
-        raise InvalidPayload(f"safetensors payload does not parse: {exc}") from exc
+    """The encoded tensors of the raw ``payload``: each codec field (in :data:`FIELD_ORDER`) concatenated
+    over the header's parameters, of exactly the size the header implies, the floats finite; sliced back
+    into one :class:`Encoded` per parameter."""
     specs = {name: field_specs(shape, header.codec) for name, shape in header.params}
     wanted: dict[str, tuple[torch.dtype, int]] = {}
     for per_param in specs.values():
         for fname, (dtype, fshape) in per_param.items():
             wanted[fname] = (dtype, wanted.get(fname, (dtype, 0))[1] + math.prod(fshape))
-    if set(flat) != set(wanted):
-        raise HeaderMismatch(
-            f"payload tensors {sorted(flat)} != {sorted(wanted)} for codec {header.codec.name}"
+    if set(wanted) - set(FIELD_ORDER):
+        raise UnknownCodec(f"codec fields {sorted(wanted)} outside {FIELD_ORDER}")
+    size = sum(n * dtype.itemsize for dtype, n in wanted.values())
+    if len(payload) != size:
+        raise HeaderMismatch(f"payload of {len(payload)} bytes, the header implies {size}")
+    flat: dict[str, Tensor] = {}
+    pos = 0
+    for fname in (f for f in FIELD_ORDER if f in wanted):
+        dtype, n = wanted[fname]
+        raw = payload[pos : pos + n * dtype.itemsize]
+        pos += len(raw)
+        arr = np.frombuffer(raw, dtype="<f4" if dtype == torch.float32 else np.uint8).astype(
+            np.float32 if dtype == torch.float32 else np.uint8
         )
-    for fname, (dtype, total) in wanted.items():
-        t = flat[fname]
-        if t.dtype != dtype:
-            raise BadTensorDtype(f"{fname}: {t.dtype}, expected {dtype}")
-        if tuple(t.shape) != (total,):
-            raise BadTensorShape(f"{fname}: {tuple(t.shape)}, expected ({total},)")
+        t = torch.from_numpy(arr.copy())
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise NonFiniteValues(f"{fname} holds NaN or infinity")
+        flat[fname] = t
     offsets = dict.fromkeys(wanted, 0)
     tensors: dict[str, Encoded] = {}
     for name, shape in header.params:
         fields: dict[str, Tensor] = {}
         for fname, (_, fshape) in specs[name].items():
             n = math.prod(fshape)
-            fields[fname] = flat[fname][offsets[fname] : offsets[fname] + n]
+            fields[fname] = flat[fname][offsets[fname] : offsets[fname] + n].reshape(fshape)
             offsets[fname] += n
         tensors[name] = Encoded(shape, fields)
     return tensors

@@ -75,7 +75,7 @@ _NS_INDEX_BIT = 25  # per index bit on numpy's generic unpacking path
 _NS_MAC = 2  # per multiply-add of the quantised inverse DCT (a batched matrix product)
 _NS_SLOT = 40  # per tile value per kept slot of the raw fp32 inverse DCT (an elementwise loop)
 _NS_TILE = 110  # per tile value of the quantised inverse DCT after the product (scale, fp32)
-_NS_PAYLOAD = 6  # per payload byte: safetensors load, finiteness, the canonical re-encoding
+_NS_PAYLOAD = 6  # per payload byte: reading the raw fields, finiteness, the canonical re-encoding
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class NonFiniteValues(UpdateError):
 
 
 class InvalidPayload(UpdateError):
-    """The safetensors payload does not parse, or the encoded values do not decode."""
+    """The payload's encoded values do not decode (indices out of order or range, and the like)."""
 
 
 class NonCanonicalUpdate(UpdateError):

@@ -12,7 +12,6 @@ parameters alone for the final state, both parts of a replayed segment's start (
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,23 +29,22 @@ from protocol.updateerrors import (
     TranscriptMismatch,
     UnknownCodec,
     UnsupportedVersion,
-    UpdateTooLarge,
 )
+from protocol.updateparams import b64, check_modules, derive_params, infer_dims, schedule, unb64
 from training.codecs import Encoded
 from training.config import CodecConfig
 from training.digest import state_digest
-from training.errors import ConfigError, ModuleIdError
-from training.model import module_of
+from training.errors import ConfigError
 
-VERSION = 3
-"""Wire format version this module reads and writes (2: the ``ef`` chain, F12; 3: the transcript root)."""
+VERSION = 4
+"""Wire format version this module reads and writes (2: the ``ef`` chain, F12; 3: the transcript root;
+4: parameters derived from modules and dims, steps from (k, H), base64url digests: issue 14)."""
 KNOWN_CODECS = ("dense", "topk")
 MAX_TRANSCRIPT_STEPS = 100_000
 """Recorded inner steps a header may list."""
 TRANSCRIPT_TENSOR = "transcript/digests"
 """The one tensor of a served transcript: uint8, one row of 32 bytes per recorded step."""
 _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$|^[A-Za-z0-9_.:-]{1,64}$")
-_HEX32 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def transcript_tensors(parts: Sequence[tuple[bytes, bytes]]) -> dict[str, Tensor]:
@@ -142,35 +140,26 @@ class UpdateHeader:
     """Wire format version."""
 
     def to_json(self) -> dict[str, Any]:
-        """The header as a canonical-JSON-ready dict."""
+        """The header as a canonical-JSON-ready dict (wire version 4: see :mod:`protocol.updateparams`);
+        ValueError if it cannot travel (parameters that are not whole modules, steps off the schedule)."""
         c = self.codec
+        interval, steps = self.transcript_interval, self.transcript_steps
+        if not steps or steps != schedule(interval, steps[-1], MAX_TRANSCRIPT_STEPS):
+            raise ValueError(f"transcript steps {steps} are not 0, {interval}, ..., H")
         return {
             "version": self.version,
-            "round": self.round,
-            "miner": self.miner,
-            "modules": list(self.modules),
-            "params": [[n, list(s)] for n, s in self.params],
-            "codec": {
-                "name": c.name,
-                "chunk": c.chunk,
-                "topk": c.topk,
-                "bits": c.bits,
-                "transform": c.transform,
-                **({} if c.index == "packed" else {"index": c.index}),
-            },
-            "base_checkpoint": self.base_checkpoint,
-            "transcript": {
-                "interval": self.transcript_interval,
-                "steps": list(self.transcript_steps),
-                "root": self.transcript_root,
-            },
-            "tokens": self.tokens,
-            "ef": {
-                "after": self.ef_after,
-                "source": None
-                if self.ef_source is None
-                else {"round": self.ef_source[0], "update": self.ef_source[1]},
-            },
+            "r": self.round,
+            "m": self.miner,
+            "mods": list(self.modules),
+            "dims": infer_dims(self.modules, self.params),
+            "c": [c.name, c.chunk, c.topk, c.bits, c.transform, c.index],
+            "b": b64(self.base_checkpoint),
+            "t": [interval, steps[-1], b64(self.transcript_root)],
+            "n": self.tokens,
+            "ef": [
+                b64(self.ef_after),
+                None if self.ef_source is None else [self.ef_source[0], b64(self.ef_source[1])],
+            ],
         }
 
 
@@ -222,145 +211,70 @@ def _str(obj: dict[str, Any], key: str) -> str:
 
 
 def _parse_codec(raw: Any) -> CodecConfig:
-    keys = {"name", "chunk", "topk", "bits", "transform"}
-    if not isinstance(raw, dict) or set(raw) - {"index"} != keys:
-        raise MalformedHeader("codec must be an object with name, chunk, topk, bits, transform (and index)")
-    if raw.get("index", "elias-fano") not in ("elias-fano",):
-        # the default coding is written by leaving the key out, so each header has one spelling
-        raise UnknownCodec(f"unknown index coding {raw['index']!r}")
-    if raw["name"] not in KNOWN_CODECS:
-        raise UnknownCodec(f"unknown codec {raw['name']!r}")
+    if not isinstance(raw, list) or len(raw) != 6:
+        raise MalformedHeader("codec must be [name, chunk, topk, bits, transform, index]")
+    name, chunk, topk, bits, transform, index = raw
+    if name not in KNOWN_CODECS:
+        raise UnknownCodec(f"unknown codec {name!r}")
+    if index not in ("packed", "elias-fano"):
+        raise UnknownCodec(f"unknown index coding {index!r}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (chunk, topk, bits)):
+        raise MalformedHeader("codec chunk, topk and bits must be integers")
     try:
-        return CodecConfig(
-            name=raw["name"],
-            chunk=raw["chunk"],
-            topk=raw["topk"],
-            bits=raw["bits"],
-            transform=raw["transform"],
-            index=raw.get("index", "packed"),
-        )
+        return CodecConfig(name=name, chunk=chunk, topk=topk, bits=bits, transform=transform, index=index)
     except (ConfigError, TypeError) as exc:
         raise UnknownCodec(f"unsupported codec parameters: {exc}") from exc
 
 
+#: The v4 header's keys: version, round, miner, modules, dims, codec, base checkpoint, transcript, tokens, ef.
+_FIELDS = {"version", "r", "m", "mods", "dims", "c", "b", "t", "n", "ef"}
+
+
 def parse_header(raw: Any, caps: UpdateCaps) -> UpdateHeader:
-    """Validate a parsed header object (version first, then codec, then the rest)."""
+    """Validate a parsed header object (version first, then codec, then the rest); the parameters are
+    derived from the modules and dims, within ``caps``, before any payload byte is read."""
     if not isinstance(raw, dict):
         raise MalformedHeader("header must be a JSON object")
-    expected = {
-        "version",
-        "round",
-        "miner",
-        "modules",
-        "params",
-        "codec",
-        "base_checkpoint",
-        "transcript",
-        "tokens",
-        "ef",
-    }
     if "version" in raw and raw["version"] != VERSION:
         raise UnsupportedVersion(f"update version {raw['version']!r}, this node reads {VERSION}")
-    if set(raw) != expected:
-        raise MalformedHeader(f"header fields {sorted(raw)} != {sorted(expected)}")
-    codec = _parse_codec(raw["codec"])
-    miner = _str(raw, "miner")
+    if set(raw) != _FIELDS:
+        raise MalformedHeader(f"header fields {sorted(raw)} != {sorted(_FIELDS)}")
+    codec = _parse_codec(raw["c"])
+    miner = _str(raw, "m")
     if not _ADDRESS.match(miner):
         raise MalformedHeader("miner must be an address")
-    base = _str(raw, "base_checkpoint")
-    if not _HEX32.match(base):
-        raise MalformedHeader("base_checkpoint must be 64 lowercase hex digits")
-    modules = raw["modules"]
-    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules) or not modules:
-        raise MalformedHeader("modules must be a non-empty list of strings")
-    if len(set(modules)) != len(modules):
-        raise MalformedHeader("duplicate module ids")
-    params = _parse_params(raw["params"], modules, caps)
-    tr = raw["transcript"]
-    steps, root = _parse_transcript(tr)
+    modules = check_modules(raw["mods"], caps.max_params)
+    params = derive_params(modules, raw["dims"], caps.max_params, caps.max_param_numel)
+    tr = raw["t"]
+    if not isinstance(tr, list) or len(tr) != 3:
+        raise MalformedHeader("transcript must be [interval, last step, root]")
+    interval = _int({"interval": tr[0]}, "interval", 1)
+    steps = schedule(interval, _int({"last step": tr[1]}, "last step", 1), MAX_TRANSCRIPT_STEPS)
     ef_after, ef_source = _parse_ef(raw["ef"])
     return UpdateHeader(
-        round=_int(raw, "round"),
+        round=_int(raw, "r"),
         miner=miner,
-        modules=tuple(modules),
-        params=tuple(params),
+        modules=modules,
+        params=params,
         codec=codec,
-        base_checkpoint=base,
-        transcript_interval=_int(tr, "interval", 1),
-        transcript_steps=tuple(steps),
+        base_checkpoint=unb64(raw["b"], "base"),
+        transcript_interval=interval,
+        transcript_steps=steps,
         transcript_digests=(),
-        transcript_root=root,
-        tokens=_int(raw, "tokens"),
+        transcript_root=unb64(tr[2], "transcript root"),
+        tokens=_int(raw, "n"),
         ef_after=ef_after,
         ef_source=ef_source,
     )
 
 
-def _parse_params(params_raw: Any, modules: list[str], caps: UpdateCaps) -> list[tuple[str, tuple[int, ...]]]:
-    """The header's ``params``: [name, [positive dims]] pairs sorted by name, within ``caps``, of exactly
-    the listed ``modules``."""
-    if not isinstance(params_raw, list) or not params_raw:
-        raise MalformedHeader("params must be a non-empty list")
-    if len(params_raw) > caps.max_params:
-        raise UpdateTooLarge(f"{len(params_raw)} params > cap {caps.max_params}")
-    params: list[tuple[str, tuple[int, ...]]] = []
-    for item in params_raw:
-        if (
-            not isinstance(item, list)
-            or len(item) != 2
-            or not isinstance(item[0], str)
-            or not isinstance(item[1], list)
-            or not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < (1 << 31) for d in item[1])
-            or len(item[1]) > 8
-        ):
-            raise MalformedHeader("each param must be [name, [positive dims]]")
-        if math.prod(item[1]) > caps.max_param_numel:
-            raise UpdateTooLarge(f"param {item[0]!r} has more than {caps.max_param_numel} values")
-        params.append((item[0], tuple(item[1])))
-    names = [n for n, _ in params]
-    if names != sorted(set(names)):
-        raise MalformedHeader("params must be sorted by name without duplicates")
-    try:
-        owners = {module_of(n) for n in names}
-    except ModuleIdError as exc:
-        raise HeaderMismatch(str(exc)) from exc
-    if owners != set(modules):
-        raise HeaderMismatch(f"params belong to modules {sorted(owners)}, header lists {sorted(modules)}")
-    return params
-
-
-def _parse_transcript(tr: Any) -> tuple[list[int], str]:
-    """The header's ``transcript``: its recorded steps (ascending, at most ``MAX_TRANSCRIPT_STEPS``) and
-    root; its ``interval`` is read with the other integers."""
-    if not isinstance(tr, dict) or set(tr) != {"interval", "steps", "root"}:
-        raise MalformedHeader("transcript must have interval, steps, root")
-    steps = tr["steps"]
-    if (
-        not isinstance(steps, list)
-        or not steps
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
-        or steps != sorted(set(steps))
-        or len(steps) > MAX_TRANSCRIPT_STEPS
-    ):
-        raise MalformedHeader(f"transcript steps must be 1 to {MAX_TRANSCRIPT_STEPS} ascending integers")
-    root = _str(tr, "root")
-    if not _HEX32.match(root):
-        raise MalformedHeader("transcript.root must be 64 lowercase hex digits")
-    return steps, root
-
-
 def _parse_ef(raw: Any) -> tuple[str, tuple[int, str] | None]:
-    if not isinstance(raw, dict) or set(raw) != {"after", "source"}:
-        raise MalformedHeader("ef must be an object with after and source")
-    after = _str(raw, "after")
-    if not _HEX32.match(after):
-        raise MalformedHeader("ef.after must be 64 lowercase hex digits")
-    src = raw["source"]
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise MalformedHeader("ef must be [after, source]")
+    after = unb64(raw[0], "ef after")
+    src = raw[1]
     if src is None:
         return after, None
-    if not isinstance(src, dict) or set(src) != {"round", "update"}:
-        raise MalformedHeader("ef.source must be null or an object with round and update")
-    upd = _str(src, "update")
-    if not _HEX32.match(upd):
-        raise MalformedHeader("ef.source.update must be 64 lowercase hex digits")
-    return after, (_int(src, "round"), upd)
+    if not isinstance(src, list) or len(src) != 2:
+        raise MalformedHeader("ef source must be null or [round, update]")
+    return after, (_int({"round": src[0]}, "round"), unb64(src[1], "ef source update"))

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from protocol.update import Update, UpdateCaps, UpdateError, UpdateHeader, decode_update
-from training.codecs import ErrorFeedback
+from protocol.update import UnsupportedVersion, Update, UpdateCaps, UpdateError, UpdateHeader, decode_update
+from training.feedback import ErrorFeedback
 from training.digest import state_digest
 from training.diloco import pseudo_gradient
 from validator.context import FetchSource, FetchState, KeepResidual, RoundContext, Verdict, _Fail, _run_model
@@ -117,6 +117,10 @@ def _source_residual(
         src = decode_update(
             data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *_run_model(ctx)
         ).header
+    except UnsupportedVersion as exc:
+        # a source written before this node's wire version (a network upgraded between rounds): refused,
+        # but not provable, since the miner committed it under the version of its round
+        raise _Fail(Stage.RECOMPUTE, f"error-feedback source of another wire version: {exc}", False) from exc
     except UpdateError as exc:
         raise _Fail(Stage.RECOMPUTE, f"error-feedback source does not decode: {exc}", True, **ev) from exc
     if src.round != s or src.miner.lower() != v.miner.lower():

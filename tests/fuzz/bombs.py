@@ -1,7 +1,8 @@
 """Crafted updates whose header declares a costly decode (issue 11), and a per-input memory probe.
 
-``crafted_update(params, codec)`` builds the canonical bytes of a well-formed update for any parameter
-shapes and codec parameters: every field has the size ``field_specs`` asks for, indices are ``0..k-1``
+``crafted_update(params, codec)`` builds the canonical bytes of a well-formed update for any whole modules
+(wire version 4 declares modules and dimensions, not parameters: :func:`model_params`, :func:`head`) and
+codec parameters: every field has the size ``field_specs`` asks for, indices are ``0..k-1``
 per chunk (strictly increasing), values and scales are zero. Its payload is a few bytes per kept value,
 while the decode it declares can be as large as the header says: the issue's reproducers are such
 updates (a 799-byte "topk" update with one chunk as large as its parameter; a 95 KB DCT update).
@@ -47,6 +48,21 @@ def crafted_fields(shape: tuple[int, ...], codec: CodecConfig) -> Encoded:
     return Encoded(tuple(shape), fields)
 
 
+def model_params(modules: list[str], **dims: int) -> dict[str, tuple[int, ...]]:
+    """The parameters (name -> shape) of ``modules`` with the given dimensions (``vocab``, ``seq_len``,
+    ``d_model``, ``d_ff``, ``n_experts``; those the modules do not use are ignored)."""
+    from protocol.updateparams import DIMS, derive_params, used_dims
+
+    used = used_dims(modules, dims.get("n_experts", 0) > 0)
+    sizes = [dims.get(d, 1) if d in used else 0 for d in DIMS]
+    return dict(derive_params(modules, sizes, 1 << 20, 1 << 62))
+
+
+def head(n: int, d_model: int = 1) -> dict[str, tuple[int, ...]]:
+    """The head module with ``n`` x ``d_model`` output values (and two norm vectors of ``d_model``)."""
+    return model_params(["head"], vocab=n, d_model=d_model)
+
+
 def crafted_update(params: dict[str, tuple[int, ...]], codec: CodecConfig, *, round: int = 3) -> bytes:
     """Canonical bytes of an update carrying ``params`` (name -> shape) encoded with ``codec``."""
     from training.model import module_of
@@ -65,31 +81,31 @@ ISSUE_BOMBS: list[tuple[str, dict[str, tuple[int, ...]], CodecConfig]] = [
     # 799 bytes: one chunk as large as the parameter, one value kept -> +2 GiB float64 scatter buffer
     (
         "topk-chunk-as-large-as-param",
-        {"head.out.weight": (1 << 28,)},
+        head(1 << 28),
         CodecConfig(chunk=1 << 28, topk=1, bits=32),
     ),
     # ~840 bytes: the same at 2 bits, two parameters -> +3 GiB
     (
         "topk-two-huge-chunks-2bit",
-        {"head.out.weight": (1 << 28,), "head.ln.weight": (1 << 27,)},
+        model_params(["embed", "head"], vocab=1 << 28, seq_len=1 << 27),
         CodecConfig(chunk=1 << 28, topk=1, bits=2),
     ),
     # ~95 KB: DCT tiles keeping one coefficient each -> hundreds of MiB of float64 tiles
     (
         "dct-one-coefficient-per-tile",
-        {"head.out.weight": (1 << 26,)},
+        head(1 << 26),
         CodecConfig(chunk=4096, topk=1, transform="dct"),
     ),
     # generic (numpy, bit-by-bit) index width: 8 bytes per bit per index
     (
         "topk-generic-index-width",
-        {"head.out.weight": (1 << 26,)},
+        head(1 << 26),
         CodecConfig(chunk=1 << 20, topk=1 << 14, bits=2),
     ),
     # DCT with every coefficient kept: [tiles, k, 64] float64 basis rows
     (
         "dct-all-coefficients",
-        {"head.out.weight": (1 << 22,)},
+        head(1 << 22),
         CodecConfig(chunk=4096, topk=4096, transform="dct"),
     ),
 ]
@@ -166,7 +182,7 @@ CAP_FAMILIES: list[tuple[str, CodecConfig]] = [
 def _admitted(numel: int, codec: CodecConfig, caps: wire.UpdateCaps) -> bool:
     if numel > caps.max_param_numel:
         return False
-    cost = wire.decode_cost((("head.out.weight", (numel,)),), codec)
+    cost = wire.decode_cost(tuple(sorted(head(numel).items())), codec)
     return (
         cost.decoded_bytes <= caps.max_decoded_bytes
         and cost.peak_bytes <= caps.max_decode_memory
@@ -198,7 +214,7 @@ def at_cap_updates(
     for label, codec in CAP_FAMILIES if families is None else families:
         n = largest_admitted(codec, caps)
         if n:
-            out.append((f"{label} at the cap ({n} values)", crafted_update({"head.out.weight": (n,)}, codec)))
+            out.append((f"{label} at the cap ({n} values)", crafted_update(head(n), codec)))
     return out
 
 

@@ -70,7 +70,7 @@ def _frame(header: bytes, payload: bytes) -> bytes:
 
 
 #: Parameter names a crafted update may declare (real names of the model, so ``module_of`` accepts them).
-_CRAFT_NAMES = ["embed.tok.weight", "head.ln.bias", "head.ln.weight", "head.out.weight", "trunk.0.ln1.weight"]
+_CRAFT_MODULES = ["embed", "head", "trunk.0", "moe.0.expert.1"]
 #: Largest payload a crafted update is built with (bigger ones are refused by size before anything else).
 _CRAFT_MAX_PAYLOAD = 4 << 20
 
@@ -92,8 +92,8 @@ def _random_codec(rng: random.Random) -> Any:
 
 
 class UpdateTarget(Target):
-    """``decode_update`` at its default caps on havoc'd bytes, mutated headers and mutated safetensors
-    headers; with ``costly`` > 0, that share of inputs are well-formed updates crafted for random codecs
+    """``decode_update`` at its default caps on havoc'd bytes, mutated headers and mutated raw
+    payloads; with ``costly`` > 0, that share of inputs are well-formed updates crafted for random codecs
     and parameter shapes (``tests.fuzz.bombs``), the declared decodes up to the largest the header allows
     (issue 11: chunks as large as their parameter, DCT tiles, generic index widths)."""
 
@@ -110,30 +110,29 @@ class UpdateTarget(Target):
         from protocol.update import decode_update
         from training.config import CodecConfig
 
-        from .bombs import crafted_update
+        from .bombs import crafted_update, head
 
         for codec in (
             CodecConfig(transform="dct", chunk=4096, topk=2),
             CodecConfig(transform="dct", chunk=4096, topk=2, bits=32),
         ):
-            decode_update(crafted_update({"head.ln.weight": (64,)}, codec))  # the DCT bases are computed once
+            decode_update(crafted_update(head(64), codec))  # the DCT bases are computed once
         for data in self.seeds:
             decode_update(data)
 
     def _crafted(self, rng: random.Random) -> bytes:
         from training.codecs import field_specs
 
-        from .bombs import crafted_update
+        from .bombs import crafted_update, model_params
 
         for _ in range(20):
             codec = _random_codec(rng)
-            names = sorted(rng.sample(_CRAFT_NAMES, rng.randint(1, 3)))
-            params: dict[str, tuple[int, ...]] = {}
-            for n in names:
-                numel = rng.choice(
-                    [rng.randint(1, 1 << 12), 1 << rng.randint(10, 28), rng.randint(1, 1 << 28)]
-                )
-                params[n] = (numel,) if rng.random() < 0.5 or numel < 64 else (numel // 64, 64)
+            modules = sorted(rng.sample(_CRAFT_MODULES, rng.randint(1, 3)))
+            dims = {
+                d: rng.choice([rng.randint(1, 1 << 6), 1 << rng.randint(3, 22), rng.randint(1, 1 << 22)])
+                for d in ("vocab", "seq_len", "d_ff", "n_experts")
+            }
+            params = model_params(modules, d_model=rng.choice([1, 2, 16, 64]), **dims)
             payload = sum(
                 math.prod(shape) * dtype.itemsize
                 for s in params.values()
@@ -160,13 +159,8 @@ class UpdateTarget(Target):
             except Exception:
                 hb = json.dumps(doc).encode()
             return _frame(hb, payload)
-        if op < 0.9:
-            (n,) = struct.unpack_from("<Q", payload, 0)
-            meta = mutate_json(json.loads(payload[8 : 8 + n]), rng)
-            mb = json.dumps(meta).encode()
-            if rng.random() < 0.3:
-                mb = mutate_bytes(mb, rng, 2)
-            return _frame(header, struct.pack("<Q", len(mb)) + mb + payload[8 + n :])
+        if op < 0.9:  # the header intact around a mutated raw payload (its fields' bytes, or its size)
+            return _frame(header, mutate_bytes(payload, rng, rng.randint(1, 4)))
         # a valid frame around a mutated payload/header with consistent lengths
         return _frame(mutate_bytes(header, rng, 2), mutate_bytes(payload, rng, 2))
 

@@ -71,8 +71,8 @@ def test_recursion_limit_survives_py_ecc_import() -> None:
         "from protocol.tensorblob import decode_tensors as f; f(struct.pack('<Q', len(h)) + h)",
         "from protocol.canonical import loads_canonical as f; f(h)",
         "from protocol.records import decode_record as f; f(h[:20000])",
-        "from protocol.update import _safetensors_header_len as f, UpdateCaps as C;"
-        " f(struct.pack('<Q', len(h)) + h, C(max_header_bytes=1 << 20))",
+        "from protocol.update import decode_update as f, MAGIC as M;"
+        " f(M + struct.pack('<I', len(h)) + h + struct.pack('<Q', 0))",
     ],
 )
 def test_deep_json_is_a_typed_error_not_a_segfault(call: str) -> None:

@@ -3,7 +3,7 @@
 The reproducers: a 799-byte "topk" update whose one chunk is as large as its parameter decoded to
 full-size fp32 (+2 GiB, 5 s) before any header check; ~840 bytes -> +3 GiB; a 95 KB DCT update +781 MiB;
 ``verify_update`` spent 2 GiB and 3.3 s before refusing at "header"; four safetensors dtypes raised
-``KeyError`` in ``safetensors.torch``. Each is refused now from the header alone, in milliseconds and
+``KeyError`` in ``safetensors.torch`` (tensor blobs; since wire version 4 an update's payload is raw fields). Each is refused now from the header alone, in milliseconds and
 without allocating (measured with the process's peak RSS, torch's allocations included).
 """
 
@@ -24,7 +24,7 @@ from protocol import updatecost
 from protocol.coordinator import update_commitment
 from protocol.errors import ProtocolError
 from protocol.tensorblob import TensorBlobError, decode_tensors
-from tests.fuzz.bombs import ISSUE_BOMBS, PeakRSS, crafted_update
+from tests.fuzz.bombs import ISSUE_BOMBS, PeakRSS, crafted_update, head
 from training.codecs import encode
 from training.config import CodecConfig
 
@@ -68,7 +68,7 @@ def test_issue_bombs_are_refused_from_the_header(
 
 def test_caps_bound_what_a_header_may_declare() -> None:
     codec = CodecConfig(name="dense", bits=2)
-    small = crafted_update({"head.out.weight": (1 << 16,)}, codec)
+    small = crafted_update(head(1 << 16), codec)
     wire.decode_update(small)
     with pytest.raises(wire.DecodeTooCostly, match="decodes to"):
         wire.decode_update(small, wire.UpdateCaps(max_decoded_bytes=1 << 16))
@@ -77,7 +77,7 @@ def test_caps_bound_what_a_header_may_declare() -> None:
     with pytest.raises(wire.DecodeTooCostly, match="take"):
         wire.decode_update(small, wire.UpdateCaps(max_decode_work=1000))
     # a DCT codec keeping every coefficient: 128x its decoded size in float64 basis rows
-    dct = crafted_update({"head.out.weight": (1 << 16,)}, CodecConfig(chunk=4096, topk=4096, transform="dct"))
+    dct = crafted_update(head(1 << 16), CodecConfig(chunk=4096, topk=4096, transform="dct"))
     with pytest.raises(wire.DecodeTooCostly, match="more than 16x"):
         wire.decode_update(dct)
 
@@ -85,7 +85,7 @@ def test_caps_bound_what_a_header_may_declare() -> None:
 def test_the_runs_own_model_and_codec_pass_whatever_the_caps() -> None:
     codec = CodecConfig(chunk=64, topk=4, bits=2)
     g = torch.Generator().manual_seed(0)
-    shapes = {"head.out.weight": (256, 64), "head.ln.weight": (64,)}
+    shapes = {"head.out.weight": (256, 64), "head.ln.weight": (64,), "head.ln.bias": (64,)}
     tensors = {n: encode(torch.randn(s, generator=g), codec) for n, s in shapes.items()}
     header = wire.make_header(
         1, "0x" + "ab" * 20, ["head"], tensors, codec, b"\x11" * 32, 2, [0, 2], [(b"\x01" * 32, b"\x02" * 32)] * 2, 5,
@@ -109,8 +109,8 @@ def test_a_module_of_tiny_parameters_under_a_dct_run_codec_is_not_refused(
     """Each 64-value parameter costs a whole 64x64 tile, far above 16x its decoded size; with the run's
     model and codec the update still passes (the ratio cap is lifted, the model bounds the rest)."""
     codec = CodecConfig(chunk=4096, topk=32, transform="dct")
-    tiny = {f"trunk.0.ln{i % 2 + 1}.{'weight' if i < 2 else 'bias'}": (64,) for i in range(4)}
-    model = {**tiny, "head.out.weight": (4096, 64)}
+    tiny = head(1, 64)  # three parameters of 64 values each
+    model = {**tiny, "embed.tok.weight": (4096, 64)}
     data = crafted_update(tiny, codec)
     # the fixed allowance would hide the ratio at this size
     monkeypatch.setattr(updatecost, "MEMORY_SLACK", 0)
@@ -132,13 +132,13 @@ def test_dtypes_safetensors_torch_cannot_map_are_refused_typed(
 ) -> None:
     with pytest.raises(TensorBlobError, match="not allowed"):
         decode_tensors(_safetensors(dtype, shape, nbytes, "param/w"))
-    # in an update payload: refused at the safetensors header, before safetensors.torch parses it
-    data = crafted_update({"head.ln.weight": (64,)}, CodecConfig(name="dense", bits=32))
+    # an update payload (wire version 4) is raw fields whose dtypes the codec fixes: nothing to declare
+    data = crafted_update(head(64), CodecConfig(name="dense", bits=32))
     header_len = struct.unpack_from("<I", data, 8)[0]
     header = data[12 : 12 + header_len]
     payload = _safetensors(dtype, shape, nbytes)
     framed = wire.MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
-    with pytest.raises(wire.BadTensorDtype):
+    with pytest.raises(wire.HeaderMismatch):
         wire.decode_update(framed)
 
 
@@ -155,8 +155,7 @@ def test_verify_update_refuses_the_bomb_at_format_before_decoding() -> None:
     spec = tiny_spec()
     theta = spec.genesis_params()
     miner, contract = "0x" + "ab" * 20, "0x" + "c0" * 20
-    name = sorted(theta)[0]
-    data = crafted_update({name: (1 << 28,)}, CodecConfig(chunk=1 << 28, topk=1, bits=32), round=1)
+    data = crafted_update(head(1 << 28), CodecConfig(chunk=1 << 28, topk=1, bits=32), round=1)
     ctx = RoundContext(
         spec=spec, dataset=None, round=1, chain_id=31337, contract=contract, validator="0x" + "01" * 20,  # type: ignore[arg-type]
         checkpoint=theta, checkpoint_digest=b"\x11" * 32, assign_seed=b"\x00" * 32,

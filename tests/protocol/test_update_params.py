@@ -1,0 +1,56 @@
+"""Issue 14: a version-4 header derives the parameters from modules and dims; the derivation is the model's.
+
+``protocol.updateparams`` spells out the parameters of each module kind; these tests pin it to
+``training.model`` for every mode, so a change to the model that the wire format does not follow fails
+here rather than as refused honest updates."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol import update as wire
+from protocol.updateparams import DIMS, derive_params, infer_dims, schedule
+from training.config import ModelConfig
+from training.model import build_model, module_ids, module_params, param_state
+
+CONFIGS = [
+    ModelConfig(mode="moe"),
+    ModelConfig(mode="dipaco", n_layers=3, n_choices=3, d_ff=96),
+    ModelConfig(mode="dense", vocab_size=300, seq_len=16, d_model=32, n_heads=2, n_layers=3, d_ff=48),
+    ModelConfig(mode="moe", vocab_size=97, seq_len=12, d_model=8, n_heads=2, n_layers=2, d_ff=24, n_experts=3),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[f"{c.mode}-{c.d_model}" for c in CONFIGS])
+def test_derived_parameters_are_the_models(cfg: ModelConfig) -> None:
+    state = param_state(build_model(cfg))
+    ids = module_ids(cfg)
+    for modules in ([m] for m in ids):
+        want = tuple(sorted((n, tuple(t.shape)) for n, t in module_params(state, modules).items()))
+        dims = infer_dims(modules, want)
+        assert derive_params(modules, dims, 4096, 1 << 62) == want, modules
+    want = tuple(sorted((n, tuple(t.shape)) for n, t in state.items()))
+    dims = infer_dims(ids, want)
+    assert derive_params(ids, dims, 4096, 1 << 62) == want
+    expect = {"vocab": cfg.vocab_size, "seq_len": cfg.seq_len, "d_model": cfg.d_model, "d_ff": cfg.d_ff}
+    expect["n_experts"] = cfg.n_experts if cfg.mode == "moe" else 0
+    assert dict(zip(DIMS, dims, strict=True)) == expect
+
+
+def test_parameters_that_are_not_whole_modules_cannot_be_encoded() -> None:
+    state = param_state(build_model(ModelConfig()))
+    head = sorted((n, tuple(t.shape)) for n, t in module_params(state, ["head"]).items())
+    with pytest.raises(ValueError):
+        infer_dims(["head"], head[:-1])
+    with pytest.raises(ValueError):
+        infer_dims(["head"], [*head, ("embed.tok.weight", (256, 64))])
+    with pytest.raises(ValueError):
+        infer_dims(["head"], [(n, (s[0] + 1, *s[1:])) for n, s in head])
+
+
+def test_recorded_steps_are_the_inner_loops() -> None:
+    assert schedule(1, 3, 10) == (0, 1, 2, 3)
+    assert schedule(4, 10, 10) == (0, 4, 8, 10)
+    assert schedule(5, 10, 10) == (0, 5, 10)
+    with pytest.raises(wire.MalformedHeader):
+        schedule(1, 10, 10)
