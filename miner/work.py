@@ -26,11 +26,12 @@ from protocol.update import (
     update_digest,
 )
 from training.assignment import Assignment, assign
-from training.codecs import Encoded, ErrorFeedback
+from training.codecs import Encoded
 from training.config import CodecConfig
 from training.data import Dataset, miner_batches
 from training.digest import split_state, state_digest
 from training.diloco import pseudo_gradient
+from training.feedback import ErrorFeedback
 from training.inner import Device, InnerResult, Transcript, replay_segment, train_inner
 
 

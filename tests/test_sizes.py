@@ -23,13 +23,11 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 MODULES: dict[str, str] = {
-    "training/codecs.py": "every codec (top-k, DCT, quantisation, index packing) and error feedback, to split",
     "protocol/chain/errors.py": "one typed class per Solidity custom error (51 classes, mostly docstrings)",
 }
 """Modules over :data:`MAX_MODULE_LINES`, and why."""
 
 FUNCTIONS: dict[str, str] = {
-    "training/codecs.py::decode": "the codec's decode as one fixed sequence of IEEE-754 steps, to split",
     "training/presets.py::estimate": "parameters, memory and timed steps of a preset in one pass, to split",
     "training/simulation.py::Simulation.step": "one outer round of the in-process simulation, to split",
     "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",

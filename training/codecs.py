@@ -12,7 +12,7 @@ each); values are quantised uniformly and symmetrically to ``L = 2**bits``
 levels ``s * (-1 + 2q/(L-1))`` with ``s`` the chunk's largest kept magnitude (one fp32 scale per chunk)
 and packed at ``bits`` bits each; ``bits=32`` sends raw fp32 and no scale. ``dense`` keeps every value.
 
-Error bounds (``error_bound`` computes them; ``tests/training/test_codecs.py`` holds them with hypothesis),
+Error bounds (``training.codecbounds.error_bound`` computes them; ``tests/training/test_codecs.py`` holds them with hypothesis),
 with ``q = s / (L - 1)`` (0 for 32 bits) and ``tau`` the smallest kept magnitude of a chunk:
 
 - ``dense``: ``|x_hat_i - x_i| <= q`` for every value i of the chunk;
@@ -20,14 +20,13 @@ with ``q = s / (L - 1)`` (0 for 32 bits) and ``tau`` the smallest kept magnitude
 - ``topk`` with DCT: ``||x_hat - x||_2 <= sqrt(sum of dropped coefficients^2) + sqrt(k) * q`` per chunk
   (the transform is orthonormal), up to fp32 rounding (``DCT_RTOL`` of the chunk norm).
 
-Error feedback (:class:`ErrorFeedback`, kept by the miner): ``e = ef_beta * e + delta``; send
+Error feedback (``training.feedback.ErrorFeedback``, kept by the miner): ``e = ef_beta * e + delta``; send
 ``C(e)``; ``e = e - decode(C(e))``. Nothing dropped is lost, only delayed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -281,18 +280,12 @@ def check_fields(enc: Encoded, cfg: CodecConfig) -> None:
             raise CodecError(f"field {name}: {t.dtype} {tuple(t.shape)} != {dtype} {shape}")
 
 
-def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
-    """Decompress to an fp32 tensor of ``enc.shape``. Raises :class:`CodecError` on malformed input.
-
-    The result is defined by IEEE-754 alone (dequantisation and the inverse DCT are fixed sequences of
-    elementwise float64 operations, rounded once to fp32; see ``training.exact``), so every validator
-    decodes the same bits on any CPU or GPU and the merge built on it is reproducible.
-    """
-    check_fields(enc, cfg)
-    lay = layout_of(enc.shape, cfg)
-    codes = torch.zeros(0, dtype=torch.int64)  # the quantised codes (none at 32 bits)
+def _decoded_values(enc: Encoded, cfg: CodecConfig, lay: Layout) -> tuple[Tensor, Tensor]:
+    """(float64 values, int64 codes) of ``enc``'s kept values (no codes at 32 bits); :class:`CodecError`
+    on a bad scale or a non-finite value."""
     if cfg.bits == 32:
         values = enc.fields["val"].to(F64)
+        codes = torch.zeros(0, dtype=torch.int64)
     else:
         codes = unpack_bits(enc.fields["val"], cfg.bits, lay.kept)
         scales = enc.fields["scale"].float()
@@ -308,125 +301,67 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
         values = torch.cat(parts) if parts else torch.zeros(0, dtype=F64)
     if not bool(torch.isfinite(values).all()):
         raise CodecError("non-finite values")
+    return values, codes
+
+
+def _sparse_groups(
+    enc: Encoded, cfg: CodecConfig, lay: Layout, values: Tensor, codes: Tensor
+) -> list[Tensor]:
+    """The ``topk`` chunks rebuilt from their indices and values, in the codec's basis turned back to
+    values: ``[m, width]`` fp32 per group (full chunks, then the tail)."""
     width_tail = cfg.chunk if cfg.transform == "dct" else lay.tail
     width_full = cfg.chunk
     tr = tc = TILE  # the tile's sides (with a transform)
     if cfg.transform in SHAPED:
         _, _, tr, tc = tile_grid(enc.shape)
         width_full = tr * tc
-    groups: list[Tensor] = []
-    if cfg.name == "topk":
-        if cfg.index == "elias-fano":
-            idx = elias_fano_decode(enc.fields["idx"], index_groups(enc.shape, cfg))
-        else:
-            idx = unpack_bits(enc.fields["idx"], index_bits(cfg, enc.shape), lay.kept)
-        pos = 0
-        for first, m, width, k in (
-            (0, lay.full_chunks, width_full, lay.k_full),
-            (lay.full_chunks, 1 if lay.tail else 0, width_tail, lay.k_tail),
-        ):
-            if m == 0:
-                continue
-            i = idx[pos : pos + m * k].view(m, k)
-            if bool((i >= width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
-                raise CodecError("indices out of range or not strictly increasing")
-            v = values[pos : pos + m * k].view(m, k)
-            if cfg.transform in DCT and cfg.bits != 32:
-                # exact integer inverse DCT of the numerators 2q - (L - 1), times scale / (L - 1) per tile
-                levels = (1 << cfg.bits) - 1
-                num = codes[pos : pos + m * k].view(m, k) * 2 - levels
-                factor = enc.fields["scale"][first : first + m].to(F64) / levels
-                groups.append(quantised_idct_tiles(i // tc, i % tc, num, factor, tr, cfg.bits, tc))
-            elif cfg.transform in DCT:
-                groups.append(sparse_idct_tiles(i // tc, i % tc, v, tr, tc))
-            else:
-                g = torch.zeros(m, width, dtype=F64)
-                g.scatter_(1, i, v)
-                groups.append(g.to(torch.float32))
-            pos += m * k
+    if cfg.index == "elias-fano":
+        idx = elias_fano_decode(enc.fields["idx"], index_groups(enc.shape, cfg))
     else:
-        groups.append(values.to(torch.float32))
+        idx = unpack_bits(enc.fields["idx"], index_bits(cfg, enc.shape), lay.kept)
+    groups: list[Tensor] = []
+    pos = 0
+    for first, m, width, k in (
+        (0, lay.full_chunks, width_full, lay.k_full),
+        (lay.full_chunks, 1 if lay.tail else 0, width_tail, lay.k_tail),
+    ):
+        if m == 0:
+            continue
+        i = idx[pos : pos + m * k].view(m, k)
+        if bool((i >= width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
+            raise CodecError("indices out of range or not strictly increasing")
+        v = values[pos : pos + m * k].view(m, k)
+        if cfg.transform in DCT and cfg.bits != 32:
+            # exact integer inverse DCT of the numerators 2q - (L - 1), times scale / (L - 1) per tile
+            levels = (1 << cfg.bits) - 1
+            num = codes[pos : pos + m * k].view(m, k) * 2 - levels
+            factor = enc.fields["scale"][first : first + m].to(F64) / levels
+            groups.append(quantised_idct_tiles(i // tc, i % tc, num, factor, tr, cfg.bits, tc))
+        elif cfg.transform in DCT:
+            groups.append(sparse_idct_tiles(i // tc, i % tc, v, tr, tc))
+        else:
+            g = torch.zeros(m, width, dtype=F64)
+            g.scatter_(1, i, v)
+            groups.append(g.to(torch.float32))
+        pos += m * k
+    return groups
+
+
+def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
+    """Decompress to an fp32 tensor of ``enc.shape``. Raises :class:`CodecError` on malformed input.
+
+    The result is defined by IEEE-754 alone (dequantisation and the inverse DCT are fixed sequences of
+    elementwise float64 operations, rounded once to fp32; see ``training.exact``), so every validator
+    decodes the same bits on any CPU or GPU and the merge built on it is reproducible.
+    """
+    check_fields(enc, cfg)
+    lay = layout_of(enc.shape, cfg)
+    values, codes = _decoded_values(enc, cfg, lay)
+    if cfg.name == "topk":
+        groups = _sparse_groups(enc, cfg, lay, values, codes)
+    else:
+        groups = [values.to(torch.float32)]
     flat = torch.cat([g.reshape(-1) for g in groups]) if groups else torch.zeros(0)
     if cfg.transform in SHAPED:
         return _untile(flat, enc.shape) if lay.numel else torch.zeros(enc.shape)
     return flat[: lay.numel].view(enc.shape)
-
-
-def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
-    """Per-chunk bound on the round-trip error (L-inf without transform, L2 with DCT); see the module doc."""
-    lay = layout_of(tuple(x.shape), cfg)
-    out = []
-    levels = (1 << cfg.bits) - 1
-    for chunks, k in _to_chunks(x.detach().to("cpu"), lay, cfg):
-        mags = chunks.abs()
-        if cfg.name == "topk":
-            top = mags.topk(k, dim=1).values
-            s, tau = top[:, 0], top[:, -1]
-        else:
-            s, tau = mags.amax(dim=1), torch.zeros(chunks.shape[0])
-        q = torch.zeros_like(s) if cfg.bits == 32 else s / levels
-        if cfg.transform in DCT:
-            dropped = (
-                (mags.pow(2).sum(dim=1) - mags.topk(k, dim=1).values.pow(2).sum(dim=1)).clamp_min(0).sqrt()
-            )
-            out.append(dropped + math.sqrt(k) * q + DCT_RTOL * mags.pow(2).sum(dim=1).sqrt())
-        else:
-            out.append(torch.maximum(tau, q) if cfg.name == "topk" else q)
-    return torch.cat(out) if out else torch.zeros(0)
-
-
-def chunk_errors(x: Tensor, x_hat: Tensor, cfg: CodecConfig) -> Tensor:
-    """Measured per-chunk error in the norm :func:`error_bound` bounds."""
-    if cfg.transform in SHAPED:
-        diff = _tiles(x_hat.float() - x.float()).flatten(1)
-        return diff.norm(dim=1) if cfg.transform == "shaped" else diff.abs().amax(dim=1)
-    lay = layout(x.numel(), cfg)
-    diff = (x_hat.float() - x.float()).reshape(-1)
-    out = []
-    for i in range(lay.n_chunks):
-        seg = diff[i * cfg.chunk : (i + 1) * cfg.chunk]
-        out.append(seg.norm() if cfg.transform == "dct" else seg.abs().max())
-    return torch.stack(out) if out else torch.zeros(0)
-
-
-class ErrorFeedback:
-    """The miner's error-feedback memory, one fp32 buffer per parameter name."""
-
-    def __init__(self, cfg: CodecConfig) -> None:
-        self.cfg = cfg
-        self.buffers: dict[str, Tensor] = {}
-
-    def compress(self, delta: Mapping[str, Tensor]) -> tuple[dict[str, Encoded], dict[str, Tensor]]:
-        """Encode ``ef_beta * e + delta`` per tensor; returns the encodings and what they decode to."""
-        encs: dict[str, Encoded] = {}
-        sent: dict[str, Tensor] = {}
-        for name in sorted(delta):
-            d = delta[name].detach().float()
-            prev = self.buffers.get(name)
-            acc = d.clone() if prev is None else prev * self.cfg.ef_beta + d
-            enc = encode(acc, self.cfg)
-            dec = decode(enc, self.cfg)
-            self.buffers[name] = acc - dec
-            encs[name], sent[name] = enc, dec
-        return encs, sent
-
-    def settle(self, sent: Mapping[str, Tensor], applied: Mapping[str, Tensor]) -> None:
-        """With ``feedback='applied'``: move what was sent but not applied back into memory.
-
-        ``applied[name]`` is theta_r - theta_{r+1} for the parameters this miner sent.
-        """
-        for name, s in sent.items():
-            self.buffers[name] = self.buffers[name] + s - applied[name].float()
-
-    def state_dict(self) -> dict[str, Tensor]:
-        """Buffers as ``ef/<name>`` (a miner persists them to resume)."""
-        return {f"ef/{k}": v.clone() for k, v in self.buffers.items()}
-
-    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        """Restore buffers saved by :meth:`state_dict`."""
-        self.buffers = {k.removeprefix("ef/"): v.clone() for k, v in state.items()}
-
-
-def decode_all(encs: Mapping[str, Encoded], cfg: CodecConfig) -> dict[str, Tensor]:
-    """Decode every tensor of an update."""
-    return {name: decode(e, cfg) for name, e in encs.items()}

@@ -23,11 +23,12 @@ import torch
 from torch import Tensor
 
 from training.assignment import Assignment, assign
-from training.codecs import Encoded, ErrorFeedback, encoded_bits
+from training.codecs import Encoded, encoded_bits
 from training.config import RunConfig
 from training.data import Dataset, eval_windows, miner_batches
 from training.digest import state_digest
 from training.diloco import OuterOptimizer, merge, pseudo_gradient
+from training.feedback import ErrorFeedback
 from training.inner import InnerResult, lr_at, train_inner
 from training.model import TesseraModel, all_paths, build_model, lm_loss, load_params, param_state
 

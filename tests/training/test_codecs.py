@@ -9,20 +9,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from training.codecbounds import chunk_errors, error_bound
 from training.codecs import (
     Encoded,
-    ErrorFeedback,
-    chunk_errors,
     decode,
     encode,
     encoded_bits,
-    error_bound,
     field_specs,
     pack_bits,
     unpack_bits,
 )
 from training.config import CodecConfig
 from training.errors import CodecError, ConfigError
+from training.feedback import ErrorFeedback
 
 CODECS = [
     CodecConfig(name="topk", chunk=64, topk=4, bits=2),

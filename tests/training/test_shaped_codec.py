@@ -9,13 +9,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from training.codecbounds import chunk_errors, error_bound
 from training.codecs import (
     Encoded,
-    chunk_errors,
     decode,
     encode,
     encoded_bits,
-    error_bound,
     field_specs,
     layout_of,
     pack_bits,

@@ -14,9 +14,9 @@ from torch import Tensor
 from protocol.update import decode_update
 from tests.validator.validator_support import MINERS, Round, make_round
 from training.assignment import Assignment
-from training.codecs import ErrorFeedback
 from training.data import Dataset, batch_offsets, miner_batches, scoring_batches, scoring_offsets
 from training.errors import DataError
+from training.feedback import ErrorFeedback
 from training.model import build_model, lm_loss
 from validator.verify import Verdict, VerifyPolicy, _usefulness
 

@@ -1,0 +1,54 @@
+"""Error feedback (kept by the miner): ``e = ef_beta * e + delta``; send ``C(e)``; ``e = e - decode(C(e))``.
+Nothing dropped is lost, only delayed (and faded by ``ef_beta``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torch import Tensor
+
+from training.codecs import Encoded, decode, encode
+from training.config import CodecConfig
+
+
+class ErrorFeedback:
+    """The miner's error-feedback memory, one fp32 buffer per parameter name."""
+
+    def __init__(self, cfg: CodecConfig) -> None:
+        self.cfg = cfg
+        self.buffers: dict[str, Tensor] = {}
+
+    def compress(self, delta: Mapping[str, Tensor]) -> tuple[dict[str, Encoded], dict[str, Tensor]]:
+        """Encode ``ef_beta * e + delta`` per tensor; returns the encodings and what they decode to."""
+        encs: dict[str, Encoded] = {}
+        sent: dict[str, Tensor] = {}
+        for name in sorted(delta):
+            d = delta[name].detach().float()
+            prev = self.buffers.get(name)
+            acc = d.clone() if prev is None else prev * self.cfg.ef_beta + d
+            enc = encode(acc, self.cfg)
+            dec = decode(enc, self.cfg)
+            self.buffers[name] = acc - dec
+            encs[name], sent[name] = enc, dec
+        return encs, sent
+
+    def settle(self, sent: Mapping[str, Tensor], applied: Mapping[str, Tensor]) -> None:
+        """With ``feedback='applied'``: move what was sent but not applied back into memory.
+
+        ``applied[name]`` is theta_r - theta_{r+1} for the parameters this miner sent.
+        """
+        for name, s in sent.items():
+            self.buffers[name] = self.buffers[name] + s - applied[name].float()
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Buffers as ``ef/<name>`` (a miner persists them to resume)."""
+        return {f"ef/{k}": v.clone() for k, v in self.buffers.items()}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        """Restore buffers saved by :meth:`state_dict`."""
+        self.buffers = {k.removeprefix("ef/"): v.clone() for k, v in state.items()}
+
+
+def decode_all(encs: Mapping[str, Encoded], cfg: CodecConfig) -> dict[str, Tensor]:
+    """Decode every tensor of an update."""
+    return {name: decode(e, cfg) for name, e in encs.items()}
