@@ -29,7 +29,6 @@ MODULES: dict[str, str] = {
 
 FUNCTIONS: dict[str, str] = {
     "training/presets.py::estimate": "parameters, memory and timed steps of a preset in one pass, to split",
-    "training/simulation.py::Simulation.step": "one outer round of the in-process simulation, to split",
     "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",
     "tessera/commands/devnet.py::register": "argparse declarations of tessera devnet's options",
     "tessera/commands/runspec.py::register": "argparse declarations of tessera runspec's subcommands",

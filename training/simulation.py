@@ -147,6 +147,18 @@ class Simulation:
         seed = round_seed(self.run_seed, round_index)
         return miner_batches(self.ds, seed, a, inner.steps, inner.batch_size, self.run.model.seq_len)
 
+    def _compress(
+        self, miner: str, a: Assignment, delta: dict[str, Tensor]
+    ) -> tuple[dict[str, Encoded], dict[str, Tensor], ErrorFeedback]:
+        """A miner's encoded update, what it decodes to, and the miner's error feedback after it."""
+        key = (miner, ",".join(a.module_ids) if self.ef_key == "assignment" else "")
+        ef = self.feedback.setdefault(key, ErrorFeedback(self.run.codec))
+        # as a devnet miner does (miner/work.py; the validator recomputes the update from the committed
+        # residual of the parameters it names): only the residual of parameters assigned again is carried
+        ef.buffers = {n: b for n, b in ef.buffers.items() if n in delta}
+        encs, sent = ef.compress(delta)
+        return encs, sent, ef
+
     def step(self, round_index: int, evaluate_after: bool = True) -> RoundStats:
         """Run one outer round and move ``self.params`` to theta_{r+1}."""
         contributions: list[tuple[float, str, dict[str, Tensor]]] = []
@@ -171,14 +183,7 @@ class Simulation:
             delta = pseudo_gradient(self.params, res.params)
             encs: dict[str, Encoded] | None = None
             if self.compress:
-                key = (miner, ",".join(a.module_ids) if self.ef_key == "assignment" else "")
-                ef = self.feedback.setdefault(key, ErrorFeedback(self.run.codec))
-                # as a devnet miner does (miner/work.py; the validator recomputes the update from the
-                # committed residual of the parameters it names): only the residual of parameters
-                # assigned again is carried, the rest is dropped
-                ef.buffers = {n: b for n, b in ef.buffers.items() if n in delta}
-                encs, delta = ef.compress(delta)
-                ef_of[miner] = ef
+                encs, delta, ef_of[miner] = self._compress(miner, a, delta)
                 payload = sum(encoded_bits(e.shape, self.run.codec) for e in encs.values())
             else:
                 payload = fp32_bits(delta)
