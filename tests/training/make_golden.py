@@ -1,4 +1,6 @@
-"""Regenerate tests/training/golden/golden.json (run: .venv/bin/python tests/training/make_golden.py).
+"""Regenerate tests/training/golden/golden.json.
+
+Run from the repository root: ``.venv/bin/python -m tests.training.make_golden``.
 
 The golden values pin what miners and validators must agree on, and they hold on every machine:
 
@@ -22,12 +24,8 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validator"))
-
-import merge_case
-from training_fixtures import tiny_inner, tiny_model
-
+from tests.training.training_fixtures import tiny_inner, tiny_model
+from tests.validator import merge_case
 from training.assignment import assign
 from training.bitpack import elias_fano_encode
 from training.codecs import Encoded, decode, encode, index_bits, layout, layout_of, pack_bits, tile_grid

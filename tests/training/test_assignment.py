@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from training_fixtures import tiny_model
 
+from tests.training.training_fixtures import tiny_model
 from training.assignment import assign, trainers_per_module
 from training.config import ModelConfig
 from training.errors import AssignmentError

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
-from training_fixtures import tiny_model
 
+from tests.training.training_fixtures import tiny_model
 from training.assignment import assign
 from training.corpus import BUNDLED_SHA256, load_bundled_corpus, parse_corpus
 from training.data import (

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from training_fixtures import tiny_inner, tiny_model
 
+from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.assignment import assign
 from training.corpus import load_bundled_corpus
 from training.data import miner_batches, prepare

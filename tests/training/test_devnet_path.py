@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-from training_fixtures import tiny_inner, tiny_model
 
 from miner.behaviour import Behaviour
 from miner.work import build_update
 from protocol.update import decode_update
 from tessera.devnet.network import DevnetConfig, devnet_spec
+from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.config import CodecConfig, InnerConfig, OuterConfig, RunConfig
 from training.corpus import load_bundled_corpus
 from training.data import prepare

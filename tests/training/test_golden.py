@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from make_golden import (
+
+from tests.training.make_golden import (
     CODECS,
     MINERS,
     TRAINED_RTOL,
@@ -25,8 +26,7 @@ from make_golden import (
     pseudo_gradient_case,
     recipe,
 )
-from training_fixtures import tiny_model
-
+from tests.training.training_fixtures import tiny_model
 from training.assignment import assign
 from training.codecs import decode, encode
 from training.config import OuterConfig

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from training_fixtures import tiny_inner, tiny_model
 
+from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.assignment import assign
 from training.config import InnerConfig
 from training.corpus import load_bundled_corpus

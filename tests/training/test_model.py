@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from training_fixtures import tiny_model
 
+from tests.training.training_fixtures import tiny_model
 from training.digest import state_digest
 from training.errors import ModuleIdError
 from training.model import (

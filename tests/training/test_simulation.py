@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from training_fixtures import tiny_inner, tiny_model
 
+from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.config import CodecConfig, OuterConfig, RunConfig
 from training.corpus import load_bundled_corpus
 from training.data import prepare
