@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 
 from protocol.update import UnsupportedVersion, Update, UpdateCaps, UpdateError, UpdateHeader, decode_update
-from training.feedback import ErrorFeedback
 from training.digest import state_digest
 from training.diloco import pseudo_gradient
+from training.feedback import ErrorFeedback
 from validator.context import FetchSource, FetchState, KeepResidual, RoundContext, Verdict, _Fail, _run_model
 from validator.errors import SourceMismatchError
 from validator.policy import VerifyPolicy

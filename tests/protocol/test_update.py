@@ -9,7 +9,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from safetensors.torch import save as st_save
 
 from protocol import update as wire
 from protocol.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
