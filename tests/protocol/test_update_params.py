@@ -17,7 +17,9 @@ CONFIGS = [
     ModelConfig(mode="moe"),
     ModelConfig(mode="dipaco", n_layers=3, n_choices=3, d_ff=96),
     ModelConfig(mode="dense", vocab_size=300, seq_len=16, d_model=32, n_heads=2, n_layers=3, d_ff=48),
-    ModelConfig(mode="moe", vocab_size=97, seq_len=12, d_model=8, n_heads=2, n_layers=2, d_ff=24, n_experts=3),
+    ModelConfig(
+        mode="moe", vocab_size=97, seq_len=12, d_model=8, n_heads=2, n_layers=2, d_ff=24, n_experts=3
+    ),
 ]
 
 
