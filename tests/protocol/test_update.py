@@ -123,9 +123,10 @@ def test_bad_magic() -> None:
 
 def test_wrong_version() -> None:
     header, payload = _parts(wire.encode_update(_update()))
-    header["version"] = 1  # before the error-feedback chain (F12)
-    with pytest.raises(wire.UnsupportedVersion):
-        wire.decode_update(_frame(dumps_canonical(header), payload))
+    for old in (1, 3):  # 1: before the error-feedback chain (F12); 3: parameter names in the header
+        header["version"] = old
+        with pytest.raises(wire.UnsupportedVersion):
+            wire.decode_update(_frame(dumps_canonical(header), payload))
 
 
 def test_unknown_codec() -> None:

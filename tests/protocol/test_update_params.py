@@ -56,3 +56,39 @@ def test_recorded_steps_are_the_inner_loops() -> None:
     assert schedule(5, 10, 10) == (0, 5, 10)
     with pytest.raises(wire.MalformedHeader):
         schedule(1, 10, 10)
+
+
+def test_the_header_of_a_devnet_sized_update_stays_small() -> None:
+    """Issue 14: <= 0.006 wire bits per trained parameter per step at H = 30 needs a header of about 500
+    bytes or less on these models; wire version 3's was 1.7 kB."""
+    import torch
+
+    from training.codecs import encode
+    from training.config import CodecConfig
+    from training.inner import Transcript
+
+    cfg = ModelConfig(mode="moe")
+    modules = [
+        "embed",
+        "trunk.0",
+        "trunk.1",
+        "moe.0.expert.0",
+        "moe.0.expert.1",
+        "moe.1.expert.2",
+        "moe.1.expert.3",
+        "head",
+    ]
+    codec = CodecConfig(chunk=4096, topk=54, bits=2, transform="shaped", index="elias-fano")
+    state = module_params(param_state(build_model(cfg)), modules)
+    tensors = {n: encode(torch.randn(t.shape), codec) for n, t in state.items()}
+    steps = list(range(0, 31, 10))
+    tr = Transcript(interval=10, steps=steps, parts=[(b"\x01" * 32, b"\x02" * 32)] * len(steps))
+    up = wire.make_update(
+        99, "0x" + "ab" * 20, modules, tensors, codec, b"\x11" * 32, tr, 30720,
+        ef_after=b"\x03" * 32, ef_source=(98, b"\x04" * 32),
+    )  # fmt: skip
+    data = wire.encode_update(up)
+    header_len = int.from_bytes(data[8:12], "little")
+    assert header_len <= 500, header_len
+    fields = sum(t.numel() * t.element_size() for e in tensors.values() for t in e.fields.values())
+    assert len(data) == 8 + 4 + header_len + 8 + fields  # nothing else travels
