@@ -11,7 +11,7 @@ from web3 import Web3
 from protocol.anvil import Anvil
 from tessera.cli import main
 from tessera.commands.account import parse_tokens, tokens
-from tests.chain.conftest import Net, make_net, mine
+from tests.chain.chain_support import Net, make_net, mine
 
 pytestmark = pytest.mark.chain
 

@@ -13,7 +13,7 @@ from protocol.anvil import Anvil, AnvilError, free_port
 from protocol.chain import Chain, ChainConnectionError, CheckpointCertified, Registered, deploy_network
 from protocol.chain import transport as chain_mod
 from protocol.deployment import Deployment, NetworkParams
-from tests.chain.conftest import Net, make_net, new_account
+from tests.chain.chain_support import Net, make_net, new_account
 
 pytestmark = pytest.mark.chain
 

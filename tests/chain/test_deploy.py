@@ -24,7 +24,7 @@ from protocol.keys import (
 )
 from tessera.commands import contracts as contracts_cmd
 from tessera.errors import TesseraError
-from tests.chain.conftest import new_account
+from tests.chain.chain_support import new_account
 
 pytestmark = pytest.mark.chain
 

@@ -26,7 +26,7 @@ from protocol.chain import (
     WrongPhase,
     WrongRound,
 )
-from tests.chain.conftest import Net, make_net, mine
+from tests.chain.chain_support import Net, make_net, mine
 
 pytestmark = pytest.mark.chain
 

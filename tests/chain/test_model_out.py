@@ -13,7 +13,7 @@ from protocol.runspec import RunSpec
 from protocol.tensorblob import encode_tensors, tensor_blob_digest
 from tessera.cli import main
 from tessera.modelout import ModelOutError, load_export, model_with, sample
-from tests.chain.conftest import new_account
+from tests.chain.chain_support import new_account
 
 pytestmark = pytest.mark.chain
 

@@ -22,7 +22,7 @@ from protocol.nodeaccount import ChainAccount, KeyInUseError
 from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
 from protocol.transfer import BlobStore
 from tessera.nodes import dht_listen_maddr, lock_data_dir
-from tests.chain.conftest import Net, make_net
+from tests.chain.chain_support import Net, make_net
 from tests.chain.test_account_cli import _pay_the_miner
 
 pytestmark = pytest.mark.chain

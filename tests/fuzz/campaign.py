@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         summary = res.to_json()
         if args.measure and name == "update" and not args.no_at_cap:
-            from .bombs import measure_at_cap
+            from tests.support.bombs import measure_at_cap
 
             summary["at_cap"] = measure_at_cap()
             for row in summary["at_cap"]:

@@ -5,7 +5,7 @@ engine counts inputs that were accepted, refused with an allowed (typed) error, 
 else (a *failure*, kept with its input for reproduction, deduplicated by type and raising line).
 Nothing is unpickled; inputs are bytes or text.
 
-With ``measure=True`` every input's wall time and peak resident memory (``tests.fuzz.bombs.PeakRSS``:
+With ``measure=True`` every input's wall time and peak resident memory (``tests.support.bombs.PeakRSS``:
 the kernel's high-water mark reset before the input, so torch's allocations count) are taken, and the
 worst of each is kept with its input; where the target can say how many bytes an input declares it
 decodes to (``Target.declared_bytes``), the worst ratio of peak memory to that size is kept too.
@@ -278,7 +278,7 @@ def run_campaign(
     measure: bool = False,
 ) -> Result:
     """Run ``inputs`` generated inputs against ``target``; never raises for the target's exceptions."""
-    from .bombs import PeakRSS, TracePeak
+    from tests.support.bombs import PeakRSS, TracePeak
 
     rng = random.Random(seed)
     res = Result(target.name, measured=measure)

@@ -94,7 +94,7 @@ def _random_codec(rng: random.Random) -> Any:
 class UpdateTarget(Target):
     """``decode_update`` at its default caps on havoc'd bytes, mutated headers and mutated raw
     payloads; with ``costly`` > 0, that share of inputs are well-formed updates crafted for random codecs
-    and parameter shapes (``tests.fuzz.bombs``), the declared decodes up to the largest the header allows
+    and parameter shapes (``tests.support.bombs``), the declared decodes up to the largest the header allows
     (issue 11: chunks as large as their parameter, DCT tiles, generic index widths)."""
 
     name = "update"
@@ -108,9 +108,8 @@ class UpdateTarget(Target):
 
     def warm_up(self) -> None:
         from protocol.update import decode_update
+        from tests.support.bombs import crafted_update, head
         from training.config import CodecConfig
-
-        from .bombs import crafted_update, head
 
         for codec in (
             CodecConfig(transform="dct", chunk=4096, topk=2),
@@ -121,9 +120,8 @@ class UpdateTarget(Target):
             decode_update(data)
 
     def _crafted(self, rng: random.Random) -> bytes:
+        from tests.support.bombs import crafted_update, model_params
         from training.codecs import field_specs
-
-        from .bombs import crafted_update, model_params
 
         for _ in range(20):
             codec = _random_codec(rng)

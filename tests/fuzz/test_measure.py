@@ -36,7 +36,7 @@ def test_measured_campaign_is_typed_and_bounded(target: str, inputs: int, tmp_pa
 
 def test_updates_at_the_cap_decode_within_bounds() -> None:
     """The largest update two codec families may send at the default caps: decoded, bounded."""
-    from .bombs import CAP_FAMILIES, measure_at_cap
+    from tests.support.bombs import CAP_FAMILIES, measure_at_cap
 
     families = [f for f in CAP_FAMILIES if f[0].startswith(("run-codec", "topk one huge chunk fp32"))]
     rows = measure_at_cap(repeat=1, families=families)

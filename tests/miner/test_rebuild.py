@@ -10,7 +10,7 @@ import pytest
 from miner.rebuild import accepted, rebuild_checkpoint
 from protocol import update as wire
 from protocol.tensorblob import join_checkpoint, tensors_digest
-from tests.validator.validator_support import MINERS, Round, make_round
+from tests.support.rounds import MINERS, Round, make_round
 from training.merge import MergePolicy, next_checkpoint
 
 

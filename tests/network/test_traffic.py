@@ -26,7 +26,7 @@ from protocol.traffic import (
 )
 from protocol.transfer import FetchPolicy, fetch_blob, sha256_digest
 from tests.network.miner_support import start_bare_miner
-from tests.validator.validator_support import MINERS, Round, make_round
+from tests.support.rounds import MINERS, Round, make_round
 
 KEY = "0x" + f"{52:064x}"
 

@@ -24,7 +24,7 @@ from protocol import updatecost
 from protocol.coordinator import update_commitment
 from protocol.errors import ProtocolError
 from protocol.tensorblob import TensorBlobError, decode_tensors
-from tests.fuzz.bombs import ISSUE_BOMBS, PeakRSS, crafted_update, head
+from tests.support.bombs import ISSUE_BOMBS, PeakRSS, crafted_update, head
 from training.codecs import encode
 from training.config import CodecConfig
 

@@ -1,7 +1,7 @@
 """A fixed merge case whose inputs are the same bytes on every machine; run as a script it prints the
 digests of its decoded updates and of the checkpoints each merge method makes (one JSON line).
 
-``test_merge_reproducible.py`` runs it in subprocesses under different instruction-set settings: the
+``tests/validator/test_merge_reproducible.py`` runs it in subprocesses under different instruction-set settings: the
 digests must be identical there and equal to the pinned ones (which any other machine, ARM or GPU box,
 checks too). Inputs are built from integers only (``torch.randint`` and exact scalings), not from a
 kernel, so they are identical wherever they are built.

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
+from tests.support import merge_case
 from tests.training.training_fixtures import tiny_inner, tiny_model
-from tests.validator import merge_case
 from training.assignment import assign
 from training.bitpack import elias_fano_encode
 from training.codecs import Encoded, decode, encode, index_bits, layout, layout_of, pack_bits, tile_grid

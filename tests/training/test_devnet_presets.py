@@ -80,11 +80,11 @@ def test_checkpoint_samples_fetch_check_and_decode(
 
 
 def test_live_view_shows_the_latest_sample() -> None:
-    from tests.network.test_devnet_view import _stub
+    from tests.support.devnet_view import devnet_stub
 
     console = Console(record=True, width=200)
     samples = {2: {"round": 2, "prompt": "The ", "samples": ["quick\nfox", "end"]}}
-    console.print(_view(_stub(), 3, 0.0, samples))
+    console.print(_view(devnet_stub(), 3, 0.0, samples))
     text = console.export_text()
     assert "sample of theta_3" in text and "'The quick fox'" in text
 

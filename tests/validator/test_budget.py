@@ -15,7 +15,7 @@ import pytest
 from protocol import update as wire
 from protocol.coordinator import update_commitment
 from protocol.transfer import BlobNotFoundError, FetchTimeoutError, PeerUnavailableError
-from tests.validator.validator_support import CHAIN_ID, CONTRACT, MINERS, Round, make_round
+from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 from validator.errors import NotAnnouncedError
 from validator.stages import Stage
 from validator.verify import Verdict, VerifyPolicy, verify_update

@@ -12,7 +12,7 @@ from protocol.tensorblob import tensors_digest
 from protocol.transfer import TransferError
 from protocol.update import decode_update, encode_update, update_digest
 from tessera.attack.miners import Poisoner
-from tests.validator.validator_support import MINERS, Round, make_round
+from tests.support.rounds import MINERS, Round, make_round
 from validator.verify import VerifyPolicy
 
 POLICY = VerifyPolicy()

@@ -17,7 +17,7 @@ from torch import Tensor
 from protocol import update as wire
 from protocol.coordinator import update_commitment
 from protocol.tensorblob import tensors_digest
-from tests.validator.validator_support import CHAIN_ID, CONTRACT, MINERS, Round, make_round
+from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 from validator.verify import Verdict, VerifyPolicy, verify_update
 
 

@@ -3,8 +3,8 @@
 The merge, the outer step and the codec decoder are specified as IEEE-754 operations in a fixed order
 (docs/decisions/reproducible-merge.md). If that holds, any faithful implementation of the same sequence,
 with other libraries and other kernels, must reproduce the pinned digests exactly: this one rebuilds the
-fixed case of ``merge_case.py`` with NumPy's own loops (its SIMD dispatch is its own, not ATen's), so
-it checks the specification, not only this machine's kernels.
+fixed case of ``tests/support/merge_case.py`` with NumPy's own loops (its SIMD dispatch is its own, not
+ATen's), so it checks the specification, not only this machine's kernels.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tests.validator.merge_case import RUNS, inputs
+from tests.support.merge_case import RUNS, inputs
 from training.codecs import Encoded, index_bits, layout, unpack_bits
 from training.config import CodecConfig
 from training.digest import state_digest

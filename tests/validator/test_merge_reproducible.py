@@ -1,8 +1,8 @@
 """The merge gives the same checkpoint digest under every instruction-set setting (issue 12).
 
-Each setting runs ``merge_case.py`` in its own process (ATen picks its kernels once, at start-up) and
-must print the digests pinned in tests/training/golden/golden.json, so a machine with other kernels (an
-AVX-512 CPU, ARM, a GPU box) is checked against the same numbers, not only against this one.
+Each setting runs ``tests/support/merge_case.py`` in its own process (ATen picks its kernels once, at
+start-up) and must print the digests pinned in tests/training/golden/golden.json, so a machine with other
+kernels (an AVX-512 CPU, ARM, a GPU box) is checked against the same numbers, not only against this one.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _run(env: dict[str, str], threads: int) -> dict[str, str]:
     full = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY",)}
     full.update(env)
     proc = subprocess.run(
-        [sys.executable, str(HERE / "merge_case.py"), str(threads)],
+        [sys.executable, str(HERE.parent / "support" / "merge_case.py"), str(threads)],
         env=full,
         capture_output=True,
         text=True,

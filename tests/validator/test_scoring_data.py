@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from protocol.update import decode_update
-from tests.validator.validator_support import MINERS, Round, make_round
+from tests.support.rounds import MINERS, Round, make_round
 from training.assignment import Assignment
 from training.data import Dataset, batch_offsets, miner_batches, scoring_batches, scoring_offsets
 from training.errors import DataError
