@@ -3,14 +3,13 @@ as plainly packed indices in fewer bits, and a field that decodes one way only."
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from tests.training.training_fixtures import shaped_tensors
 from training.codecs import (
     Encoded,
     decode,
@@ -35,18 +34,9 @@ PACKED = [
 ]
 
 
-@st.composite
-def tensors(draw: st.DrawFn) -> torch.Tensor:
-    dims = draw(st.lists(st.integers(1, 150), min_size=1, max_size=3))
-    if math.prod(dims) > 20000:
-        dims = dims[:1]
-    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
-    return torch.randn(*dims, generator=g)
-
-
 @pytest.mark.parametrize("packed", PACKED, ids=lambda c: f"{c.transform}-{c.chunk}-top{c.topk}-{c.bits}b")
 @settings(max_examples=25, deadline=None)
-@given(x=tensors())
+@given(x=shaped_tensors())
 def test_same_values_as_packed_indices_never_more_bits(packed: CodecConfig, x: torch.Tensor) -> None:
     ef = replace(packed, index="elias-fano")
     enc = encode(x, ef)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from tests.training.training_fixtures import shaped_tensors
 from training.codecbounds import chunk_errors, error_bound
 from training.codecs import (
     Encoded,
@@ -30,16 +30,6 @@ SHAPED = [
     CodecConfig(topk=64, bits=2, transform="tiles"),
     CodecConfig(topk=64, bits=32, transform="tiles"),
 ]
-
-
-@st.composite
-def shaped_tensors(draw: st.DrawFn) -> torch.Tensor:
-    dims = draw(st.lists(st.integers(1, 150), min_size=1, max_size=3))
-    if math.prod(dims) > 20000:
-        dims = dims[:1]
-    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
-    scale = draw(st.sampled_from([1e-6, 1.0, 1e3]))
-    return torch.randn(*dims, generator=g) * scale
 
 
 @pytest.mark.parametrize("cfg", SHAPED, ids=lambda c: f"{c.transform}-top{c.topk}-{c.bits}b")

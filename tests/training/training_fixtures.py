@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
+import torch
+from hypothesis import strategies as st
+
 from training.config import InnerConfig, ModelConfig
+
+
+@st.composite
+def shaped_tensors(draw: st.DrawFn) -> torch.Tensor:
+    """Tensors of 1 to 3 dimensions (sides 1-150, at most 20,000 values) at scales 1e-6, 1 and 1e3."""
+    dims = draw(st.lists(st.integers(1, 150), min_size=1, max_size=3))
+    if math.prod(dims) > 20000:
+        dims = dims[:1]
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    scale = draw(st.sampled_from([1e-6, 1.0, 1e3]))
+    return torch.randn(*dims, generator=g) * scale
 
 
 def tiny_model(mode: str = "moe") -> ModelConfig:
