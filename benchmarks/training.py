@@ -125,6 +125,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "series, neither run by default)",
     )
     p.add_argument(
+        "--device",
+        default="cpu",
+        help="where the simulated miners, the baselines and the evaluations compute: cpu, cuda or cuda:N "
+        "(states, updates and the merge stay on the CPU, as on the network); part of the cache key",
+    )
+    p.add_argument(
+        "--big-size",
+        action="store_true",
+        help="add a 38M-parameter size (d_model 512, 6 layers, context 128) to the size series: the GPU "
+        "run of issue 14 (e.g. --only sizes --full --big-size --device cuda --size-rounds 0 0 0 0 30)",
+    )
+    p.add_argument(
         "--size-rounds",
         type=int,
         nargs="+",
@@ -162,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(max(1, args.threads))
     parts = set(args.only or ["codec", "overhead", "quality", "tradeoff"])
-    scale = scale_of(args.full)
+    scale = _on_device(scale_of(args.full), args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     b = _Bench(
@@ -189,6 +201,12 @@ def main(args: argparse.Namespace) -> int:
     b.save()
     print(f"wrote {out / 'training.json'}")
     return 0
+
+
+def _on_device(scale: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """``scale`` with the ``--device`` to compute on (left out on the CPU, so CPU cache keys are unchanged)."""
+    device = getattr(args, "device", "cpu")
+    return scale if device == "cpu" else {**scale, "device": device}
 
 
 def _header(b: _Bench, torch: Any) -> dict[str, Any]:
@@ -252,7 +270,8 @@ def _quality(b: _Bench) -> None:
 def _grid(b: _Bench, title: str, grid: Grid) -> list[dict[str, Any]]:
     """The rows of ``grid``: on the small model (many rows), at the same inner steps per row."""
     total = (b.args.tradeoff_rounds or (50 if b.args.full else b.rounds)) * 30
-    return grid_rows(title, grid, b.modes, scale_of(False), total, b.args, b.corpus, b.cache, b.save)
+    scale = _on_device(scale_of(False), b.args)
+    return grid_rows(title, grid, b.modes, scale, total, b.args, b.corpus, b.cache, b.save)
 
 
 def _tradeoff(b: _Bench) -> None:
@@ -268,7 +287,9 @@ def _screen(b: _Bench) -> None:
 
 def _sizes(b: _Bench) -> None:
     """The size series (``--size-rounds`` overriding each size's rounds), its plot and slopes."""
-    series = size_series(b.args.full)
+    series = size_series(b.args.full, big=getattr(b.args, "big_size", False))
+    for size in series:
+        size["scale"] = _on_device(size["scale"], b.args)
     for size, r in zip(series, getattr(b.args, "size_rounds", None) or [], strict=False):
         size["rounds"] = size["scale"]["rounds"] = r
     res = sizes(series, b.args.seeds, b.corpus, b.cache, b.args.windows, lambda res: b.save("sizes", res))

@@ -163,7 +163,8 @@ def run_variant(
     run = run_config(
         mode, scale, rounds, h, variant["codec"] or CHOSEN["codec"], variant["outer"], variant["carry"]
     )
-    sim = _simulation(run, corpus, seed, variant, windows)
+    # a scale's "device" (set by --device; absent on the CPU, so CPU cache keys stay as they were)
+    sim = _simulation(run, corpus, seed, variant, windows, scale.get("device", "cpu"))
     stepper: Any = Baseline(sim) if kind == "dp" else sim
     curve, wire_bytes, payload_bits, seconds = _train(stepper, rounds, _eval_rounds(rounds, points))
     result = {
@@ -182,9 +183,11 @@ def run_variant(
     return result
 
 
-def _simulation(run: Any, corpus: Any, seed: int, variant: dict[str, Any], windows: int) -> Any:
+def _simulation(
+    run: Any, corpus: Any, seed: int, variant: dict[str, Any], windows: int, device: str = "cpu"
+) -> Any:
     """The simulation of ``variant`` with :data:`MINERS` miners, its updates sent through the real wire
-    format (so the wire bits are counted as sent)."""
+    format (so the wire bits are counted as sent), computing on ``device``."""
     from tessera.simwire import wire_transport
     from training.data import prepare
     from training.simulation import Simulation
@@ -201,6 +204,7 @@ def _simulation(run: Any, corpus: Any, seed: int, variant: dict[str, Any], windo
         eval_windows=windows or 10**9,
         ef_key=variant.get("ef_key", "name"),
         merger=_validators_merge() if variant.get("merge") == "validators" else None,
+        device=device,
     )
 
 

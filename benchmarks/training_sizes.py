@@ -10,7 +10,7 @@ from typing import Any
 from benchmarks.training_runs import CHOSEN, RunCache, chosen_variant, compare
 
 
-def size_series(full: bool) -> list[dict[str, Any]]:
+def size_series(full: bool, big: bool = False) -> list[dict[str, Any]]:
     """The model sizes of ``--only sizes`` (MoE mode, 4 experts, top-2), smallest first: a label, the
     model's shape and the outer rounds (at H=30) each size runs for. The recipe and its two bars run the
     same rounds at a size (equal tokens). ``--full`` runs 30 rounds at every size (equal tokens across
@@ -23,6 +23,10 @@ def size_series(full: bool) -> list[dict[str, Any]]:
             ("1M", {"seq_len": 64, "d_model": 128, "n_heads": 4, "n_layers": 3, "d_ff": 256}, 30),
             ("4M", {"seq_len": 64, "d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}, 30),
         ]
+        if big:  # 38.1M parameters: issue 14's size for a GPU (--device cuda); too slow for this CPU
+            shapes.append(
+                ("38M", {"seq_len": 128, "d_model": 512, "n_heads": 8, "n_layers": 6, "d_ff": 1280}, 30)
+            )
         batch = 8
     else:  # a quick look: tiny models, few rounds
         shapes = [

@@ -63,12 +63,13 @@ def evaluate(
     else:
         sets = [(None, eval_windows(ds.heldout, seq_len, max_windows))]
     total, count = 0.0, 0
+    dev = next(model.parameters()).device  # the windows go where the model is (CPU or a GPU)
     was_training = model.training
     model.eval()
     with torch.no_grad():
         for path, win in sets:
             for i in range(0, win.shape[0], batch):
-                b = win[i : i + batch]
+                b = win[i : i + batch].to(dev)
                 ce, _ = lm_loss(model, b, path)
                 total += float(ce) * b.shape[0]
                 count += b.shape[0]
@@ -114,8 +115,12 @@ class Simulation:
         eval_windows: int = 256,
         ef_key: str = "name",
         merger: Merger | None = None,
+        device: str = "cpu",
     ) -> None:
         self.run = run
+        self.device = device
+        """Where the miners' inner loops, the baseline and the evaluations compute (``cpu``, ``cuda``,
+        ``cuda:N``); states, updates and the merge stay on the CPU, as on the network."""
         self.ds = ds
         self.miners = sorted(miners)
         self.run_seed = run_seed
@@ -176,6 +181,7 @@ class Simulation:
                 round_index,
                 model=self.model,
                 optimizer_state=self.optimizer_states.get(miner),
+                device=self.device,
             )
             if self.run.inner.carry_optimizer:
                 # what a devnet miner keeps (miner/work.py): the moments of this round's parameters only
@@ -221,7 +227,7 @@ class Baseline:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
-        self.model = build_model(sim.run.model, sim.run_seed)
+        self.model = build_model(sim.run.model, sim.run_seed).to(sim.device)
         inner = sim.run.inner
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         rest = [p for p in self.model.parameters() if p.dim() < 2]
@@ -248,9 +254,9 @@ class Baseline:
             self.opt.zero_grad(set_to_none=True)
             merged = _merge_by_path(groups, s)
             loss_sum = 0.0
-            total = torch.zeros(())
+            total = torch.zeros((), device=sim.device)
             for path, batch in merged:
-                ce, tot = lm_loss(self.model, batch, path)
+                ce, tot = lm_loss(self.model, batch.to(sim.device), path)
                 total = total + tot * (batch.shape[0] / n_total)
                 loss_sum += float(ce.detach()) * batch.shape[0] / n_total
             total.backward()

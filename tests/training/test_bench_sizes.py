@@ -39,6 +39,24 @@ def test_full_series_lands_near_its_targets() -> None:
         assert 0.75 * target <= n <= 1.35 * target, (size["label"], n)
 
 
+def test_big_size_is_issue_14s_gpu_size_and_the_device_joins_the_cache_key_off_the_cpu() -> None:
+    import argparse
+
+    from benchmarks.training import _on_device
+    from training.config import ModelConfig
+    from training.model import build_model
+
+    series = size_series(True, big=True)
+    assert [s["label"] for s in series][-1] == "38M" and len(series) == 5
+    model = build_model(ModelConfig(mode="moe", n_experts=4, top_k=2, **series[-1]["scale"]["model"]))
+    assert 35e6 <= sum(p.numel() for p in model.parameters()) <= 40e6
+    scale = series[0]["scale"]
+    # on the CPU the scale (part of every cache key) is unchanged, so cached CPU runs stay valid
+    assert _on_device(scale, argparse.Namespace(device="cpu")) == scale
+    assert _on_device(scale, argparse.Namespace(device="cuda")) == {**scale, "device": "cuda"}
+    assert RunCache.key({"scale": scale}) != RunCache.key({"scale": {**scale, "device": "cuda"}})
+
+
 def test_toy_series_rows_and_slope(tmp_path: Path) -> None:
     from training.corpus import load_bundled_corpus
 

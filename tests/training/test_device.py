@@ -114,3 +114,22 @@ def test_cuda_round_trip_stays_on_the_cpu(torch_flags: None) -> None:  # pragma:
     d_param, d_moment = replay_differences(got, res.transcript.states[2])
     policy = VerifyPolicy()
     assert d_param <= policy.param_rel_tol and d_moment <= policy.replay_rel_tol
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
+def test_simulation_and_baseline_on_a_gpu(torch_flags: None) -> None:  # pragma: no cover - no GPU in CI
+    """The benchmark's simulation and data-parallel baseline compute on a GPU (``--device cuda``) and land
+    near the CPU's losses (kernels differ, so not bit for bit)."""
+    from training.config import RunConfig
+    from training.simulation import Baseline, Simulation
+
+    cfg, inner = tiny_model("moe"), tiny_inner(steps=4, k=2)
+    ds = prepare(load_bundled_corpus(), cfg)
+    run = RunConfig(cfg, inner)
+    losses = {}
+    for device in ("cpu", "cuda"):
+        sim = Simulation(run, ds, ["m0", "m1"], eval_windows=8, device=device)
+        dp = Baseline(Simulation(run, ds, ["m0", "m1"], eval_windows=8, device=device))
+        losses[device] = (sim.step(0).eval_loss, dp.step(0).eval_loss)
+    for cpu, gpu in zip(losses["cpu"], losses["cuda"], strict=True):
+        assert gpu == pytest.approx(cpu, rel=1e-3)
