@@ -26,7 +26,7 @@ from attestation.dispatch import (
 )
 from attestation.errors import AttestationError
 from attestation.policy import Policy, TcbStatus, load_policy
-from attestation.verdict import Verdict
+from attestation.verdict import AttestationVerdict
 
 __all__ = [
     "AttestationError",
@@ -37,7 +37,7 @@ __all__ = [
     "Policy",
     "SnpCollateral",
     "TcbStatus",
-    "Verdict",
+    "AttestationVerdict",
     "describe_evidence",
     "describe_evidence_safe",
     "detect_format",

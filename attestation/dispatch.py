@@ -23,7 +23,7 @@ from attestation.errors import (
 )
 from attestation.limits import DEFAULT_LIMITS, Limits, check_evidence_size
 from attestation.policy import Policy
-from attestation.verdict import Verdict
+from attestation.verdict import AttestationVerdict
 
 
 def detect_format(evidence: bytes) -> str:
@@ -95,7 +95,7 @@ def verify(
     policy: Policy,
     now: dt.datetime,
     expected: Binding | bytes | None = None,
-) -> Verdict:
+) -> AttestationVerdict:
     """Verify TEE evidence of any supported format. Pure: no clock, no network, no global trust store.
 
     ``evidence``: raw quote/report bytes (NVIDIA: binary, see ``nvidia.spdm.decode_report_text``).
@@ -108,7 +108,7 @@ def verify(
     :class:`Binding` the report data must carry (a replay raises ReplayError), raw expected report-data
     bytes, or None to skip the binding check (for inspection only; validators always pass a Binding).
 
-    Returns a :class:`Verdict`; raises a subclass of ``AttestationError`` on any refusal.
+    Returns a :class:`AttestationVerdict`; raises a subclass of ``AttestationError`` on any refusal.
     """
     if now.tzinfo is None:
         now = now.replace(tzinfo=dt.UTC)

@@ -7,7 +7,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Verdict:
+class AttestationVerdict:
     """An accepted piece of evidence. ``verify`` returns one or raises a typed ``AttestationError``."""
 
     format: str
@@ -33,7 +33,7 @@ class Verdict:
 
     @property
     def accepted(self) -> bool:
-        """Always True: a refusal is an exception, never a Verdict."""
+        """Always True: a refusal is an exception, never an AttestationVerdict."""
         return True
 
     def to_dict(self) -> dict[str, Any]:

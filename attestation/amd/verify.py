@@ -44,7 +44,7 @@ from attestation.errors import (
 )
 from attestation.limits import check_evidence_size
 from attestation.policy import Policy
-from attestation.verdict import Verdict
+from attestation.verdict import AttestationVerdict
 
 _SPL_OIDS = {
     "bootloader": "1.3.6.1.4.1.3704.1.3.1",
@@ -104,7 +104,7 @@ def verify_snp(
     policy: Policy,
     now: dt.datetime,
     expected: Binding | bytes | None = None,
-) -> Verdict:
+) -> AttestationVerdict:
     """Verify an SEV-SNP report; return the verdict or raise a typed ``AttestationError``.
 
     In order: sizes, VCEK signing key, the VCEK chain to a pinned ARK, the report signature, the CRL,
@@ -132,7 +132,7 @@ def verify_snp(
         check_report_data(report.report_data, expected)
     elif expected is not None:
         check_raw(report.report_data, expected)
-    return Verdict(
+    return AttestationVerdict(
         format="amd-sev-snp",
         report_data=report.report_data,
         measurements={"measurement": report.measurement.hex(), "host_data": report.host_data.hex()},

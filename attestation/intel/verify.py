@@ -51,14 +51,14 @@ from attestation.intel.quote import CERT_PCK_CHAIN, INTEL_QE_VENDOR_ID, EnclaveR
 from attestation.limits import Limits, check_evidence_size
 from attestation.policy import Policy
 from attestation.signatures import ecdsa_ok, p256_key_from_raw
-from attestation.verdict import Verdict
+from attestation.verdict import AttestationVerdict
 
 # The memoized collateral checks under the names benchmarks/attestation.py clears them by.
 _check_collateral_signatures = check_collateral_signatures
 _crl_signatures = crl_signatures
 
 TCB_UNKNOWN = "Unknown"
-"""``Verdict.tcb_status`` of a quote verified without collateral under ``accept_unknown_tcb``."""
+"""``AttestationVerdict.tcb_status`` of a quote verified without collateral under ``accept_unknown_tcb``."""
 
 
 def verify_intel(
@@ -67,7 +67,7 @@ def verify_intel(
     policy: Policy,
     now: dt.datetime,
     expected: Binding | bytes | None = None,
-) -> Verdict:
+) -> AttestationVerdict:
     """Verify an Intel DCAP quote; return the verdict or raise a typed ``AttestationError``.
 
     ``collateral=None``: the quote itself is checked (layout, PCK chain, QE report, quote signature);
@@ -104,7 +104,7 @@ def verify_intel(
     # 7. Debug, measurements, binding.
     body = quote.body
     _check_body(body, policy, expected)
-    return Verdict(
+    return AttestationVerdict(
         format="intel-tdx" if quote.is_tdx else "intel-sgx",
         report_data=body.report_data,
         measurements=_measurements(body),

@@ -24,7 +24,7 @@ from attestation.nvidia.spdm import (
 )
 from attestation.policy import Policy
 from attestation.signatures import ecdsa_ok
-from attestation.verdict import Verdict
+from attestation.verdict import AttestationVerdict
 
 
 def _text(value: bytes | None) -> str | None:
@@ -45,7 +45,7 @@ def verify_nvidia(
     policy: Policy,
     now: dt.datetime,
     expected: Binding | bytes | None = None,
-) -> Verdict:
+) -> AttestationVerdict:
     """Verify an H100 report (binary); return the verdict or raise a typed ``AttestationError``."""
     if not isinstance(evidence, GpuReport):
         check_evidence_size(evidence, policy.limits)
@@ -77,7 +77,7 @@ def verify_nvidia(
         check_nonce(report.nonce, expected)
     elif expected is not None:
         check_raw(report.nonce, expected, "GPU request nonce")
-    return Verdict(
+    return AttestationVerdict(
         format="nvidia-h100",
         report_data=report.nonce,
         measurements=measurements,
