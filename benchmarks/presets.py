@@ -26,9 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,66 +77,22 @@ def child(
 ) -> dict[str, Any]:
     """One child's figures: ``kind`` ``both`` times the two loops in alternation, ``miner`` or ``plain``
     runs one loop (for its peak memory); ``batch_size`` 0 is the preset's."""
-    import resource
-    from dataclasses import replace
-
     import torch
 
-    from training.assignment import assign
     from training.inner import train_inner
-    from training.model import build_model, lm_loss, load_params, module_params, param_state
-    from training.presets import get_preset
+    from training.model import module_params
 
-    p = get_preset(preset)
-    cfg = p.model(mode)
-    inner = replace(p.inner(), steps=steps, transcript_interval=interval)
-    if batch_size:
-        inner = replace(inner, batch_size=batch_size)
-    a = assign(b"\0" * 32, ["miner"], cfg)["miner"]
-    theta = param_state(build_model(cfg, seed=0))
-    gen = torch.Generator().manual_seed(1)
-    batches = torch.randint(1, cfg.vocab_size, (steps, inner.batch_size, cfg.seq_len + 1), generator=gen)
-    model = build_model(cfg).to(device)
-
-    def sync() -> None:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+    cfg, inner, a, theta, batches, model = _setup(preset, mode, steps, interval, batch_size, device)
 
     def miner_round() -> None:
         train_inner(cfg, inner, theta, a, batches, 0, keep_states=True, model=model, device=device)
 
     def plain_round() -> None:
-        load_params(model, theta)
-        trained = module_params(dict(model.named_parameters()), a.module_ids)
-        for name, prm in model.named_parameters():
-            prm.requires_grad_(name in trained)
-        params = list(trained.values())
-        opt = torch.optim.AdamW(
-            params,
-            lr=inner.lr,
-            betas=(inner.beta1, inner.beta2),
-            eps=inner.eps,
-            weight_decay=inner.weight_decay,
-        )
-        model.train()
-        for s in range(steps):
-            _, loss = lm_loss(model, batches[s].to(device), a.path)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, inner.grad_clip)
-            opt.step()
+        _plain_round(model, theta, a, inner, batches, device)
 
-    loops = {"miner": miner_round, "plain": plain_round}
-    kinds = ["miner", "plain"] if kind == "both" else [kind]
-    times: dict[str, list[float]] = {k: [] for k in kinds}
-    # alternating, so both loops see the same load on a shared machine; the first round is the warm-up
-    while len(times[kinds[0]]) < repeats + 1 or sum(times[kinds[0]][1:]) < min_seconds:
-        for k in kinds:
-            sync()
-            t0 = time.perf_counter()
-            loops[k]()
-            sync()
-            times[k].append(time.perf_counter() - t0)
+    times = _time_alternating(
+        {"miner": miner_round, "plain": plain_round}, kind, repeats, min_seconds, device
+    )
     tokens = steps * inner.batch_size * cfg.seq_len
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     timed = {k: v[1:] or v for k, v in times.items()}
@@ -157,6 +116,81 @@ def child(
         "device": device,
         "threads": torch.get_num_threads(),
     }
+
+
+def _setup(
+    preset: str, mode: str, steps: int, interval: int, batch_size: int, device: str
+) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """What both loops train: the preset's model config and inner config (``batch_size`` 0: the
+    preset's), a miner's assignment, theta_0 of seed 0, ``steps`` random batches and the model on
+    ``device``."""
+    import torch
+
+    from training.assignment import assign
+    from training.model import build_model, param_state
+    from training.presets import get_preset
+
+    p = get_preset(preset)
+    cfg = p.model(mode)
+    inner = replace(p.inner(), steps=steps, transcript_interval=interval)
+    if batch_size:
+        inner = replace(inner, batch_size=batch_size)
+    a = assign(b"\0" * 32, ["miner"], cfg)["miner"]
+    theta = param_state(build_model(cfg, seed=0))
+    gen = torch.Generator().manual_seed(1)
+    batches = torch.randint(1, cfg.vocab_size, (steps, inner.batch_size, cfg.seq_len + 1), generator=gen)
+    return cfg, inner, a, theta, batches, build_model(cfg).to(device)
+
+
+def _plain_round(model: Any, theta: Any, a: Any, inner: Any, batches: Any, device: str) -> None:
+    """The textbook loop over ``batches`` from ``theta``, training assignment ``a``'s modules."""
+    import torch
+
+    from training.model import lm_loss, load_params, module_params
+
+    load_params(model, theta)
+    trained = module_params(dict(model.named_parameters()), a.module_ids)
+    for name, prm in model.named_parameters():
+        prm.requires_grad_(name in trained)
+    params = list(trained.values())
+    opt = torch.optim.AdamW(
+        params,
+        lr=inner.lr,
+        betas=(inner.beta1, inner.beta2),
+        eps=inner.eps,
+        weight_decay=inner.weight_decay,
+    )
+    model.train()
+    for s in range(len(batches)):
+        _, loss = lm_loss(model, batches[s].to(device), a.path)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, inner.grad_clip)
+        opt.step()
+
+
+def _time_alternating(
+    loops: dict[str, Callable[[], None]], kind: str, repeats: int, min_seconds: float, device: str
+) -> dict[str, list[float]]:
+    """Seconds of each round of ``kind``'s loops (``both``: miner then plain in alternation, so both see the
+    same load on a shared machine; the first round of each is the warm-up): at least ``repeats`` rounds
+    after it and ``min_seconds`` of the first loop."""
+    import torch
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    kinds = ["miner", "plain"] if kind == "both" else [kind]
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    while len(times[kinds[0]]) < repeats + 1 or sum(times[kinds[0]][1:]) < min_seconds:
+        for k in kinds:
+            sync()
+            t0 = time.perf_counter()
+            loops[k]()
+            sync()
+            times[k].append(time.perf_counter() - t0)
+    return times
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

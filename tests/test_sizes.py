@@ -27,16 +27,7 @@ MODULES: dict[str, str] = {
 }
 """Modules over :data:`MAX_MODULE_LINES`, and why."""
 
-FUNCTIONS: dict[str, str] = {
-    "training/presets.py::estimate": "parameters, memory and timed steps of a preset in one pass, to split",
-    "tessera/commands/contracts.py::_deploy": "tessera contracts deploy: options, deploy, funding, output",
-    "tessera/commands/devnet.py::register": "argparse declarations of tessera devnet's options",
-    "tessera/commands/runspec.py::register": "argparse declarations of tessera runspec's subcommands",
-    "tessera/devnet/run.py::build_report": "the devnet report's figures from the APIs and the chain",
-    "tessera/devnet/sizing.py::phase_windows": "the phase-window rule over the measured work, to split",
-    "tessera/devnet/sizing.py::measure_work": "times a miner round, a check, an evaluation and a merge",
-    "benchmarks/presets.py::child": "one benchmark loop's figures in a child process, to split",
-}
+FUNCTIONS: dict[str, str] = {}
 """Functions and methods over :data:`MAX_FUNCTION_LINES`, and why."""
 
 

@@ -15,14 +15,16 @@ activations one forward pass saves for its backward pass (measured with
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from training.assignment import assign
 from training.config import InnerConfig, ModelConfig, to_dict
 from training.errors import ConfigError
+from training.model import TesseraModel, all_paths, lm_loss, module_params
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,6 @@ def module_param_counts(cfg: ModelConfig) -> dict[str, int]:
 def fast_model(cfg: ModelConfig) -> Any:
     """A model of shape ``cfg`` with torch's default initialisation instead of the canonical one (seconds
     instead of tens of seconds at 125M): for timing and memory only, never for a run."""
-    from training.model import TesseraModel
 
     class _Timed(TesseraModel):
         def _init_weights(self, gen: torch.Generator) -> None:
@@ -127,8 +128,6 @@ def fast_model(cfg: ModelConfig) -> Any:
 def saved_activation_bytes(model: Any, batch: torch.Tensor, path: Any = None) -> int:
     """Bytes of the tensors one forward pass of ``batch`` saves for backward (each storage counted once;
     parameters excluded)."""
-    from training.model import lm_loss
-
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -164,9 +163,6 @@ def estimate(
     the outer momentum and the merged next checkpoint, plus one miner's replay of a segment (a model,
     gradients and moments, activations, and the segment's start and end states).
     """
-    from training.assignment import assign
-    from training.model import all_paths, module_params
-
     counts = module_param_counts(cfg)
     total = sum(counts.values())
     a = assign(b"\0" * 32, ["miner"], cfg, experts_per_miner)["miner"]
@@ -176,23 +172,7 @@ def estimate(
     B, T = inner.batch_size, cfg.seq_len
     one = torch.randint(1, cfg.vocab_size, (1, T + 1), generator=torch.Generator().manual_seed(0)).to(device)
     act = saved_activation_bytes(model, one, path) * B
-    f32 = 4
-    snapshots = inner.steps // inner.transcript_interval + 1 + (inner.steps % inner.transcript_interval > 0)
-    miner = {
-        "params": total * f32,
-        "grads": trained * f32,
-        "adamw_moments": 2 * trained * f32,
-        "activations": act,
-        "transcript_states": snapshots * 3 * trained * f32,
-    }
-    validator = {
-        "checkpoint_and_outer_momentum": 2 * total * f32,
-        "merged_checkpoint": total * f32,
-        "replay_model": total * f32,
-        "replay_grads_and_moments": 3 * trained * f32,
-        "replay_activations": act,
-        "replay_states": 2 * 3 * trained * f32,
-    }
+    miner, validator = _memory_bytes(inner, total, trained, act)
     out: dict[str, Any] = {
         "model": to_dict(cfg),
         "preset": preset_of(cfg),
@@ -208,37 +188,80 @@ def estimate(
         "device": device,
     }
     if time_steps > 0:
-        b = min(B, time_batch or B)
-        trained_params = module_params(dict(model.named_parameters()), a.module_ids)
-        for name, p in model.named_parameters():
-            p.requires_grad_(name in trained_params)
-        opt = torch.optim.AdamW(list(trained_params.values()), lr=inner.lr, foreach=False)
-        batch = torch.randint(1, cfg.vocab_size, (b, T + 1), generator=torch.Generator().manual_seed(1))
-        batch = batch.to(device)
-        from training.model import lm_loss
-
-        def step() -> None:
-            _, loss = lm_loss(model, batch, path)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-        for _ in range(2):  # warm-up: the first steps pay one-time costs (AdamW imports its compiler stack)
-            step()
-        _sync(device)
-        t0 = clock()
-        for _ in range(time_steps):
-            step()
-        _sync(device)
-        per_step = (clock() - t0) / time_steps * B / b
-        out |= {
-            "timed_batch": b,
-            "timed_steps": time_steps,
-            "seconds_per_inner_step": per_step,
-            "seconds_per_round_training": per_step * inner.steps,
-            "tokens_per_second": B * T / per_step,
-        }
+        out |= _time_inner_steps(
+            model, cfg, inner, a.module_ids, path, time_steps, min(B, time_batch or B), device, clock
+        )
     return out
+
+
+def _memory_bytes(
+    inner: InnerConfig, total: int, trained: int, activations: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The miner's and the validator's memory (bytes, fp32) by item, for :func:`estimate`: ``total``
+    parameters, ``trained`` of them per miner, ``activations`` bytes saved by a forward pass at the
+    run's batch."""
+    f32 = 4
+    snapshots = inner.steps // inner.transcript_interval + 1 + (inner.steps % inner.transcript_interval > 0)
+    miner = {
+        "params": total * f32,
+        "grads": trained * f32,
+        "adamw_moments": 2 * trained * f32,
+        "activations": activations,
+        "transcript_states": snapshots * 3 * trained * f32,
+    }
+    validator = {
+        "checkpoint_and_outer_momentum": 2 * total * f32,
+        "merged_checkpoint": total * f32,
+        "replay_model": total * f32,
+        "replay_grads_and_moments": 3 * trained * f32,
+        "replay_activations": activations,
+        "replay_states": 2 * 3 * trained * f32,
+    }
+    return miner, validator
+
+
+def _time_inner_steps(
+    model: Any,
+    cfg: ModelConfig,
+    inner: InnerConfig,
+    module_ids: Sequence[str],
+    path: Any,
+    time_steps: int,
+    b: int,
+    device: str,
+    clock: Callable[[], float],
+) -> dict[str, Any]:
+    """Times ``time_steps`` AdamW steps of ``model``'s ``module_ids`` at ``b`` sequences (after two
+    warm-up steps) and scales them to the run's batch, for :func:`estimate`."""
+    B, T = inner.batch_size, cfg.seq_len
+    trained_params = module_params(dict(model.named_parameters()), module_ids)
+    for name, p in model.named_parameters():
+        p.requires_grad_(name in trained_params)
+    opt = torch.optim.AdamW(list(trained_params.values()), lr=inner.lr, foreach=False)
+    batch = torch.randint(1, cfg.vocab_size, (b, T + 1), generator=torch.Generator().manual_seed(1))
+    batch = batch.to(device)
+
+    def step() -> None:
+        _, loss = lm_loss(model, batch, path)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(2):  # warm-up: the first steps pay one-time costs (AdamW imports its compiler stack)
+        step()
+    _sync(device)
+    t0 = clock()
+    for _ in range(time_steps):
+        step()
+    _sync(device)
+    per_step = (clock() - t0) / time_steps * B / b
+    return {
+        "timed_batch": b,
+        "timed_steps": time_steps,
+        "seconds_per_inner_step": per_step,
+        "seconds_per_round_training": per_step * inner.steps,
+        "tokens_per_second": B * T / per_step,
+    }
 
 
 def _sync(device: str) -> None:

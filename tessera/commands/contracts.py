@@ -13,7 +13,7 @@ import argparse
 import json
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,12 +128,8 @@ def _with_genesis(params: Any, run_file: Path | None) -> Any:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from eth_utils import to_checksum_address
-
     from protocol.chain import Chain, deploy_network, http_web3, retrying
-    from protocol.deployment import Deployment, DeploymentError
+    from protocol.deployment import Deployment
     from protocol.keys import load_account
 
     params = _params(args)
@@ -141,23 +137,7 @@ def _deploy(args: argparse.Namespace) -> int:
     w3 = http_web3(args.rpc_url, 60)
     chain_id = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
 
-    existing: Deployment | None = None
-    if args.out.exists():
-        existing = Deployment.load(args.out)
-        if existing.chain_id != chain_id:
-            raise DeploymentError(
-                f"{args.out} is for chain {existing.chain_id}, {args.rpc_url} is chain {chain_id}"
-            )
-        at = to_checksum_address(existing.network)
-        code = retrying(lambda: w3.eth.get_code(at), "eth_getCode")
-        if len(code) == 0:
-            raise DeploymentError(
-                f"{args.out} names network {at} but chain {chain_id} has no code there "
-                "(a reset devnet?): move the file away to deploy afresh"
-            )
-        if existing.params != params:
-            print(f"note: {args.out} exists; keeping its deployed parameters", file=sys.stderr)
-
+    existing = _existing_deployment(args, w3, chain_id, params)
     if existing is None:
         network, token, block, tx = deploy_network(w3, account, params)
         existing = Deployment(
@@ -175,7 +155,44 @@ def _deploy(args: argparse.Namespace) -> int:
     else:
         print(f"TesseraNetwork already deployed at {existing.network}: skipped", file=sys.stderr)
 
-    chain = Chain(w3, existing, account)
+    _fund(args, Chain(w3, existing, account), existing)
+    print(args.out)
+    return 0
+
+
+def _existing_deployment(args: argparse.Namespace, w3: Any, chain_id: int, params: Any) -> Any:
+    """The deployment in ``--out`` if there is one, checked against the chain (same chain id, code at its
+    network address); None when there is no file yet."""
+    from eth_utils import to_checksum_address
+
+    from protocol.chain import retrying
+    from protocol.deployment import Deployment, DeploymentError
+
+    if not args.out.exists():
+        return None
+    existing = Deployment.load(args.out)
+    if existing.chain_id != chain_id:
+        raise DeploymentError(
+            f"{args.out} is for chain {existing.chain_id}, {args.rpc_url} is chain {chain_id}"
+        )
+    at = to_checksum_address(existing.network)
+    code = retrying(lambda: w3.eth.get_code(at), "eth_getCode")
+    if len(code) == 0:
+        raise DeploymentError(
+            f"{args.out} names network {at} but chain {chain_id} has no code there "
+            "(a reset devnet?): move the file away to deploy afresh"
+        )
+    if existing.params != params:
+        print(f"note: {args.out} exists; keeping its deployed parameters", file=sys.stderr)
+    return existing
+
+
+def _fund(args: argparse.Namespace, chain: Any, deployment: Any) -> None:
+    """Sends each ``--fund ADDR=WEI`` not yet at its balance and records the transfers in ``--out``."""
+    from eth_utils import to_checksum_address
+
+    from protocol.deployment import DeploymentError
+
     changed = False
     for item in args.fund:
         addr, _, wei = item.partition("=")
@@ -187,10 +204,8 @@ def _deploy(args: argparse.Namespace) -> int:
             print(f"{target} already funded: skipped", file=sys.stderr)
             continue
         res = chain.transfer(target, amount)
-        existing = replace(existing, tx={**existing.tx, f"fund:{target}": res.tx_hash})
+        deployment = replace(deployment, tx={**deployment.tx, f"fund:{target}": res.tx_hash})
         changed = True
         print(f"funded {target} with {amount} wei", file=sys.stderr)
     if changed:
-        existing.save(args.out)
-    print(args.out)
-    return 0
+        deployment.save(args.out)

@@ -6,6 +6,27 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+_DESCRIPTION = (
+    "Starts anvil (state persisted in --dir), deploys the contracts, starts validators and\n"
+    "miners as separate processes, runs --rounds rounds on the bundled corpus (or --corpus) with a live\n"
+    "view, writes report.json and report.png to --dir, and stops everything (also on Ctrl-C). --preset\n"
+    "picks the model size, --bpe-vocab a BPE tokenizer trained on the corpus; each round's certified\n"
+    "checkpoint is sampled (--samples).\n\n"
+    "Phase windows are sized from the work they must hold, measured on this machine before deploying\n"
+    "(in a process started like a node, once per --node-env setting; the slowest wins):\n"
+    "  blocks       = max(floor, ceil(safety x seconds / block time)); floors 60/10/30/10 blocks\n"
+    "  commit       = start + merge + held-out + train x ceil(miners / cores)\n"
+    "  reveal       = start\n"
+    "  score-commit = start + (miners x verify + held-out) x ceil(validators / cores), + 4 margin blocks\n"
+    "  score-reveal = start\n"
+    "start: a node's launch (imports, torch warm-up, a DHT peer), so a node restarted in a phase still\n"
+    "acts in it; train: one miner's round of H inner steps; verify: one validator's check of one update\n"
+    "with its segment replay; safety: --phase-safety (load arriving after the measurement). The\n"
+    "derivation is logged and written to DIR/phases.json and the report. Rounds still last only as\n"
+    "long as their work: the devnet mines the rest of a phase once every node has done its part\n"
+    "(unless --no-fast-forward). docs/deploy.md explains how to size a real deployment."
+)
+
 
 def register(subparsers: Any) -> None:
     """Add ``tessera devnet``."""
@@ -13,25 +34,19 @@ def register(subparsers: Any) -> None:
         "devnet",
         help="run the whole network locally: chain, contracts, validators, miners; write a report",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Starts anvil (state persisted in --dir), deploys the contracts, starts validators and\n"
-        "miners as separate processes, runs --rounds rounds on the bundled corpus (or --corpus) with a live\n"
-        "view, writes report.json and report.png to --dir, and stops everything (also on Ctrl-C). --preset\n"
-        "picks the model size, --bpe-vocab a BPE tokenizer trained on the corpus; each round's certified\n"
-        "checkpoint is sampled (--samples).\n\n"
-        "Phase windows are sized from the work they must hold, measured on this machine before deploying\n"
-        "(in a process started like a node, once per --node-env setting; the slowest wins):\n"
-        "  blocks       = max(floor, ceil(safety x seconds / block time)); floors 60/10/30/10 blocks\n"
-        "  commit       = start + merge + held-out + train x ceil(miners / cores)\n"
-        "  reveal       = start\n"
-        "  score-commit = start + (miners x verify + held-out) x ceil(validators / cores), + 4 margin blocks\n"
-        "  score-reveal = start\n"
-        "start: a node's launch (imports, torch warm-up, a DHT peer), so a node restarted in a phase still\n"
-        "acts in it; train: one miner's round of H inner steps; verify: one validator's check of one update\n"
-        "with its segment replay; safety: --phase-safety (load arriving after the measurement). The\n"
-        "derivation is logged and written to DIR/phases.json and the report. Rounds still last only as\n"
-        "long as their work: the devnet mines the rest of a phase once every node has done its part\n"
-        "(unless --no-fast-forward). docs/deploy.md explains how to size a real deployment.",
+        description=_DESCRIPTION,
     )
+    _add_network_options(p)
+    _add_model_options(p)
+    _add_protocol_options(p)
+    _add_run_options(p)
+    _add_node_options(p)
+    _add_phase_options(p)
+    p.set_defaults(handler=_run)
+
+
+def _add_network_options(p: argparse.ArgumentParser) -> None:
+    """``tessera devnet``'s options for the network's shape: rounds, nodes, mode, H."""
     p.add_argument(
         "--rounds",
         type=int,
@@ -45,6 +60,10 @@ def register(subparsers: Any) -> None:
         "--dipaco", dest="mode", action="store_const", const="dipaco", help="same as --mode dipaco"
     )
     p.add_argument("--inner-steps", type=int, default=60, help="H, inner steps per round (default 60)")
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    """``tessera devnet``'s options for the model and its data: preset, corpus, tokenizer, samples."""
     p.add_argument(
         "--preset",
         default="tiny",
@@ -75,16 +94,28 @@ def register(subparsers: Any) -> None:
         "(default 2; 0: none)",
     )
     p.add_argument("--sample-prompt", default="The ", help="the prompt the samples continue")
+
+
+def _add_protocol_options(p: argparse.ArgumentParser) -> None:
+    """``tessera devnet``'s options for verification, merge and TEE evidence."""
     p.add_argument(
         "--segments", type=int, default=2, help="transcript steps each validator replays per miner"
     )
     p.add_argument("--merge", choices=("mean", "trimmed_mean"), default="mean", help="merge rule")
     p.add_argument("--tee", choices=("simulated", "none"), default="simulated", help="miner TEE evidence")
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """``tessera devnet``'s options for the work directory and how the run is driven and shown."""
     p.add_argument("--dir", type=Path, default=Path(".devnet"), help="work directory (default .devnet)")
     p.add_argument("--resume", action="store_true", help="keep the persisted chain and node state in --dir")
     p.add_argument("--no-fast-forward", action="store_true", help="wait out every phase deadline")
     p.add_argument("--no-live", action="store_true", help="print progress lines instead of the live view")
     p.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
+
+
+def _add_node_options(p: argparse.ArgumentParser) -> None:
+    """``tessera devnet``'s options for per-node settings: adversaries and environments."""
     p.add_argument(
         "--adversary",
         action="append",
@@ -102,6 +133,10 @@ def register(subparsers: Any) -> None:
         help="set an environment variable in one node's process, e.g. miner1=ATEN_CPU_CAPABILITY=default or "
         "validator0=ONEDNN_MAX_CPU_ISA=AVX2; repeatable",
     )
+
+
+def _add_phase_options(p: argparse.ArgumentParser) -> None:
+    """``tessera devnet``'s options for how the phase windows are sized."""
     p.add_argument(
         "--phase-safety",
         type=float,
@@ -113,7 +148,6 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not measure: deploy the floors (60/10/30/10 blocks) as they are",
     )
-    p.set_defaults(handler=_run)
 
 
 def node_env_args(specs: list[str], miners: int, validators: int) -> dict[str, dict[str, str]]:

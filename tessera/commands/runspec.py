@@ -25,6 +25,15 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="runspec_command", metavar="ACTION")
+    _add_init(sub)
+    _add_estimate(sub)
+    _add_tokenizer(sub)
+    _add_show(sub)
+    parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
+
+
+def _add_init(sub: Any) -> None:
+    """Add ``tessera runspec init`` (write a run file)."""
     init = sub.add_parser("init", help="write a run file and print its digest and genesis checkpoint")
     init.add_argument("--out", type=Path, default=Path("run.json"), help="file to write")
     init.add_argument("--mode", choices=["moe", "dipaco", "dense"], default="moe", help="model mode")
@@ -51,6 +60,10 @@ def register(subparsers: Any) -> None:
     init.add_argument("--genesis-seed", type=int, default=0, help="seed of theta_0")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=_init)
+
+
+def _add_estimate(sub: Any) -> None:
+    """Add ``tessera runspec estimate`` (a preset's or run file's cost)."""
     est = sub.add_parser(
         "estimate",
         help="parameters, memory per miner and validator, and time per inner step and round of presets "
@@ -75,6 +88,10 @@ def register(subparsers: Any) -> None:
     est.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
     est.add_argument("--json", action="store_true", help="print one JSON object")
     est.set_defaults(handler=_estimate)
+
+
+def _add_tokenizer(sub: Any) -> None:
+    """Add ``tessera runspec tokenizer`` (train a BPE tokenizer)."""
     tok = sub.add_parser(
         "tokenizer",
         help="train a byte-level BPE tokenizer on a corpus (its training documents) and write its file",
@@ -90,11 +107,14 @@ def register(subparsers: Any) -> None:
     tok.add_argument("--out", type=Path, default=Path("tokenizer.json"), help="file to write")
     tok.add_argument("--force", action="store_true", help="overwrite an existing file")
     tok.set_defaults(handler=_tokenizer)
+
+
+def _add_show(sub: Any) -> None:
+    """Add ``tessera runspec show`` (print a run file)."""
     show = sub.add_parser("show", help="print a run file's digest, genesis checkpoint and settings")
     show.add_argument("run_file", type=Path, nargs="?", default=Path("run.json"))
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(handler=_show)
-    parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
 
 
 def _init(args: argparse.Namespace) -> int:

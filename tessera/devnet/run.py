@@ -237,52 +237,12 @@ def build_report(
     per_round = []
     prev_mark = t_started
     for r in range(1, rounds + 1):
-        v = vsum.get(r, {})
-        upd_bytes = sum(int(m.get(str(r), {}).get("update_bytes", 0)) for m in mrec.values())
-        train_s = [float(m.get(str(r), {}).get("train_seconds", 0.0)) for m in mrec.values() if str(r) in m]
-        ver = verdicts.get(r, {})
-        replay_s = sum(float(x.get("metrics", {}).get("replay_seconds", 0.0)) for x in ver.values())
-        eval_s = sum(float(x.get("metrics", {}).get("eval_seconds", 0.0)) for x in ver.values())
-        replayed = sum(int(x.get("metrics", {}).get("replayed_steps", 0)) for x in ver.values())
-        total_train = sum(train_s)
         wall = marks.get(r, time.time()) - prev_mark
         prev_mark = marks.get(r, time.time())
-        per_round.append(
-            {
-                "round": r,
-                "join_round": r == 1 and not v.get("consensus"),
-                "heldout_before": v.get("heldout_before"),
-                "heldout_after": v.get("heldout_after"),
-                "consensus": {miners.get(a, a): s for a, s in v.get("consensus", {}).items()},
-                "rewards_wei": {
-                    miners.get(a, a): int(x) for a, x in v.get("rewards", {}).items() if a in miners
-                },
-                "validator_rewards_wei": {
-                    a: int(x) for a, x in v.get("rewards", {}).items() if a not in miners
-                },
-                "stages": {miners.get(a, a): s for a, s in v.get("stages", {}).items()},
-                "update_bytes": upd_bytes,
-                "miner_train_seconds": train_s,
-                "validator_replay_seconds": replay_s,
-                "validator_eval_seconds": eval_s,
-                "replayed_steps": replayed,
-                "attested_miners": sum(1 for x in ver.values() if x.get("attested")),
-                "recomputed_miners": sum(
-                    1 for x in ver.values() if x.get("metrics", {}).get("replayed_steps")
-                ),
-                "verification_cost_pct": round(100 * (replay_s + eval_s) / total_train, 3)
-                if total_train
-                else None,
-                "recompute_cost_pct": round(100 * replay_s / total_train, 3) if total_train else None,
-                "wall_seconds": round(wall, 3),
-                "outside_training_pct": round(100 * (1 - max(train_s) / wall), 2)
-                if train_s and wall > 0
-                else None,
-                "checkpoint": v.get("checkpoint"),
-                "certified": net.chain.checkpoint(r + 1) != b"\0" * 32,
-                **traffic_figures(traffic.get(r, {}), [m.get(str(r), {}) for m in mrec.values()]),
-            }
-        )
+        records = [m.get(str(r), {}) for m in mrec.values()]
+        figures = _round_figures(vsum.get(r, {}), verdicts.get(r, {}), mrec, miners, r, wall)
+        certified = net.chain.checkpoint(r + 1) != b"\0" * 32
+        per_round.append(figures | {"certified": certified, **traffic_figures(traffic.get(r, {}), records)})
     totals: dict[str, int] = {}
     for pr in per_round:
         for m, w in pr["rewards_wei"].items():
@@ -299,6 +259,47 @@ def build_report(
         "dht_refused_records": {
             name: (net.get(name, "/status") or {}).get("dht_refused_records") for name in net.nodes
         },
+    }
+
+
+def _round_figures(
+    v: dict[str, Any],
+    ver: dict[str, Any],
+    mrec: dict[str, dict[str, Any]],
+    miners: dict[str, str],
+    r: int,
+    wall: float,
+) -> dict[str, Any]:
+    """Round ``r``'s figures in the report from validator0's round summary ``v`` and verdicts ``ver``
+    and the miners' round records ``mrec`` (``miners``: address -> node name), ``wall`` seconds long;
+    :func:`build_report` adds whether it was certified and its traffic."""
+    upd_bytes = sum(int(m.get(str(r), {}).get("update_bytes", 0)) for m in mrec.values())
+    train_s = [float(m.get(str(r), {}).get("train_seconds", 0.0)) for m in mrec.values() if str(r) in m]
+    replay_s = sum(float(x.get("metrics", {}).get("replay_seconds", 0.0)) for x in ver.values())
+    eval_s = sum(float(x.get("metrics", {}).get("eval_seconds", 0.0)) for x in ver.values())
+    replayed = sum(int(x.get("metrics", {}).get("replayed_steps", 0)) for x in ver.values())
+    total_train = sum(train_s)
+    return {
+        "round": r,
+        "join_round": r == 1 and not v.get("consensus"),
+        "heldout_before": v.get("heldout_before"),
+        "heldout_after": v.get("heldout_after"),
+        "consensus": {miners.get(a, a): s for a, s in v.get("consensus", {}).items()},
+        "rewards_wei": {miners.get(a, a): int(x) for a, x in v.get("rewards", {}).items() if a in miners},
+        "validator_rewards_wei": {a: int(x) for a, x in v.get("rewards", {}).items() if a not in miners},
+        "stages": {miners.get(a, a): s for a, s in v.get("stages", {}).items()},
+        "update_bytes": upd_bytes,
+        "miner_train_seconds": train_s,
+        "validator_replay_seconds": replay_s,
+        "validator_eval_seconds": eval_s,
+        "replayed_steps": replayed,
+        "attested_miners": sum(1 for x in ver.values() if x.get("attested")),
+        "recomputed_miners": sum(1 for x in ver.values() if x.get("metrics", {}).get("replayed_steps")),
+        "verification_cost_pct": round(100 * (replay_s + eval_s) / total_train, 3) if total_train else None,
+        "recompute_cost_pct": round(100 * replay_s / total_train, 3) if total_train else None,
+        "wall_seconds": round(wall, 3),
+        "outside_training_pct": round(100 * (1 - max(train_s) / wall), 2) if train_s and wall > 0 else None,
+        "checkpoint": v.get("checkpoint"),
     }
 
 

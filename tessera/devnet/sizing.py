@@ -38,10 +38,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tessera.devnet.work import WorkTimes, measure_work
 from tessera.errors import TesseraError
 
 #: Multiplies the measured seconds of every phase: the work may run that much slower than measured (load
@@ -55,31 +56,6 @@ PHASES = ("commit", "reveal", "score_commit", "score_reveal")
 
 class SizingError(TesseraError):
     """The work could not be measured (a node setting crashed the measurement, or it timed out)."""
-
-
-@dataclass(frozen=True)
-class WorkTimes:
-    """Seconds of each unit of work, measured on this machine under one node setting."""
-
-    train_s: float
-    """One miner's round: H inner steps, compression, encoding (``miner.work.build_update``)."""
-    verify_s: float
-    """One validator's full check of one update, with the segment replay (``verify_update``)."""
-    heldout_s: float
-    """One held-out loss evaluation (before the score commit; after the merge)."""
-    merge_s: float
-    """The merge of ``miners`` updates into the next checkpoint."""
-    start_s: float = 0.0
-    """A node process from launch to ready: imports, torch warm-up, a DHT peer (0: measured in-process)."""
-    verify_stage: str = "ok"
-    """Where the measured check ended (``ok``: every stage ran; else it stopped early and took less)."""
-    setting: dict[str, str] = field(default_factory=dict)
-    """The environment it was measured under (beyond the devnet's own), e.g. ``ATEN_CPU_CAPABILITY``."""
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form (rounded)."""
-        d = asdict(self)
-        return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
 
 
 def slowest(measured: Sequence[WorkTimes]) -> WorkTimes:
@@ -165,39 +141,12 @@ def phase_windows(
     cores = max(1, cores or len(os.sched_getaffinity(0)))
     mc = math.ceil(max(1, miners) * max(1, threads) / cores)
     vc = math.ceil(max(1, validators) * max(1, threads) / cores)
-    w = work
-    seconds = {
-        "commit": w.start_s + w.merge_s + w.heldout_s + w.train_s * mc,
-        "reveal": w.start_s,
-        "score_commit": w.start_s + (miners * w.verify_s + w.heldout_s) * vc,
-        "score_reveal": w.start_s,
-    }
-    terms = {
-        "commit": f"start {w.start_s:.2f} + merge {w.merge_s:.2f} + held-out {w.heldout_s:.2f} "
-        f"+ train {w.train_s:.2f} x {mc} (miners sharing {cores} cores)",
-        "reveal": f"start {w.start_s:.2f}",
-        "score_commit": f"start {w.start_s:.2f} + ({miners} x verify {w.verify_s:.2f} + held-out "
-        f"{w.heldout_s:.2f}) x {vc} (validators sharing {cores} cores)",
-        "score_reveal": f"start {w.start_s:.2f}",
-    }
+    seconds, terms = _phase_work(work, miners, mc, vc, cores)
     out: dict[str, int] = {}
     lines: list[str] = []
     for p in PHASES:
-        floor = int(floors[p])
-        margin = SCORE_COMMIT_MARGIN_BLOCKS if p == "score_commit" else 0
-        if block_time > 0:
-            need = math.ceil(safety * seconds[p] / block_time) + margin
-        else:
-            need = 0  # automine: blocks come with transactions, not with time; the floors stand
-        out[p] = max(floor, need)
-        margin_txt = f" + {margin} margin blocks" if margin else ""
-        if block_time > 0:
-            lines.append(
-                f"{p}: {terms[p]} = {seconds[p]:.2f}s of work; x safety {safety:g} / block time "
-                f"{block_time:g}s{margin_txt} = {need} blocks; floor {floor} -> {out[p]} blocks"
-            )
-        else:
-            lines.append(f"{p}: not sized (fixed windows) -> {out[p]} blocks")
+        out[p], line = _phase_blocks(p, seconds[p], terms[p], int(floors[p]), block_time, safety)
+        lines.append(line)
     return PhaseWindows(
         **out,
         seconds=seconds,
@@ -215,75 +164,48 @@ def phase_windows(
     )
 
 
+def _phase_work(
+    w: WorkTimes, miners: int, mc: int, vc: int, cores: int
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Each phase's seconds of work and the terms they add up from, for :func:`phase_windows`: ``mc``
+    (``vc``) is how many miners' (validators') work runs one after another on ``cores`` cores."""
+    seconds = {
+        "commit": w.start_s + w.merge_s + w.heldout_s + w.train_s * mc,
+        "reveal": w.start_s,
+        "score_commit": w.start_s + (miners * w.verify_s + w.heldout_s) * vc,
+        "score_reveal": w.start_s,
+    }
+    terms = {
+        "commit": f"start {w.start_s:.2f} + merge {w.merge_s:.2f} + held-out {w.heldout_s:.2f} "
+        f"+ train {w.train_s:.2f} x {mc} (miners sharing {cores} cores)",
+        "reveal": f"start {w.start_s:.2f}",
+        "score_commit": f"start {w.start_s:.2f} + ({miners} x verify {w.verify_s:.2f} + held-out "
+        f"{w.heldout_s:.2f}) x {vc} (validators sharing {cores} cores)",
+        "score_reveal": f"start {w.start_s:.2f}",
+    }
+    return seconds, terms
+
+
+def _phase_blocks(
+    p: str, seconds: float, terms: str, floor: int, block_time: float, safety: float
+) -> tuple[int, str]:
+    """Phase ``p``'s blocks from its ``seconds`` of work (at least ``floor``) and the derivation's line."""
+    margin = SCORE_COMMIT_MARGIN_BLOCKS if p == "score_commit" else 0
+    if block_time > 0:
+        need = math.ceil(safety * seconds / block_time) + margin
+    else:
+        need = 0  # automine: blocks come with transactions, not with time; the floors stand
+    blocks = max(floor, need)
+    margin_txt = f" + {margin} margin blocks" if margin else ""
+    if block_time > 0:
+        return blocks, (
+            f"{p}: {terms} = {seconds:.2f}s of work; x safety {safety:g} / block time "
+            f"{block_time:g}s{margin_txt} = {need} blocks; floor {floor} -> {blocks} blocks"
+        )
+    return blocks, f"{p}: not sized (fixed windows) -> {blocks} blocks"
+
+
 # -- measurement -----------------------------------------------------------------------------------------
-
-
-def measure_work(
-    spec: Any,
-    *,
-    miners: int,
-    validators: int = 2,
-    segments: int = 2,
-    merge_method: str = "mean",
-    validator: str = "0x" + "0a" * 20,
-) -> WorkTimes:
-    """Time one miner's round, one validator's check of it (with the replay), a held-out evaluation and
-    the merge of ``miners`` such updates, in this process, with the nodes' own code. ``validator`` is the
-    address the check runs as (the validators' windows of segments depend on it)."""
-    import hashlib
-
-    from miner.behaviour import make_behaviour
-    from miner.work import build_update
-    from protocol.coordinator import update_commitment
-    from protocol.tensorblob import tensors_digest
-    from protocol.update import decode_update
-    from training.data import prepare
-    from training.merge import MergePolicy, next_checkpoint
-    from validator import verify as vv
-
-    ds = prepare(spec.load_corpus(), spec.model)
-    theta = spec.genesis_params()
-    digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in theta.items()})[2:])
-    registry = ["0x" + f"{i + 1:040x}" for i in range(max(1, miners))]
-    vals = [validator, *("0x" + f"{0xF0 + i:040x}" for i in range(max(0, validators - 1)))]
-    miner = registry[0]
-    assign_seed = hashlib.sha256(b"tessera.sizing.assign").digest()
-    t0 = time.perf_counter()
-    built = build_update(
-        spec, ds, round=2, miner=miner, checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
-        registry=registry, ef_state={}, behaviour=make_behaviour("honest"),
-    )  # fmt: skip
-    train_s = time.perf_counter() - t0
-    by_digest = dict(
-        zip(("0x" + d.hex() for d in built.transcript_digests), built.transcript_steps, strict=True)
-    )
-
-    def fetch_state(d: str) -> dict[str, Any]:
-        if d in built.published():
-            return built.published()[d]
-        return {k: v.clone() for k, v in built.states[by_digest[d]].items()}
-
-    ctx = vv.RoundContext(
-        spec=spec, dataset=ds, round=2, chain_id=31337, contract="0x" + "c0" * 20, validator=validator,
-        checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
-        seed=hashlib.sha256(b"tessera.sizing.seed").digest(), registry=registry, validators=vals,
-    )  # fmt: skip
-    commitment = update_commitment(31337, ctx.contract, 2, miner, built.digest)
-    policy = vv.VerifyPolicy(segments_per_miner=segments)
-    t0 = time.perf_counter()
-    verdict, _ = vv.verify_update(ctx, miner, commitment, lambda: built.update, fetch_state, policy)
-    verify_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    vv.heldout_loss(spec, ds, theta)
-    heldout_s = time.perf_counter() - t0
-    delta = decode_update(built.update).pseudo_gradient()
-    contributions = [(1.0, registry[i], delta) for i in range(len(registry))]
-    t0 = time.perf_counter()
-    next_checkpoint(theta, {}, contributions, spec.outer, MergePolicy(merge_method))
-    merge_s = time.perf_counter() - t0
-    return WorkTimes(
-        train_s=train_s, verify_s=verify_s, heldout_s=heldout_s, merge_s=merge_s, verify_stage=verdict.stage
-    )
 
 
 def measure_node_work(

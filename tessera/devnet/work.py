@@ -1,0 +1,125 @@
+"""The work a round's phases hold, timed in this process with the nodes' own code: one miner's round, one
+validator's check of it (with the segment replay), a held-out evaluation and the merge
+(:func:`measure_work`). :mod:`tessera.devnet.sizing` runs it in a process started like a node and derives
+the phase windows from it."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkTimes:
+    """Seconds of each unit of work, measured on this machine under one node setting."""
+
+    train_s: float
+    """One miner's round: H inner steps, compression, encoding (``miner.work.build_update``)."""
+    verify_s: float
+    """One validator's full check of one update, with the segment replay (``verify_update``)."""
+    heldout_s: float
+    """One held-out loss evaluation (before the score commit; after the merge)."""
+    merge_s: float
+    """The merge of ``miners`` updates into the next checkpoint."""
+    start_s: float = 0.0
+    """A node process from launch to ready: imports, torch warm-up, a DHT peer (0: measured in-process)."""
+    verify_stage: str = "ok"
+    """Where the measured check ended (``ok``: every stage ran; else it stopped early and took less)."""
+    setting: dict[str, str] = field(default_factory=dict)
+    """The environment it was measured under (beyond the devnet's own), e.g. ``ATEN_CPU_CAPABILITY``."""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (rounded)."""
+        d = asdict(self)
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def measure_work(
+    spec: Any,
+    *,
+    miners: int,
+    validators: int = 2,
+    segments: int = 2,
+    merge_method: str = "mean",
+    validator: str = "0x" + "0a" * 20,
+) -> WorkTimes:
+    """Time one miner's round, one validator's check of it (with the replay), a held-out evaluation and
+    the merge of ``miners`` such updates, in this process, with the nodes' own code. ``validator`` is the
+    address the check runs as (the validators' windows of segments depend on it)."""
+    from miner.behaviour import make_behaviour
+    from miner.work import build_update
+    from protocol.tensorblob import tensors_digest
+    from protocol.update import decode_update
+    from training.data import prepare
+    from training.merge import MergePolicy, next_checkpoint
+    from validator import verify as vv
+
+    ds = prepare(spec.load_corpus(), spec.model)
+    theta = spec.genesis_params()
+    digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in theta.items()})[2:])
+    registry = ["0x" + f"{i + 1:040x}" for i in range(max(1, miners))]
+    vals = [validator, *("0x" + f"{0xF0 + i:040x}" for i in range(max(0, validators - 1)))]
+    miner = registry[0]
+    assign_seed = hashlib.sha256(b"tessera.sizing.assign").digest()
+    t0 = time.perf_counter()
+    built = build_update(
+        spec, ds, round=2, miner=miner, checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
+        registry=registry, ef_state={}, behaviour=make_behaviour("honest"),
+    )  # fmt: skip
+    train_s = time.perf_counter() - t0
+    verify_s, stage = _time_check(
+        spec, ds, built, miner, validator, registry, vals, theta, digest, assign_seed, segments
+    )
+    t0 = time.perf_counter()
+    vv.heldout_loss(spec, ds, theta)
+    heldout_s = time.perf_counter() - t0
+    delta = decode_update(built.update).pseudo_gradient()
+    contributions = [(1.0, registry[i], delta) for i in range(len(registry))]
+    t0 = time.perf_counter()
+    next_checkpoint(theta, {}, contributions, spec.outer, MergePolicy(merge_method))
+    merge_s = time.perf_counter() - t0
+    return WorkTimes(
+        train_s=train_s, verify_s=verify_s, heldout_s=heldout_s, merge_s=merge_s, verify_stage=stage
+    )
+
+
+def _time_check(
+    spec: Any,
+    ds: Any,
+    built: Any,
+    miner: str,
+    validator: str,
+    registry: list[str],
+    vals: list[str],
+    theta: Any,
+    digest: bytes,
+    assign_seed: bytes,
+    segments: int,
+) -> tuple[float, Any]:
+    """Seconds of ``validator``'s check of ``miner``'s ``built`` update of round 2 (with its segment
+    replay, states served from ``built``) and the stage its verdict reached, for :func:`measure_work`."""
+
+    from protocol.coordinator import update_commitment
+    from validator import verify as vv
+
+    by_digest = dict(
+        zip(("0x" + d.hex() for d in built.transcript_digests), built.transcript_steps, strict=True)
+    )
+
+    def fetch_state(d: str) -> dict[str, Any]:
+        if d in built.published():
+            return built.published()[d]
+        return {k: v.clone() for k, v in built.states[by_digest[d]].items()}
+
+    ctx = vv.RoundContext(
+        spec=spec, dataset=ds, round=2, chain_id=31337, contract="0x" + "c0" * 20, validator=validator,
+        checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
+        seed=hashlib.sha256(b"tessera.sizing.seed").digest(), registry=registry, validators=vals,
+    )  # fmt: skip
+    commitment = update_commitment(31337, ctx.contract, 2, miner, built.digest)
+    policy = vv.VerifyPolicy(segments_per_miner=segments)
+    t0 = time.perf_counter()
+    verdict, _ = vv.verify_update(ctx, miner, commitment, lambda: built.update, fetch_state, policy)
+    return time.perf_counter() - t0, verdict.stage
