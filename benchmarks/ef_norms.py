@@ -99,11 +99,11 @@ def _round(
     spec: Any,
     ds: Any,
     params: dict[str, torch.Tensor],
-    r: int,
+    round: int,
     miners: list[str],
     last: dict[str, BuiltUpdate | None],
 ) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, Any]]]:
-    """Round ``r`` of every miner from ``params``, each carrying its previous build's residual (``last``,
+    """``round`` of every miner from ``params``, each carrying its previous build's residual (``last``,
     updated): the decoded updates and one comparison row per miner."""
     import hashlib
 
@@ -114,12 +114,12 @@ def _round(
     from training.diloco import pseudo_gradient
 
     digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in params.items()})[2:])
-    seed = hashlib.sha256(SEED_TAG + r.to_bytes(8, "big")).digest()
+    seed = hashlib.sha256(SEED_TAG + round.to_bytes(8, "big")).digest()
     deltas, rows = [], []
     for m in miners:
         prev = last[m]
         b = build_update(
-            spec, ds, round=r, miner=m, checkpoint=params, checkpoint_digest=digest, assign_seed=seed,
+            spec, ds, round=round, miner=m, checkpoint=params, checkpoint_digest=digest, assign_seed=seed,
             registry=miners, ef_state=prev.ef_state if prev else {},
             ef_source=(prev.round, prev.digest) if prev else None, behaviour=Behaviour(),
         )  # fmt: skip
@@ -127,7 +127,7 @@ def _round(
         d = decode_update(b.update).pseudo_gradient()
         final = b.states[b.transcript_steps[-1]]
         t = pseudo_gradient(params, {n: final[f"param/{n}"] for n in d})
-        rows.append({"round": r, "miner": m, **_compare(d, t)})
+        rows.append({"round": round, "miner": m, **_compare(d, t)})
         deltas.append(d)
     return deltas, rows
 
@@ -144,10 +144,10 @@ def _average_step(
     return new
 
 
-def _print_round(r: int, mine: list[dict[str, Any]]) -> None:
+def _print_round(round: int, mine: list[dict[str, Any]]) -> None:
     """The round's range of each figure over the miners."""
     print(
-        f"round {r:3d}: cos {min(x['cos'] for x in mine):.3f}-{max(x['cos'] for x in mine):.3f}  "
+        f"round {round:3d}: cos {min(x['cos'] for x in mine):.3f}-{max(x['cos'] for x in mine):.3f}  "
         f"ratio_full {min(x['ratio_full'] for x in mine):.3f}-{max(x['ratio_full'] for x in mine):.3f}  "
         f"ratio_support {min(x['ratio_support'] for x in mine):.3f}-"
         f"{max(x['ratio_support'] for x in mine):.3f}",

@@ -86,11 +86,11 @@ class CheckpointSource:
         )
         return tensors
 
-    def accepted_updates(self, p: int, consensus: Mapping[str, int]) -> dict[str, bytes]:
-        """Round ``p``'s accepted updates, each fetched by the digest its miner announced and kept only if it
+    def accepted_updates(self, round: int, consensus: Mapping[str, int]) -> dict[str, bytes]:
+        """``round``'s accepted updates, each fetched by the digest its miner announced and kept only if it
         matches that miner's on-chain commitment (a few kB each)."""
-        commitments = {m.lower(): c for m, c in self.coord.update_commitments(p).items()}
-        records = {r.address.lower(): r for r in self.discovery.find(p) if r.role == "miner"}
+        commitments = {m.lower(): c for m, c in self.coord.update_commitments(round).items()}
+        records = {r.address.lower(): r for r in self.discovery.find(round) if r.role == "miner"}
         out: dict[str, bytes] = {}
         for miner, _score in accepted(consensus):
             rec = records.get(miner.lower())
@@ -99,17 +99,17 @@ class CheckpointSource:
             if digest is None or commitment is None:
                 continue
             raw = bytes.fromhex(digest.removeprefix("0x"))
-            if update_commitment(self.coord.chain_id, self.coord.contract, p, miner, raw) != commitment:
+            if update_commitment(self.coord.chain_id, self.coord.contract, round, miner, raw) != commitment:
                 continue
             if self.state.blobs.has(digest):  # this miner's own update
                 out[miner] = self.state.blobs.get(digest)
                 continue
             try:
                 out[miner] = fetch_blob(
-                    self.discovery.urls_for(p, "update", digest), digest, policy=self.fetch_policy
+                    self.discovery.urls_for(round, "update", digest), digest, policy=self.fetch_policy
                 )
             except TransferError as exc:
-                log.info("round %d: update of %s not fetched for the rebuild: %s", p, miner[:10], exc)
+                log.info("round %d: update of %s not fetched for the rebuild: %s", round, miner[:10], exc)
         return out
 
     def fetch(self, round: int, hexd: str) -> dict[str, Tensor]:

@@ -52,18 +52,18 @@ class CommitMixin(MinerParts):
         )
         self._commit(r, built.digest)
 
-    def _sits_out(self, r: int, registry: list[str]) -> bool:
-        """Whether this miner skips round ``r`` (recorded as abandoned): registered after it opened, or
+    def _sits_out(self, round: int, registry: list[str]) -> bool:
+        """Whether this miner skips ``round`` (recorded as abandoned): registered after it opened, or
         its behaviour chose not to commit."""
         if self.address not in registry:
-            self.phase = f"joining: registered after round {r} opened, works from round {r + 1}"
-            self.state.prepare(r, {"skipped": True, "reason": "not in the round's registry"}, {})
-            self.state.set_status(r, ABANDONED, reason="not in the round's registry")
+            self.phase = f"joining: registered after round {round} opened, works from round {round + 1}"
+            self.state.prepare(round, {"skipped": True, "reason": "not in the round's registry"}, {})
+            self.state.set_status(round, ABANDONED, reason="not in the round's registry")
             return True
-        if not self.behaviour.should_commit(BehaviourContext(r, self.address, (), self.spec.inner.steps)):
+        if not self.behaviour.should_commit(BehaviourContext(round, self.address, (), self.spec.inner.steps)):
             self.phase = "skipping (behaviour)"
-            self.state.prepare(r, {"skipped": True}, {})
-            self.state.set_status(r, ABANDONED, reason="behaviour chose not to commit")
+            self.state.prepare(round, {"skipped": True}, {})
+            self.state.set_status(round, ABANDONED, reason="behaviour chose not to commit")
             return True
         return False
 
@@ -94,23 +94,23 @@ class CommitMixin(MinerParts):
                 device=self.cfg.device,
             )
 
-    def _commit(self, r: int, digest: bytes) -> None:
+    def _commit(self, round: int, digest: bytes) -> None:
         self.phase = "committing"
         st = self.coord.current()
-        if st.round != r or st.phase != Phase.COMMIT or st.block > st.deadline:
-            self.state.set_status(r, ABANDONED, reason="commit phase closed before the update was ready")
-            log.warning("round %d: update ready after the commit deadline; abandoned", r)
+        if st.round != round or st.phase != Phase.COMMIT or st.block > st.deadline:
+            self.state.set_status(round, ABANDONED, reason="commit phase closed before the update was ready")
+            log.warning("round %d: update ready after the commit deadline; abandoned", round)
             return
         try:
-            self.coord.commit_update(r, digest)
+            self.coord.commit_update(round, digest)
         except CoordinatorError as exc:
-            if self._chain_has_commit(r, digest):
-                log.info("round %d: commitment already on-chain", r)
+            if self._chain_has_commit(round, digest):
+                log.info("round %d: commitment already on-chain", round)
             else:
-                raise MinerError(f"commit for round {r} failed: {exc}") from exc
-        self.state.set_status(r, COMMITTED, committed_at=time.time())
+                raise MinerError(f"commit for round {round} failed: {exc}") from exc
+        self.state.set_status(round, COMMITTED, committed_at=time.time())
         self.phase = "committed"
-        log.info("round %d: committed %s", r, digest.hex()[:16])
+        log.info("round %d: committed %s", round, digest.hex()[:16])
 
     def _reconcile(self, st: RoundState, rec: dict[str, Any]) -> None:
         """A ``prepared`` round after a restart: committed on-chain, commit now, or abandon."""

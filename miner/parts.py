@@ -99,8 +99,8 @@ class MinerParts:
         self._live = LiveRound(round=round, checkpoint=params, checkpoint_digest=digest)
         return params
 
-    def _chain_has_commit(self, r: int, digest: bytes) -> bool:
-        got = self.coord.update_commitments(r).get(self.address)
+    def _chain_has_commit(self, round: int, digest: bytes) -> bool:
+        got = self.coord.update_commitments(round).get(self.address)
         return got is not None and got == update_commitment(
-            self.coord.chain_id, self.coord.contract, r, self.address, digest
+            self.coord.chain_id, self.coord.contract, round, self.address, digest
         )

@@ -29,14 +29,14 @@ log = logging.getLogger(__name__)
 class PublishMixin(MinerParts):
     """Serve what a committed round's validators fetch."""
 
-    def _ensure_live(self, r: int) -> None:
+    def _ensure_live(self, round: int) -> None:
         """Reload the round's serving material from disk (after a restart)."""
-        if self._live.round == r and self._live.snapshots:
+        if self._live.round == round and self._live.snapshots:
             return
-        rec = self.state.record(r)
+        rec = self.state.record(round)
         if rec is None or "snapshots" not in rec:
             return
-        params = self._checkpoint(r, bytes.fromhex(rec["checkpoint"]))
+        params = self._checkpoint(round, bytes.fromhex(rec["checkpoint"]))
         self._live.snapshots = {
             int(s): decode_tensors(self.state.blobs.get(d)) for s, d in rec["snapshots"].items()
         }
@@ -56,20 +56,20 @@ class PublishMixin(MinerParts):
         self.phase = "serving"
         log.info("round %d: serving update at %s", r, self.url)
 
-    def _publish(self, r: int, rec: dict[str, Any]) -> None:
+    def _publish(self, round: int, rec: dict[str, Any]) -> None:
         """Put the round's update, error-feedback states and evidence in the public store and announce
         them with this process's URL (idempotent: the store is content-addressed)."""
         extra = {"update_digest": bytes.fromhex(rec["update_digest"]), "chain_id": self.coord.chain_id}
-        ctx = BehaviourContext(r, self.address, tuple(rec["modules"]), self.spec.inner.steps, extra)
+        ctx = BehaviourContext(round, self.address, tuple(rec["modules"]), self.spec.inner.steps, extra)
         data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
         served = [Served("update", "0x" + rec["update_digest"], len(data))]
         self.public.put(data, "0x" + rec["update_digest"]) if data else None
         # the transcript, which the header commits to by its root only (issue 13)
         parts = [(bytes.fromhex(p), bytes.fromhex(q)) for p, q in rec.get("transcript_parts") or []]
         self.public.put(encode_tensors(transcript_tensors(parts)), digest_fn=tensor_blob_digest)
-        self._publish_error_feedback(r, rec)
+        self._publish_error_feedback(round, rec)
         evidence = (
-            self.evidence_fn(r, self.address, bytes.fromhex(rec["update_digest"]))
+            self.evidence_fn(round, self.address, bytes.fromhex(rec["update_digest"]))
             if self.evidence_fn
             else None
         )
@@ -77,13 +77,13 @@ class PublishMixin(MinerParts):
         if evidence:
             ed = self.public.put(evidence)
             served.append(Served("evidence", ed, len(evidence)))
-        self.discovery.announce(r, "miner", self.url, served)
-        self._announced.add(r)
+        self.discovery.announce(round, "miner", self.url, served)
+        self._announced.add(round)
 
-    def _publish_error_feedback(self, r: int, rec: dict[str, Any]) -> None:
+    def _publish_error_feedback(self, round: int, rec: dict[str, Any]) -> None:
         """Serve what a validator needs to recompute the compressed update (F12): the residual after this
         round and, if the update started from an earlier one, that round's update and residual."""
-        rounds = [r]
+        rounds = [round]
         src = rec.get("ef_source")
         if src:
             rounds.append(int(src[0]))
@@ -93,7 +93,7 @@ class PublishMixin(MinerParts):
             try:
                 after = {k: v for k, v in self.state.ef_state(q).items() if k.startswith("ef/")}
             except MinerStateError as exc:
-                log.warning("round %d: error-feedback residual of round %d not served: %s", r, q, exc)
+                log.warning("round %d: error-feedback residual of round %d not served: %s", round, q, exc)
                 continue
             self.public.put(encode_tensors(after), digest_fn=tensor_blob_digest)
 

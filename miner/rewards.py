@@ -38,11 +38,11 @@ class RewardsMixin(MinerParts):
         if acc is None or not acc.try_refresh((current_round, now.get("status"), self.rounds_done)):
             return
 
-        def own(r: int) -> bool:
-            rec = self.state.record(r) or {}
+        def own(round: int) -> bool:
+            rec = self.state.record(round) or {}
             return "update_digest" in rec and (
                 rec["status"] in (COMMITTED, SERVED)
-                or self._chain_has_commit(r, bytes.fromhex(rec["update_digest"]))
+                or self._chain_has_commit(round, bytes.fromhex(rec["update_digest"]))
             )
 
         acc.check_commits(current_round, own)

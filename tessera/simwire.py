@@ -17,14 +17,14 @@ def wire_transport(codec: Any) -> Any:
 
     fp32 = CodecConfig(name="dense", chunk=4096, bits=32)
 
-    def transport(round_index, assignment, encs, delta, res, base_digest):  # type: ignore[no-untyped-def]
+    def transport(round, assignment, encs, delta, res, base_digest):  # type: ignore[no-untyped-def]
         used = codec
         if encs is None:
             encs = {n: encode(t, fp32) for n, t in delta.items()}
             used = fp32
         data = encode_update(
             make_update(
-                round_index,
+                round,
                 assignment.miner,
                 list(assignment.module_ids),
                 encs,

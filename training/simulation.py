@@ -44,9 +44,9 @@ Merger = Callable[[list[tuple[float, str, dict[str, Tensor]]]], dict[str, Tensor
 :func:`training.diloco.merge`; the bench passes the validators' ``training.merge.robust_merge``)."""
 
 
-def round_seed(run_seed: int, round_index: int) -> bytes:
+def round_seed(run_seed: int, round: int) -> bytes:
     """The simulated chain's seed of a round."""
-    return hashlib.sha256(b"tessera.sim.round\0" + struct.pack("<QQ", run_seed, round_index)).digest()
+    return hashlib.sha256(b"tessera.sim.round\0" + struct.pack("<QQ", run_seed, round)).digest()
 
 
 def evaluate(
@@ -140,16 +140,14 @@ class Simulation:
         self.feedback: dict[tuple[str, str], ErrorFeedback] = {}
         self.optimizer_states: dict[str, dict[str, Tensor]] = {}
 
-    def assignments(self, round_index: int) -> dict[str, Assignment]:
+    def assignments(self, round: int) -> dict[str, Assignment]:
         """The round's assignments."""
-        return assign(
-            round_seed(self.run_seed, round_index), self.miners, self.run.model, self.experts_per_miner
-        )
+        return assign(round_seed(self.run_seed, round), self.miners, self.run.model, self.experts_per_miner)
 
-    def batches(self, round_index: int, a: Assignment) -> Tensor:
+    def batches(self, round: int, a: Assignment) -> Tensor:
         """A miner's batches for a round."""
         inner = self.run.inner
-        seed = round_seed(self.run_seed, round_index)
+        seed = round_seed(self.run_seed, round)
         return miner_batches(self.ds, seed, a, inner.steps, inner.batch_size, self.run.model.seq_len)
 
     def _compress(
@@ -164,21 +162,21 @@ class Simulation:
         encs, sent = ef.compress(delta)
         return encs, sent, ef
 
-    def step(self, round_index: int, evaluate_after: bool = True) -> RoundStats:
+    def step(self, round: int, evaluate_after: bool = True) -> RoundStats:
         """Run one outer round and move ``self.params`` to theta_{r+1}."""
         contributions: list[tuple[float, str, dict[str, Tensor]]] = []
         base_digest = state_digest(self.params) if self.transport is not None else b""
         sent_by: dict[str, dict[str, Tensor]] = {}
         ef_of: dict[str, ErrorFeedback] = {}
         sent_bytes, bits, losses, tokens = 0, [], [], 0
-        for miner, a in sorted(self.assignments(round_index).items()):
+        for miner, a in sorted(self.assignments(round).items()):
             res = train_inner(
                 self.run.model,
                 self.run.inner,
                 self.params,
                 a,
-                self.batches(round_index, a),
-                round_index,
+                self.batches(round, a),
+                round,
                 model=self.model,
                 optimizer_state=self.optimizer_states.get(miner),
                 device=self.device,
@@ -196,7 +194,7 @@ class Simulation:
             numel = sum(t.numel() for t in delta.values())
             bits.append(payload / numel / self.run.inner.steps)
             if self.transport is not None:
-                delta, nbytes = self.transport(round_index, a, encs, delta, res, base_digest)
+                delta, nbytes = self.transport(round, a, encs, delta, res, base_digest)
             else:
                 nbytes = payload // 8
             sent_bytes += nbytes
@@ -217,9 +215,7 @@ class Simulation:
         if evaluate_after:
             load_params(self.model, self.params)
             loss = evaluate(self.model, self.ds, self.run.model.seq_len, self.eval_windows)
-        return RoundStats(
-            round_index, loss, sum(losses) / len(losses), sent_bytes, sum(bits) / len(bits), tokens
-        )
+        return RoundStats(round, loss, sum(losses) / len(losses), sent_bytes, sum(bits) / len(bits), tokens)
 
 
 class Baseline:
@@ -239,18 +235,16 @@ class Baseline:
             foreach=False,
         )
 
-    def step(self, round_index: int, evaluate_after: bool = True) -> RoundStats:
+    def step(self, round: int, evaluate_after: bool = True) -> RoundStats:
         """H synchronous steps on the round's batches of all miners."""
         sim, inner = self.sim, self.sim.run.inner
-        groups = [
-            (a.path, sim.batches(round_index, a)) for _, a in sorted(sim.assignments(round_index).items())
-        ]
+        groups = [(a.path, sim.batches(round, a)) for _, a in sorted(sim.assignments(round).items())]
         n_total = sum(b.shape[1] for _, b in groups)
         losses, tokens = [], 0
         params = list(self.model.parameters())
         for s in range(inner.steps):
             for g in self.opt.param_groups:
-                g["lr"] = lr_at(inner, round_index * inner.steps + s)
+                g["lr"] = lr_at(inner, round * inner.steps + s)
             self.opt.zero_grad(set_to_none=True)
             merged = _merge_by_path(groups, s)
             loss_sum = 0.0
@@ -271,7 +265,7 @@ class Baseline:
             if evaluate_after
             else float("nan")
         )
-        return RoundStats(round_index, loss, sum(losses) / len(losses), 4 * numel * inner.steps, 32.0, tokens)
+        return RoundStats(round, loss, sum(losses) / len(losses), 4 * numel * inner.steps, 32.0, tokens)
 
 
 def _merge_by_path(

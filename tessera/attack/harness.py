@@ -180,8 +180,8 @@ class Network:
         the adversary's behaviour (seeds change assignments and data, a spread larger than 1%)."""
         import hashlib
 
-        def draw(purpose: str, r: int) -> bytes:
-            return hashlib.sha256(f"tessera.attack.entropy\0{key}\0{purpose}\0{r}".encode()).digest()
+        def draw(purpose: str, round: int) -> bytes:
+            return hashlib.sha256(f"tessera.attack.entropy\0{key}\0{purpose}\0{round}".encode()).digest()
 
         return draw
 

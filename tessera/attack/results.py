@@ -189,9 +189,9 @@ def _no_honest_miner_slashed(res: ScenarioResult) -> bool:
     return all(r.slashes == 0 for r in res.rows if r.role == "miner" and r.label == "honest")
 
 
-def _paid(run: Any, rnd: int, address: str) -> int:
-    """What ``address`` earned (as a miner or a validator) in round ``rnd``'s settlement (0 if unsettled)."""
-    led = run.ledger.rounds.get(rnd)
+def _paid(run: Any, round: int, address: str) -> int:
+    """What ``address`` earned (as a miner or a validator) in ``round``'s settlement (0 if unsettled)."""
+    led = run.ledger.rounds.get(round)
     s = led.settlement if led is not None else None
     return 0 if s is None else s.miner_rewards.get(address, 0) + s.validator_rewards.get(address, 0)
 

@@ -27,7 +27,7 @@ class _ScoringValidator(ValidatorNode):
     lazy = True
     """Skip verification (the copier and the random scorer save that compute)."""
 
-    def choose_scores(self, r: int, miners: list[str]) -> list[int]:
+    def choose_scores(self, round: int, miners: list[str]) -> list[int]:
         """The score vector to commit (ascending miner address order)."""
         raise NotImplementedError
 
@@ -35,16 +35,16 @@ class _ScoringValidator(ValidatorNode):
         if not self.lazy:
             super()._verify_all(st, theta)
 
-    def _round_scores(self, r: int, miners: list[str]) -> list[int]:
-        return [max(0, min(SCORE_MAX, int(s))) for s in self.choose_scores(r, miners)]
+    def _round_scores(self, round: int, miners: list[str]) -> list[int]:
+        return [max(0, min(SCORE_MAX, int(s))) for s in self.choose_scores(round, miners)]
 
 
 class CopierValidator(_ScoringValidator):
     """Weight copier: the previous round's consensus score of each miner (0 for a newcomer)."""
 
-    def choose_scores(self, r: int, miners: list[str]) -> list[int]:
+    def choose_scores(self, round: int, miners: list[str]) -> list[int]:
         """Last round's consensus."""
-        prev = self.coord.settlement(r - 1) if r > 1 else None
+        prev = self.coord.settlement(round - 1) if round > 1 else None
         cons = {k.lower(): v for k, v in (prev.consensus if prev else {}).items()}
         if not cons:  # nothing to copy: the mean honest score is unknown, so a flat middle score
             return [SCORE_MAX // 10 for _ in miners]
@@ -58,7 +58,7 @@ class RandomValidator(_ScoringValidator):
         super().__init__(*args, **kwargs)
         self.rng = random.Random(seed)
 
-    def choose_scores(self, r: int, miners: list[str]) -> list[int]:
+    def choose_scores(self, round: int, miners: list[str]) -> list[int]:
         """Random."""
         return [self.rng.randint(0, SCORE_MAX) for _ in miners]
 
@@ -73,7 +73,7 @@ class ColludingValidator(_ScoringValidator):
         self.favoured = favoured.lower()
         self.punish = punish
 
-    def choose_scores(self, r: int, miners: list[str]) -> list[int]:
+    def choose_scores(self, round: int, miners: list[str]) -> list[int]:
         """Honest verdicts, bent towards the favoured miner."""
         out = []
         for m in miners:
@@ -82,7 +82,7 @@ class ColludingValidator(_ScoringValidator):
             elif self.punish:
                 out.append(0)
             else:
-                v = self.state.verdict(r, m)
+                v = self.state.verdict(round, m)
                 out.append(int(v["score"]) if v else 0)
         return out
 
@@ -90,12 +90,12 @@ class ColludingValidator(_ScoringValidator):
 class SilentValidator(ValidatorNode):
     """Verifies and commits its scores, but never reveals them."""
 
-    def _reveal_scores(self, r: int) -> None:
+    def _reveal_scores(self, round: int) -> None:
         return None
 
 
 class BadSignerValidator(ValidatorNode):
     """Signs (and serves) the certificate of a digest other than the one it merged."""
 
-    def _sign_checkpoint(self, p: int, digest: bytes) -> bytes:
-        return self.coord.sign_checkpoint(p, bytes(x ^ 0xFF for x in digest))
+    def _sign_checkpoint(self, round: int, digest: bytes) -> bytes:
+        return self.coord.sign_checkpoint(round, bytes(x ^ 0xFF for x in digest))

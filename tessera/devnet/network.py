@@ -323,13 +323,13 @@ class Devnet(NodeProcesses):
         nv = sum(1 for n in self.nodes.values() if n.role == "validator" and n.alive())
         return fast_forward_phase(self.chain, self.anvil.rpc_url, nv, alive, self._miners_served)
 
-    def _miners_served(self, r: int) -> int:
+    def _miners_served(self, round: int) -> int:
         served = 0
         for n in self.nodes.values():
             if n.role != "miner" or not n.alive():
                 continue
             try:
-                rec = httpx.get(f"{n.url}/rounds", timeout=2).json().get(str(r), {})
+                rec = httpx.get(f"{n.url}/rounds", timeout=2).json().get(str(round), {})
                 served += rec.get("status") == "served"
             except (httpx.HTTPError, ValueError):
                 pass

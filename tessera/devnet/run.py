@@ -27,10 +27,10 @@ PHASES = ["commit", "reveal", "score-commit", "score-reveal", "finalize"]
 
 
 def checkpoint_samples(
-    net: Any, r: int, spec: Any, count: int, prompt: str, max_new: int = 80
+    net: Any, round: int, spec: Any, count: int, prompt: str, max_new: int = 80
 ) -> dict[str, Any]:
     """``count`` continuations of ``prompt`` (seeds 0.., temperature 0.8; in DiPaCo mode path ``i`` of
-    ``all_paths``) from theta_{r+1}, the checkpoint certified for round ``r``: fetched from validator0 and
+    ``all_paths``) from theta_{r+1}, the checkpoint certified for ``round``: fetched from validator0 and
     checked against the digest on chain (``tessera.modelout``). Errors become ``{"error": ...}``."""
     import torch
 
@@ -39,8 +39,8 @@ def checkpoint_samples(
     from training.errors import TrainingError
     from training.model import all_paths
 
-    raw = bytes(net.chain.checkpoint(r + 1))
-    out: dict[str, Any] = {"round": r, "checkpoint": "0x" + raw.hex(), "prompt": prompt}
+    raw = bytes(net.chain.checkpoint(round + 1))
+    out: dict[str, Any] = {"round": round, "checkpoint": "0x" + raw.hex(), "prompt": prompt}
     if not any(raw):
         return out | {"error": "not certified"}
     try:
@@ -183,15 +183,15 @@ def export_model(net: Any, out: Path) -> dict[str, Any]:
 
 
 def _sampler(net: Devnet, samples: dict[int, dict[str, Any]]) -> Any:
-    """A callback that samples round ``r``'s certified checkpoint into ``samples`` (and logs it)."""
+    """A callback that samples a round's certified checkpoint into ``samples`` (and logs it)."""
     from protocol.runspec import RunSpec
 
     spec = RunSpec.load(net.run_path)
 
-    def on_round(r: int) -> None:
-        got = checkpoint_samples(net, r, spec, net.cfg.samples, net.cfg.sample_prompt)
-        samples[r] = got
-        log.info("samples of theta_%d: %s", r + 1, got.get("samples") or got.get("error"))
+    def on_round(round: int) -> None:
+        got = checkpoint_samples(net, round, spec, net.cfg.samples, net.cfg.sample_prompt)
+        samples[round] = got
+        log.info("samples of theta_%d: %s", round + 1, got.get("samples") or got.get("error"))
 
     return on_round
 
@@ -239,10 +239,16 @@ def build_report(
     for r in range(1, rounds + 1):
         wall = marks.get(r, time.time()) - prev_mark
         prev_mark = marks.get(r, time.time())
-        records = [m.get(str(r), {}) for m in mrec.values()]
-        figures = _round_figures(vsum.get(r, {}), verdicts.get(r, {}), mrec, miners, r, wall)
+        v = vsum.get(r, {})
+        present = [m[str(r)] for m in mrec.values() if str(r) in m]
+        figures = _round_figures(v, verdicts.get(r, {}), present, miners, wall)
         certified = net.chain.checkpoint(r + 1) != b"\0" * 32
-        per_round.append(figures | {"certified": certified, **traffic_figures(traffic.get(r, {}), records)})
+        traffic_r = traffic_figures(traffic.get(r, {}), [m.get(str(r), {}) for m in mrec.values()])
+        per_round.append(
+            {"round": r, "join_round": r == 1 and not v.get("consensus")}
+            | figures
+            | {"certified": certified, **traffic_r}
+        )
     totals: dict[str, int] = {}
     for pr in per_round:
         for m, w in pr["rewards_wei"].items():
@@ -265,23 +271,20 @@ def build_report(
 def _round_figures(
     v: dict[str, Any],
     ver: dict[str, Any],
-    mrec: dict[str, dict[str, Any]],
+    present: list[dict[str, Any]],
     miners: dict[str, str],
-    r: int,
     wall: float,
 ) -> dict[str, Any]:
-    """Round ``r``'s figures in the report from validator0's round summary ``v`` and verdicts ``ver``
-    and the miners' round records ``mrec`` (``miners``: address -> node name), ``wall`` seconds long;
-    :func:`build_report` adds whether it was certified and its traffic."""
-    upd_bytes = sum(int(m.get(str(r), {}).get("update_bytes", 0)) for m in mrec.values())
-    train_s = [float(m.get(str(r), {}).get("train_seconds", 0.0)) for m in mrec.values() if str(r) in m]
+    """A round's figures in the report from validator0's round summary ``v`` and verdicts ``ver`` and the
+    round records of the miners that have one (``present``; ``miners``: address -> node name), ``wall``
+    seconds long; :func:`build_report` adds the round, whether it was certified and its traffic."""
+    upd_bytes = sum(int(m.get("update_bytes", 0)) for m in present)
+    train_s = [float(m.get("train_seconds", 0.0)) for m in present]
     replay_s = sum(float(x.get("metrics", {}).get("replay_seconds", 0.0)) for x in ver.values())
     eval_s = sum(float(x.get("metrics", {}).get("eval_seconds", 0.0)) for x in ver.values())
     replayed = sum(int(x.get("metrics", {}).get("replayed_steps", 0)) for x in ver.values())
     total_train = sum(train_s)
     return {
-        "round": r,
-        "join_round": r == 1 and not v.get("consensus"),
         "heldout_before": v.get("heldout_before"),
         "heldout_after": v.get("heldout_after"),
         "consensus": {miners.get(a, a): s for a, s in v.get("consensus", {}).items()},

@@ -36,8 +36,8 @@ def enclave() -> SimulatedEnclave:
     return SimulatedEnclave.from_seed(b"tests")
 
 
-def _binding(round_: int = 7, digest: bytes = DIGEST) -> Binding:
-    return Binding(31337, round_, MINER, digest)
+def _binding(round: int = 7, digest: bytes = DIGEST) -> Binding:
+    return Binding(31337, round, MINER, digest)
 
 
 def test_simulated_quote_is_real_tdx_v4(enclave: SimulatedEnclave) -> None:
@@ -70,9 +70,9 @@ def test_same_seed_same_root() -> None:
 
 def test_replay_from_another_round_or_update(enclave: SimulatedEnclave) -> None:
     coll = enclave.collateral(NOW)
-    raw = enclave.quote(_binding(round_=7).report_data())
+    raw = enclave.quote(_binding(round=7).report_data())
     with pytest.raises(ReplayError, match="round 7, this is round 8"):
-        verify(raw, coll, enclave.policy(), NOW, expected=_binding(round_=8))
+        verify(raw, coll, enclave.policy(), NOW, expected=_binding(round=8))
     with pytest.raises(ReplayError, match="another update"):
         verify(raw, coll, enclave.policy(), NOW, expected=_binding(digest=bytes(32)))
     with pytest.raises(BindingMismatchError):

@@ -35,13 +35,13 @@ class Payouts:
     validator_paid: list[tuple[int, str, int]]
     """(round, lower-case validator, amount) per ``ValidatorRewarded``."""
 
-    def miner(self, r: int, a: str) -> int:
-        """What miner ``a`` was paid for round ``r``."""
-        return sum(amt for rr, aa, _c, amt in self.miner_paid if rr == r and aa == a.lower())
+    def miner(self, round: int, a: str) -> int:
+        """What miner ``a`` was paid for ``round``."""
+        return sum(amt for rr, aa, _c, amt in self.miner_paid if rr == round and aa == a.lower())
 
-    def validator(self, r: int, a: str) -> int:
-        """What validator ``a`` was paid for round ``r``."""
-        return sum(amt for rr, aa, amt in self.validator_paid if rr == r and aa == a.lower())
+    def validator(self, round: int, a: str) -> int:
+        """What validator ``a`` was paid for ``round``."""
+        return sum(amt for rr, aa, amt in self.validator_paid if rr == round and aa == a.lower())
 
 
 def read_payouts(net: Devnet) -> Payouts:
@@ -120,30 +120,30 @@ def payouts_match_consensus(net: Devnet, paid: Payouts) -> Check:
     )
 
 
-def _settlement_differences(net: Devnet, paid: Payouts, r: int, bps: int) -> list[str]:
-    """Where round ``r``'s rewards differ from the settlement of its revealed scores."""
+def _settlement_differences(net: Devnet, paid: Payouts, round: int, bps: int) -> list[str]:
+    """Where ``round``'s rewards differ from the settlement of its revealed scores."""
     from protocol.consensus import settle
 
     chain, names = net.chain, paid.names
-    order = [e.miner for e in chain.committed_miners(r)]
-    reveals = chain.revealed_scores(r)
-    budget = next(int(e.budget) for e in chain.events("RoundFinalized", round=r))
+    order = [e.miner for e in chain.committed_miners(round)]
+    reveals = chain.revealed_scores(round)
+    budget = next(int(e.budget) for e in chain.events("RoundFinalized", round=round))
     st = settle(
         [list(x.scores) for x in reveals], [x.weight for x in reveals], budget, bps, n_miners=len(order)
     )
     bad = []
-    got_m = {a: (c, amt) for rr, a, c, amt in paid.miner_paid if rr == r}
+    got_m = {a: (c, amt) for rr, a, c, amt in paid.miner_paid if rr == round}
     for m, med, pay in zip(order, st.medians, st.miner_pay, strict=True):
         c, amt = got_m.get(m.lower(), (0, 0))
         if (pay and (c, amt) != (med, pay)) or (not pay and amt):
             bad.append(
-                f"round {r} {names.get(m.lower(), m)}: paid {amt} at consensus {c}, settlement says {pay} at {med}"
+                f"round {round} {names.get(m.lower(), m)}: paid {amt} at consensus {c}, settlement says {pay} at {med}"
             )
-    got_v = {a: amt for rr, a, amt in paid.validator_paid if rr == r}
+    got_v = {a: amt for rr, a, amt in paid.validator_paid if rr == round}
     for x, pay in zip(reveals, st.validator_pay, strict=True):
         if got_v.get(x.validator.lower(), 0) != pay:
             bad.append(
-                f"round {r} {names.get(x.validator.lower())}: paid {got_v.get(x.validator.lower(), 0)}, settlement says {pay}"
+                f"round {round} {names.get(x.validator.lower())}: paid {got_v.get(x.validator.lower(), 0)}, settlement says {pay}"
             )
     return bad
 
@@ -209,12 +209,12 @@ def target_outcome(net: Devnet, paid: Payouts, sc: Scenario, fault_round: int) -
     )
 
 
-def _update_fetched(net: Devnet, address: str, r: int) -> bool:
-    """Whether some validator got miner ``address``'s round-``r`` update past the fetch and digest
+def _update_fetched(net: Devnet, address: str, round: int) -> bool:
+    """Whether some validator got miner ``address``'s ``round`` update past the fetch and digest
     stages."""
     fetched = False
     for v in (n for n in net.nodes if n.startswith("validator")):
-        vd = (net.get(v, f"/verdicts/{r}") or {}).get(address) or {}
+        vd = (net.get(v, f"/verdicts/{round}") or {}).get(address) or {}
         fetched |= bool(vd) and vd.get("stage") not in ("commit", "fetch", "digest")
     return fetched
 

@@ -40,21 +40,26 @@ def snapshot(net: Devnet) -> Counter[str]:
     return c
 
 
-def inject(h: Harness, r: int, point: str) -> None:
-    """Inject ``h``'s fault now, at round ``r`` point ``point`` (the fault round moves to ``r``)."""
+def inject(h: Harness, round: int, point: str) -> None:
+    """Inject ``h``'s fault now, at ``round`` and ``point`` (the fault round moves to ``round``)."""
     block = h.net.chain.block_number()
-    h.fault_round, h.last_round = r, r + h.rounds - 1
-    h.run.injected.update({"round": r, "point": point, "block": block, "at": time.time()})
-    _INJECTORS.get(h.sc.name, _spoil_peer)(h, r, point, block)
+    h.fault_round, h.last_round = round, round + h.rounds - 1
+    h.run.injected.update({"round": round, "point": point, "block": block, "at": time.time()})
+    _INJECTORS.get(h.sc.name, _spoil_peer)(h, round, point, block)
 
 
-def _kill_chain(h: Harness, r: int, point: str, block: int) -> None:
+def _down_seconds(h: Harness) -> float:
+    """Seconds since the fault was injected (to 0.1 s): how long the killed process was down."""
+    return round(time.time() - h.run.injected["at"], 1)
+
+
+def _kill_chain(h: Harness, round: int, point: str, block: int) -> None:
     """``kill -9`` anvil; after the drawn delay restart it from its last dump and note what was lost."""
     net = h.net
     before = snapshot(net)
     pid = net.anvil.pid
     net.kill_chain()
-    h.note(f"kill -9 anvil (pid {pid}) at round {r} {point}, block {block}")
+    h.note(f"kill -9 anvil (pid {pid}) at round {round} {point}, block {block}")
     h.run.injected["events_before"] = dict(before)
 
     def back() -> None:
@@ -64,7 +69,7 @@ def _kill_chain(h: Harness, r: int, point: str, block: int) -> None:
         lost = {k: before[k] - after.get(k, 0) for k in before if before[k] > after.get(k, 0)}
         h.run.restored = {
             "at": time.time(),
-            "down_s": round(time.time() - h.run.injected["at"], 1),
+            "down_s": _down_seconds(h),
             "block": after_block,
             "blocks_lost": max(0, block - after_block),
             "events_lost": lost,
@@ -78,45 +83,45 @@ def _kill_chain(h: Harness, r: int, point: str, block: int) -> None:
     h.pending.append((time.time() + h.run.delay_s, back, "restart anvil"))
 
 
-def _kill_node(h: Harness, r: int, point: str, block: int) -> None:
+def _kill_node(h: Harness, round: int, point: str, block: int) -> None:
     """``kill -9`` the target node; after the drawn delay restart it from its data directory."""
     net, target = h.net, h.sc.target
     proc = net.nodes[target].proc
     pid = proc.pid if proc is not None else None
     net.kill(target)
-    h.note(f"kill -9 {target} (pid {pid}) at round {r} {point}, block {block}")
+    h.note(f"kill -9 {target} (pid {pid}) at round {round} {point}, block {block}")
 
     def back() -> None:
         net.restart(target)
-        h.run.restored = {"at": time.time(), "down_s": round(time.time() - h.run.injected["at"], 1)}
+        h.run.restored = {"at": time.time(), "down_s": _down_seconds(h)}
         h.note(f"{target} restarted from its data directory")
         h.restored = True
 
     h.pending.append((time.time() + h.run.delay_s, back, f"restart {target}"))
 
 
-def _poison_dht(h: Harness, r: int, point: str, block: int) -> None:
-    """Start the stranger and poison every round key from ``r`` to the round after the last."""
+def _poison_dht(h: Harness, round: int, point: str, block: int) -> None:
+    """Start the stranger and poison every round key from ``round`` to the round after the last."""
     from tessera.devnet.poison import start_stranger
 
     h.stranger = start_stranger(h.net.dht.visible_maddrs())
     h.poison["stranger_stores"] = {}
-    for rr in range(r, h.last_round + 2):
+    for rr in range(round, h.last_round + 2):
         poison(h, rr)
 
 
-def _cut_validator(h: Harness, r: int, point: str, block: int) -> None:
+def _cut_validator(h: Harness, round: int, point: str, block: int) -> None:
     """Close the target validator's chain RPC and HTTP ports."""
     for p in h.proxies.values():
         p.set_mode(ProxyMode.BLOCK)
-    h.note(f"{h.sc.target} cut off (chain RPC and HTTP ports closed) at round {r} {point}, block {block}")
+    h.note(f"{h.sc.target} cut off (chain RPC and HTTP ports closed) at round {round} {point}, block {block}")
 
 
-def _spoil_peer(h: Harness, r: int, point: str, block: int) -> None:
+def _spoil_peer(h: Harness, round: int, point: str, block: int) -> None:
     """Make the target miner's public port stall (``stall-miner``) or corrupt (``corrupt-miner``)."""
     mode = ProxyMode.STALL if h.sc.name == "stall-miner" else ProxyMode.CORRUPT
     h.proxies["http"].set_mode(mode)
-    h.note(f"{h.sc.target}'s public port set to {mode.value} at round {r} {point}, block {block}")
+    h.note(f"{h.sc.target}'s public port set to {mode.value} at round {round} {point}, block {block}")
 
 
 _INJECTORS: dict[str, Callable[[Harness, int, str, int], None]] = {
@@ -129,18 +134,18 @@ _INJECTORS: dict[str, Callable[[Harness, int, str, int], None]] = {
 """Each scenario's injector; the others (``stall-miner``, ``corrupt-miner``) spoil the peer's port."""
 
 
-def poison(h: Harness, r: int) -> None:
-    """poison-dht: every store of :func:`tessera.devnet.poison.poison_round` against round ``r``."""
+def poison(h: Harness, round: int) -> None:
+    """poison-dht: every store of :func:`tessera.devnet.poison.poison_round` against ``round``."""
     from tessera.devnet.poison import poison_round
 
     nodes = list(h.net.nodes.values())
     cid = h.net.chain.chain_id
-    honest = h.net.dht.lookup(cid, r).records  # the bootstrap node reads as any honest node does
-    said = poison_round(h.stranger, cid, r, [n.address for n in nodes], [n.url for n in nodes], honest)
+    honest = h.net.dht.lookup(cid, round).records  # the bootstrap node reads as any honest node does
+    said = poison_round(h.stranger, cid, round, [n.address for n in nodes], [n.url for n in nodes], honest)
     total = h.poison["stranger_stores"]
     for k, n in said.items():
         total[k] = total.get(k, 0) + n
-    h.note(f"stranger poisoned round {r}: {dict(sorted(said.items()))}")
+    h.note(f"stranger poisoned round {round}: {dict(sorted(said.items()))}")
 
 
 def maybe_restore(h: Harness, where: tuple[int, str]) -> None:

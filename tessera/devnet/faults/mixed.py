@@ -20,16 +20,16 @@ def validator_names(net: Devnet) -> list[str]:
     return sorted(n for n, node in net.nodes.items() if node.role == "validator")
 
 
-def merged_digests(net: Devnet, r: int, node_env: dict[str, dict[str, str]]) -> list[str]:
+def merged_digests(net: Devnet, round: int, node_env: dict[str, dict[str, str]]) -> list[str]:
     """Each validator's merged theta_{r+1} digest and whether it signed it, for a report line; the first
     line says whether they differ."""
     got: dict[str, str | None] = {}
     lines = []
     for v in validator_names(net):
         summary = {int(x.get("round", -1)): x for x in (net.get(v, "/rounds") or []) if isinstance(x, dict)}
-        digest = (summary.get(r) or {}).get("checkpoint")
+        digest = (summary.get(round) or {}).get("checkpoint")
         got[v] = digest
-        signed = net.get(v, f"/signatures/{r}") is not None
+        signed = net.get(v, f"/signatures/{round}") is not None
         what = f"merged {digest}" if digest else "has not merged"
         lines.append(f"{v} ({setting_text(node_env.get(v, {}))}) {what}{', signed' if signed else ''}")
     digests = {d for d in got.values() if d}
