@@ -37,6 +37,17 @@ def tensor_bytes(t: Tensor) -> bytes:
     return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
+def _tensor_view(t: Tensor) -> memoryview:
+    """The bytes :func:`tensor_bytes` returns, as a view of a CPU tensor's own memory where it is already
+    contiguous (no copy of a large state to hash it)."""
+    t = t.detach().to("cpu").contiguous()
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    if sys.byteorder != "little":  # pragma: no cover - torch supports little-endian hosts only
+        raise RuntimeError("state_digest needs a little-endian host")
+    return t.reshape(-1).view(torch.uint8).numpy().data if t.numel() else memoryview(b"")
+
+
 def state_digest(tensors: Mapping[str, Tensor]) -> bytes:
     """32-byte SHA-256 digest of a name -> tensor mapping (see the module doc for the byte layout)."""
     h = hashlib.sha256(DOMAIN)
@@ -46,8 +57,8 @@ def state_digest(tensors: Mapping[str, Tensor]) -> bytes:
         dt = str(t.dtype).removeprefix("torch.").encode()
         h.update(struct.pack("<I", len(nb)) + nb + struct.pack("<B", len(dt)) + dt)
         h.update(struct.pack("<B", t.dim()) + b"".join(struct.pack("<Q", d) for d in t.shape))
-        data = tensor_bytes(t)
-        h.update(struct.pack("<Q", len(data)))
+        data = _tensor_view(t)
+        h.update(struct.pack("<Q", data.nbytes))
         h.update(data)
     return h.digest()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -80,7 +81,8 @@ class InnerResult:
     """What the inner loop returns."""
 
     params: dict[str, Tensor]
-    """theta_local of the trained modules (detached copies)."""
+    """theta_local of the trained modules (detached CPU copies; with ``keep_states`` the same tensors as
+    the transcript's state at H, so neither may be changed in place)."""
     transcript: Transcript
     """Digests (and states) every k steps."""
     losses: list[float]
@@ -184,6 +186,18 @@ def start_state(
     return state
 
 
+def _is_capture(
+    state: Mapping[str, Tensor], params: dict[str, torch.nn.Parameter], adam_step: int, carried: bool
+) -> bool:
+    """Whether ``start_state``'s output, once restored, is bit for bit what :func:`_capture` would return
+    at step 0 (so the loop keeps it instead of copying the same bytes again): the parameters' dtypes
+    match the model's, and its moments are the ones restored (AdamW's state is loaded only when
+    ``adam_step > 0``; a fresh start has zero moments in the parameters' dtype)."""
+    if any(state[f"param/{n}"].dtype != p.dtype for n, p in params.items()):
+        return False
+    return adam_step > 0 or not carried
+
+
 def _setup(
     model_cfg: ModelConfig,
     inner_cfg: InnerConfig,
@@ -244,10 +258,13 @@ def _steps(
         losses.append(ce.detach())
         done = s + 1
         if transcript is not None and (done % inner_cfg.transcript_interval == 0 or done == inner_cfg.steps):
-            state = _capture(params, opt, done, adam_offset + done, copy=keep_states)
+            # the state at H is the loop's result too: one copy serves both (train_inner drops the others
+            # unless keep_states)
+            copy = keep_states or done == inner_cfg.steps
+            state = _capture(params, opt, done, adam_offset + done, copy=copy)
             transcript.steps.append(done)
             transcript.parts.append(part_digests(state))
-            if keep_states:
+            if copy:
                 transcript.states[done] = state
     return torch.stack(losses).tolist() if losses else []
 
@@ -274,28 +291,38 @@ def train_inner(
     if batches.shape[0] < inner_cfg.steps:
         raise ReplayError(f"need {inner_cfg.steps} batches, got {batches.shape[0]}")
     model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model, device)
-    _, adam_offset = _restore(params, opt, start_state(checkpoint, list(params), optimizer_state))
+    state0 = start_state(checkpoint, list(params), optimizer_state)
+    _, adam_offset = _restore(params, opt, state0)
+    if not _is_capture(state0, params, adam_offset, optimizer_state is not None):
+        state0 = _capture(params, opt, 0, adam_offset)  # a copy: it is digested while the steps run
     transcript = Transcript(inner_cfg.transcript_interval)
-    state0 = _capture(params, opt, 0, adam_offset, copy=keep_states)
     transcript.steps.append(0)
-    transcript.parts.append(part_digests(state0))
     if keep_states:
         transcript.states[0] = state0
-    losses = _steps(
-        model,
-        params,
-        opt,
-        inner_cfg,
-        assignment,
-        batches,
-        0,
-        inner_cfg.steps,
-        round_index,
-        transcript,
-        keep_states,
-        adam_offset,
-    )
-    final = _capture(params, opt, inner_cfg.steps, adam_offset + inner_cfg.steps)
+    # state0 is a copy no step touches: its digests (SHA-256 releases the GIL) overlap the first steps
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        digests0 = pool.submit(part_digests, state0)
+        losses = _steps(
+            model,
+            params,
+            opt,
+            inner_cfg,
+            assignment,
+            batches,
+            0,
+            inner_cfg.steps,
+            round_index,
+            transcript,
+            keep_states,
+            adam_offset,
+        )
+        transcript.parts.insert(0, digests0.result())
+    # the state at H was captured as a copy (and digested) by the last step: the result shares its tensors
+    final = transcript.states.get(inner_cfg.steps)
+    if not keep_states:
+        transcript.states.clear()
+    if final is None:
+        final = _capture(params, opt, inner_cfg.steps, adam_offset + inner_cfg.steps)
     out = {n: final[f"param/{n}"] for n in params}
     carried = {k: v for k, v in final.items() if not k.startswith("param/") and k != "step"}
     tokens = inner_cfg.steps * batches.shape[1] * (batches.shape[2] - 1)

@@ -98,3 +98,34 @@ def test_replay_exact_when_an_assigned_expert_routes_no_token(corpus) -> None:  
         end = t.segment_end(start)
         state = replay_segment(cfg, inner, theta, a, batches, 0, t.states[start], end)
         assert part_digests(state) == t.parts[t.steps.index(end)], f"segment {start}->{end}"
+
+
+def test_kept_states_are_what_the_loop_restores_and_returns(corpus) -> None:  # type: ignore[no-untyped-def]
+    """The step-0 state the loop keeps is ``start_state``'s own copy (digested while the steps run) and the
+    result shares the step-H state's tensors: both must be bit for bit what a capture would hold, with a
+    fresh optimizer, with carried moments, and with a carried ``adam_step`` of 0 (moments not restored)."""
+    from training import inner as loop
+
+    cfg, inner, theta, a, batches = _setup(corpus, "moe")
+    fresh = train_inner(cfg, inner, theta, a, batches, round_index=0, keep_states=True)
+    carried = train_inner(
+        cfg, inner, theta, a, batches, 1, keep_states=True, optimizer_state=fresh.optimizer_state
+    )
+    stale = {**fresh.optimizer_state, "adam_step": torch.tensor(0, dtype=torch.int64)}
+    odd = train_inner(cfg, inner, theta, a, batches, 1, keep_states=True, optimizer_state=stale)
+    for res, opt_state in ((fresh, None), (carried, fresh.optimizer_state), (odd, stale)):
+        t = res.transcript
+        assert [part_digests(t.states[s]) for s in t.steps] == t.parts
+        _, params, opt = loop._setup(cfg, inner, theta, a, None, "cpu")
+        loop._restore(params, opt, loop.start_state(theta, list(params), opt_state))
+        want = loop._capture(params, opt, 0, int(t.states[0]["adam_step"]))
+        assert state_digest(t.states[0]) == state_digest(want)
+        final = t.states[inner.steps]
+        assert all(res.params[n] is final[f"param/{n}"] for n in res.params)
+        assert state_digest(res.optimizer_state) == state_digest(
+            {k: v for k, v in final.items() if not k.startswith("param/") and k != "step"}
+        )
+    assert not bool(odd.transcript.states[0]["exp_avg/head.out.weight"].any())  # adam_step 0: fresh moments
+    lean = train_inner(cfg, inner, theta, a, batches, 1, optimizer_state=fresh.optimizer_state)
+    assert lean.transcript.states == {} and lean.transcript.parts == carried.transcript.parts
+    assert state_digest(lean.params) == state_digest(carried.params)
