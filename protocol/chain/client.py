@@ -78,20 +78,20 @@ class Chain(ChainReads):
 
     # ------------------------------------------------------------------ miners
 
-    def commit_update(self, round_: int, update_digest: bytes) -> TxResult:
-        """Commits the caller's update digest to ``round_`` (sender-bound commitment)."""
+    def commit_update(self, round: int, update_digest: bytes) -> TxResult:
+        """Commits the caller's update digest to ``round`` (sender-bound commitment)."""
         return self._transact(
-            self.network, "commitUpdate", round_, self.commitment_for(round_, self.address, update_digest)
+            self.network, "commitUpdate", round, self.commitment_for(round, self.address, update_digest)
         )
 
-    def commit_raw(self, round_: int, commitment: bytes) -> TxResult:
+    def commit_raw(self, round: int, commitment: bytes) -> TxResult:
         """Commits an arbitrary 32-byte commitment (tests: a copied commitment)."""
-        return self._transact(self.network, "commitUpdate", round_, _b32(commitment))
+        return self._transact(self.network, "commitUpdate", round, _b32(commitment))
 
-    def commit_and_claim(self, round_: int, update_digest: bytes) -> TxResult:
-        """Commits to ``round_`` and claims all owed rewards in one transaction (cheapest per round)."""
+    def commit_and_claim(self, round: int, update_digest: bytes) -> TxResult:
+        """Commits to ``round`` and claims all owed rewards in one transaction (cheapest per round)."""
         return self._transact(
-            self.network, "commitAndClaim", round_, self.commitment_for(round_, self.address, update_digest)
+            self.network, "commitAndClaim", round, self.commitment_for(round, self.address, update_digest)
         )
 
     def claim(self) -> TxResult:
@@ -100,24 +100,24 @@ class Chain(ChainReads):
 
     # ------------------------------------------------------------------ validators
 
-    def commit_seed(self, round_: int, secret: bytes) -> TxResult:
+    def commit_seed(self, round: int, secret: bytes) -> TxResult:
         """Commits a 32-byte seed share (Commit phase); keep ``secret`` to reveal it."""
         return self._transact(
-            self.network, "commitSeed", round_, seed_commitment(_b32(secret), self.address, round_)
+            self.network, "commitSeed", round, seed_commitment(_b32(secret), self.address, round)
         )
 
-    def reveal_seed(self, round_: int, secret: bytes) -> TxResult:
+    def reveal_seed(self, round: int, secret: bytes) -> TxResult:
         """Reveals the seed share (Reveal phase)."""
-        return self._transact(self.network, "revealSeed", round_, _b32(secret))
+        return self._transact(self.network, "revealSeed", round, _b32(secret))
 
-    def commit_scores(self, round_: int, scores: Sequence[int], salt: bytes) -> TxResult:
+    def commit_scores(self, round: int, scores: Sequence[int], salt: bytes) -> TxResult:
         """Commits a score vector (one score in [0, 10000] per committed miner, ascending address order)."""
-        c = score_commitment(self.chain_id, self.network_address, round_, self.address, scores, _b32(salt))
-        return self._transact(self.network, "commitScores", round_, c)
+        c = score_commitment(self.chain_id, self.network_address, round, self.address, scores, _b32(salt))
+        return self._transact(self.network, "commitScores", round, c)
 
-    def reveal_scores(self, round_: int, scores: Sequence[int], salt: bytes) -> TxResult:
+    def reveal_scores(self, round: int, scores: Sequence[int], salt: bytes) -> TxResult:
         """Reveals the committed score vector with its salt (ScoreReveal phase)."""
-        return self._transact(self.network, "revealScores", round_, list(scores), _b32(salt))
+        return self._transact(self.network, "revealScores", round, list(scores), _b32(salt))
 
     # ------------------------------------------------------------------ phases and settlement
 
@@ -125,18 +125,18 @@ class Chain(ChainReads):
         """Moves the round to its next phase (after the deadline; anyone)."""
         return self._transact(self.network, "advance")
 
-    def finalize_round(self, round_: int) -> TxResult:
-        """Settles ``round_``: reads commits and reveals from events, computes the medians with
+    def finalize_round(self, round: int) -> TxResult:
+        """Settles ``round``: reads commits and reveals from events, computes the medians with
         :func:`protocol.consensus.settle` and submits them (the contract checks them)."""
-        miners = [e.miner for e in self.committed_miners(round_)]
-        reveals = self.revealed_scores(round_)
+        miners = [e.miner for e in self.committed_miners(round)]
+        reveals = self.revealed_scores(round)
         st = settle(
             [list(r.scores) for r in reveals], [r.weight for r in reveals], 0, 0, n_miners=len(miners)
         )
         return self._transact(
             self.network,
             "finalize",
-            round_,
+            round,
             [to_checksum_address(m) for m in miners],
             [to_checksum_address(r.validator) for r in reveals],
             [list(r.scores) for r in reveals],
@@ -155,13 +155,13 @@ class Chain(ChainReads):
 
     # ------------------------------------------------------------------ checkpoints
 
-    def sign_checkpoint_bls(self, key: bls.BlsKeyPair, round_: int, digest: bytes) -> bytes:
-        """A validator's BLS signature of the checkpoint after ``round_``."""
-        return key.sign(self.checkpoint_message(round_, digest))
+    def sign_checkpoint_bls(self, key: bls.BlsKeyPair, round: int, digest: bytes) -> bytes:
+        """A validator's BLS signature of the checkpoint after ``round``."""
+        return key.sign(self.checkpoint_message(round, digest))
 
-    def sign_checkpoint_ecdsa(self, account: LocalAccount, round_: int, digest: bytes) -> bytes:
+    def sign_checkpoint_ecdsa(self, account: LocalAccount, round: int, digest: bytes) -> bytes:
         """A validator's 65-byte EIP-191 signature of the checkpoint message (ECDSA variant)."""
-        msg = self.checkpoint_message(round_, digest)
+        msg = self.checkpoint_message(round, digest)
         return bytes(Account.sign_message(encode_defunct(primitive=msg), account.key).signature)
 
     def _bls_args(self, signatures: Mapping[str, bytes]) -> tuple[int, tuple[bytes, ...]]:
@@ -175,19 +175,19 @@ class Chain(ChainReads):
         non_signers = ((1 << n) - 1) & ~signed
         return non_signers, bls.g2_words(bls.aggregate(list(signatures.values())))
 
-    def certify_checkpoint(self, round_: int, digest: bytes, signatures: Mapping[str, bytes]) -> TxResult:
-        """Certifies ``digest`` after ``round_`` with the aggregate of per-validator BLS signatures
+    def certify_checkpoint(self, round: int, digest: bytes, signatures: Mapping[str, bytes]) -> TxResult:
+        """Certifies ``digest`` after ``round`` with the aggregate of per-validator BLS signatures
         (``{validator address: signature}``); signers need 2/3 of the validator stake. The contract
         receives the bitmap of registered validators that did NOT sign."""
         non_signers, sig = self._bls_args(signatures)
-        return self._transact(self.network, "certifyCheckpoint", round_, _b32(digest), non_signers, sig)
+        return self._transact(self.network, "certifyCheckpoint", round, _b32(digest), non_signers, sig)
 
     def certify_checkpoint_ecdsa(
-        self, round_: int, digest: bytes, signatures: Mapping[str, bytes]
+        self, round: int, digest: bytes, signatures: Mapping[str, bytes]
     ) -> TxResult:
         """Certifies with one ECDSA signature per validator (sorted by address here)."""
         ordered = [signatures[a] for a in sorted(signatures, key=lambda a: int(a, 16))]
-        return self._transact(self.network, "certifyCheckpointEcdsa", round_, _b32(digest), ordered)
+        return self._transact(self.network, "certifyCheckpointEcdsa", round, _b32(digest), ordered)
 
     def estimate(self, fn_name: str, *args: Any) -> int:
         """Gas estimate of a network call from the signing account (benchmarks)."""
