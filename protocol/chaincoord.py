@@ -84,17 +84,15 @@ class ChainCoordinator:
     # -- reads -----------------------------------------------------------------------------------------
     def current(self) -> RoundState:
         def read() -> RoundState:
-            st = self.chain.round_state()
-            cp = self.chain.checkpoint(st.round)
-            seed = self.chain.seed(st.round)
+            s = self.chain.status()  # one eth_call per poll
             return RoundState(
-                round=st.round,
-                phase=Phase(int(st.phase)),
-                deadline=st.deadline,
-                block=self.chain.block_number(),
-                checkpoint=cp if cp != b"\0" * 32 else None,
-                assign_seed=self.chain.seed(st.round - 1),
-                seed=seed if seed != b"\0" * 32 else None,
+                round=s.round.round,
+                phase=Phase(int(s.round.phase)),
+                deadline=s.round.deadline,
+                block=s.block,
+                checkpoint=s.checkpoint if s.checkpoint != b"\0" * 32 else None,
+                assign_seed=s.assign_seed,
+                seed=s.seed if s.seed != b"\0" * 32 else None,
             )
 
         return _translate("read round", read)
@@ -238,8 +236,8 @@ class ChainCoordinator:
         return _translate("slash", go) is not None
 
     def advance(self) -> bool:
-        st = self.chain.round_state()
-        if int(st.phase) == int(Phase.FINALIZE) or self.chain.block_number() <= st.deadline:
+        s = self.chain.status()
+        if int(s.round.phase) == int(Phase.FINALIZE) or s.block <= s.round.deadline:
             return False
         try:
             _translate("advance", self.chain.advance)

@@ -723,10 +723,35 @@ contract TesseraNetwork is ITesseraNetwork {
 
     /// @notice Last block (inclusive) of the current phase; type(uint256).max in Finalize.
     /// @return The deadline block.
-    function phaseDeadline() external view returns (uint256) {
+    function phaseDeadline() public view returns (uint256) {
         RoundState memory s = state;
         if (s.phase == Phase.Finalize) return type(uint256).max;
         return s.phaseStart + _phaseBlocks(s.phase) - 1;
+    }
+
+    /// @notice Everything a node polls for, in one call (issue 13: six reads per poll before, most of a
+    ///         node's JSON-RPC traffic): the round state, the phase's deadline, theta_round's digest, the
+    ///         round's seed, the seed its assignments use (the previous round's) and the block read at.
+    /// @return s The round state (as `state()`).
+    /// @return deadline As `phaseDeadline()`.
+    /// @return checkpoint `checkpoints(s.round)` (zero until certified).
+    /// @return seed `seeds(s.round)` (zero until the Reveal phase is advanced).
+    /// @return assignSeed `seeds(s.round - 1)`.
+    /// @return blockNumber The block these values were read at.
+    function status()
+        external
+        view
+        returns (
+            RoundState memory s,
+            uint256 deadline,
+            bytes32 checkpoint,
+            bytes32 seed,
+            bytes32 assignSeed,
+            uint256 blockNumber
+        )
+    {
+        s = state;
+        return (s, phaseDeadline(), checkpoints[s.round], seeds[s.round], seeds[s.round - 1], block.number);
     }
 
     // ------------------------------------------------------------------ internals

@@ -831,6 +831,29 @@ contract TesseraNetworkTest is Fixture {
         net.commitSeed(1, c);
     }
 
+    function _checkStatus() internal view {
+        (TesseraNetwork.RoundState memory s, uint256 deadline, bytes32 cp, bytes32 seed, bytes32 assignSeed, uint256 b) =
+            net.status();
+        assertEq(s.round, _round(), "round");
+        assertEq(uint256(s.phase), uint256(_phase()), "phase");
+        assertEq(deadline, net.phaseDeadline(), "deadline");
+        assertEq(cp, net.checkpoints(s.round), "checkpoint");
+        assertEq(seed, net.seeds(s.round), "seed");
+        assertEq(assignSeed, net.seeds(s.round - 1), "assignment seed");
+        assertEq(b, block.number, "block");
+    }
+
+    function test_status_isTheSingleViewsInOneCall() public {
+        _checkStatus();
+        _commitAll();
+        _advancePast(); // Reveal
+        _checkStatus();
+        _advancePast(); // ScoreCommit: the round's seed is fixed
+        _checkStatus();
+        (,,, bytes32 seed,,) = net.status();
+        assertTrue(seed != bytes32(0), "seed set");
+    }
+
     function test_commitment_boundToSender_concrete() public view {
         testFuzz_commitment_boundToSender(m1, m2, "update", "update");
     }

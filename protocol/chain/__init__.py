@@ -122,6 +122,7 @@ from protocol.chain.events import (
 )
 from protocol.chain.values import (
     AccountInfo,
+    ChainStatus,
     ContractRound,
     Role,
     ScoreEntry,
@@ -150,6 +151,7 @@ __all__ = [
     "CheckpointCertified",
     "Claimed",
     "ContractRevert",
+    "ChainStatus",
     "ContractRound",
     "DROPPED_AFTER_S",
     "EVENT_TYPES",

@@ -11,7 +11,7 @@ from protocol import bls
 from protocol.chain.errors import ChainError, MalformedResponseError, _decoding
 from protocol.chain.events import EVENT_TYPES, ScoresRevealed, UpdateCommitted, _decode_event
 from protocol.chain.transport import ChainTransport, _b32, retrying
-from protocol.chain.values import AccountInfo, ContractRound, Role, ScoreEntry, UnbondingInfo
+from protocol.chain.values import AccountInfo, ChainStatus, ContractRound, Role, ScoreEntry, UnbondingInfo
 from protocol.commitments import update_commitment
 from protocol.deployment import NetworkParams
 from protocol.phases import Phase
@@ -28,17 +28,29 @@ class ChainReads(ChainTransport):
 
     def round_state(self) -> ContractRound:
         """The current round, phase and deadline."""
-        r, phase, start, commits, seed_reveals, score_reveals = self._call("state")
-        deadline = int(self._call("phaseDeadline"))
-        with _decoding("state"):
-            return ContractRound(
-                int(r),
-                Phase(phase),
-                int(start),
-                int(commits),
-                int(seed_reveals),
-                int(score_reveals),
-                deadline,
+        return self.status().round
+
+    def status(self) -> ChainStatus:
+        """The round state, its deadline, checkpoint and seeds, and the block they were read at: one
+        ``eth_call`` (a node's poll; it was six requests, most of a node's JSON-RPC traffic, issue 13)."""
+        (r, phase, start, commits, seed_reveals, score_reveals), deadline, cp, seed, assign, block = (
+            self._call("status")
+        )
+        with _decoding("status"):
+            return ChainStatus(
+                ContractRound(
+                    int(r),
+                    Phase(phase),
+                    int(start),
+                    int(commits),
+                    int(seed_reveals),
+                    int(score_reveals),
+                    int(deadline),
+                ),
+                checkpoint=bytes(cp),
+                seed=bytes(seed),
+                assign_seed=bytes(assign),
+                block=int(block),
             )
 
     def account_info(self, address: str) -> AccountInfo:

@@ -33,6 +33,20 @@ class ContractRound:
 
 
 @dataclass(frozen=True)
+class ChainStatus:
+    """What a node polls for, read in one call (``TesseraNetwork.status()``) at block ``block``."""
+
+    round: ContractRound
+    checkpoint: bytes
+    """``checkpoints(round)``: theta_round's digest, 32 zero bytes until certified."""
+    seed: bytes
+    """``seeds(round)``: 32 zero bytes until the Reveal phase is advanced."""
+    assign_seed: bytes
+    """``seeds(round - 1)``: the seed this round's assignments use."""
+    block: int
+
+
+@dataclass(frozen=True)
 class AccountInfo:
     """``TesseraNetwork.Account`` of one address."""
 

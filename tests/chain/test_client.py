@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
+from eth_account import Account
 from web3 import Web3
+from web3._utils.http_session_manager import HTTPSessionManager
 
 from protocol import anvil as anvil_mod
 from protocol.anvil import Anvil, AnvilError, free_port
 from protocol.chain import Chain, ChainConnectionError, CheckpointCertified, Registered, deploy_network
 from protocol.chain import transport as chain_mod
+from protocol.chaincoord import ChainCoordinator
 from protocol.deployment import Deployment, NetworkParams
 from tests.chain.chain_support import Net, make_net, new_account
 
@@ -75,13 +79,9 @@ def test_bls_key_of_reads_the_registered_key_back(net: Net) -> None:
         bls.g1_from_eip2537(bytes(128))  # the zero words a non-validator maps to are not a key
 
 
-def test_the_chain_id_is_asked_once_per_connection(net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
-    """web3's validation middleware asks ``eth_chainId`` before every call; a connected client must not
-    (it was 43% of a devnet's RPC bytes, issue 13)."""
-    import json
-
-    from web3._utils.http_session_manager import HTTPSessionManager
-
+@pytest.fixture
+def rpc_methods(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The JSON-RPC methods every HTTP provider of this test posts, in order."""
     sent: list[str] = []
     post = HTTPSessionManager.make_post_request
 
@@ -90,11 +90,33 @@ def test_the_chain_id_is_asked_once_per_connection(net: Net, monkeypatch: pytest
         return post(self, uri, data, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(HTTPSessionManager, "make_post_request", counting)
+    return sent
+
+
+def test_the_chain_id_is_asked_once_per_connection(net: Net, rpc_methods: list[str]) -> None:
+    """web3's validation middleware asks ``eth_chainId`` before every call; a connected client must not
+    (it was 43% of a devnet's RPC bytes, issue 13)."""
     chain = Chain.connect(net.deployment)
     for _ in range(3):
         chain.round_state()
-    assert sent.count("eth_chainId") == 1, sent
-    assert sent.count("eth_call") == 6
+    assert rpc_methods.count("eth_chainId") == 1, rpc_methods
+    assert rpc_methods.count("eth_call") == 3
+
+
+def test_a_poll_is_one_request(net: Net, rpc_methods: list[str]) -> None:
+    """A node's poll (``ChainCoordinator.current()``) reads round, phase, deadline, checkpoint, both
+    seeds and the block number in one ``eth_call`` (six requests before issue 13's ``status()`` view),
+    and agrees with the single views."""
+    acct = Account.create()
+    coord = ChainCoordinator(Chain.connect(net.deployment, acct), acct.key.hex())
+    rpc_methods.clear()
+    st = coord.current()
+    assert rpc_methods == ["eth_call"]
+    c = net.reader()
+    assert (st.round, st.deadline) == (c.round_state().round, c.round_state().deadline)
+    assert (st.checkpoint or bytes(32)) == c.checkpoint(st.round) and st.assign_seed == c.seed(st.round - 1)
+    assert st.seed is None and c.seed(st.round) == b"\0" * 32
+    assert 0 <= c.block_number() - st.block <= 1
 
 
 def test_connect_names_a_missing_contract_and_a_bad_url(net: Net) -> None:

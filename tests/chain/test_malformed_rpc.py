@@ -41,15 +41,19 @@ def chain() -> tuple[Chain, _Scripted]:
     return Chain(Web3(provider), dep), provider
 
 
-STATE_OK = {"result": "0x" + "".join(_word(v) for v in (3, 1, 100, 4, 2, 0))}
-DEADLINE_OK = {"result": "0x" + _word(110)}
+def _status(phase: int = 1) -> dict[str, Any]:
+    """A ``status()`` answer: the round state (6 words), deadline, checkpoint, seed, assignment seed, block."""
+    return {"result": "0x" + "".join(_word(v) for v in (3, phase, 100, 4, 2, 0, 110, 7, 8, 9, 105))}
 
 
 def test_valid_reads_unchanged(chain: tuple[Chain, _Scripted]) -> None:
     c, p = chain
-    p.script = [STATE_OK, DEADLINE_OK]
+    p.script = [_status()]
     st = c.round_state()
     assert (st.round, st.phase, st.deadline) == (3, Phase(1), 110)
+    p.script = [_status()]
+    s = c.status()
+    assert (s.block, s.checkpoint[-1], s.seed[-1], s.assign_seed[-1]) == (105, 7, 8, 9)
     p.script = [{"result": "0x10"}]
     assert c.block_number() == 16
 
@@ -62,7 +66,7 @@ def test_valid_reads_unchanged(chain: tuple[Chain, _Scripted]) -> None:
         [{"result": 5}],  # wrong JSON type
         [{"result": {"a": 1}}],
         [{"error": {"code": -32603, "message": "internal error"}}],  # Web3RPCError
-        [{"result": "0x" + "".join(_word(v) for v in (3, 99, 100, 4, 2, 0))}, DEADLINE_OK],  # Phase(99)
+        [_status(phase=99)],  # Phase(99)
     ],
 )
 def test_round_state_malformed(chain: tuple[Chain, _Scripted], script: list[Any]) -> None:

@@ -579,9 +579,8 @@ class ChainTarget(Target):
 
         self.topic_commit = "0x" + keccak(b"UpdateCommitted(uint256,address,bytes32)").hex()
         self.valid: dict[str, list[Any]] = {
-            "round_state": [
-                {"result": "0x" + "".join(_word(v) for v in (3, 1, 100, 4, 2, 0))},
-                {"result": "0x" + _word(110)},
+            "round_state": [  # status(): the round state, deadline, checkpoint, both seeds, block
+                {"result": "0x" + "".join(_word(v) for v in (3, 1, 100, 4, 2, 0, 110, 7, 8, 9, 105))},
             ],
             "account_info": [{"result": "0x" + "".join(_word(v) for v in (10**20, 5, 3, 1, 0))}],
             "seed": [{"result": "0x" + "ab" * 32}],
