@@ -153,7 +153,7 @@ class Update:
 
 
 def make_update(
-    round_index: int,
+    round: int,
     miner: str,
     modules: tuple[str, ...] | list[str],
     tensors: dict[str, Encoded],
@@ -167,7 +167,7 @@ def make_update(
 ) -> Update:
     """An :class:`Update` from a miner's round: its encoded pseudo-gradient and inner-loop transcript."""
     header = make_header(
-        round_index,
+        round,
         miner,
         modules,
         tensors,

@@ -164,7 +164,7 @@ class UpdateHeader:
 
 
 def make_header(
-    round_index: int,
+    round: int,
     miner: str,
     modules: tuple[str, ...] | list[str],
     tensors: dict[str, Encoded],
@@ -180,7 +180,7 @@ def make_header(
 ) -> UpdateHeader:
     """Build a header from raw values (digests as bytes)."""
     return UpdateHeader(
-        round=round_index,
+        round=round,
         miner=miner,
         modules=tuple(modules),
         params=tuple((n, tuple(tensors[n].shape)) for n in sorted(tensors)),
