@@ -69,12 +69,21 @@ def test_single_files(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("  \n\n\nhello\n\n\n\n\n\n")
     c = load_corpus_path(tmp_path / "x.txt")
     assert [d.data for d in c.documents] == [b"hello"]  # whitespace-only documents are skipped
+    lines = [{"text": "kept"}, {"text": ""}, {"text": " \n\t"}, {"text": "also kept"}]
+    (tmp_path / "y.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    c = load_corpus_path(tmp_path / "y.jsonl")  # empty and whitespace-only records too; ids keep line numbers
+    assert [(d.id, d.data) for d in c.documents] == [("y.jsonl#0", b"kept"), ("y.jsonl#3", b"also kept")]
 
 
 @pytest.mark.parametrize(
     ("name", "content", "match"),
     [
         ("bad.txt", b"ok\n\xff\xfe", "bad.txt: not UTF-8 at byte offset 3"),
+        (
+            "latin1.jsonl",
+            b'{"text": "ok"}\n{"text": "caf\xe9"}\n',
+            "latin1.jsonl: not UTF-8 at byte offset 28",
+        ),
         ("bad.jsonl", b'{"text": 1}\n', "line 1: not a JSON object with a string 'text'"),
         ("bad2.jsonl", b'{"txt": "a"}\n', "line 1"),
         ("bad3.jsonl", b'["text"]\n', "line 1"),
