@@ -75,6 +75,7 @@ class NodeMetrics:
     account_block: Gauge
     errors: Counter
     traffic: Counter
+    rpc_requests: Counter
     before_collect: list[Callable[[], None]] = field(default_factory=list)
     """Run at each scrape before the metrics are collected (a node refreshes its account figures)."""
 
@@ -109,6 +110,12 @@ class NodeMetrics:
             ),
             account_block=Gauge(f"{p}_account_block", "Block the account figures were read at", registry=reg),
             errors=Counter(f"{p}_errors", "Errors by type", ["type"], registry=reg),
+            rpc_requests=Counter(
+                f"{p}_rpc_requests",
+                "JSON-RPC requests to the chain endpoint by method (eth_call:<function> for contract reads)",
+                ["method"],
+                registry=reg,
+            ),
             traffic=Counter(
                 f"{p}_traffic_bytes",
                 "Bytes moved over HTTP and JSON-RPC by kind; field: sent, received, sent_overhead "
@@ -236,6 +243,7 @@ def _count_traffic(
         return Kind.STATE if has_fallback else Kind.OTHER  # a miner's fallback serves transcript states
 
     ledger.on_add = lambda kind, field, n: metrics.traffic.labels(kind=kind.value, field=field).inc(n)
+    ledger.on_call = lambda label: metrics.rpc_requests.labels(method=label).inc()
     app.add_middleware(TrafficMiddleware, ledger=ledger, blob=kind_of_blob)
 
     @app.get("/traffic", summary="Bytes this node moved, by round and kind (issue 13's ledger)")
@@ -243,6 +251,11 @@ def _count_traffic(
         """``{round: {kind: {sent, received, sent_overhead, received_overhead}}}``: HTTP this node served
         (counted once, by the server) and its own JSON-RPC with the chain."""
         return ledger.to_json()
+
+    @app.get("/traffic/rpc", summary="JSON-RPC requests this node sent, by round and method")
+    def get_rpc_calls() -> dict[str, dict[str, int]]:
+        """``{round: {method: requests}}``; a contract read is ``eth_call:<function>``."""
+        return ledger.calls_json()
 
 
 #: Where the bundled Swagger UI assets are served (package ``swagger-ui-bundle``).

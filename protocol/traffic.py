@@ -15,8 +15,9 @@ bits per trained parameter per inner step, the figure issue 13 sets at 0.05.
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from enum import StrEnum
 from typing import Any
 
@@ -61,8 +62,11 @@ class TrafficLedger:
         self._keep = keep_rounds
         self._lock = threading.Lock()
         self._rows: dict[int, dict[Kind, dict[str, int]]] = {}
+        self._calls: dict[int, dict[str, int]] = {}
         self.on_add: Callable[[Kind, str, int], None] | None = None
         """Called with (kind, field, bytes) for each non-zero count (e.g. a Prometheus counter)."""
+        self.on_call: Callable[[str], None] | None = None
+        """Called with the label of each JSON-RPC request :meth:`add_call` counts."""
 
     def add(self, kind: Kind, *, round: int | None = None, **counts: int) -> None:
         """Count bytes of ``kind`` (``sent=``, ``received=``, ``sent_overhead=``, ``received_overhead=``)."""
@@ -81,6 +85,23 @@ class TrafficLedger:
             for f, n in counts.items():
                 if n > 0:
                     self.on_add(kind, f, int(n))
+
+    def add_call(self, label: str) -> None:
+        """Count one JSON-RPC request of this round (``label``: the method, ``eth_call:<function>`` for a
+        contract read), so an operator sees which reads cost the node's RPC quota."""
+        with self._lock:
+            row = self._calls.setdefault(self.round, {})
+            row[label] = row.get(label, 0) + 1
+            if len(self._calls) > self._keep:
+                for old in sorted(self._calls)[: len(self._calls) - self._keep]:
+                    del self._calls[old]
+        if self.on_call is not None:
+            self.on_call(label)
+
+    def calls_json(self) -> dict[str, dict[str, int]]:
+        """``{round: {label: requests}}`` of :meth:`add_call` (rounds as strings)."""
+        with self._lock:
+            return {str(r): dict(sorted(row.items())) for r, row in sorted(self._calls.items())}
 
     def to_json(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{round: {kind: {field: bytes}}}`` (rounds as strings, as JSON keys are)."""
@@ -185,14 +206,40 @@ class TrafficMiddleware:
             self.ledger.add(kind, **counts)
 
 
-def rpc_session(ledger: TrafficLedger) -> Any:
+def rpc_label(body: bytes | str | None, functions: Mapping[str, str]) -> str:
+    """The label a JSON-RPC request is counted under: its method, ``eth_call:<name>`` (and the same for
+    ``eth_estimateGas``) where ``functions`` maps the call data's 4-byte selector (``0x`` + 8 hex digits) to a
+    function name, ``batch`` for a JSON array, ``?`` for a body that is not a JSON-RPC request."""
+    try:
+        req = json.loads(body or b"")
+    except ValueError:
+        return "?"
+    if isinstance(req, list):
+        return "batch"
+    if not isinstance(req, dict) or not isinstance(req.get("method"), str):
+        return "?"
+    method = str(req["method"])[:64]
+    params = req.get("params")
+    if method in ("eth_call", "eth_estimateGas") and isinstance(params, list) and params:
+        tx = params[0]
+        data = tx.get("data") or tx.get("input") if isinstance(tx, dict) else None
+        if isinstance(data, str):
+            return f"{method}:{functions.get(data[:10].lower(), data[:10])}"
+    return method
+
+
+def rpc_session(ledger: TrafficLedger, functions: Mapping[str, str] | None = None) -> Any:
     """A ``requests.Session`` that counts every JSON-RPC exchange (body and headers both ways) as
-    :attr:`Kind.RPC` in ``ledger``; pass it to ``web3.HTTPProvider(session=...)``."""
+    :attr:`Kind.RPC` in ``ledger``, and each request by :func:`rpc_label` (``functions``: selector ->
+    contract function name); pass it to ``web3.HTTPProvider(session=...)``."""
     import requests
+
+    names = dict(functions or {})
 
     def count(resp: requests.Response, *_: Any, **__: Any) -> requests.Response:
         req = resp.request
         body = req.body
+        ledger.add_call(rpc_label(body if isinstance(body, bytes | str) else None, names))
         ledger.add(
             Kind.RPC,
             sent=len(body.encode()) if isinstance(body, str) else len(body) if isinstance(body, bytes) else 0,

@@ -5,6 +5,7 @@ a transaction the node forgets raises :class:`TransactionDropped`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -12,13 +13,13 @@ from typing import Any, Self, TypeVar
 
 import requests
 from eth_account.signers.local import LocalAccount
-from eth_utils import to_checksum_address
+from eth_utils import keccak, to_checksum_address
 from hexbytes import HexBytes
 from web3 import Web3
 from web3.exceptions import ContractLogicError, TransactionNotFound, Web3RPCError
 from web3.types import RPCEndpoint
 
-from protocol.chain.abi import artifacts, decode_revert
+from protocol.chain.abi import _abi_type, artifacts, decode_revert
 from protocol.chain.errors import (
     ChainConnectionError,
     ChainError,
@@ -85,6 +86,19 @@ def check_rpc_url(url: str | None) -> str:
     return url
 
 
+@functools.cache
+def _function_names() -> dict[str, str]:
+    """``0x`` + selector -> name of every function of the network and token contracts."""
+    arts = artifacts()
+    out: dict[str, str] = {}
+    for contract in ("TesseraToken", "TesseraNetwork"):
+        for item in arts[contract]["abi"]:
+            if item["type"] == "function":
+                sig = f"{item['name']}({','.join(_abi_type(i) for i in item['inputs'])})"
+                out["0x" + keccak(text=sig)[:4].hex()] = item["name"]
+    return out
+
+
 def http_web3(url: str, timeout: float = 30, traffic: TrafficLedger | None = None) -> Web3:
     """A ``Web3`` over HTTP that asks the node for its chain id once per process, not per request.
 
@@ -96,7 +110,7 @@ def http_web3(url: str, timeout: float = 30, traffic: TrafficLedger | None = Non
     provider = Web3.HTTPProvider(
         url,
         request_kwargs={"timeout": timeout},
-        session=rpc_session(traffic) if traffic is not None else None,
+        session=rpc_session(traffic, _function_names()) if traffic is not None else None,
         cache_allowed_requests=True,
         cacheable_requests={RPCEndpoint("eth_chainId")},
         request_cache_validation_threshold=None,  # no extra eth_chainId to pick a threshold

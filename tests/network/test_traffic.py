@@ -3,6 +3,7 @@ of what was served (real HTTP between a real node and a real client; a real JSON
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from protocol.traffic import (
     blob_kind,
     merge_ledgers,
     path_kind,
+    rpc_label,
     total_bytes,
 )
 from protocol.transfer import FetchPolicy, fetch_blob, sha256_digest
@@ -141,8 +143,45 @@ def test_json_rpc_bytes_are_counted_both_ways() -> None:
         assert rpc["sent"] == sum(seen) > 0, "every request body, as the endpoint received it"
         assert rpc["received"] == len(answer) * len(seen)
         assert rpc["sent_overhead"] > 0 and rpc["received_overhead"] > 0
+        assert led.calls_json() == {"3": {"eth_chainId": len(seen)}}
     finally:
         server.stop()
+
+
+def test_json_rpc_requests_are_counted_by_method_and_contract_function() -> None:
+    names = {"0x12345678": "status"}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "eth_call",
+        "params": [{"to": "0x00", "data": "0x12345678ab"}],
+    }
+    assert rpc_label(json.dumps(call), names) == "eth_call:status"
+    call["params"] = [{"to": "0x00", "data": "0xdeadbeef"}]
+    assert rpc_label(json.dumps(call).encode(), names) == "eth_call:0xdeadbeef", (
+        "unknown selectors stay visible"
+    )
+    gas = {"jsonrpc": "2.0", "id": 2, "method": "eth_estimateGas", "params": [{"input": "0x12345678"}]}
+    assert rpc_label(json.dumps(gas), names) == "eth_estimateGas:status"
+    assert (
+        rpc_label('{"jsonrpc":"2.0","id":3,"method":"eth_blockNumber","params":[]}', names)
+        == "eth_blockNumber"
+    )
+    assert rpc_label("[]", names) == "batch"
+    for junk in (b"", b"\xff", "null", '{"method": 5}', '{"id": 1}', None):
+        assert rpc_label(junk, names) == "?"
+    assert rpc_label(json.dumps({"method": "x" * 1000}), names) == "x" * 64, "a label is bounded"
+
+    led = TrafficLedger(keep_rounds=2)
+    seen: list[str] = []
+    led.on_call = seen.append
+    for r in (1, 2, 2, 3):
+        led.round = r
+        led.add_call("eth_call:status")
+    assert led.calls_json() == {"2": {"eth_call:status": 2}, "3": {"eth_call:status": 1}}, (
+        "bounded like the bytes"
+    )
+    assert seen == ["eth_call:status"] * 4
 
 
 def test_the_devnet_report_counts_protocol_bytes_per_trained_parameter_and_step() -> None:
