@@ -42,9 +42,9 @@ MAX_SIGNATURE_RESPONSE_BYTES = 64 * 1024
 class CheckpointsMixin(IntakeMixin):
     """theta_r in, theta_{r+1} certified out."""
 
-    def _ensure_theta(self, r: int, digest: bytes) -> Theta:
+    def _ensure_theta(self, round: int, digest: bytes) -> Theta:
         hexd = "0x" + digest.hex()
-        if self._theta is not None and self._theta.round == r and self._theta.digest == hexd:
+        if self._theta is not None and self._theta.round == round and self._theta.digest == hexd:
             return self._theta
         if self.public.has(hexd):
             tensors = decode_tensors(self.public.get(hexd))
@@ -54,45 +54,45 @@ class CheckpointsMixin(IntakeMixin):
                 tensors = genesis
                 self.public.put(encode_tensors(genesis), hexd)
             else:
-                urls = self.discovery.urls_for(r, "checkpoint", hexd) + [
+                urls = self.discovery.urls_for(round, "checkpoint", hexd) + [
                     u for u in self.cfg.peer_urls if u != self.url
                 ]
                 try:
                     data = fetch_blob(urls, hexd, policy=self.fetch_policy, digest_fn=tensor_blob_digest)
                 except TransferError as exc:
-                    raise ValidatorError(f"theta_{r} ({hexd[:18]}) unavailable: {exc}") from exc
+                    raise ValidatorError(f"theta_{round} ({hexd[:18]}) unavailable: {exc}") from exc
                 self.public.put(data, hexd)
                 tensors = decode_tensors(data)
         params, momentum = split_checkpoint(tensors)
-        self.state.put_checkpoint(r, hexd)
-        self._theta = Theta(r, hexd, params, momentum)
-        self.discovery.announce(r, "validator", self.url, [Served("checkpoint", hexd)])
+        self.state.put_checkpoint(round, hexd)
+        self._theta = Theta(round, hexd, params, momentum)
+        self.discovery.announce(round, "validator", self.url, [Served("checkpoint", hexd)])
         return self._theta
 
-    def _settle_previous(self, p: int) -> None:
+    def _settle_previous(self, round: int) -> None:
         """After round p was finalized: merge, sign and certify theta_{p+1} (idempotent)."""
-        if self.coord.checkpoint(p + 1) is not None:
-            rec = self.state.round(p)
+        if self.coord.checkpoint(round + 1) is not None:
+            rec = self.state.round(round)
             if not rec.get("certified"):
-                self._record_settlement(p)
-                self.state.set(p, certified=True)
+                self._record_settlement(round)
+                self.state.set(round, certified=True)
                 self.metrics.rounds.inc()
             return
-        rec = self.state.round(p)
+        rec = self.state.round(round)
         if "merged" not in rec:
-            if self._theta is None or self._theta.round != p:
-                cp = self.coord.checkpoint(p)
+            if self._theta is None or self._theta.round != round:
+                cp = self.coord.checkpoint(round)
                 if cp is None:
                     return
-                self._ensure_theta(p, cp)
+                self._ensure_theta(round, cp)
             assert self._theta is not None
-            self._record_settlement(p)
-            self._merge(p, self._theta)
-            rec = self.state.round(p)
-        self._certify(p, rec["merged"])
+            self._record_settlement(round)
+            self._merge(round, self._theta)
+            rec = self.state.round(round)
+        self._certify(round, rec["merged"])
 
-    def _record_settlement(self, p: int) -> None:
-        s = self.coord.settlement(p)
+    def _record_settlement(self, round: int) -> None:
+        s = self.coord.settlement(round)
         if s is None:
             return
         rewards = {
@@ -100,27 +100,27 @@ class CheckpointsMixin(IntakeMixin):
             **{k: str(v) for k, v in s.validator_rewards.items()},
         }
         # this validator's own figures (owed, claimed, stake) are read from the chain: validator.api (issue 16)
-        self.state.set(p, consensus=s.consensus, rewards=rewards)
+        self.state.set(round, consensus=s.consensus, rewards=rewards)
 
-    def _merge(self, p: int, theta: Theta) -> None:
-        s = self.coord.settlement(p)
+    def _merge(self, round: int, theta: Theta) -> None:
+        s = self.coord.settlement(round)
         if s is None:
-            raise ValidatorError(f"round {p} has no settlement yet")
+            raise ValidatorError(f"round {round} has no settlement yet")
         t0 = time.perf_counter()
         contributions = []
-        commitments = {m.lower(): c for m, c in self.coord.update_commitments(p).items()}
+        commitments = {m.lower(): c for m, c in self.coord.update_commitments(round).items()}
         # strictly the on-chain consensus: every miner with a positive consensus score, weighted by it, in
         # a fixed order (robust_merge sorts by address), whatever this validator's own verdicts were (F11)
         for miner, score in sorted(s.consensus.items()):
             if score <= 0:
                 continue
             commitment = commitments.get(miner.lower())
-            data = self._held_update(p, miner, commitment)
+            data = self._held_update(round, miner, commitment)
             if data is None:
-                data = self._fetch_missing_update(p, miner, commitment)
+                data = self._fetch_missing_update(round, miner, commitment)
             if data is None:
                 raise ValidatorError(
-                    f"round {p}: update of {miner} (consensus {score}) is neither held nor served by a peer"
+                    f"round {round}: update of {miner} (consensus {score}) is neither held nor served by a peer"
                 )
             # the run's model and codec let the decoder's caps cover an honest update of any size (issue 11)
             update = decode_update(data, None, *self._run_model(theta))
@@ -131,41 +131,41 @@ class CheckpointsMixin(IntakeMixin):
                     theta.params, theta.momentum, contributions, self.spec.outer, self.merge_policy
                 )
         except MergeError as exc:
-            raise MergeFailedError(f"round {p}: {exc}") from exc
+            raise MergeFailedError(f"round {round}: {exc}") from exc
         tensors = join_checkpoint(params, momentum)
         data = encode_tensors(tensors)
         digest = self.public.put(data)
-        sig = self._sign_checkpoint(p, bytes.fromhex(digest[2:]))
+        sig = self._sign_checkpoint(round, bytes.fromhex(digest[2:]))
         self.state.set(
-            p,
+            round,
             merged=digest,
             merged_from=[m for _, m, _ in contributions],
             signature="0x" + bytes(sig).hex(),
-            merge_seconds=round(time.perf_counter() - t0, 4),
+            merge_seconds=_seconds_since(t0),
         )
-        self.state.put_checkpoint(p + 1, digest)
+        self.state.put_checkpoint(round + 1, digest)
         with COMPUTE_LOCK:
             after = heldout_loss(self.spec, self.dataset, params, device=self.cfg.device)
-        self.state.set(p, heldout_after=round(after, 6))
-        self.discovery.announce(p + 1, "validator", self.url, [Served("checkpoint", digest, len(data))])
-        log.info("round %d: merged %d updates into %s", p, len(contributions), digest[:18])
+        self.state.set(round, heldout_after=_loss_figure(after))
+        self.discovery.announce(round + 1, "validator", self.url, [Served("checkpoint", digest, len(data))])
+        log.info("round %d: merged %d updates into %s", round, len(contributions), digest[:18])
 
-    def _sign_checkpoint(self, p: int, digest: bytes) -> bytes:
-        """This validator's certificate signature of theta_{p+1} = ``digest`` (served at ``/signatures``)."""
-        return self.coord.sign_checkpoint(p, digest)
+    def _sign_checkpoint(self, round: int, digest: bytes) -> bytes:
+        """This validator's certificate signature of theta_{round+1} = ``digest`` (served at ``/signatures``)."""
+        return self.coord.sign_checkpoint(round, digest)
 
-    def _certify(self, p: int, digest: str) -> None:
-        sigs: dict[str, bytes] = {self.address: bytes.fromhex(self.state.round(p)["signature"][2:])}
+    def _certify(self, round: int, digest: str) -> None:
+        sigs: dict[str, bytes] = {self.address: bytes.fromhex(self.state.round(round)["signature"][2:])}
         peers = {
             r.url
-            for r in self.discovery.find(p + 1, fresh=True)
+            for r in self.discovery.find(round + 1, fresh=True)
             if r.role == "validator" and r.address != self.address
         }
         peers |= {u for u in self.cfg.peer_urls if u != self.url}
         validators = set(self.coord.validators())
         for url in sorted(peers):
             try:
-                doc = self._peer_json(url, f"/signatures/{p}", MAX_SIGNATURE_RESPONSE_BYTES)
+                doc = self._peer_json(url, f"/signatures/{round}", MAX_SIGNATURE_RESPONSE_BYTES)
                 signer = str(doc["signer"])
                 if doc.get("digest") != digest or signer not in validators or signer in sigs:
                     continue
@@ -173,8 +173,8 @@ class CheckpointsMixin(IntakeMixin):
             except (ProtocolError, httpx.HTTPError, ValueError, KeyError, TypeError, RecursionError):
                 continue
             # one bad signature would make the aggregate, so the whole certificate, fail: check each
-            if not self.coord.check_checkpoint_signature(p, bytes.fromhex(digest[2:]), signer, sig):
-                log.warning("round %d: %s served an invalid certificate signature; left out", p, url)
+            if not self.coord.check_checkpoint_signature(round, bytes.fromhex(digest[2:]), signer, sig):
+                log.warning("round %d: %s served an invalid certificate signature; left out", round, url)
                 self.metrics.errors.labels(type="BadPeerSignature").inc()
                 continue
             sigs[signer] = sig
@@ -183,15 +183,31 @@ class CheckpointsMixin(IntakeMixin):
             return
         # the lowest signer submits first; the others wait a little and submit only if still needed
         if min(sigs, key=lambda a: int(a, 16)) != self.address:
-            rec = self.state.round(p)
+            rec = self.state.round(round)
             first_seen = rec.get("certify_wait_since") or time.time()
             if "certify_wait_since" not in rec:
-                self.state.set(p, certify_wait_since=first_seen)
+                self.state.set(round, certify_wait_since=first_seen)
             if time.time() - first_seen < 5.0:
                 return
         try:
-            self.coord.certify(p, bytes.fromhex(digest[2:]), sigs)
-            log.info("round %d: certified theta_%d = %s with %d signatures", p, p + 1, digest[:18], len(sigs))
+            self.coord.certify(round, bytes.fromhex(digest[2:]), sigs)
+            log.info(
+                "round %d: certified theta_%d = %s with %d signatures",
+                round,
+                round + 1,
+                digest[:18],
+                len(sigs),
+            )
         except CoordinatorError as exc:
-            if self.coord.checkpoint(p + 1) is None:
-                raise CertificationError(f"certifying theta_{p + 1} failed: {exc}") from exc
+            if self.coord.checkpoint(round + 1) is None:
+                raise CertificationError(f"certifying theta_{round + 1} failed: {exc}") from exc
+
+
+def _seconds_since(t0: float) -> float:
+    """Seconds since ``t0`` (``time.perf_counter``) as the round record keeps them (0.1 ms)."""
+    return round(time.perf_counter() - t0, 4)
+
+
+def _loss_figure(loss: float) -> float:
+    """A loss as the round record keeps it (6 decimals)."""
+    return round(loss, 6)

@@ -25,20 +25,24 @@ log = logging.getLogger(__name__)
 class IntakeMixin(ValidatorParts):
     """Fetching and holding updates."""
 
-    def _miner_url(self, r: int, miner: str) -> str | None:
-        return self.discovery.url_of(r, miner)
+    def _miner_url(self, round: int, miner: str) -> str | None:
+        return self.discovery.url_of(round, miner)
 
-    def _fetch_update(self, r: int, miner: str) -> bytes:
+    def _fetch_update(self, round: int, miner: str) -> bytes:
         if miner in self._cache.updates:
             return self._cache.updates[miner]
-        rec = next((x for x in self.discovery.find(r) if x.address == miner and x.role == "miner"), None)
+        rec = next((x for x in self.discovery.find(round) if x.address == miner and x.role == "miner"), None)
         if rec is None:
             rec = next(
-                (x for x in self.discovery.find(r, fresh=True) if x.address == miner and x.role == "miner"),
+                (
+                    x
+                    for x in self.discovery.find(round, fresh=True)
+                    if x.address == miner and x.role == "miner"
+                ),
                 None,
             )
         if rec is None:
-            raise NotAnnouncedError(f"{miner} announced nothing for round {r}")
+            raise NotAnnouncedError(f"{miner} announced nothing for round {round}")
         digest = rec.digest_of("update")
         if digest is None:
             raise TransferError(f"{miner} does not announce an update")
@@ -100,45 +104,45 @@ class IntakeMixin(ValidatorParts):
 
         return fetch
 
-    def _prefetch(self, r: int) -> None:
+    def _prefetch(self, round: int) -> None:
         """Fetch committed updates during REVEAL. A miss starts that miner's withholding grace here, not in
         SCORE_COMMIT, so the grace runs while the phase runs anyway and a withholder holds nobody later."""
-        for miner in sorted(self.coord.update_commitments(r)):
+        for miner in sorted(self.coord.update_commitments(round)):
             if miner not in self._cache.updates:
                 try:
-                    self._fetch_update(r, miner)
+                    self._fetch_update(round, miner)
                 except (TransferError, NotAnnouncedError):
                     self._first_miss.setdefault(miner, time.monotonic())
 
-    def _matches_commitment(self, p: int, miner: str, commitment: bytes | None, data: bytes) -> bool:
+    def _matches_commitment(self, round: int, miner: str, commitment: bytes | None, data: bytes) -> bool:
         return commitment is not None and commitment == update_commitment(
-            self.coord.chain_id, self.coord.contract, p, miner, update_digest(data)
+            self.coord.chain_id, self.coord.contract, round, miner, update_digest(data)
         )
 
-    def _keep_update(self, p: int, miner: str, data: bytes) -> None:
+    def _keep_update(self, round: int, miner: str, data: bytes) -> None:
         """Store an update whose bytes matched its commitment; served to peers (``/blobs``, ``/updates``)."""
         digest = self.public.put(data, digest_fn=sha256_digest)
-        held = dict(self.state.round(p).get("updates", {}))
+        held = dict(self.state.round(round).get("updates", {}))
         if held.get(miner) != digest:
             held[miner] = digest
-            self.state.set(p, updates=held)
+            self.state.set(round, updates=held)
 
-    def _held_update(self, p: int, miner: str, commitment: bytes | None) -> bytes | None:
-        """The update of ``miner`` in round ``p`` if held locally (and matching its commitment)."""
+    def _held_update(self, round: int, miner: str, commitment: bytes | None) -> bytes | None:
+        """The update of ``miner`` in ``round`` if held locally (and matching its commitment)."""
         found: list[bytes] = []
-        if self._cache.round == p and miner in self._cache.updates:
+        if self._cache.round == round and miner in self._cache.updates:
             found.append(self._cache.updates[miner])
-        v = self.state.verdict(p, miner)
-        digests = [self.state.round(p).get("updates", {}).get(miner)]
+        v = self.state.verdict(round, miner)
+        digests = [self.state.round(round).get("updates", {}).get(miner)]
         digests.append("0x" + v["digest"] if v and v.get("digest") else None)
         for d in digests:
             for store in (self.public, self.state.blobs):
                 if d and store.has(d):
                     found.append(store.get(d))
-        return next((x for x in found if self._matches_commitment(p, miner, commitment, x)), None)
+        return next((x for x in found if self._matches_commitment(round, miner, commitment, x)), None)
 
     def _fetch_missing_update(
-        self, p: int, miner: str, commitment: bytes | None, digest: str | None = None
+        self, round: int, miner: str, commitment: bytes | None, digest: str | None = None
     ) -> bytes | None:
         """Fetch an update the consensus accepted but this validator does not hold: by digest from the
         miner and the peer validators (``/blobs``), else from a peer's ``/updates/{p}/{miner}``. Whatever
@@ -146,10 +150,10 @@ class IntakeMixin(ValidatorParts):
         if commitment is None:
             return None
         digests: list[str] = [digest] if digest else []
-        v = self.state.verdict(p, miner)
+        v = self.state.verdict(round, miner)
         if v and v.get("digest"):
             digests.append("0x" + v["digest"])
-        records = [*self.discovery.find(p, fresh=True), *self.discovery.find(p + 1, fresh=True)]
+        records = [*self.discovery.find(round, fresh=True), *self.discovery.find(round + 1, fresh=True)]
         for rec in records:
             if rec.address.lower() == miner.lower() and rec.role == "miner":
                 d = rec.digest_of("update")
@@ -163,22 +167,22 @@ class IntakeMixin(ValidatorParts):
             try:
                 data = fetch_blob([*dict.fromkeys(miner_urls), *peers], d, policy=self.fetch_policy)
             except TransferError as exc:
-                log.info("round %d: update %s of %s not fetched: %s", p, d[:18], miner[:10], exc)
+                log.info("round %d: update %s of %s not fetched: %s", round, d[:18], miner[:10], exc)
                 continue
-            if self._matches_commitment(p, miner, commitment, data):
-                self._keep_update(p, miner, data)
+            if self._matches_commitment(round, miner, commitment, data):
+                self._keep_update(round, miner, data)
                 return data
         for url in peers:
             try:  # bounded in bytes and in wall time: a peer that drips bytes cannot hold the validator
                 body = get_capped(
-                    f"{url.rstrip('/')}/updates/{p}/{miner}",
+                    f"{url.rstrip('/')}/updates/{round}/{miner}",
                     max_bytes=self.cfg.verify.max_update_bytes,
                     timeout=self.cfg.fetch_timeout,
                 )
             except TransferError as exc:
-                log.info("round %d: %s did not serve the update of %s: %s", p, url, miner[:10], exc)
+                log.info("round %d: %s did not serve the update of %s: %s", round, url, miner[:10], exc)
                 continue
-            if self._matches_commitment(p, miner, commitment, body):
-                self._keep_update(p, miner, body)
+            if self._matches_commitment(round, miner, commitment, body):
+                self._keep_update(round, miner, body)
                 return body
         return None

@@ -207,20 +207,20 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
     # -- checkpoints -----------------------------------------------------------------------------------
 
     # -- seed ------------------------------------------------------------------------------------------
-    def _seed_commit(self, r: int) -> None:
-        committed, _ = self.coord.seed_share_status(r)
+    def _seed_commit(self, round: int) -> None:
+        committed, _ = self.coord.seed_share_status(round)
         if committed:
             return
-        rec = self.state.round(r)
+        rec = self.state.round(round)
         if "seed_secret" not in rec:
-            self.state.set(r, seed_secret=self._entropy("seed", r).hex())
-        self.coord.commit_seed(r, bytes.fromhex(self.state.round(r)["seed_secret"]))
+            self.state.set(round, seed_secret=self._entropy("seed", round).hex())
+        self.coord.commit_seed(round, bytes.fromhex(self.state.round(round)["seed_secret"]))
 
-    def _seed_reveal(self, r: int) -> None:
-        committed, revealed = self.coord.seed_share_status(r)
-        secret = self.state.round(r).get("seed_secret")
+    def _seed_reveal(self, round: int) -> None:
+        committed, revealed = self.coord.seed_share_status(round)
+        secret = self.state.round(round).get("seed_secret")
         if committed and not revealed and secret:
-            self.coord.reveal_seed(r, bytes.fromhex(secret))
+            self.coord.reveal_seed(round, bytes.fromhex(secret))
 
     # -- verification ----------------------------------------------------------------------------------
 
@@ -297,51 +297,56 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         self._pending.discard(miner)
         self._record_verdict(r, miner, verdict)
 
-    def _record_verdict(self, r: int, miner: str, verdict: Verdict) -> None:
+    def _record_verdict(self, round: int, miner: str, verdict: Verdict) -> None:
         """Persist a final verdict, keep the update whose bytes matched, and slash what is provable."""
         if verdict.digest and Stage(verdict.stage).bytes_matched:
             # keep every update whose bytes matched the commitment, accepted or not: the consensus may
             # accept what this validator refused, and the merge must follow the consensus (F11)
             if miner in self._cache.updates:
-                self._keep_update(r, miner, self._cache.updates[miner])
-        self.state.put_verdict(r, miner, verdict.to_json())
+                self._keep_update(round, miner, self._cache.updates[miner])
+        self.state.put_verdict(round, miner, verdict.to_json())
         self.metrics.verifications.labels(outcome=verdict.stage).inc()
         log.info(
-            "round %d: %s -> %s (%s) score %d", r, miner[:10], verdict.stage, verdict.reason, verdict.score
+            "round %d: %s -> %s (%s) score %d",
+            round,
+            miner[:10],
+            verdict.stage,
+            verdict.reason,
+            verdict.score,
         )
         if verdict.provable and self.cfg.slash:
             self._slash(verdict)
 
-    def _round_scores(self, r: int, miners: list[str]) -> list[int]:
+    def _round_scores(self, round: int, miners: list[str]) -> list[int]:
         """The score vector to commit for ``miners`` (ascending address order): each one's verdict's score,
         at most ``SCORE_MAX``, 0 where this validator has no verdict."""
         scores = []
         for m in miners:
-            v = self.state.verdict(r, m)
+            v = self.state.verdict(round, m)
             scores.append(min(SCORE_MAX, int(v["score"])) if v else 0)
         return scores
 
-    def _commit_scores(self, r: int) -> None:
-        committed, _ = self.coord.score_status(r)
+    def _commit_scores(self, round: int) -> None:
+        committed, _ = self.coord.score_status(round)
         if committed:
             return
-        rec = self.state.round(r)
+        rec = self.state.round(round)
         if rec.get("scores") is None:
-            miners = sorted(self.coord.update_commitments(r), key=lambda a: int(a, 16))
-            scores = self._round_scores(r, miners)
-            self.state.set(r, miners=miners, scores=scores, salt=self._entropy("salt", r).hex())
-            rec = self.state.round(r)
-        self.coord.commit_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))
-        self.state.set(r, score_committed=True)
+            miners = sorted(self.coord.update_commitments(round), key=lambda a: int(a, 16))
+            scores = self._round_scores(round, miners)
+            self.state.set(round, miners=miners, scores=scores, salt=self._entropy("salt", round).hex())
+            rec = self.state.round(round)
+        self.coord.commit_scores(round, rec["scores"], bytes.fromhex(rec["salt"]))
+        self.state.set(round, score_committed=True)
 
-    def _reveal_scores(self, r: int) -> None:
-        committed, revealed = self.coord.score_status(r)
-        rec = self.state.round(r)
+    def _reveal_scores(self, round: int) -> None:
+        committed, revealed = self.coord.score_status(round)
+        rec = self.state.round(round)
         if revealed or not committed or rec.get("scores") is None:
             if revealed and not rec.get("score_revealed"):
-                self.state.set(r, score_revealed=True)
+                self.state.set(round, score_revealed=True)
             return
-        self.coord.reveal_scores(r, rec["scores"], bytes.fromhex(rec["salt"]))
-        self.state.set(r, score_revealed=True)
+        self.coord.reveal_scores(round, rec["scores"], bytes.fromhex(rec["salt"]))
+        self.state.set(round, score_revealed=True)
 
     # -- settlement, merge, certificate ----------------------------------------------------------------

@@ -91,32 +91,32 @@ class ValidatorState:
     def _save(self) -> None:
         atomic_write(self._file, json.dumps(self._doc, sort_keys=True, indent=1).encode())
 
-    def round(self, r: int) -> RoundRecord:
+    def round(self, round: int) -> RoundRecord:
         """The round's record (created empty on first use)."""
-        rec: RoundRecord = self._doc["rounds"].setdefault(str(r), {"verdicts": {}})
+        rec: RoundRecord = self._doc["rounds"].setdefault(str(round), {"verdicts": {}})
         return rec
 
     def rounds(self) -> dict[int, RoundRecord]:
         """All round records."""
         return {int(k): v for k, v in self._doc["rounds"].items()}
 
-    def set(self, r: int, **fields: Unpack[RoundRecord]) -> None:
+    def set(self, round: int, **fields: Unpack[RoundRecord]) -> None:
         """Store fields on a round's record, durably; an unknown key is a :class:`ValidatorStateError` (a
         typo must not write a field nobody reads)."""
         unknown = set(fields) - ROUND_KEYS
         if unknown:
             raise ValidatorStateError(f"unknown round record keys {sorted(unknown)}")
-        self.round(r).update(fields)
+        self.round(round).update(fields)
         self._save()
 
-    def verdict(self, r: int, miner: str) -> dict[str, Any] | None:
+    def verdict(self, round: int, miner: str) -> dict[str, Any] | None:
         """A stored verdict."""
-        v = self.round(r)["verdicts"].get(miner)
+        v = self.round(round)["verdicts"].get(miner)
         return dict(v) if v is not None else None
 
-    def put_verdict(self, r: int, miner: str, verdict: dict[str, Any]) -> None:
+    def put_verdict(self, round: int, miner: str, verdict: dict[str, Any]) -> None:
         """Store a verdict durably."""
-        self.round(r)["verdicts"][miner] = verdict
+        self.round(round)["verdicts"][miner] = verdict
         self._save()
 
     def put_checkpoint(self, round: int, digest: str) -> None:
