@@ -231,7 +231,7 @@ def _steps(
     batches: Tensor,
     first: int,
     last: int,
-    round_index: int,
+    round: int,
     transcript: Transcript | None,
     keep_states: bool,
     adam_offset: int,
@@ -240,7 +240,7 @@ def _steps(
     plist = list(params.values())
     dev = next(model.parameters()).device
     for s in range(first, last):
-        lr = lr_at(inner_cfg, round_index * inner_cfg.steps + s)
+        lr = lr_at(inner_cfg, round * inner_cfg.steps + s)
         for g in opt.param_groups:
             g["lr"] = lr
         ce, total = lm_loss(model, batches[s].to(dev), assignment.path)
@@ -275,7 +275,7 @@ def train_inner(
     checkpoint: Mapping[str, Tensor],
     assignment: Assignment,
     batches: Tensor,
-    round_index: int,
+    round: int,
     keep_states: bool = False,
     model: TesseraModel | None = None,
     optimizer_state: Mapping[str, Tensor] | None = None,
@@ -311,7 +311,7 @@ def train_inner(
             batches,
             0,
             inner_cfg.steps,
-            round_index,
+            round,
             transcript,
             keep_states,
             adam_offset,
@@ -335,7 +335,7 @@ def replay_segment(
     checkpoint: Mapping[str, Tensor],
     assignment: Assignment,
     batches: Tensor,
-    round_index: int,
+    round: int,
     state: Mapping[str, Tensor],
     end_step: int,
     model: TesseraModel | None = None,
@@ -353,9 +353,7 @@ def replay_segment(
     if not 0 <= start < end_step <= inner_cfg.steps:
         raise ReplayError(f"bad segment {start}..{end_step} for H={inner_cfg.steps}")
     offset = adam_step - start
-    _steps(
-        model, params, opt, inner_cfg, assignment, batches, start, end_step, round_index, None, False, offset
-    )
+    _steps(model, params, opt, inner_cfg, assignment, batches, start, end_step, round, None, False, offset)
     return _capture(params, opt, end_step, offset + end_step)
 
 

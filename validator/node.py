@@ -120,7 +120,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         self.traffic = traffic or TrafficLedger()
         # 32 fresh bytes per (purpose, round): seed-share secrets and score salts. A test harness may pass a
         # deterministic source so that runs it compares share their round seeds; a node never does.
-        self._entropy = entropy or (lambda purpose, r: os.urandom(32))
+        self._entropy = entropy or (lambda purpose, round: os.urandom(32))
         self.spec = spec
         self.coord = coord
         self.discovery = discovery

@@ -64,17 +64,17 @@ class ChainReads(ChainTransport):
         amount, end = self._call("unbondingOf", to_checksum_address(address))
         return UnbondingInfo(int(amount), int(end))
 
-    def seed(self, round_: int) -> bytes:
+    def seed(self, round: int) -> bytes:
         """The round's seed (32 zero bytes until the Reveal phase is advanced)."""
-        return bytes(self._call("seeds", round_))
+        return bytes(self._call("seeds", round))
 
-    def checkpoint(self, round_: int) -> bytes:
-        """Certified checkpoint digest of ``round_`` (theta_round; round 1 is the genesis checkpoint)."""
-        return bytes(self._call("checkpoints", round_))
+    def checkpoint(self, round: int) -> bytes:
+        """Certified checkpoint digest of ``round`` (theta_round; round 1 is the genesis checkpoint)."""
+        return bytes(self._call("checkpoints", round))
 
-    def checkpoint_message(self, round_: int, digest: bytes) -> bytes:
-        """The 32 bytes validators sign to certify ``digest`` after ``round_``."""
-        return bytes(self._call("checkpointMessage", round_, _b32(digest)))
+    def checkpoint_message(self, round: int, digest: bytes) -> bytes:
+        """The 32 bytes validators sign to certify ``digest`` after ``round``."""
+        return bytes(self._call("checkpointMessage", round, _b32(digest)))
 
     def validators(self) -> list[str]:
         """Registered validators in index order (the certificate bitmap order)."""
@@ -89,9 +89,9 @@ class ChainReads(ChainTransport):
         except (bls.BlsError, TypeError) as exc:
             raise MalformedResponseError(f"blsKeyOf({validator}): {exc}") from exc
 
-    def score_entry(self, round_: int, validator: str) -> ScoreEntry:
-        """A validator's score commitment/reveal for ``round_``."""
-        c, h, w, rev = self._call("scoreEntry", round_, to_checksum_address(validator))
+    def score_entry(self, round: int, validator: str) -> ScoreEntry:
+        """A validator's score commitment/reveal for ``round``."""
+        c, h, w, rev = self._call("scoreEntry", round, to_checksum_address(validator))
         return ScoreEntry(bytes(c), bytes(h), int(w), bool(rev))
 
     def pool(self) -> int:
@@ -113,9 +113,9 @@ class ChainReads(ChainTransport):
         t, v, e = self._call("slashProposal", _b32(evidence))
         return str(t), int(v), bool(e)
 
-    def commitment_for(self, round_: int, miner: str, update_digest: bytes) -> bytes:
+    def commitment_for(self, round: int, miner: str, update_digest: bytes) -> bytes:
         """The update commitment (computed locally; equals the contract's ``commitmentFor``)."""
-        return update_commitment(self.chain_id, self.network_address, round_, miner, _b32(update_digest))
+        return update_commitment(self.chain_id, self.network_address, round, miner, _b32(update_digest))
 
     def events(
         self, name: str, from_block: int | None = None, to_block: int | str = "latest", **filters: Any
@@ -132,12 +132,12 @@ class ChainReads(ChainTransport):
             )
             return [_decode_event(name, ev) for ev in logs]
 
-    def committed_miners(self, round_: int) -> list[UpdateCommitted]:
-        """Update commitments of ``round_``, in ascending miner address order (the score vector order)."""
-        evs: list[UpdateCommitted] = self.events("UpdateCommitted", round=round_)
+    def committed_miners(self, round: int) -> list[UpdateCommitted]:
+        """Update commitments of ``round``, in ascending miner address order (the score vector order)."""
+        evs: list[UpdateCommitted] = self.events("UpdateCommitted", round=round)
         return sorted(evs, key=lambda e: int(e.miner, 16))
 
-    def revealed_scores(self, round_: int) -> list[ScoresRevealed]:
-        """Revealed score vectors of ``round_``, in ascending validator address order."""
-        evs: list[ScoresRevealed] = self.events("ScoresRevealed", round=round_)
+    def revealed_scores(self, round: int) -> list[ScoresRevealed]:
+        """Revealed score vectors of ``round``, in ascending validator address order."""
+        evs: list[ScoresRevealed] = self.events("ScoresRevealed", round=round)
         return sorted(evs, key=lambda e: int(e.validator, 16))

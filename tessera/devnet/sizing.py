@@ -187,10 +187,10 @@ def _phase_work(
 
 
 def _phase_blocks(
-    p: str, seconds: float, terms: str, floor: int, block_time: float, safety: float
+    phase: str, seconds: float, terms: str, floor: int, block_time: float, safety: float
 ) -> tuple[int, str]:
-    """Phase ``p``'s blocks from its ``seconds`` of work (at least ``floor``) and the derivation's line."""
-    margin = SCORE_COMMIT_MARGIN_BLOCKS if p == "score_commit" else 0
+    """``phase``'s blocks from its ``seconds`` of work (at least ``floor``) and the derivation's line."""
+    margin = SCORE_COMMIT_MARGIN_BLOCKS if phase == "score_commit" else 0
     if block_time > 0:
         need = math.ceil(safety * seconds / block_time) + margin
     else:
@@ -199,10 +199,10 @@ def _phase_blocks(
     margin_txt = f" + {margin} margin blocks" if margin else ""
     if block_time > 0:
         return blocks, (
-            f"{p}: {terms} = {seconds:.2f}s of work; x safety {safety:g} / block time "
+            f"{phase}: {terms} = {seconds:.2f}s of work; x safety {safety:g} / block time "
             f"{block_time:g}s{margin_txt} = {need} blocks; floor {floor} -> {blocks} blocks"
         )
-    return blocks, f"{p}: not sized (fixed windows) -> {blocks} blocks"
+    return blocks, f"{phase}: not sized (fixed windows) -> {blocks} blocks"
 
 
 # -- measurement -----------------------------------------------------------------------------------------

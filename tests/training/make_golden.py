@@ -130,7 +130,7 @@ def pseudo_gradient_case() -> tuple[dict[str, torch.Tensor], dict[str, torch.Ten
     a = assign(b"golden", MINERS[:2], cfg)[MINERS[0]]
     batches = miner_batches(ds, b"golden", a, inner.steps, inner.batch_size, cfg.seq_len)
     theta = param_state(build_model(cfg, 0))
-    res = train_inner(cfg, inner, theta, a, batches, round_index=0)
+    res = train_inner(cfg, inner, theta, a, batches, round=0)
     delta = pseudo_gradient(theta, res.params)
     info = {
         "batches_sha256": hashlib.sha256(batches.numpy().tobytes()).hexdigest(),

@@ -85,8 +85,8 @@ def test_cpu_device_and_deterministic_mode_change_no_bits(mode: str, torch_flags
     """``device="cpu"`` (by name or as a torch.device) and torch's deterministic settings give the bits of
     the default call, and every result is a CPU tensor."""
     cfg, inner, theta, a, batches = _round(mode)
-    plain = train_inner(cfg, inner, theta, a, batches, round_index=1, keep_states=True)
-    named = train_inner(cfg, inner, theta, a, batches, round_index=1, keep_states=True, device="cpu")
+    plain = train_inner(cfg, inner, theta, a, batches, round=1, keep_states=True)
+    named = train_inner(cfg, inner, theta, a, batches, round=1, keep_states=True, device="cpu")
     use_deterministic("cpu")
     det = train_inner(cfg, inner, theta, a, batches, 1, keep_states=True, device=torch.device("cpu"))
     for res in (named, det):

@@ -31,8 +31,8 @@ def _setup(corpus, mode: str):  # type: ignore[no-untyped-def]
 
 def test_deterministic_and_only_assigned_modules_move(corpus, mode: str) -> None:  # type: ignore[no-untyped-def]
     cfg, inner, theta, a, batches = _setup(corpus, mode)
-    r1 = train_inner(cfg, inner, theta, a, batches, round_index=0)
-    r2 = train_inner(cfg, inner, theta, a, batches, round_index=0)
+    r1 = train_inner(cfg, inner, theta, a, batches, round=0)
+    r2 = train_inner(cfg, inner, theta, a, batches, round=0)
     assert r1.transcript.parts == r2.transcript.parts
     assert r1.transcript.steps == [0, 2, 4, 6]
     assert state_digest(r1.params) == state_digest(r2.params)
@@ -40,14 +40,14 @@ def test_deterministic_and_only_assigned_modules_move(corpus, mode: str) -> None
 
     assert set(r1.params) == set(module_params(theta, a.module_ids))
     assert all(not torch.equal(r1.params[n], theta[n]) for n in r1.params if theta[n].dim() >= 2)
-    r3 = train_inner(cfg, inner, theta, a, batches, round_index=1)
+    r3 = train_inner(cfg, inner, theta, a, batches, round=1)
     assert r3.transcript.parts[-1] != r1.transcript.parts[-1]  # the schedule depends on the round
     assert r1.tokens == inner.steps * inner.batch_size * cfg.seq_len
 
 
 def test_replay_matches_transcript(corpus) -> None:  # type: ignore[no-untyped-def]
     cfg, inner, theta, a, batches = _setup(corpus, "moe")
-    res = train_inner(cfg, inner, theta, a, batches, round_index=0, keep_states=True)
+    res = train_inner(cfg, inner, theta, a, batches, round=0, keep_states=True)
     t = res.transcript
     assert is_start_state(t.states[0], theta)
     assert not is_start_state(t.states[2], theta)
@@ -93,7 +93,7 @@ def test_replay_exact_when_an_assigned_expert_routes_no_token(corpus) -> None:  
     a = assign(b"seed", ["m0"], cfg)["m0"]
     batches = miner_batches(ds, b"seed", a, inner.steps, inner.batch_size, cfg.seq_len)
     theta = param_state(build_model(cfg))
-    t = train_inner(cfg, inner, theta, a, batches, round_index=0, keep_states=True).transcript
+    t = train_inner(cfg, inner, theta, a, batches, round=0, keep_states=True).transcript
     for start in t.steps[:-1]:
         end = t.segment_end(start)
         state = replay_segment(cfg, inner, theta, a, batches, 0, t.states[start], end)
@@ -107,7 +107,7 @@ def test_kept_states_are_what_the_loop_restores_and_returns(corpus) -> None:  # 
     from training import inner as loop
 
     cfg, inner, theta, a, batches = _setup(corpus, "moe")
-    fresh = train_inner(cfg, inner, theta, a, batches, round_index=0, keep_states=True)
+    fresh = train_inner(cfg, inner, theta, a, batches, round=0, keep_states=True)
     carried = train_inner(
         cfg, inner, theta, a, batches, 1, keep_states=True, optimizer_state=fresh.optimizer_state
     )
