@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from protocol.traffic import Kind, bits_per_param_step, merge_ledgers
 from tessera.devnet.network import Devnet, DevnetConfig, DevnetError
+from tessera.devnet.progress import printer
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,9 @@ def run_devnet(cfg: DevnetConfig, rounds: int, *, live: bool = True, timeout: fl
         net.start()
         t_started = time.time()
         on_round = _sampler(net, samples) if cfg.samples > 0 else None
+        live = live and sys.stdout.isatty()  # a pipe or a file: progress lines (rich draws once, at exit)
+        if not live:
+            on_round = printer(net, samples, t0, on_round)
         if live:
             from rich.console import Console
             from rich.live import Live
