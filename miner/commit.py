@@ -146,6 +146,7 @@ def _round_record(
         "loss_last": built.losses[-1],
         "tokens": built.tokens,
         "train_seconds": round(built.train_seconds, 4),
+        "train_cpu_seconds": round(built.train_cpu_seconds, 4),
         "trained_params": built.trained_params,
         "inner_steps": inner_steps,
         "transcript_steps": built.transcript_steps,

@@ -64,6 +64,9 @@ class BuiltUpdate:
     losses: list[float]
     tokens: int
     train_seconds: float
+    train_cpu_seconds: float = 0.0
+    """This thread's CPU seconds of the inner loop (the state digests hashed in a helper thread are not
+    in it): the compute a validator's ``verify_cpu_seconds`` is measured against."""
     trained_params: int = 0
     """Parameters this update trained (the denominator of issue 13's bits per trained parameter)."""
 
@@ -140,9 +143,9 @@ def build_update(
     a = assignment_for(spec, assign_seed, registry, miner)
     ctx = BehaviourContext(round, miner, a.module_ids, spec.inner.steps)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.thread_time()
     res = _train(spec, checkpoint, a, batches, round, ef_state, device)
-    train_s = time.perf_counter() - t0
+    train_s, train_cpu = time.perf_counter() - t0, time.thread_time() - cpu0
     tr = res.transcript
     delta = behaviour.pseudo_gradient(ctx, pseudo_gradient(checkpoint, res.params))
     encs, ef_after = _compress(spec.codec, delta, ef_state, ef_source)
@@ -167,6 +170,7 @@ def build_update(
         losses=res.losses,
         tokens=res.tokens,
         train_seconds=train_s,
+        train_cpu_seconds=train_cpu,
         trained_params=sum(v.numel() for v in delta.values()),
     )
 

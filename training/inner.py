@@ -32,8 +32,8 @@ from torch import Tensor
 from training.assignment import Assignment
 from training.config import InnerConfig, ModelConfig
 from training.digest import part_digests
-from training.errors import ReplayError
-from training.model import TesseraModel, build_model, lm_loss, load_params, module_params
+from training.errors import ModuleIdError, ReplayError
+from training.model import TesseraModel, build_model, lm_loss, load_params, model_holding, module_params
 
 #: Where the inner loop computes (a ``torch.device`` or its name: ``cpu``, ``cuda``, ``cuda:N``).
 Device = torch.device | str
@@ -206,9 +206,12 @@ def _setup(
     model: TesseraModel | None,
     device: Device,
 ) -> tuple[TesseraModel, dict[str, torch.nn.Parameter], torch.optim.AdamW]:
-    if model is None:
-        model = build_model(model_cfg)
     dev = torch.device(device)
+    if model is None:
+        try:  # every parameter from the checkpoint: no initialisation to draw
+            model = model_holding(model_cfg, checkpoint, dev)
+        except ModuleIdError:  # a partial checkpoint: the rest keeps theta_0's initialisation
+            model = build_model(model_cfg)
     if next(model.parameters()).device != dev:
         model.to(dev)
     load_params(model, checkpoint)

@@ -100,7 +100,7 @@ class Embed(nn.Module):
 class TesseraModel(nn.Module):
     """The modular transformer; ``forward(tokens, path)`` returns ``(logits, aux_loss)``."""
 
-    def __init__(self, cfg: ModelConfig, seed: int = 0) -> None:
+    def __init__(self, cfg: ModelConfig, seed: int = 0, init: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
         self.embed = Embed(cfg)
@@ -114,7 +114,8 @@ class TesseraModel(nn.Module):
             if cfg.mode == "moe":
                 self.moe = nn.ModuleList(Experts(cfg) for _ in range(cfg.n_layers))
         self.head = Head(cfg)
-        self._init_weights(torch.Generator().manual_seed(seed))
+        if init:
+            self._init_weights(torch.Generator().manual_seed(seed))
 
     @torch.no_grad()
     def _init_weights(self, gen: torch.Generator) -> None:
@@ -177,6 +178,25 @@ def build_model(cfg: ModelConfig, seed: int = 0) -> TesseraModel:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # the layers' own default init draws here before being overwritten
         return TesseraModel(cfg, seed)
+
+
+def model_holding(
+    cfg: ModelConfig, state: Mapping[str, Tensor], device: str | torch.device = "cpu"
+) -> TesseraModel:
+    """A model on ``device`` holding ``state``, which must name every parameter: built on the meta device and
+    filled from ``state``, without drawing an initialisation that ``state`` would overwrite (a third of a
+    one-step replay's time at the devnet's size)."""
+    with torch.device("meta"):
+        shell = TesseraModel(cfg, init=False)
+    names = {n for n, _ in shell.named_parameters()}
+    if set(state) != names:
+        raise ModuleIdError(
+            f"a state for every parameter is needed: missing {sorted(names - set(state))[:3]}, "
+            f"unknown {sorted(set(state) - names)[:3]}"
+        )
+    model = shell.to_empty(device=device)
+    load_params(model, state)
+    return model
 
 
 def lm_loss(model: TesseraModel, batch: Tensor, path: Sequence[int] | None = None) -> tuple[Tensor, Tensor]:

@@ -139,7 +139,10 @@ def _replay_segments(
             raise _Fail(
                 Stage.BUDGET, f"verification budget exhausted before replaying step {steps[i]}", False
             )
+        t_fetch = time.perf_counter()
+        states.get(i)  # the start state (cached for the replay): its fetch is timed apart
         t0 = time.perf_counter()
+        v.metrics["fetch_seconds"] = v.metrics.get("fetch_seconds", 0.0) + t0 - t_fetch
         d_param, d_moment = _replay_one(ctx, a, batches, states, policy, i, ev)
         worst_param, worst_moment = max(worst_param, d_param), max(worst_moment, d_moment)
         replayed_steps += steps[i + 1] - steps[i]

@@ -13,6 +13,7 @@ from training.model import (
     build_model,
     group_by_module,
     lm_loss,
+    model_holding,
     module_ids,
     module_of,
     param_state,
@@ -91,3 +92,22 @@ def test_moe_gradients_reach_only_routed_experts() -> None:
         if n.startswith("moe.") and p.grad is not None
     }
     assert touched  # some experts got tokens
+
+
+@pytest.mark.parametrize("mode", ["moe", "dipaco"])
+def test_a_model_holding_a_state_is_the_initialised_model_with_it_loaded(mode: str) -> None:
+    cfg = tiny_model(mode)
+    theta = {k: v + 0.01 for k, v in param_state(build_model(cfg, seed=3)).items()}
+    held = model_holding(cfg, theta)
+    assert state_digest(param_state(held)) == state_digest(theta)
+    ref = build_model(cfg)
+    ref.load_state_dict(theta)
+    batch = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len), generator=torch.Generator().manual_seed(0))
+    path = all_paths(cfg)[0] if mode == "dipaco" else None
+    assert torch.equal(lm_loss(held, batch, path)[0], lm_loss(ref, batch, path)[0])
+    missing = dict(theta)
+    missing.pop(next(iter(missing)))
+    with pytest.raises(ModuleIdError, match="every parameter"):
+        model_holding(cfg, missing)
+    with pytest.raises(ModuleIdError, match="unknown"):
+        model_holding(cfg, {**theta, "nope.weight": torch.zeros(1)})
