@@ -43,9 +43,17 @@ def register(subparsers: Any) -> None:
     sa.add_argument("model_dir", type=Path)
     sa.add_argument("--prompt", default="The ", help="text to continue")
     sa.add_argument("--length", type=int, default=200, help="tokens to generate (bytes, byte-level)")
-    sa.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
-    sa.add_argument("--top-k", type=int, default=40)
-    sa.add_argument("--seed", type=int, default=0)
+    sa.add_argument(
+        "--temperature",
+        type=float,
+        default=0.8,
+        help="softmax temperature (default 0.8, as the devnet's samples; 0: greedy, which repeats itself "
+        "in a small model)",
+    )
+    sa.add_argument("--top-k", type=int, default=40, help="sample among the k likeliest tokens (default 40)")
+    sa.add_argument(
+        "--seed", type=int, default=0, help="sampling seed (default 0: the devnet's first sample)"
+    )
     sa.add_argument("--path", type=int, default=0, help="DiPaCo mode: which path (index into all paths)")
     sa.set_defaults(handler=_sample)
     for p in (ex, ev, sa):
