@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from attestation.amd.report import SnpReport
+from attestation.amd.verify import verify_snp
 from attestation.binding import Binding
 from attestation.collateral import (
     FORMAT_INTEL,
@@ -21,7 +23,11 @@ from attestation.errors import (
     MalformedCollateralError,
     MalformedEvidenceError,
 )
+from attestation.intel.quote import Quote, TdReport
+from attestation.intel.verify import verify_intel
 from attestation.limits import DEFAULT_LIMITS, Limits, check_evidence_size
+from attestation.nvidia.spdm import GpuReport
+from attestation.nvidia.verify import verify_nvidia
 from attestation.policy import Policy
 from attestation.verdict import AttestationVerdict
 
@@ -58,15 +64,9 @@ _NAMES = {
 
 def _parse_as(fmt: str, evidence: bytes) -> object:
     if fmt == FORMAT_INTEL:
-        from attestation.intel.quote import Quote
-
         return Quote.parse(evidence)
     if fmt == FORMAT_SNP:
-        from attestation.amd.report import SnpReport
-
         return SnpReport.parse(evidence)
-    from attestation.nvidia.spdm import GpuReport
-
     return GpuReport.parse(evidence)
 
 
@@ -133,20 +133,11 @@ def verify(
         )
     parsed = _evidence_for(fmt, evidence, policy.limits)
     if fmt == FORMAT_INTEL:
-        from attestation.intel.quote import Quote
-        from attestation.intel.verify import verify_intel
-
         assert isinstance(parsed, Quote) and not isinstance(collateral, SnpCollateral | NvidiaCollateral)
         return verify_intel(parsed, collateral, policy, now, expected)
     if fmt == FORMAT_SNP:
-        from attestation.amd.report import SnpReport
-        from attestation.amd.verify import verify_snp
-
         assert isinstance(parsed, SnpReport) and isinstance(collateral, SnpCollateral)
         return verify_snp(parsed, collateral, policy, now, expected)
-    from attestation.nvidia.spdm import GpuReport
-    from attestation.nvidia.verify import verify_nvidia
-
     assert isinstance(parsed, GpuReport) and isinstance(collateral, NvidiaCollateral)
     return verify_nvidia(parsed, collateral, policy, now, expected)
 
@@ -161,10 +152,6 @@ def parse_evidence(evidence: bytes, limits: Limits = DEFAULT_LIMITS) -> object:
 def describe_evidence(evidence: bytes) -> dict[str, object]:
     """The fields of evidence that matter, parsed but NOT verified (for printing next to a refusal)."""
     parsed = parse_evidence(evidence)
-    from attestation.amd.report import SnpReport
-    from attestation.intel.quote import Quote, TdReport
-    from attestation.nvidia.spdm import GpuReport
-
     if isinstance(parsed, Quote):
         out: dict[str, object] = {
             "format": "intel-tdx" if parsed.is_tdx else "intel-sgx",
@@ -220,8 +207,6 @@ def describe_evidence(evidence: bytes) -> dict[str, object]:
 
 def describe_evidence_safe(evidence: bytes) -> dict[str, object]:
     """:func:`describe_evidence`, or ``{"error": ...}`` when the evidence cannot be parsed."""
-    from attestation.errors import AttestationError
-
     try:
         return describe_evidence(evidence)
     except AttestationError as exc:

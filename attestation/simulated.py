@@ -30,7 +30,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from attestation.collateral import IntelCollateral
+from attestation.collateral import IntelCollateral, dumps_collateral
 from attestation.devpki import (
     crl_der,
     derive_key,
@@ -228,8 +228,6 @@ class SimulatedEnclave:
 
     def evidence(self, report_data: bytes, now: dt.datetime) -> tuple[bytes, str]:
         """What a miner ships: the quote bytes and the collateral JSON text (wire format)."""
-        from attestation.collateral import dumps_collateral
-
         return self.quote(report_data), dumps_collateral(self.collateral(now))
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from fastapi.responses import HTMLResponse
+
 MAX_ROUNDS = 20
 """Rounds shown, newest first."""
 
@@ -166,7 +168,6 @@ def mount_live_page(
     app: Any, status: Callable[[], dict[str, Any]], rounds: Callable[[], Mapping[int, Any]]
 ) -> None:
     """Serve the live page at ``GET /``."""
-    from fastapi.responses import HTMLResponse
 
     @app.get("/", response_class=HTMLResponse, summary="Live page of this miner")
     def live() -> str:

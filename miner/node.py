@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from attestation import report_data
+from attestation.simulated import SimulatedEnclave
 from miner.behaviour import Behaviour, make_behaviour
 from miner.checkpoints import CheckpointSource
 from miner.commit import CommitMixin
@@ -45,9 +47,6 @@ __all__ = ["EvidenceFn", "MinerNode", "simulated_evidence"]
 def simulated_evidence(chain_id: int, seed: bytes) -> EvidenceFn:
     """Evidence from the development TDX enclave of ``attestation.simulated`` (devnet only; ``seed`` is
     the run's fresh development root, never a public constant)."""
-    from attestation import report_data
-    from attestation.simulated import SimulatedEnclave
-
     enclave = SimulatedEnclave.from_seed(seed)
 
     def make(round: int, miner: str, digest: bytes) -> bytes:

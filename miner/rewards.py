@@ -8,6 +8,7 @@ import logging
 
 from miner.parts import MinerParts
 from miner.state import COMMITTED, SERVED
+from protocol.nodeaccount import ChainAccount
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +20,6 @@ class RewardsMixin(MinerParts):
         """Record each settled round's reward, then read this key's account from the chain when the round,
         its record or the settled count changed (``/status`` ``account``, ``account_tokens`` gauges), and
         refuse a commitment of this key that this node did not make (:class:`KeyInUseError`)."""
-        from protocol.nodeaccount import ChainAccount
-
         for r, rec in self.state.rounds().items():
             if r >= current_round or "reward" in rec or rec["status"] not in (SERVED, COMMITTED):
                 continue

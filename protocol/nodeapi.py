@@ -16,9 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import uvicorn
 from fastapi import FastAPI, HTTPException
 from fastapi import Path as PathParam
-from fastapi.responses import Response, StreamingResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -27,6 +30,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from swagger_ui_bundle import swagger_ui_path
 
 from protocol.errors import ProtocolError
 from protocol.traffic import SNIFF_BYTES, Kind, TrafficLedger, TrafficMiddleware, blob_kind
@@ -264,11 +268,6 @@ DOCS_ASSETS = "/docs-assets"
 
 def _offline_docs(app: FastAPI) -> None:
     """``/docs``: Swagger UI from assets this node serves itself, so the page works without the internet."""
-    from fastapi.openapi.docs import get_swagger_ui_html
-    from fastapi.responses import HTMLResponse
-    from fastapi.staticfiles import StaticFiles
-    from swagger_ui_bundle import swagger_ui_path
-
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
@@ -312,8 +311,6 @@ class NodeServer:
     """Serve an app with uvicorn in a daemon thread; ``port=0`` picks a free port."""
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
         self.app = app
         self.host = host
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

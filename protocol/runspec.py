@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from protocol.canonical import (
@@ -23,9 +26,13 @@ from protocol.canonical import (
     read_json_file,
 )
 from protocol.errors import ProtocolError
+from protocol.tensorblob import tensors_digest
 from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, from_dict, to_dict
+from training.corpus import content_digest, load_bundled_corpus, load_corpus_path
 from training.errors import TrainingError
 from training.merge import MERGE_METHODS, MergePolicy
+from training.model import build_model, param_state
+from training.tokenizer import MAX_TOKENIZER_BYTES, BPETokenizer, ByteTokenizer, tokenizer_digest
 
 #: Held around every torch computation a node does (training, replay, evaluation, merge). Measured:
 #: torch work running concurrently in another thread of the same process perturbs the bits of an inner
@@ -37,10 +44,6 @@ COMPUTE_LOCK = threading.RLock()
 def warm_up_torch() -> float:
     """Pay torch's one-time costs (the first optimizer step imports its compiler stack, seconds on a
     small CPU) at node start, so round timings measure the work; returns the seconds spent."""
-    import time
-
-    import torch
-
     t0 = time.perf_counter()
     with COMPUTE_LOCK:
         p = torch.nn.Parameter(torch.zeros(4))
@@ -57,10 +60,6 @@ ISA_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA
 def compute_platform() -> str:
     """The kernels this process computes with, for its start-up log line: torch's version, the CPU
     instruction set ATen dispatches to, and any MKL/oneDNN caps set in the environment."""
-    import os
-
-    import torch
-
     caps = " ".join(f"{k}={os.environ[k]}" for k in ISA_ENV[1:] if os.environ.get(k))
     return f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}" + (
         f", {caps}" if caps else ""
@@ -248,8 +247,6 @@ class RunSpec:
     def load_tokenizer(self) -> Any:
         """The run's tokenizer (``training.tokenizer``): byte-level, or the pinned BPE file checked against
         ``tokenizer.digest`` (:class:`TokenizerDigestError`) and ``tokenizer.vocab_size``."""
-        from training.tokenizer import MAX_TOKENIZER_BYTES, BPETokenizer, ByteTokenizer, tokenizer_digest
-
         if self.tokenizer is None:
             return ByteTokenizer()
         path = self.resolve(self.tokenizer.file)
@@ -282,20 +279,14 @@ class RunSpec:
 
     def genesis_params(self) -> dict[str, Tensor]:
         """theta_0."""
-        from training.model import build_model, param_state
-
         return param_state(build_model(self.model, seed=self.genesis_seed))
 
     def genesis_digest(self) -> str:
         """``0x`` + the digest of theta_0: the genesis checkpoint the contracts must be deployed with."""
-        from protocol.tensorblob import tensors_digest
-
         return tensors_digest({f"param/{k}": v for k, v in self.genesis_params().items()})
 
     def load_corpus(self) -> Any:
         """The run's corpus (``training.corpus.Corpus``)."""
-        from training.corpus import content_digest, load_bundled_corpus, load_corpus_path
-
         if self.corpus == "bundled":
             corpus = load_bundled_corpus()
             found = content_digest(corpus.documents)

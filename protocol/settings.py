@@ -20,7 +20,10 @@ naming the new spelling; ``retired_settings`` (old name -> why) are refused with
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
+import inspect
 import logging
 import os
 import tomllib
@@ -29,6 +32,8 @@ import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+
+from eth_account import Account
 
 from protocol.errors import ProtocolError
 
@@ -298,8 +303,6 @@ def _refuse_unknown_env(cls: type, environ: Mapping[str, str], prefix: str, give
     """A ``{prefix}*`` variable that names no setting is a typo that would be silently ignored: refuse it,
     naming the closest setting. Variables that a ``*_env`` setting points at (the key, a password) are not
     settings and are allowed."""
-    import difflib
-
     names = [
         *setting_types(cls),
         *getattr(cls, "renamed_settings", {}),
@@ -321,9 +324,6 @@ def _refuse_unknown_env(cls: type, environ: Mapping[str, str], prefix: str, give
 def field_docs(cls: type) -> dict[str, str]:
     """Each dataclass field's docstring (the string literal under it), a subclass's over its base's; for
     ``--help``. Empty where the source is unavailable."""
-    import ast
-    import inspect
-
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
@@ -366,8 +366,6 @@ def resolve_private_key(
     """
     environ = os.environ if env is None else env
     if keystore is not None:
-        from eth_account import Account
-
         password = environ.get(password_env) if password_env else None
         if password is None:
             raise SettingsError(f"keystore {keystore} needs its password in ${password_env}")

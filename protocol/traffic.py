@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from enum import StrEnum
 from typing import Any
 
+import requests
+
 #: Bytes of a blob read to tell its kind (a safetensors header names every tensor; the update magic is 8).
 SNIFF_BYTES = 1 << 16
 #: Rounds a ledger keeps (older rounds are dropped, so a long-running node's ledger stays bounded).
@@ -232,8 +234,6 @@ def rpc_session(ledger: TrafficLedger, functions: Mapping[str, str] | None = Non
     """A ``requests.Session`` that counts every JSON-RPC exchange (body and headers both ways) as
     :attr:`Kind.RPC` in ``ledger``, and each request by :func:`rpc_label` (``functions``: selector ->
     contract function name); pass it to ``web3.HTTPProvider(session=...)``."""
-    import requests
-
     names = dict(functions or {})
 
     def count(resp: requests.Response, *_: Any, **__: Any) -> requests.Response:

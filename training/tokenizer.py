@@ -19,6 +19,9 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
 from training.errors import DataError
 
 #: The id between documents in every token stream.
@@ -81,8 +84,6 @@ class BPETokenizer:
     kind = "bpe"
 
     def __init__(self, data: bytes) -> None:
-        from tokenizers import Tokenizer as HFTokenizer
-
         if len(data) > MAX_TOKENIZER_BYTES:
             raise TokenizerError(f"tokenizer file of {len(data)} bytes exceeds {MAX_TOKENIZER_BYTES}")
         try:
@@ -118,9 +119,6 @@ def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> 
     The vocabulary can come out smaller when the texts have fewer mergeable pairs; read
     :attr:`BPETokenizer.vocab_size` of the result.
     """
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
     if not MIN_BPE_VOCAB <= vocab_size <= MAX_BPE_VOCAB:
         raise TokenizerError(
             f"BPE vocabulary must lie in [{MIN_BPE_VOCAB}, {MAX_BPE_VOCAB}], not {vocab_size}"

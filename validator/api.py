@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import HTTPException
+from fastapi.responses import HTMLResponse, Response
+
 from protocol.nodeaccount import ChainAccount
 from validator.parts import ValidatorParts
 from validator.web import LIVE_PAGE
@@ -14,9 +17,6 @@ class ApiMixin(ValidatorParts):
     """Routes and the documents they serve."""
 
     def _add_routes(self, app: Any) -> None:
-        from fastapi import HTTPException
-        from fastapi.responses import HTMLResponse
-
         @app.get("/signatures/{round}", summary="This validator's signature of theta_{round+1}'s digest")
         def signature(round: int) -> dict[str, Any]:
             rec = self.state.rounds().get(round, {})
@@ -28,8 +28,6 @@ class ApiMixin(ValidatorParts):
                 "signer": self.address,
                 "signature": rec["signature"],
             }
-
-        from fastapi.responses import Response
 
         @app.get(
             "/updates/{round}/{miner}",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from protocol.canonical import JSONFileError, read_json_file
 from protocol.errors import ProtocolError
 from protocol.settings import NodeConfig, load_settings
 from validator.errors import ValidatorConfigError
@@ -114,7 +115,6 @@ def load_validator_config(
 def _check_retired_merge(cfg: ValidatorConfig, given: Mapping[str, Any]) -> None:
     """An older config's merge settings: a warning where they say what the run file says, else
     :class:`ValidatorConfigError` (one validator merging its own way would co-sign nothing)."""
-    from protocol.canonical import JSONFileError, read_json_file
     from protocol.runspec import RunSpec
 
     names = ", ".join(sorted(given))

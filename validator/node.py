@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from attestation import AttestationError, Binding, verify
+from attestation.simulated import SimulatedEnclave
 from protocol.coordinator import (
     SCORE_MAX,
     Coordinator,
@@ -71,9 +73,6 @@ RETRY_MARGIN_BLOCKS = 4
 
 def dev_evidence_checker(chain_id: int, seed: bytes) -> CheckEvidence:
     """Verify evidence against the *development* enclave root of ``attestation.simulated`` (devnet only)."""
-    from attestation import AttestationError, Binding, verify
-    from attestation.simulated import SimulatedEnclave
-
     enclave = SimulatedEnclave.from_seed(seed)
     policy = enclave.policy()
 

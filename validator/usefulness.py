@@ -15,7 +15,7 @@ from protocol.coordinator import SCORE_SCALE
 from protocol.runspec import RunSpec
 from training.assignment import Assignment
 from training.data import Dataset, batch_offsets, eval_windows, scoring_batches
-from training.model import build_model, lm_loss, load_params
+from training.model import all_paths, build_model, lm_loss, load_params
 from validator.context import RoundContext, Verdict
 from validator.policy import VerifyPolicy
 
@@ -115,8 +115,6 @@ def heldout_loss(
     computed on ``device``."""
     model = build_model(spec.model).to(device)
     if spec.model.mode == "dipaco":
-        from training.model import all_paths
-
         vals = []
         for i, path in enumerate(all_paths(spec.model)):
             stream = ds.path_heldout[i]
