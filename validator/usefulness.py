@@ -15,7 +15,7 @@ from protocol.coordinator import SCORE_SCALE
 from protocol.runspec import RunSpec
 from training.assignment import Assignment
 from training.data import Dataset, batch_offsets, eval_windows, scoring_batches
-from training.model import all_paths, build_model, lm_loss, load_params
+from training.model import all_paths, lm_loss, load_params, model_holding
 from validator.context import RoundContext, Verdict
 from validator.policy import VerifyPolicy
 
@@ -63,7 +63,7 @@ def _usefulness(
 ) -> None:
     spec = ctx.spec
     t0 = time.perf_counter()
-    model = build_model(spec.model).to(policy.device)
+    model = model_holding(spec.model, ctx.checkpoint, policy.device)
     # Scored on windows of the miner's shard that the round seed picks (fixed only after the commits
     # closed) and that it did not train on: not on batches it knew when it committed (issue 10).
     trained = batch_offsets(
@@ -113,7 +113,7 @@ def heldout_loss(
 ) -> float:
     """Held-out loss of a full checkpoint (DiPaCo: the mean over paths of each path's held-out stream),
     computed on ``device``."""
-    model = build_model(spec.model).to(device)
+    model = model_holding(spec.model, params, device)
     if spec.model.mode == "dipaco":
         vals = []
         for i, path in enumerate(all_paths(spec.model)):
