@@ -25,6 +25,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from attestation import Binding, CollateralCache, Policy, TcbStatus, certchain, parse_evidence, verify
+from attestation.collateral import NvidiaCollateral, SnpCollateral, dumps_collateral, loads_collateral
+from attestation.intel import pck
+from attestation.intel import verify as intel_verify
+from attestation.nvidia.spdm import decode_report_text
+from attestation.simulated import SimulatedEnclave
+
 VECTORS = Path(__file__).resolve().parent.parent / "tests" / "attestation" / "vectors"
 
 
@@ -44,10 +51,6 @@ def _times(fn: Callable[[], object], runs: int) -> dict[str, float]:
 
 
 def _clear_memos() -> None:
-    from attestation import certchain
-    from attestation.intel import pck
-    from attestation.intel import verify as intel_verify
-
     certchain._chain_root.cache_clear()
     certchain._rfc5280.cache_clear()
     certchain._spki.cache_clear()
@@ -75,11 +78,6 @@ def _case(
 
 def _cases() -> list[dict[str, Any]]:
     """Every format's case: the real vectors of tests/attestation/vectors, then the simulated enclave."""
-    from attestation import Binding, Policy, TcbStatus
-    from attestation.collateral import NvidiaCollateral, SnpCollateral, dumps_collateral
-    from attestation.nvidia.spdm import decode_report_text
-    from attestation.simulated import SimulatedEnclave
-
     utc = dt.UTC
     intel = VECTORS / "intel-dcap"
     policy_intel = Policy(min_tcb_status=TcbStatus.CONFIGURATION_AND_SW_HARDENING_NEEDED)
@@ -128,10 +126,6 @@ def _cases() -> list[dict[str, Any]]:
 
 def run(parse_runs: int, verify_runs: int) -> dict[str, Any]:
     """Measure everything; return the figures."""
-    from attestation import CollateralCache, parse_evidence, verify
-    from attestation.collateral import loads_collateral
-    from attestation.simulated import SimulatedEnclave
-
     rows = []
     for case in _cases():
         ev, text = case["evidence"], case["collateral_text"]

@@ -23,6 +23,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eth_account import Account
+from web3 import Web3
+
+from protocol.anvil import Anvil
+from protocol.bls import BlsKeyPair
+from protocol.chain import Chain, deploy_network
+from protocol.deployment import Deployment, NetworkParams
+
 DEFAULT_OUT = Path("reports/bench-chain.json")
 
 
@@ -53,8 +61,6 @@ def _args_from(args: Any) -> argparse.Namespace:
 
 def run(ns: argparse.Namespace) -> dict[str, Any]:
     """Runs the measurements and returns the figures."""
-    from protocol.anvil import Anvil
-
     sizes = [int(x) for x in ns.miners.split(",") if x]
     n_val = ns.validators
     n_cert = max(ns.cert_validators, n_val)
@@ -78,8 +84,6 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
 
 def _params(n_miners: int, n_cert: int) -> Any:
     """Phase windows long enough for every miner's and validator's transactions of a round."""
-    from protocol.deployment import NetworkParams
-
     return NetworkParams(
         commit_blocks=n_miners + 2 * n_cert + 8,
         reveal_blocks=n_cert + 4,
@@ -95,11 +99,6 @@ class _Bench:
     the round driving the measurements share."""
 
     def __init__(self, node: Any, params: Any) -> None:
-        from web3 import Web3
-
-        from protocol.chain import Chain, deploy_network
-        from protocol.deployment import Deployment
-
         self.w3 = Web3(Web3.HTTPProvider(node.rpc_url, request_kwargs={"timeout": 120}))
         self.params = params
         boss_acct = self.new_acct()
@@ -117,8 +116,6 @@ class _Bench:
 
     def new_acct(self) -> Any:
         """A fresh funded account."""
-        from eth_account import Account
-
         a = Account.create()
         self.w3.provider.make_request("anvil_setBalance", [a.address, hex(10**22)])  # type: ignore[arg-type]
         return a
@@ -135,9 +132,6 @@ class _Bench:
     def register(self, n_miners: int, n_cert: int, n_val: int) -> None:
         """Register ``n_miners`` miners and ``n_cert`` validators (validator 0 staked as a quorum alone);
         the first ``n_val`` validators score."""
-        from protocol.bls import BlsKeyPair
-        from protocol.chain import Chain
-
         print(f"registering {n_miners} miners and {n_cert} validators ...", file=sys.stderr)
         params = self.params
         for _ in range(n_miners):

@@ -5,9 +5,12 @@ its miner and validator use. Light to import."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from tessera.devnet.network import DevnetConfig
+from training.config import InnerConfig, ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root: the workers run there."""
@@ -113,11 +116,7 @@ SPECS = ("devnet", "run")
 def run_spec(spec: str, mode: str, steps: int | None) -> dict[str, Any]:
     """The run spec of a case: ``devnet`` is the one ``tessera devnet`` writes (``tessera.devnet.network``),
     ``run`` is ``RunSpec()``'s inner loop; both with ``mode``, H overridden by ``steps``."""
-    from dataclasses import replace
-
     from protocol.runspec import RunSpec
-    from tessera.devnet.network import DevnetConfig
-    from training.config import InnerConfig, ModelConfig
 
     if spec == "devnet":
         d = DevnetConfig()

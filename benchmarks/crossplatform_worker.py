@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.crossplatform_settings import CHAIN_ID, CONTRACT, METRICS, MINERS, VALIDATOR, case_seed
+from validator.errors import SourceMismatchError
+from validator.sampling import segments_to_check
 
 
 def kernel_probe(spec: Any, ds: Any, theta: Any) -> None:
@@ -90,8 +92,6 @@ def train(job: dict[str, Any]) -> dict[str, Any]:
 
 def _train_case(job: dict[str, Any], case: str, spec: Any, ds: Any, theta1: Any) -> dict[str, Any]:
     """Train one case's two rounds and publish them to ``job["dir"]/case``."""
-    from validator.sampling import segments_to_check
-
     d = Path(job["dir"]) / case
     (d / "blobs").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -202,7 +202,6 @@ def verify(spec: Any, ds: Any, meta: dict[str, Any], d: Path, segments: int, dev
     from protocol.coordinator import update_commitment
     from protocol.tensorblob import decode_tensors
     from protocol.update import update_digest
-    from validator.errors import SourceMismatchError
     from validator.verify import VerifyPolicy, verify_update
 
     theta = decode_tensors((d / "checkpoint.safetensors").read_bytes())

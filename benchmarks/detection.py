@@ -14,15 +14,15 @@ import json
 import random
 from collections.abc import Sequence
 
+from tessera.attack import economics as ec
+from validator.sampling import segments_to_check
+
 TRIALS_SEED = 1
 """Seed of the trials' fake positions."""
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Run the trials for each transcript length; print and return {H: (model, Monte Carlo)}."""
-    from tessera.attack import economics as ec
-    from validator.sampling import segments_to_check
-
     p = argparse.ArgumentParser(prog="python -m benchmarks.detection", description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=2000, help="faking miners per transcript length")
     p.add_argument("--segments", default="30,60", help="transcript lengths H (one-step segments)")

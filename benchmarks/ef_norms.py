@@ -17,6 +17,7 @@ honest update from a scaled one; the validator recomputes ``d`` from ``t`` and t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -24,6 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from miner.behaviour import Behaviour
+from miner.work import build_update
+from protocol.runspec import RunSpec
+from protocol.tensorblob import tensors_digest
+from protocol.update import decode_update
+from training.config import InnerConfig, ModelConfig
+from training.data import prepare
+from training.diloco import pseudo_gradient
 
 if TYPE_CHECKING:
     from miner.work import BuiltUpdate
@@ -62,10 +72,6 @@ def _compare(d: dict[str, torch.Tensor], t: dict[str, torch.Tensor]) -> dict[str
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the measurement, print a line per round and write the JSON report."""
-    from protocol.runspec import RunSpec
-    from training.config import InnerConfig, ModelConfig
-    from training.data import prepare
-
     args = _parse(argv)
     torch.set_num_threads(1)
     spec = RunSpec(
@@ -105,14 +111,6 @@ def _round(
 ) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, Any]]]:
     """``round`` of every miner from ``params``, each carrying its previous build's residual (``last``,
     updated): the decoded updates and one comparison row per miner."""
-    import hashlib
-
-    from miner.behaviour import Behaviour
-    from miner.work import build_update
-    from protocol.tensorblob import tensors_digest
-    from protocol.update import decode_update
-    from training.diloco import pseudo_gradient
-
     digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in params.items()})[2:])
     seed = hashlib.sha256(SEED_TAG + round.to_bytes(8, "big")).digest()
     deltas, rows = [], []

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import resource
 import subprocess
 import sys
@@ -220,8 +221,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"  peak RSS miner {row['miner_peak_rss_mib']:7.1f} MiB, plain {row['plain_peak_rss_mib']:7.1f} MiB",
                 flush=True,
             )
-    import platform
-
     import torch
 
     return {

@@ -62,6 +62,7 @@ from benchmarks.training_runs import (
 )
 from benchmarks.training_sizes import log_slope, plot_sizes, size_series, sizes
 from benchmarks.training_speed import codec_speed, overhead
+from training.corpus import load_bundled_corpus
 
 _plot_sizes = plot_sizes  # the name tests/training/test_bench_sizes.py imports
 
@@ -169,8 +170,6 @@ class _Bench:
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark; print the figures; write JSON and PNGs under ``args.out``."""
     import torch
-
-    from training.corpus import load_bundled_corpus
 
     torch.set_num_threads(max(1, args.threads))
     parts = set(args.only or ["codec", "overhead", "quality", "tradeoff"])

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, RunConfig
+
 # The configuration the figures are about (see docs/decisions/training-recipe.md for why).
 CHOSEN: dict[str, Any] = {
     "inner_steps": 30,
@@ -70,8 +72,6 @@ def run_config(
 ) -> Any:
     """The :class:`training.config.RunConfig` of one run (MoE with 4 experts top-2, or DiPaCo with 2
     choices per level; warm-up a tenth of the steps, at most 100)."""
-    from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, RunConfig
-
     model = ModelConfig(mode=mode, n_experts=4, top_k=2, n_choices=2, **scale["model"])  # type: ignore[arg-type]
     inner = InnerConfig(
         steps=h,

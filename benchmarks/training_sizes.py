@@ -3,6 +3,7 @@ series of MoE model sizes, and the least-squares slope of its gaps against log10
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,6 @@ def size_series(full: bool, big: bool = False) -> list[dict[str, Any]]:
 def log_slope(params: list[float], gaps: list[float]) -> float | None:
     """Least-squares slope of ``gaps`` against log10(``params``) (percentage points per decade); None
     with fewer than two distinct sizes."""
-    import math
-
     xs = [math.log10(p) for p in params]
     if len(xs) < 2:
         return None
@@ -115,8 +114,6 @@ def _fit_sizes(result: dict[str, Any]) -> None:
 
 def plot_sizes(path: Path, result: dict[str, Any]) -> None:
     """The gaps against model size (log) with their fitted lines, as a PNG."""
-    import math
-
     import matplotlib
 
     matplotlib.use("Agg")

@@ -7,6 +7,8 @@ import time
 from typing import Any
 
 from benchmarks.training_runs import CHOSEN, run_config
+from training.config import CodecConfig
+from training.corpus import load_bundled_corpus
 
 
 def codec_speed(n_values: int = 1 << 22, repeats: int = 3) -> list[dict[str, Any]]:
@@ -14,7 +16,6 @@ def codec_speed(n_values: int = 1 << 22, repeats: int = 3) -> list[dict[str, Any
     import torch
 
     from training.codecs import decode, encode, encoded_bits
-    from training.config import CodecConfig
 
     side = int(n_values**0.5)
     # a square matrix: the shaped codecs tile it by rows and columns, the others flatten it
@@ -59,7 +60,6 @@ def overhead(scale: dict[str, Any], steps: int = 30, repeats: int = 3) -> dict[s
     import torch
 
     from training.assignment import assign
-    from training.corpus import load_bundled_corpus
     from training.data import miner_batches, prepare
     from training.inner import train_inner
     from training.model import build_model, lm_loss, module_params, param_state

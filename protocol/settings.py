@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from eth_account import Account
 
 from protocol.errors import ProtocolError
+from training.errors import DeviceError
 
 T = TypeVar("T")
 
@@ -98,7 +99,6 @@ class NodeConfig:
         # cpu needs no torch; cuda is checked against the machine here so a bad setting fails at load
         if self.device != "cpu":
             from training.device import resolve_device
-            from training.errors import DeviceError
 
             try:
                 resolve_device(self.device)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import tessera.commands as commands
 from tessera import __version__
 
 # Every package's exception root: an error of one of these is a user-facing failure (exit 2, one line),
@@ -48,8 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tessera {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    import tessera.commands as commands
-
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"tessera.commands.{info.name}")
         register = getattr(module, "register", None)

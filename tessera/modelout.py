@@ -16,9 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from protocol.errors import ProtocolError
+from protocol.tensorblob import decode_tensors, split_checkpoint, tensors_digest
+from protocol.traffic import OPERATOR_QUERY
+from protocol.transfer import TransferError, get_capped
 from tessera.errors import TesseraError
+from training.config import ModelConfig, from_dict, to_dict
+from training.data import is_heldout, prepare
+from training.errors import TrainingError
+from training.model import build_model, load_params
+from training.tokenizer import DOC_SEP_ID, BPETokenizer, ByteTokenizer, TokenizerError
+from validator.verify import heldout_loss
 
 #: Names of the files ``export`` writes.
 WEIGHTS_FILE = "model.safetensors"
@@ -49,9 +61,6 @@ def fetch_checkpoint(
             raise ModelOutError(
                 "fetching from a node needs the digest (give --deployment to read it from the chain)"
             )
-        from protocol.traffic import OPERATOR_QUERY
-        from protocol.transfer import TransferError, get_capped
-
         try:
             # marked as an operator's read: the node's traffic ledger counts it apart from the protocol's
             url = f"{source.rstrip('/')}/blobs/{digest}?{OPERATOR_QUERY}"
@@ -67,9 +76,6 @@ def fetch_checkpoint(
 def theta_of(blob: bytes, expect_digest: str | None) -> tuple[dict[str, Tensor], str]:
     """theta (``param/*`` without the prefix) of a checkpoint blob, and the blob's digest; refuses a blob
     whose content digest is not ``expect_digest`` (when given)."""
-    from protocol.errors import ProtocolError
-    from protocol.tensorblob import decode_tensors, split_checkpoint, tensors_digest
-
     try:
         tensors = decode_tensors(blob)
         params, _momentum = split_checkpoint(tensors)
@@ -100,10 +106,6 @@ def export(
     """Write ``out/model.safetensors`` (theta, fp32) and ``out/config.json`` (the model config, the run's
     digest and where the checkpoint was certified), and the run's BPE tokenizer as ``out/tokenizer.json``
     (checked against the run file's digest first); returns ``out``."""
-    from safetensors.torch import save_file
-
-    from training.config import to_dict
-
     tokenizer: Any = "bytes (UTF-8, vocab 256)"
     tok_bytes = None
     if spec.tokenizer is not None:
@@ -129,19 +131,11 @@ def export(
 
 def theta_digest(params: Mapping[str, Tensor]) -> str:
     """The digest of theta alone (a checkpoint's digest also covers the outer momentum)."""
-    from protocol.tensorblob import tensors_digest
-
     return tensors_digest({f"param/{k}": v for k, v in params.items()})
 
 
 def load_export(directory: Path) -> tuple[dict[str, Tensor], Any, dict[str, Any]]:
     """(theta, model config, config document) of an exported model; checks the weights' digest."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from training.config import ModelConfig, from_dict
-    from training.errors import TrainingError
-
     try:
         doc = json.loads((directory / CONFIG_FILE).read_text())
         cfg = from_dict(ModelConfig, doc["model"])
@@ -158,8 +152,6 @@ def load_export(directory: Path) -> tuple[dict[str, Tensor], Any, dict[str, Any]
 def export_tokenizer(directory: Path, doc: dict[str, Any]) -> Any:
     """The tokenizer of an exported model: byte-level, or its ``tokenizer.json`` checked against the
     digest its config names."""
-    from training.tokenizer import BPETokenizer, ByteTokenizer, TokenizerError
-
     spec = doc.get("tokenizer")
     if not isinstance(spec, dict):
         return ByteTokenizer()
@@ -175,8 +167,6 @@ def export_tokenizer(directory: Path, doc: dict[str, Any]) -> Any:
 
 def model_with(params: Mapping[str, Tensor], cfg: Any) -> Any:
     """A model of config ``cfg`` holding ``params`` (every parameter must be given, with its shape)."""
-    from training.model import build_model, load_params
-
     model = build_model(cfg)
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in params.items()}
@@ -193,9 +183,6 @@ def model_with(params: Mapping[str, Tensor], cfg: Any) -> Any:
 def evaluate(params: Mapping[str, Tensor], spec: Any, windows: int = 64) -> dict[str, float]:
     """Held-out loss (nats per token) and perplexity of theta on the run's corpus (its held-out documents),
     and bits per byte (per token over the held-out stream's bytes per token: 1 for byte-level tokens)."""
-    from training.data import is_heldout, prepare
-    from validator.verify import heldout_loss
-
     corpus = spec.load_corpus()
     ds = prepare(corpus, spec.model)
     loss = heldout_loss(spec, ds, params, windows=windows)
@@ -222,8 +209,6 @@ def sample(
 ) -> str:
     """Text the model continues ``prompt`` with (``max_new`` tokens of ``tokenizer``, byte-level when None;
     ``temperature`` 0: greedy). Deterministic for a seed on one machine."""
-    from training.tokenizer import DOC_SEP_ID, ByteTokenizer
-
     if temperature < 0 or top_k < 1 or max_new < 0:
         raise ModelOutError("temperature must be >= 0, top_k >= 1 and the length >= 0")
     tok = tokenizer if tokenizer is not None else ByteTokenizer()

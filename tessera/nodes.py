@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fcntl
+import ipaddress
 import logging
+import os
 import signal
 import threading
 import typing
@@ -18,6 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from eth_account import Account
+
+from protocol.deployment import Deployment
+from protocol.settings import setting_defaults, setting_docs, setting_types
 from tessera.errors import TesseraError
 
 log = logging.getLogger(__name__)
@@ -30,8 +37,6 @@ DEV_TEE_SEED_ENV = "TESSERA_DEV_TEE_SEED"
 def dev_tee_seed(environ: typing.Mapping[str, str] | None = None) -> bytes:
     """The development enclave's seed from ``$TESSERA_DEV_TEE_SEED``; never a flag (``ps`` shows flags)
     and never a public constant (issue 10: the devnet's fixed seed let anyone make accepted quotes)."""
-    import os
-
     raw = (os.environ if environ is None else environ).get(DEV_TEE_SEED_ENV, "")
     try:
         seed = bytes.fromhex(raw)
@@ -51,8 +56,6 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
     settings keep a hidden flag of their old name, so that the loader warns about them or refuses them
     instead of argparse failing on an unknown flag."""
     parser.add_argument("--config", type=Path, help="TOML config file")
-    from protocol.settings import setting_defaults, setting_docs, setting_types
-
     docs = setting_docs(cls)
     defaults = setting_defaults(cls)
     for name, tp in setting_types(cls).items():
@@ -76,8 +79,6 @@ def _flag(setting: str) -> str:
 
 def overrides_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The settings given on the command line."""
-    from protocol.settings import setting_types
-
     names = (
         *setting_types(cls),
         *getattr(cls, "renamed_settings", {}),
@@ -91,11 +92,8 @@ def overrides_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 def connect(deployment_path: Path | None, rpc_url: str, private_key: str, traffic: Any = None) -> Any:
     """A :class:`protocol.chaincoord.ChainCoordinator` for the deployment, signing with ``private_key``;
     its JSON-RPC bytes are counted in ``traffic`` (a :class:`protocol.traffic.TrafficLedger`) if given."""
-    from eth_account import Account
-
     from protocol.chain import Chain
     from protocol.chaincoord import ChainCoordinator
-    from protocol.deployment import Deployment
 
     if deployment_path is None:
         raise TesseraError("no deployment file: pass --deployment (written by `tessera contracts deploy`)")
@@ -128,9 +126,6 @@ def lock_data_dir(data_dir: Path) -> Any:
     catch it), stops at start instead of sharing its round records. Returns the open file to keep. A POSIX
     record lock (``lockf``): a forked child (the DHT's process) does not inherit it, so a node killed alone
     does not leave its data dir locked."""
-    import fcntl
-    import os
-
     d = data_dir.expanduser()
     d.mkdir(parents=True, exist_ok=True)
     fh = open(d / "node.lock", "a+")  # held for the life of the process
@@ -153,8 +148,6 @@ def lock_data_dir(data_dir: Path) -> Any:
 def dht_listen_maddr(host: str, port: int) -> str:
     """The DHT's listen multiaddr on the node's HTTP ``host`` when that is an IP address (``0.0.0.0``: every
     interface, so the multiaddrs in ``/status`` name addresses other machines reach), else loopback."""
-    import ipaddress
-
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.discovery import Discovery
+from protocol.records import RecordError, decode_record
+
 
 def _discovery_base() -> Any:
-    from protocol.discovery import Discovery
-
     return Discovery
 
 
@@ -31,8 +32,6 @@ class BoardDiscovery(_discovery_base()):  # type: ignore[misc]
 
     def find(self, round: int, fresh: bool = False, **kw: Any) -> list[Any]:
         """Valid records of a round (every one decoded strictly; the board is always fresh)."""
-        from protocol.records import RecordError, decode_record
-
         out = []
         for (r, _), data in sorted(self.board.items()):
             if r != round:

@@ -22,6 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from eth_account import Account
+from eth_utils import to_checksum_address
+
+from protocol.anvil import Anvil
+from protocol.chain import Chain
+from protocol.chaincoord import ChainCoordinator
+from protocol.coordinator import Phase, Settlement
+from protocol.deployment import Deployment
+from tessera.devnet.network import anvil_rpc, deploy_contracts, fast_forward_phase
 
 WEI = 10**18
 #: Chain rounds before scenario round 1 (the constructor's round 1, which no miner can join).
@@ -66,11 +74,6 @@ class AnvilLedger:
         workdir: Path | None = None,
     ) -> None:
         """``accounts``: (private key, tokens to fund) per participant; ``genesis``: theta_1's digest."""
-        from protocol.anvil import Anvil
-        from protocol.chain import Chain
-        from protocol.deployment import Deployment
-        from tessera.devnet.network import anvil_rpc, deploy_contracts
-
         self._tmp = tempfile.TemporaryDirectory(prefix="tessera-attack-chain-") if workdir is None else None
         wd = Path(self._tmp.name) if self._tmp is not None else Path(str(workdir))
         self.anvil = Anvil(accounts=2).start()
@@ -104,22 +107,15 @@ class AnvilLedger:
     # -- nodes -----------------------------------------------------------------------------------------
     def coordinator(self, private_key: str) -> Any:
         """The node's real chain coordinator, signing with ``private_key``."""
-        from protocol.chain import Chain
-        from protocol.chaincoord import ChainCoordinator
-
         chain = Chain.connect(self.deployment, Account.from_key(private_key), rpc_url=self.rpc_url)
         return ChainCoordinator(chain, private_key)
 
     def fast_forward(self, validators: int, miners: set[str], served: Any) -> bool:
         """The devnet's pacing: mine the rest of a phase once every node has done its part."""
-        from tessera.devnet.network import fast_forward_phase
-
         return fast_forward_phase(self.chain, self.rpc_url, validators, miners, served)
 
     def mine(self, n: int = 1) -> None:
         """Mine ``n`` empty blocks."""
-        from tessera.devnet.network import anvil_rpc
-
         anvil_rpc(self.rpc_url, "anvil_mine", [hex(n)])
 
     def close(self) -> None:
@@ -146,8 +142,6 @@ class AnvilLedger:
     @property
     def phase(self) -> Any:
         """The current phase (``protocol.coordinator.Phase``)."""
-        from protocol.coordinator import Phase
-
         return Phase(int(self.chain.round_state().phase))
 
     @property
@@ -164,10 +158,6 @@ class AnvilLedger:
     @property
     def rounds(self) -> dict[int, ChainRound]:
         """Commitments, revealed scores and settlement of every scenario round, from the event logs."""
-        from eth_utils import to_checksum_address
-
-        from protocol.coordinator import Settlement
-
         out: dict[int, ChainRound] = {}
         last = int(self.chain.round_state().round)
         fin = {int(e.round) for e in self.chain.events("RoundFinalized")}
@@ -197,8 +187,6 @@ class AnvilLedger:
     @property
     def slashed(self) -> dict[str, int]:
         """Executed slashes per address (the contract's ``Slashed`` events)."""
-        from eth_utils import to_checksum_address
-
         out: dict[str, int] = {}
         for e in self.chain.events("Slashed"):
             a = to_checksum_address(e.target)

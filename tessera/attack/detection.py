@@ -9,16 +9,27 @@ round's lower median would be 0 are compared with :mod:`tessera.attack.economics
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
+
+from miner.work import build_update, transcript_state
+from protocol.consensus import weighted_median
+from protocol.coordinator import update_commitment
+from protocol.tensorblob import tensors_digest
 from tessera.attack import economics as ec
 from tessera.attack.harness import tiny_spec
 from tessera.attack.miners import LazyMiner
+from training.data import prepare
+from validator.stages import Stage
+from validator.verify import RoundContext, VerifyPolicy, verify_update
 
 
 @dataclass
@@ -53,8 +64,6 @@ def zero_missing_grads() -> Iterator[None]:
     after such a step do not replay. Filling missing gradients with zeros before clipping makes every
     trained parameter step every time. Used only to measure the model on a fixed verifier.
     """
-    import torch
-
     orig = torch.nn.utils.clip_grad_norm_
 
     def patched(params: Any, *args: Any, **kwargs: Any) -> Any:
@@ -87,9 +96,6 @@ def measure(
     if fixed_inner:
         with zero_missing_grads():
             return measure(fraction, steps, interval, trials, validators, checked)
-    from protocol.consensus import weighted_median
-    from validator.verify import VerifyPolicy
-
     lazy = _LazyUpdate.build(fraction, steps, interval)
     vals = ["0x" + f"{i + 1:040x}" for i in range(validators)]
     policy = VerifyPolicy(segments_per_miner=checked)
@@ -132,12 +138,6 @@ class _LazyUpdate:
     @classmethod
     def build(cls, fraction: float, steps: int, interval: int) -> _LazyUpdate:
         """Build it with the miner's own code and :class:`LazyMiner` faking ``fraction`` of the steps."""
-        import torch
-
-        from miner.work import build_update
-        from protocol.tensorblob import tensors_digest
-        from training.data import prepare
-
         torch.manual_seed(0)
         spec = tiny_spec(steps=steps, interval=interval)
         ds = prepare(spec.load_corpus(), spec.model)
@@ -163,8 +163,6 @@ class _LazyUpdate:
 
     def fetch_state(self, d: str) -> dict[str, Any]:
         """The transcript state with digest ``d``, as the miner would serve it."""
-        from miner.work import transcript_state
-
         built = self.built
         if d in built.published():
             return built.published()[d]
@@ -175,10 +173,6 @@ class _LazyUpdate:
 
     def caught_by(self, validator: str, validators: list[str], seed: bytes, policy: Any) -> bool:
         """Whether ``validator`` refuses the update at the recomputation stage under round seed ``seed``."""
-        from protocol.coordinator import update_commitment
-        from validator.stages import Stage
-        from validator.verify import RoundContext, verify_update
-
         ctx = RoundContext(
             spec=self.spec, dataset=self.dataset, round=1, chain_id=31337, contract="0x" + "c0" * 20,
             validator=validator, checkpoint=self.theta, checkpoint_digest=self.digest,
@@ -193,9 +187,6 @@ class _LazyUpdate:
 
 def main(argv: list[str] | None = None) -> DetectionResult:
     """``python -m tessera.attack.detection``: print one measurement as JSON."""
-    import argparse
-    import json
-
     p = argparse.ArgumentParser(
         prog="python -m tessera.attack.detection", description=__doc__.splitlines()[0]
     )

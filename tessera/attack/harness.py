@@ -18,6 +18,7 @@ rounds is settled and certified. Each ``step()`` is what the node's own ``run`` 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 import time
@@ -26,17 +27,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eth_account import Account
+
+from miner.config import MinerConfig
+from miner.errors import MinerError
+from miner.node import MinerNode
+from protocol.errors import ProtocolError
+from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.runspec import RunSpec
+from protocol.tensorblob import decode_tensors, split_checkpoint, tensors_digest
 from tessera.attack.board import BoardDiscovery
+from tessera.attack.chainnet import OFFSET, AnvilLedger
 from tessera.attack.errors import AttackError
+from training.config import CodecConfig, InnerConfig, ModelConfig
+from training.errors import TrainingError
+from validator.config import ValidatorConfig
+from validator.errors import ValidatorError
+from validator.node import ValidatorNode
+from validator.verify import heldout_loss
 
 log = logging.getLogger(__name__)
 
 
 def tiny_spec(steps: int = 6, interval: int = 2) -> Any:
     """A run small enough for several rounds of several nodes on 2 CPU cores (H = steps, k = interval)."""
-    from protocol.runspec import RunSpec
-    from training.config import CodecConfig, InnerConfig, ModelConfig
-
     model = ModelConfig(
         mode="moe", d_model=32, n_heads=2, n_layers=1, d_ff=32, seq_len=32, n_experts=2, top_k=1
     )
@@ -117,8 +131,6 @@ class Network:
         on_step: Callable[[Network], None] | None = None,
         chain: str = "anvil",
     ) -> None:
-        from eth_account import Account
-
         self.spec = spec or tiny_spec()
         self.participants = participants
         self._tmp = tempfile.TemporaryDirectory(prefix="tessera-attack-") if workdir is None else None
@@ -148,9 +160,6 @@ class Network:
     def _open_ledger(self, phase_blocks: int, emission: int, validator_share_bps: int) -> tuple[Any, int]:
         """The chain the nodes run on, with the genesis checkpoint, and its round offset: a fresh anvil with
         the contracts deployed and every participant funded (twice its stake), or the in-memory ledger."""
-        from protocol.memcoordinator import MemoryLedger
-        from protocol.tensorblob import tensors_digest
-
         genesis = {f"param/{k}": v for k, v in self.spec.genesis_params().items()}
         if self.chain == "memory":
             ledger = MemoryLedger(
@@ -161,8 +170,6 @@ class Network:
             )
             return ledger, 0
         if self.chain == "anvil":
-            from tessera.attack.chainnet import OFFSET, AnvilLedger
-
             anvil = AnvilLedger(
                 [(p.key, 2 * p.stake) for p in self.participants],
                 tensors_digest(genesis),
@@ -178,7 +185,6 @@ class Network:
         """A validator's seed-share secrets and salts, derived from its key: every run of the suite draws the
         same round seeds for the same validators, so a scenario and its all-honest reference differ only in
         the adversary's behaviour (seeds change assignments and data, a spread larger than 1%)."""
-        import hashlib
 
         def draw(purpose: str, round: int) -> bytes:
             return hashlib.sha256(f"tessera.attack.entropy\0{key}\0{purpose}\0{round}".encode()).digest()
@@ -187,8 +193,6 @@ class Network:
 
     def _build(self, p: Participant, i: int) -> Any:
         """A node for participant ``i`` (again after a crash: same key, same data directory)."""
-        from protocol.memcoordinator import MemoryCoordinator
-
         coord: Any = (
             MemoryCoordinator(self.ledger, p.address)
             if self.chain == "memory"
@@ -198,15 +202,9 @@ class Network:
         disc = BoardDiscovery(self.ledger.chain_id, p.key, board=self.board)
         data_dir = self.dir / f"{p.role}-{i}"
         if p.role == "miner":
-            from miner.config import MinerConfig
-            from miner.node import MinerNode
-
             mcfg = MinerConfig(data_dir=data_dir, dht=False, stake=stake, fetch_timeout=5.0, fetch_attempts=1)
             return (p.factory or MinerNode)(mcfg, self.spec, coord, disc)
         if p.role == "validator":
-            from validator.config import ValidatorConfig
-            from validator.node import ValidatorNode
-
             vcfg = ValidatorConfig(
                 data_dir=data_dir, dht=False, stake=stake, fetch_timeout=5.0, fetch_attempts=1, **self._vo
             )
@@ -295,11 +293,6 @@ class Network:
         led.mine(1)
 
     def _step_all(self) -> None:
-        from miner.errors import MinerError
-        from protocol.errors import ProtocolError
-        from training.errors import TrainingError
-        from validator.errors import ValidatorError
-
         for i, p in enumerate(self.participants):
             if i in self.down:
                 continue
@@ -345,9 +338,6 @@ class Network:
         return run
 
     def _observe(self, rounds: int, seconds: float) -> NetworkRun:
-        from protocol.tensorblob import decode_tensors, split_checkpoint
-        from validator.verify import heldout_loss
-
         honest_v = [p for p in self.participants if p.role == "validator" and p.label == "honest"]
         ref = (
             honest_v[0].node if honest_v else next(p.node for p in self.participants if p.role == "validator")

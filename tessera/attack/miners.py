@@ -12,12 +12,16 @@ updates and quotes are served to anyone after the commit deadline).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
+from attestation import report_data
+from attestation.simulated import SimulatedEnclave
 from miner.behaviour import Behaviour, BehaviourContext, register
+from protocol.update import Update, decode_update, encode_update
+from tessera.nodes import dev_tee_seed
 
 
 @dataclass
@@ -139,10 +143,6 @@ class Copier(Behaviour):
 
     def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """The victim's last update, re-headered for this round and this miner."""
-        from dataclasses import replace
-
-        from protocol.update import Update, decode_update, encode_update
-
         src = self.board.latest_update(self.victim, ctx.round)
         if src is None:
             return data
@@ -208,8 +208,6 @@ class Poisoner(Behaviour):
         """NaN mode: write a NaN into the first float field of the encoded update."""
         if self.mode != "nan":
             return data
-        from protocol.update import Update, decode_update, encode_update
-
         up = decode_update(data)
         name, _ = up.header.params[0]
         enc = up.tensors[name]
@@ -240,10 +238,6 @@ class Forger(Behaviour):
     def evidence(self, ctx: BehaviourContext, evidence: bytes | None) -> bytes | None:
         """Corrupted, mismatched or publicly forged evidence (fabricated if the node has no TEE)."""
         if self.mode in ("mismatch", "public-seed"):
-            from attestation import report_data
-            from attestation.simulated import SimulatedEnclave
-            from tessera.nodes import dev_tee_seed
-
             chain_id = int(ctx.extra.get("chain_id", 31337))
             if self.mode == "mismatch":
                 enclave = SimulatedEnclave.from_seed(self.seed or dev_tee_seed())

@@ -11,7 +11,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from tessera import cli
+from tessera.attack import validators
+from tessera.attack.miners import register_all
 from tessera.errors import TesseraError
+from validator.node import ValidatorNode
 
 #: ``--mode`` names -> class names in ``tessera.attack.validators`` (``honest``: the plain node).
 MODES = {
@@ -26,14 +30,10 @@ MODES = {
 
 def node_class(mode: str) -> type:
     """The validator node class for ``--mode``; :class:`TesseraError` for an unknown one."""
-    from validator.node import ValidatorNode
-
     if mode not in MODES:
         raise TesseraError(f"unknown validator mode {mode!r}; choose from {sorted(MODES)}")
     if not MODES[mode]:
         return ValidatorNode
-    from tessera.attack import validators
-
     cls: type = getattr(validators, MODES[mode])
     return cls
 
@@ -55,9 +55,6 @@ def split_mode(argv: Sequence[str]) -> tuple[str, list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Register the behaviours, pick the validator class, run ``tessera ARGV``."""
-    from tessera import cli
-    from tessera.attack.miners import register_all
-
     register_all()
     mode, rest = split_mode(list(sys.argv[1:] if argv is None else argv))
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tessera.attack import economics as ec
 from tessera.attack.results import HONEST_WORK, SLASH_FRACTION, ScenarioResult
 from tessera.attack.scenarios import get
 
@@ -48,8 +49,6 @@ def profit_rows(doc: dict[str, Any], segments: int = 3, checked: int = 2) -> lis
     compute cost ``c = R / 2``, the cheater's stake, slash fraction :data:`SLASH_FRACTION`; measured profit
     = reward while cheating - compute spent - stake slashed. ``segments``/``checked``: the run's transcript
     segments per update and segments each validator replays (the suite's tiny spec: 3 and 2)."""
-    from tessera.attack import economics as ec
-
     out = []
     for res in doc["scenarios"]:
         if res["kind"] != "miner" or not res["rows"]:

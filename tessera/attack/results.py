@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from protocol.consensus import weighted_median
 from tessera.attack.harness import NetworkRun
 from tessera.attack.scenarios import Scenario
 from validator.config import ValidatorConfig
@@ -211,8 +212,6 @@ def rebase(res: ScenarioResult, sc: Scenario, base: Sequence[float], reference_n
 
 
 def _validator_figures(run: NetworkRun) -> dict[str, Any]:
-    from protocol.consensus import weighted_median
-
     vals = [p for p in run.participants if p.role == "validator"]
     honest = [p for p in vals if p.label == "honest"]
     adv = [p for p in vals if p.label != "honest"]

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from tessera.attack.harness import Network, NetworkRun, tiny_spec
+from protocol.records import decode_record
+from protocol.runspec import RunSpec
+from tessera.attack.harness import Fault, Network, NetworkRun, Participant, tiny_spec
 from tessera.attack.report import SAVED, markdown, profit_markdown, profit_rows, table
 from tessera.attack.results import (
     HONEST_WORK,
@@ -54,8 +58,6 @@ def _fill_board(sc: Scenario) -> Any:
     """An ``on_step`` hook that copies revealed updates and evidence onto the scenario's board."""
 
     def hook(net: Network) -> None:
-        from protocol.records import decode_record
-
         by_addr = {p.address: p for p in net.participants if p.role == "miner"}
         for (r, addr), data in list(net.board.items()):
             p = by_addr.get(addr)
@@ -75,8 +77,6 @@ def run_scenario(
 ) -> NetworkRun:
     """Run one scenario's network for ``rounds`` rounds on ``chain`` (``anvil``: a fresh anvil and
     deployment; ``memory``: the in-memory ledger)."""
-    from tessera.attack.harness import Fault
-
     net = Network(
         sc.build(),
         spec=spec or tiny_spec(),
@@ -97,7 +97,6 @@ def reference(sc: Scenario) -> Scenario:
     node of its role and stake (built like the scenario's own honest nodes: TEE evidence included). With
     the harness's fixed entropy the two runs draw the same round seeds, so their held-out losses differ
     only by what the adversary did (and the work it did not contribute)."""
-    from tessera.attack.harness import Participant
 
     def build() -> list[Participant]:
         parts = sc.build()
@@ -133,8 +132,6 @@ def _run_one(
 ) -> dict[str, Any]:
     """One scenario (or its all-honest reference) in a worker process; its result as JSON, without the
     held-out comparison (plain data crosses the process boundary)."""
-    from protocol.runspec import RunSpec
-
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("miner", "validator"):  # as the CLI sets them in the parent
         logging.getLogger(noisy).setLevel(logging.ERROR)
@@ -268,9 +265,6 @@ class _Suite:
 
 def _run_parallel(suite: _Suite, jobs: int) -> None:
     """Every run of ``suite`` in ``jobs`` worker processes (fresh interpreters), results as they come."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no forked threads, locks or torch
     spec_json = suite.spec.to_json()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from miner.behaviour import Behaviour, BehaviourContext
+from miner.node import MinerNode, simulated_evidence
+from protocol.chaincoord import ChainCoordinator, _translate
+from protocol.coordinator import Phase
+from protocol.memcoordinator import MemoryCoordinator
+from protocol.update import Update, decode_update, encode_update
 from tessera.attack.errors import UnknownScenarioError
 from tessera.attack.harness import Participant
 from tessera.attack.miners import (
@@ -30,6 +36,14 @@ from tessera.attack.miners import (
     Replayer,
     Withholder,
 )
+from tessera.attack.validators import (
+    BadSignerValidator,
+    ColludingValidator,
+    CopierValidator,
+    RandomValidator,
+    SilentValidator,
+)
+from validator.node import ValidatorNode, dev_evidence_checker
 
 MINER_STAKE = 100
 VALIDATOR_STAKE = 1000
@@ -73,8 +87,6 @@ def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
 
 def _miner_factory(behaviour: Any, evidence: bool = False) -> Callable[..., Any]:
     def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
-        from miner.node import MinerNode, simulated_evidence
-
         ev = simulated_evidence(CHAIN_ID, DEV_SEED) if evidence else None
         return MinerNode(cfg, spec, coord, disc, behaviour=behaviour, evidence_fn=ev)
 
@@ -89,10 +101,6 @@ def _commitment_copier(victim: Participant) -> Callable[..., Any]:
     """A miner whose coordinator commits the victim's commitment of the round instead of its own."""
 
     def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
-        from miner.node import MinerNode
-        from protocol.coordinator import Phase
-        from protocol.memcoordinator import MemoryCoordinator
-
         class CopyCommit(MemoryCoordinator):
             def commit_update(self, round: int, update_digest: bytes) -> None:
                 rd = self._open(round, Phase.COMMIT)
@@ -104,7 +112,6 @@ def _commitment_copier(victim: Participant) -> Callable[..., Any]:
                 self._tx()
 
         if not isinstance(coord, MemoryCoordinator):  # the chain: copy the victim's commitment on-chain
-            from protocol.chaincoord import ChainCoordinator, _translate
 
             class ChainCopyCommit(ChainCoordinator):
                 def commit_update(self, round: int, update_digest: bytes) -> None:
@@ -126,8 +133,6 @@ def _sybils(n: int) -> list[Participant]:
     """``n`` identities of one operator: the first trains, the others re-label its update (same round)."""
     shared: dict[int, bytes] = {}
 
-    from miner.behaviour import Behaviour, BehaviourContext
-
     class Leader(Behaviour):
         name = "sybil-leader"
 
@@ -139,10 +144,6 @@ def _sybils(n: int) -> list[Participant]:
         name = "sybil"
 
         def update_bytes(self, ctx: BehaviourContext, data: bytes) -> bytes:
-            from dataclasses import replace
-
-            from protocol.update import Update, decode_update, encode_update
-
             src = shared.get(ctx.round)
             if src is None:
                 return data
@@ -162,8 +163,6 @@ def _validator_factory(cls: Any, **kwargs: Any) -> Callable[..., Any]:
 
 
 def _tee_validators(n: int = 2) -> list[Participant]:
-    from validator.node import ValidatorNode, dev_evidence_checker
-
     return [
         Participant(
             "validator",
@@ -262,13 +261,6 @@ def _poisoners_forgers_and_sybils() -> list[Scenario]:
 
 def _validator_scenarios() -> list[Scenario]:
     """Validators that score dishonestly, stay silent or sign another checkpoint."""
-    from tessera.attack.validators import (
-        BadSignerValidator,
-        CopierValidator,
-        RandomValidator,
-        SilentValidator,
-    )
-
     return [
         Scenario("copier-validator", "validator", "a validator (20% of stake) commits last round's consensus",
                  lambda: [*_honest(2, 0),
@@ -333,16 +325,12 @@ def _copier(sc: Scenario) -> list[Participant]:
     victim = parts[2]
 
     def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
-        from miner.node import MinerNode
-
         return MinerNode(cfg, spec, coord, disc, behaviour=Copier(sc.board, victim.address))
 
     return [*parts, Participant("miner", "copier", MINER_STAKE, make)]
 
 
 def _colluders() -> list[Participant]:
-    from tessera.attack.validators import ColludingValidator
-
     free_rider = _adversary("free-rider-zero", FreeRiderZero())
 
     def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str, **extra: Any) -> Any:

@@ -16,6 +16,12 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from eth_utils import to_checksum_address
+
+from protocol.deployment import Deployment
+from protocol.keys import load_account
+from tessera.errors import TesseraError
+
 WEI_PER_TOKEN = 10**18
 
 
@@ -66,8 +72,6 @@ def tokens(wei: int) -> str:
 
 def parse_tokens(text: str) -> int:
     """A decimal token amount as wei; :class:`TesseraError` unless it is positive with <= 18 decimals."""
-    from tessera.errors import TesseraError
-
     try:
         value = Decimal(text)
     except InvalidOperation:
@@ -80,14 +84,10 @@ def parse_tokens(text: str) -> int:
 
 def _connect(args: argparse.Namespace, need_key: bool) -> Any:
     from protocol.chain import Chain
-    from protocol.deployment import Deployment
-    from protocol.keys import load_account
 
     deployment = Deployment.load(args.deployment)
     account = None
     if args.keystore is not None and args.password_env not in os.environ and not sys.stdin.isatty():
-        from tessera.errors import TesseraError
-
         # getpass without a terminal reads stdin and ends in a traceback (EOFError) when there is none
         raise TesseraError(
             f"keystore {args.keystore} needs its password in ${args.password_env} (no terminal)"
@@ -123,11 +123,7 @@ def _status(args: argparse.Namespace) -> int:
     chain = _connect(args, need_key=False)
     address = args.address or (chain.address if chain.account is not None else None)
     if address is None:
-        from tessera.errors import TesseraError
-
         raise TesseraError("give --address, or a key (--keystore / --key-env) to show its account")
-    from eth_utils import to_checksum_address
-
     _print(account_status(chain, to_checksum_address(address)), args.json)
     return 0
 
@@ -138,8 +134,6 @@ def _claim(args: argparse.Namespace) -> int:
     chain = _connect(args, need_key=True)
     owed = chain.account_info(chain.address).owed
     if owed == 0:
-        from tessera.errors import TesseraError
-
         raise TesseraError(f"{chain.address} has no rewards to claim (owed 0)")
     tx = chain.claim()
     amount = sum(e.amount for e in tx.events if isinstance(e, Claimed))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,8 +79,6 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import logging
-
     from tessera.attack.errors import AttackError
     from tessera.attack.runner import run_suite, table
     from tessera.attack.scenarios import get, registry

@@ -9,6 +9,9 @@ import argparse
 import importlib
 from typing import Any
 
+from benchmarks.crossplatform import add_arguments as add_crossplatform_arguments
+from benchmarks.presets import add_arguments as add_presets_arguments
+
 _TARGETS = {
     "training": ("benchmarks.training", "compressed DiLoCo vs synchronous training, codec speed, overhead"),
     "chain": ("benchmarks.chain", "contract gas and chain round-trip figures"),
@@ -35,12 +38,8 @@ def register(subparsers: Any) -> None:
 
             add_arguments(p)
         elif name == "crossplatform":
-            from benchmarks.crossplatform import add_arguments as add_crossplatform_arguments
-
             add_crossplatform_arguments(p)
         elif name == "presets":
-            from benchmarks.presets import add_arguments as add_presets_arguments
-
             add_presets_arguments(p)
         else:
             p.add_argument("--out", default=f"bench-{name}", help="output directory")

@@ -17,6 +17,12 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from eth_utils import to_checksum_address
+
+from protocol.deployment import Deployment, DeploymentError, NetworkParams
+from protocol.keys import load_account
+from tessera.errors import TesseraError
+
 CONTRACTS_DIR = Path(__file__).resolve().parents[2] / "contracts"
 
 
@@ -68,8 +74,6 @@ def register(subparsers: Any) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from tessera.errors import TesseraError
-
     if not (CONTRACTS_DIR / "node_modules").is_dir():
         raise TesseraError(f"{CONTRACTS_DIR}/node_modules missing: run `cd contracts && npm ci`")
     r = subprocess.run(["npm", "run", "--silent", "build"], cwd=CONTRACTS_DIR, check=False)
@@ -77,8 +81,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _params(args: argparse.Namespace) -> Any:
-    from protocol.deployment import DeploymentError, NetworkParams
-
     values: dict[str, Any] = {}
     if args.params:
         try:
@@ -106,10 +108,6 @@ ZERO_GENESIS = "0x" + "00" * 32
 def _with_genesis(params: Any, run_file: Path | None) -> Any:
     """``params`` with the genesis checkpoint of ``run_file``; a zero genesis is refused: no node can start
     round 1 from it (validators wait for a certificate and miners for a checkpoint, silently)."""
-    from dataclasses import replace
-
-    from protocol.deployment import DeploymentError
-
     if run_file is not None:
         from protocol.runspec import RunSpec
 
@@ -129,8 +127,6 @@ def _with_genesis(params: Any, run_file: Path | None) -> Any:
 
 def _deploy(args: argparse.Namespace) -> int:
     from protocol.chain import Chain, deploy_network, http_web3, retrying
-    from protocol.deployment import Deployment
-    from protocol.keys import load_account
 
     params = _params(args)
     account = load_account(keystore=args.keystore, key_env=args.key_env, password_env=args.password_env)
@@ -163,10 +159,7 @@ def _deploy(args: argparse.Namespace) -> int:
 def _existing_deployment(args: argparse.Namespace, w3: Any, chain_id: int, params: Any) -> Any:
     """The deployment in ``--out`` if there is one, checked against the chain (same chain id, code at its
     network address); None when there is no file yet."""
-    from eth_utils import to_checksum_address
-
     from protocol.chain import retrying
-    from protocol.deployment import Deployment, DeploymentError
 
     if not args.out.exists():
         return None
@@ -189,10 +182,6 @@ def _existing_deployment(args: argparse.Namespace, w3: Any, chain_id: int, param
 
 def _fund(args: argparse.Namespace, chain: Any, deployment: Any) -> None:
     """Sends each ``--fund ADDR=WEI`` not yet at its balance and records the transfers in ``--out``."""
-    from eth_utils import to_checksum_address
-
-    from protocol.deployment import DeploymentError
-
     changed = False
     for item in args.fund:
         addr, _, wei = item.partition("=")

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from pathlib import Path
 from typing import Any
+
+from tessera.devnet.network import DevnetConfig
+from tessera.errors import TesseraError
 
 _DESCRIPTION = (
     "Starts anvil (state persisted in --dir), deploys the contracts, starts validators and\n"
@@ -152,10 +157,6 @@ def _add_phase_options(p: argparse.ArgumentParser) -> None:
 
 def node_env_args(specs: list[str], miners: int, validators: int) -> dict[str, dict[str, str]]:
     """``NODE=VAR=VALUE`` triples as per-node environments; :class:`TesseraError` on a bad one."""
-    import re
-
-    from tessera.errors import TesseraError
-
     names = [f"validator{i}" for i in range(validators)] + [f"miner{i}" for i in range(miners)]
     out: dict[str, dict[str, str]] = {}
     for spec in specs:
@@ -177,7 +178,6 @@ def node_env_args(specs: list[str], miners: int, validators: int) -> dict[str, d
 def adversary_args(specs: list[str], miners: int, validators: int) -> dict[str, list[str]]:
     """``NODE=MODE`` pairs as the extra flags of those nodes; :class:`TesseraError` on a bad pair."""
     from tessera.attack.node import MODES
-    from tessera.errors import TesseraError
 
     out: dict[str, list[str]] = {}
     for spec in specs:
@@ -209,9 +209,6 @@ def adversary_args(specs: list[str], miners: int, validators: int) -> dict[str, 
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
-
-    from tessera.devnet.network import DevnetConfig
     from tessera.devnet.run import run_devnet
     from training.presets import get_preset
 

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tessera.devnet.faults import SCENARIOS, FaultsError, run_faults, table
+
 
 def register(subparsers: Any) -> None:
     """Add ``tessera faults``."""
-    from tessera.devnet.faults import SCENARIOS
-
     listing = "\n".join(f"  {s.name:<15} {s.summary}" for s in SCENARIOS.values())
     p = subparsers.add_parser(
         "faults",
@@ -50,8 +50,6 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tessera.devnet.faults import SCENARIOS, FaultsError, run_faults, table
-
     names = list(SCENARIOS) if args.all else list(args.names)
     if not names:
         raise FaultsError(f"name scenarios or pass --all; scenarios: {', '.join(SCENARIOS)}")

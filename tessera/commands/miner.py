@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from miner.config import MinerConfig, load_miner_config, load_miner_key
+from tessera.nodes import NodeRuntime, add_run_command, dev_tee_seed, overrides_from_args, serve_node
+
 
 def register(subparsers: Any) -> None:
     """Add ``tessera miner``."""
-    from miner.config import MinerConfig
-    from tessera.nodes import add_run_command
-
     add_run_command(
         subparsers,
         MinerConfig,
@@ -21,9 +21,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from miner.config import MinerConfig, load_miner_config, load_miner_key
     from miner.node import MinerNode, simulated_evidence
-    from tessera.nodes import NodeRuntime, dev_tee_seed, overrides_from_args, serve_node
 
     cfg = load_miner_config(args.config, overrides_from_args(args, MinerConfig))
 

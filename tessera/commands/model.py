@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from protocol.deployment import Deployment
+from tessera.errors import TesseraError
+
 
 def register(subparsers: Any) -> None:
     """Add ``tessera model``."""
@@ -70,7 +73,6 @@ def _export(args: argparse.Namespace) -> int:
     expect = args.digest
     if args.deployment is not None:
         from protocol.chain import Chain
-        from protocol.deployment import Deployment
 
         chain = Chain.connect(Deployment.load(args.deployment), rpc_url=args.rpc_url)
         certified = certified_digest(chain, args.round)
@@ -91,7 +93,6 @@ def _export(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from protocol.runspec import RunSpec
-    from tessera.errors import TesseraError
     from tessera.modelout import evaluate, load_export
 
     params, cfg, doc = load_export(args.model_dir)
@@ -107,7 +108,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from tessera.errors import TesseraError
     from tessera.modelout import export_tokenizer, load_export, model_with, sample
     from training.model import all_paths
 

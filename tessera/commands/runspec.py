@@ -12,8 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from tessera.errors import TesseraError
+from training.corpus import load_bundled_corpus, load_corpus_path
 
 
 def register(subparsers: Any) -> None:
@@ -118,10 +122,7 @@ def _add_show(sub: Any) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from protocol.runspec import RunSpec
-    from tessera.errors import TesseraError
 
     if args.out.exists() and not args.force:
         raise TesseraError(f"{args.out} exists; pass --force to overwrite it")
@@ -135,8 +136,6 @@ def _init(args: argparse.Namespace) -> int:
         inner = replace(inner, batch_size=args.batch_size)
     corpus, corpus_digest = "bundled", None
     if args.corpus != "bundled":
-        from training.corpus import load_corpus_path
-
         corpus_digest = load_corpus_path(args.corpus).digest
         corpus = run_file_path(args.corpus, args.out)
     model = preset.model(args.mode)
@@ -203,8 +202,6 @@ def parameters(cfg: Any) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     import torch
 
     from protocol.runspec import RunSpec
@@ -264,7 +261,6 @@ def _print_estimate(e: dict[str, Any]) -> None:
 def tokenizer_spec(path: str) -> Any:
     """A ``protocol.runspec.TokenizerSpec`` pinning the BPE tokenizer file at ``path``."""
     from protocol.runspec import TokenizerSpec
-    from tessera.errors import TesseraError
     from training.tokenizer import BPETokenizer
 
     try:
@@ -278,7 +274,6 @@ def tokenizer_spec(path: str) -> Any:
 def train_tokenizer_file(corpus: str, vocab: int, out: Path, min_frequency: int = 2) -> Any:
     """Train a BPE tokenizer on ``corpus``'s training documents, write it to ``out``, return its
     ``TokenizerSpec``."""
-    from training.corpus import load_bundled_corpus, load_corpus_path
     from training.data import is_heldout
     from training.tokenizer import train_bpe
 
@@ -289,8 +284,6 @@ def train_tokenizer_file(corpus: str, vocab: int, out: Path, min_frequency: int 
 
 
 def _tokenizer(args: argparse.Namespace) -> int:
-    from tessera.errors import TesseraError
-
     if args.out.exists() and not args.force:
         raise TesseraError(f"{args.out} exists; pass --force to overwrite it")
     ts = train_tokenizer_file(args.corpus, args.vocab, args.out, args.min_frequency)

@@ -7,9 +7,16 @@ checked) before it is merged, so the bytes reported are the bytes a miner would 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
+
+from tessera.errors import TesseraError
+from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, RunConfig
+from training.corpus import load_bundled_corpus, parse_corpus
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,8 +57,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_config(args: argparse.Namespace, rounds: int) -> Any:
     """The :class:`training.config.RunConfig` the arguments describe."""
-    from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, RunConfig
-
     model = ModelConfig(
         mode=args.mode,
         seq_len=args.seq_len,
@@ -91,9 +96,6 @@ def run_config(args: argparse.Namespace, rounds: int) -> Any:
 
 def load_corpus(args: argparse.Namespace) -> Any:
     """The bundled corpus, or the user's file named by ``--corpus``."""
-    from tessera.errors import TesseraError
-    from training.corpus import load_bundled_corpus, parse_corpus
-
     if args.corpus:
         path = Path(args.corpus)
         try:
@@ -135,12 +137,8 @@ def register(subparsers: Any) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    import dataclasses
-
     import torch
-    from tqdm import tqdm
 
-    from tessera.errors import TesseraError
     from tessera.simwire import wire_transport
     from training.data import prepare
     from training.simulation import Baseline, Simulation

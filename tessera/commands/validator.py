@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tessera.nodes import NodeRuntime, add_run_command, dev_tee_seed, overrides_from_args, serve_node
+from validator.config import ValidatorConfig, load_validator_config, load_validator_key
+
 
 def register(subparsers: Any) -> None:
     """Add ``tessera validator``."""
-    from tessera.nodes import add_run_command
-    from validator.config import ValidatorConfig
-
     add_run_command(
         subparsers,
         ValidatorConfig,
@@ -21,8 +21,6 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tessera.nodes import NodeRuntime, dev_tee_seed, overrides_from_args, serve_node
-    from validator.config import ValidatorConfig, load_validator_config, load_validator_key
     from validator.node import ValidatorNode, dev_evidence_checker
 
     cfg = load_validator_config(args.config, overrides_from_args(args, ValidatorConfig))

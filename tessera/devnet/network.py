@@ -42,6 +42,9 @@ from typing import Any
 import httpx
 from eth_account import Account
 
+from protocol.anvil import Anvil, free_port
+from protocol.deployment import Deployment
+from tessera.commands.runspec import train_tokenizer_file
 from tessera.devnet.chainops import anvil_rpc, deploy_contracts, fast_forward_phase
 from tessera.devnet.config import DevnetConfig, DevnetError
 from tessera.devnet.procs import NodeProc, NodeProcesses, node_procs, signal_group
@@ -117,8 +120,6 @@ class Devnet(NodeProcesses):
 
         cfg = self.cfg
         if cfg.bpe_vocab is not None and (cfg.fresh or not tokenizer_path(cfg).exists()):
-            from tessera.commands.runspec import train_tokenizer_file
-
             train_tokenizer_file(cfg.corpus, cfg.bpe_vocab, tokenizer_path(cfg))
         spec = devnet_spec(cfg)
         self.run_path = cfg.workdir / "run.json"
@@ -131,9 +132,7 @@ class Devnet(NodeProcesses):
 
     def _start_chain(self, keys: dict[str, str], genesis: str) -> None:
         """anvil (on the port it had when resuming), the accounts' balances, the contracts, the client."""
-        from protocol.anvil import Anvil, free_port
         from protocol.chain import Chain
-        from protocol.deployment import Deployment
 
         cfg = self.cfg
         port_file = cfg.workdir / "anvil.port"
@@ -227,8 +226,6 @@ class Devnet(NodeProcesses):
         return keys
 
     def _ports(self, wd: Path, names: list[str]) -> dict[str, int]:
-        from protocol.anvil import free_port
-
         path = wd / "ports.json"
         ports: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
         for n in names:

@@ -20,8 +20,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import hivemind
 import httpx
 from eth_account import Account
+from hivemind.utils import get_dht_time
 
 from protocol.dht import record_key
 from protocol.records import NodeRecord, Served, sign_record
@@ -35,8 +37,6 @@ DEAD_URL = "http://127.0.0.1:9"
 
 def start_stranger(initial_peers: Sequence[str]) -> Any:
     """A plain hivemind DHT node joined to ``initial_peers``: no validator, stores anything."""
-    import hivemind
-
     return hivemind.DHT(initial_peers=list(initial_peers), host_maddrs=["/ip4/127.0.0.1/tcp/0"], start=True)
 
 
@@ -60,8 +60,6 @@ def poison_round(
 
     ``honest_records``: the round's records as an honest reader finds them (the stranger's own reads
     return its own junk first), the models for the forgeries and replays."""
-    from hivemind.utils import get_dht_time
-
     key = record_key(chain_id, round)
     year = get_dht_time() + YEAR_S
     said: Counter[str] = Counter()

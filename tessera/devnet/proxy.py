@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from protocol.anvil import free_port
 from tessera.errors import TesseraError
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,6 @@ class FaultProxy:
     """A TCP forwarder on 127.0.0.1 with a switchable fault mode (see the module docstring)."""
 
     def __init__(self, name: str, port: int | None = None) -> None:
-        from protocol.anvil import free_port
-
         self.name = name
         self.port = port or free_port()
         self.target: tuple[str, int] | None = None

@@ -19,9 +19,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
+import torch
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from protocol.runspec import RunSpec
 from protocol.traffic import Kind, bits_per_param_step, merge_ledgers
+from tessera import modelout
 from tessera.devnet.network import Devnet, DevnetConfig, DevnetError
 from tessera.devnet.progress import printer
+from tessera.errors import TesseraError
+from tessera.modelout import certified_digest, export, model_with, sample, theta_of
+from training.errors import TrainingError
+from training.model import all_paths
 
 log = logging.getLogger(__name__)
 
@@ -34,20 +47,13 @@ def checkpoint_samples(
     """``count`` continuations of ``prompt`` (seeds 0.., temperature 0.8; in DiPaCo mode path ``i`` of
     ``all_paths``) from theta_{r+1}, the checkpoint certified for ``round``: fetched from validator0 and
     checked against the digest on chain (``tessera.modelout``). Errors become ``{"error": ...}``."""
-    import torch
-
-    from tessera.errors import TesseraError
-    from tessera.modelout import fetch_checkpoint, model_with, sample, theta_of
-    from training.errors import TrainingError
-    from training.model import all_paths
-
     raw = bytes(net.chain.checkpoint(round + 1))
     out: dict[str, Any] = {"round": round, "checkpoint": "0x" + raw.hex(), "prompt": prompt}
     if not any(raw):
         return out | {"error": "not certified"}
     try:
         params, _ = theta_of(
-            fetch_checkpoint(net.nodes["validator0"].url, out["checkpoint"]), out["checkpoint"]
+            modelout.fetch_checkpoint(net.nodes["validator0"].url, out["checkpoint"]), out["checkpoint"]
         )
         model = model_with(params, spec.model)
         tok = spec.load_tokenizer()
@@ -75,8 +81,6 @@ def checkpoint_samples(
 
 
 def _view(net: Devnet, rounds: int, t0: float, samples: dict[int, dict[str, Any]] | None = None) -> Any:
-    from rich.table import Table
-
     st = net.chain.round_state()
     block = net.chain.block_number()
     vsum = net.get("validator0", "/rounds") or []
@@ -142,9 +146,6 @@ def run_devnet(cfg: DevnetConfig, rounds: int, *, live: bool = True, timeout: fl
         if not live:
             on_round = printer(net, samples, t0, on_round)
         if live:
-            from rich.console import Console
-            from rich.live import Live
-
             with Live(_view(net, rounds, t0, samples), console=Console(), refresh_per_second=2) as lv:
                 _drive(
                     net,
@@ -172,15 +173,10 @@ def export_model(net: Any, out: Path) -> dict[str, Any]:
     """Export the newest certified checkpoint to ``out`` as ``tessera model export`` does (fetched from
     validator0, its digest checked against the chain): what ``tessera model eval`` and ``model sample``
     read after the devnet stopped. Errors become ``{"error": ...}``."""
-    from protocol.runspec import RunSpec
-    from tessera.errors import TesseraError
-    from tessera.modelout import certified_digest, export, fetch_checkpoint, theta_of
-    from training.errors import TrainingError
-
     try:
         spec = RunSpec.load(net.run_path)
         cert = certified_digest(net.chain, None)
-        params, digest = theta_of(fetch_checkpoint(net.nodes["validator0"].url, cert.digest), cert.digest)
+        params, digest = theta_of(modelout.fetch_checkpoint(net.nodes["validator0"].url, cert.digest), cert.digest)
         export(params, spec, out, cert, digest)
     except (TesseraError, TrainingError, OSError) as exc:
         return {"error": str(exc)}
@@ -189,8 +185,6 @@ def export_model(net: Any, out: Path) -> dict[str, Any]:
 
 def _sampler(net: Devnet, samples: dict[int, dict[str, Any]]) -> Any:
     """A callback that samples a round's certified checkpoint into ``samples`` (and logs it)."""
-    from protocol.runspec import RunSpec
-
     spec = RunSpec.load(net.run_path)
 
     def on_round(round: int) -> None:
@@ -344,11 +338,7 @@ def traffic_figures(kinds: dict[str, int], miner_records: list[dict[str, Any]]) 
 def write_report(report: dict[str, Any], workdir: Path) -> None:
     """``report.json`` and ``report.png``."""
     (workdir / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True))
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     pr = report["per_round"]
     rs = [p["round"] for p in pr]
     fig, ax = plt.subplots(2, 2, figsize=(11, 7))

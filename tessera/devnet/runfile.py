@@ -8,7 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tessera.commands.runspec import tokenizer_spec
 from tessera.devnet.config import DevnetConfig
+from training.config import CodecConfig, InnerConfig, OuterConfig
+from training.corpus import load_corpus_path
 
 #: The devnet's BPE tokenizer file, next to its run file (which names it by this relative path).
 TOKENIZER_FILE = "tokenizer.json"
@@ -49,20 +52,15 @@ def devnet_spec(cfg: DevnetConfig) -> Any:
     :attr:`DevnetConfig.bpe_vocab`, the BPE tokenizer at :func:`tokenizer_path` (which must exist), named
     relative to the run file. Its ``base_dir`` is the workdir, where ``run.json`` goes."""
     from protocol.runspec import RunSpec
-    from training.config import CodecConfig, InnerConfig, OuterConfig
     from training.merge import MergePolicy
     from training.presets import get_preset
 
     preset = get_preset(cfg.preset)
     tokenizer = None
     if cfg.bpe_vocab is not None:
-        from tessera.commands.runspec import tokenizer_spec
-
         tokenizer = replace(tokenizer_spec(str(tokenizer_path(cfg))), file=TOKENIZER_FILE)
     corpus, corpus_digest = "bundled", None
     if cfg.corpus != "bundled":
-        from training.corpus import load_corpus_path
-
         corpus = os.path.abspath(cfg.corpus)
         corpus_digest = load_corpus_path(corpus).digest
     inner = InnerConfig(steps=cfg.inner_steps, batch_size=cfg.batch_size, transcript_interval=1)

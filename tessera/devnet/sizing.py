@@ -31,6 +31,7 @@ prints the derivation for a deployment (run it on the slowest machine that must 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -42,6 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from protocol.dht import DHTConfig, DHTNode
+from protocol.runspec import RunSpec, warm_up_torch
 from tessera.devnet.work import WorkTimes, measure_work
 from tessera.errors import TesseraError
 
@@ -259,8 +264,6 @@ def _node_start() -> None:
     """What a node process does before it can act: import its code, warm torch up, start a DHT peer."""
     import miner.node  # noqa: F401
     import validator.node  # noqa: F401
-    from protocol.dht import DHTConfig, DHTNode
-    from protocol.runspec import warm_up_torch
 
     warm_up_torch()
     DHTNode(DHTConfig()).start().shutdown()
@@ -268,8 +271,6 @@ def _node_start() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tessera.devnet.sizing``: measure the work here and print the phase windows."""
-    import argparse
-
     p = argparse.ArgumentParser(
         prog="python -m tessera.devnet.sizing",
         description="Measure one miner's round, one validator's check, a held-out evaluation, the merge and "
@@ -291,13 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.measure_only:
-        import torch
-
         _node_start()
         torch.set_num_threads(max(1, a.threads))
         ready_at = time.time()
-        from protocol.runspec import RunSpec
-
         w = measure_work(
             RunSpec.load(a.run_file), miners=a.miners, validators=a.validators, segments=a.segments,
             merge_method=a.merge,

@@ -10,6 +10,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from miner.behaviour import make_behaviour
+from miner.work import build_update
+from protocol.coordinator import update_commitment
+from protocol.tensorblob import tensors_digest
+from protocol.update import decode_update
+from training.data import prepare
+from training.merge import MergePolicy, next_checkpoint
+from validator import verify as vv
+
 
 @dataclass(frozen=True)
 class WorkTimes:
@@ -48,14 +57,6 @@ def measure_work(
     """Time one miner's round, one validator's check of it (with the replay), a held-out evaluation and
     the merge of ``miners`` such updates, in this process, with the nodes' own code. ``validator`` is the
     address the check runs as (the validators' windows of segments depend on it)."""
-    from miner.behaviour import make_behaviour
-    from miner.work import build_update
-    from protocol.tensorblob import tensors_digest
-    from protocol.update import decode_update
-    from training.data import prepare
-    from training.merge import MergePolicy, next_checkpoint
-    from validator import verify as vv
-
     ds = prepare(spec.load_corpus(), spec.model)
     theta = spec.genesis_params()
     digest = bytes.fromhex(tensors_digest({f"param/{k}": v for k, v in theta.items()})[2:])
@@ -100,9 +101,6 @@ def _time_check(
 ) -> tuple[float, Any]:
     """Seconds of ``validator``'s check of ``miner``'s ``built`` update of round 2 (with its segment
     replay, states served from ``built``) and the stage its verdict reached, for :func:`measure_work`."""
-
-    from protocol.coordinator import update_commitment
-    from validator import verify as vv
 
     by_digest = dict(
         zip(("0x" + d.hex() for d in built.transcript_digests), built.transcript_steps, strict=True)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-import miner.config
 from tessera.attack import node as harness
 from tessera.attack.validators import CopierValidator, SilentValidator
+from tessera.commands import miner as miner_cmd
 from tessera.commands import validator as validator_cmd
 from validator.node import ValidatorNode
 
@@ -42,17 +42,15 @@ def test_the_harness_registers_behaviours_and_picks_the_validator_class(
         seen.append(available())
         raise _Stop
 
-    monkeypatch.setattr(miner.config, "load_miner_config", fake_load)
+    monkeypatch.setattr(miner_cmd, "load_miner_config", fake_load)
     with pytest.raises(_Stop):
         harness.main(["miner", "run"])
     assert "poisoner-scaled" in seen[0] and "lazy" in " ".join(seen[0])
 
-    import validator.config
-
     def fake_vload(*_a: Any, **_k: Any) -> Any:
         raise _Stop
 
-    monkeypatch.setattr(validator.config, "load_validator_config", fake_vload)
+    monkeypatch.setattr(validator_cmd, "load_validator_config", fake_vload)
     captured: list[argparse.Namespace] = []
     real = validator_cmd._run
 

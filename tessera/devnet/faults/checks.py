@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.consensus import settle
 from tessera.devnet.faults.scenarios import Scenario
 from tessera.devnet.network import Devnet
 
@@ -122,8 +123,6 @@ def payouts_match_consensus(net: Devnet, paid: Payouts) -> Check:
 
 def _settlement_differences(net: Devnet, paid: Payouts, round: int, bps: int) -> list[str]:
     """Where ``round``'s rewards differ from the settlement of its revealed scores."""
-    from protocol.consensus import settle
-
     chain, names = net.chain, paid.names
     order = [e.miner for e in chain.committed_miners(round)]
     reveals = chain.revealed_scores(round)

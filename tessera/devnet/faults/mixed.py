@@ -10,6 +10,7 @@ from typing import Any
 from tessera.devnet.faults.checks import Check, check_run, make_check
 from tessera.devnet.faults.scenarios import Scenario, setting_text
 from tessera.devnet.network import Devnet
+from validator.policy import VerifyPolicy
 
 #: Verdict metrics of the largest honest differences a validator measured (``validator.verify``).
 REPLAY_METRICS = ("replay_param_rel_diff", "replay_moment_rel_diff", "ef_rel_err", "ef_after_rel_err")
@@ -183,8 +184,6 @@ def _figures(
     net: Devnet, rounds: list[int], certified: list[int], tally: VerdictTally, platforms: dict[str, str]
 ) -> dict[str, Any]:
     """The scenario's figures for the report, the largest honest differences beside their tolerances."""
-    from validator.policy import VerifyPolicy
-
     tolerances = {
         "replay_param_rel_diff": VerifyPolicy.param_rel_tol,
         "replay_moment_rel_diff": VerifyPolicy.replay_rel_tol,
