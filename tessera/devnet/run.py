@@ -176,7 +176,9 @@ def export_model(net: Any, out: Path) -> dict[str, Any]:
     try:
         spec = RunSpec.load(net.run_path)
         cert = certified_digest(net.chain, None)
-        params, digest = theta_of(modelout.fetch_checkpoint(net.nodes["validator0"].url, cert.digest), cert.digest)
+        params, digest = theta_of(
+            modelout.fetch_checkpoint(net.nodes["validator0"].url, cert.digest), cert.digest
+        )
         export(params, spec, out, cert, digest)
     except (TesseraError, TrainingError, OSError) as exc:
         return {"error": str(exc)}
