@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import hivemind
+from hivemind.utils import get_dht_time
+
 from protocol.dhtvalidator import RecordValidator
 from protocol.errors import ProtocolError
 from protocol.records import NodeRecord, RecordError, decode_record
@@ -124,8 +127,6 @@ class DHTNode:
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> DHTNode:
         """Start the node, retrying with backoff; raise :class:`DHTStartError` with the cause on failure."""
-        import hivemind  # heavy: imported on first use
-
         cfg = self.config
         last: BaseException | None = None
         delay = cfg.backoff
@@ -222,8 +223,6 @@ class DHTNode:
     # -- records ---------------------------------------------------------------------------------------
     def store_raw(self, key: str, subkey: str, value: bytes, expires: float) -> bool:
         """Store raw bytes (no validation: used by :meth:`announce` and by tests injecting junk)."""
-        from hivemind.utils import get_dht_time
-
         dht = self._require()
         # hivemind measures expiry on its own clock; translate from unix time.
         expiration = get_dht_time() + max(1.0, expires - time.time())

@@ -11,6 +11,7 @@ from typing import Any
 
 from benchmarks.crossplatform import add_arguments as add_crossplatform_arguments
 from benchmarks.presets import add_arguments as add_presets_arguments
+from benchmarks.training import add_arguments as add_training_arguments
 
 _TARGETS = {
     "training": ("benchmarks.training", "compressed DiLoCo vs synchronous training, codec speed, overhead"),
@@ -34,9 +35,7 @@ def register(subparsers: Any) -> None:
     for name, (module, help_text) in _TARGETS.items():
         p = sub.add_parser(name, help=help_text)
         if name == "training":
-            from benchmarks.training import add_arguments  # light: heavy imports live in its main()
-
-            add_arguments(p)
+            add_training_arguments(p)
         elif name == "crossplatform":
             add_crossplatform_arguments(p)
         elif name == "presets":

@@ -55,8 +55,6 @@ def register(subparsers: Any) -> None:
     d.add_argument(
         "--params", type=Path, help="JSON object of NetworkParams fields (overridden by flags below)"
     )
-    from protocol.deployment import NetworkParams  # light: dataclass only
-
     for f in fields(NetworkParams):
         flag = "--" + f.name.replace("_", "-")
         typ = str if f.name == "genesis_checkpoint" else int
