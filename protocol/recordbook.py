@@ -23,14 +23,13 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
-import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
 
 from protocol.canonical import check_json_depth
 from protocol.errors import ProtocolError
 from protocol.records import MAX_RECORD_BYTES, NodeRecord, RecordError, decode_record
-from protocol.transfer import get_capped, stalled_recently
+from protocol.transfer import get_capped, new_client, stalled_recently
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +179,7 @@ def fetch_records(url: str, chain_id: int, round: int, *, timeout: float) -> tup
 def push_record(url: str, rec: NodeRecord, *, timeout: float) -> bool:
     """``POST {url}/records``; True if the peer accepted it. The client is closed at ``timeout`` seconds
     of wall time, so a peer that answers one byte at a time cannot hold the pushing thread."""
-    client = httpx.Client(follow_redirects=False)
+    client = new_client()
     timer = threading.Timer(timeout, client.close)
     timer.start()
     try:
