@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 
-def round_line(r: int, summary: dict[str, Any], got: dict[str, Any] | None, seconds: float) -> str:
-    """The line for round ``r``: validator0's round ``summary`` (``/rounds``) and the round's samples."""
+def round_line(round: int, summary: dict[str, Any], got: dict[str, Any] | None, seconds: float) -> str:
+    """The line for ``round``: validator0's round ``summary`` (``/rounds``) and the round's samples."""
     hb, ha = summary.get("heldout_before"), summary.get("heldout_after")
     held = f"held-out {hb:.3f} -> {ha:.3f}" if hb is not None and ha is not None else "held-out -"
-    line = f"{seconds:6.0f}s  round {r} certified theta_{r + 1}: {held}"
+    line = f"{seconds:6.0f}s  round {round} certified theta_{round + 1}: {held}"
     if got is not None:
         texts = got.get("samples") or [f"({got.get('error', 'no sample')})"]
         line += "  sample: " + repr(got.get("prompt", "") + texts[0].replace("\n", " / ")[:70])
@@ -26,10 +26,10 @@ def printer(
     """A round callback that takes the round's samples (``sampler``, when there is one), then prints
     :func:`round_line` to stdout."""
 
-    def on_round(r: int) -> None:
+    def on_round(round: int) -> None:
         if sampler is not None:
-            sampler(r)
-        summary = {x.get("round"): x for x in net.get("validator0", "/rounds") or []}.get(r, {})
-        print(round_line(r, summary, samples.get(r), time.time() - t0), flush=True)
+            sampler(round)
+        summary = {x.get("round"): x for x in net.get("validator0", "/rounds") or []}.get(round, {})
+        print(round_line(round, summary, samples.get(round), time.time() - t0), flush=True)
 
     return on_round
