@@ -10,6 +10,7 @@ from its Ethereum key (``bls_key_for``), so an operator manages one secret.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -80,9 +81,16 @@ class ChainCoordinator:
         self._bls = bls_key_for(private_key)
         self._bls_keys: dict[str, bytes] = {}
         self._settled: dict[int, Settlement] = {}
+        self._last: tuple[float, RoundState] | None = None
 
     # -- reads -----------------------------------------------------------------------------------------
-    def current(self) -> RoundState:
+    def current(self, max_age: float = 0.0) -> RoundState:
+        """The round's state now; with ``max_age``, the last reading if it is younger than that many
+        seconds (a node asking between the stages of one verification need not ask the chain each time)."""
+        last = self._last
+        if max_age > 0 and last is not None and time.monotonic() - last[0] < max_age:
+            return last[1]
+
         def read() -> RoundState:
             s = self.chain.status()  # one eth_call per poll
             return RoundState(
@@ -95,7 +103,9 @@ class ChainCoordinator:
                 seed=s.seed if s.seed != b"\0" * 32 else None,
             )
 
-        return _translate("read round", read)
+        st = _translate("read round", read)
+        self._last = (time.monotonic(), st)
+        return st
 
     def checkpoint(self, round: int) -> bytes | None:
         cp = _translate("read checkpoint", lambda: self.chain.checkpoint(round))

@@ -120,8 +120,8 @@ class Coordinator(Protocol):
     contract: str
     address: str
 
-    def current(self) -> RoundState:
-        """The current round."""
+    def current(self, max_age: float = 0.0) -> RoundState:
+        """The current round; a reading up to ``max_age`` seconds old may stand for it (0: ask now)."""
         ...
 
     def checkpoint(self, round: int) -> bytes | None:

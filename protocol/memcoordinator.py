@@ -110,8 +110,8 @@ class MemoryCoordinator:
             raise WrongPhaseError(f"{phase.name} of round {round} closed")
         return led.rounds[round]
 
-    def current(self) -> RoundState:
-        led = self.ledger
+    def current(self, max_age: float = 0.0) -> RoundState:
+        led = self.ledger  # in memory, every reading is fresh
         return RoundState(
             led.round,
             led.phase,

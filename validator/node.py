@@ -263,7 +263,8 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         # this miner's verification stops where the phase's margin begins (issue 10): the chain is
         # asked between stages and replayed segments, so a slow miner cannot push the commit late
         def out_of_time(limit: int = st.deadline - RETRY_MARGIN_BLOCKS) -> bool:
-            return self.coord.current().block >= limit
+            # asked between stages and segments: a reading younger than half a poll is recent enough
+            return self.coord.current(max_age=self.cfg.poll_interval / 2).block >= limit
 
         now_block = self.coord.current().block
         verdict, _update = verify_update(

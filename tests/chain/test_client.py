@@ -117,6 +117,11 @@ def test_a_poll_is_one_request(net: Net, rpc_methods: list[str]) -> None:
     assert (st.checkpoint or bytes(32)) == c.checkpoint(st.round) and st.assign_seed == c.seed(st.round - 1)
     assert st.seed is None and c.seed(st.round) == b"\0" * 32
     assert 0 <= c.block_number() - st.block <= 1
+    rpc_methods.clear()
+    assert coord.current(max_age=60) == st, "a reading younger than max_age stands"
+    assert rpc_methods == []
+    coord.current()
+    assert rpc_methods == ["eth_call"], "max_age 0 (the default) asks the chain"
 
 
 def test_connect_names_a_missing_contract_and_a_bad_url(net: Net) -> None:
