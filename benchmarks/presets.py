@@ -91,12 +91,13 @@ def child(
     def plain_round() -> None:
         _plain_round(model, theta, a, inner, batches, device)
 
-    times = _time_alternating(
+    times, cpu = _time_alternating(
         {"miner": miner_round, "plain": plain_round}, kind, repeats, min_seconds, device
     )
     tokens = steps * inner.batch_size * cfg.seq_len
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     timed = {k: v[1:] or v for k, v in times.items()}
+    cpu_timed = {k: v[1:] or v for k, v in cpu.items()}
     return {
         "preset": preset,
         "mode": mode,
@@ -109,6 +110,11 @@ def child(
         "seconds": timed,
         "tokens_per_second": {k: tokens / min(v) for k, v in timed.items()},
         "paired_ratios": [p / m for m, p in zip(timed["miner"], timed["plain"], strict=True)]
+        if kind == "both"
+        else [],
+        # the process's CPU seconds (every thread) per round: what a loaded machine's waits do not inflate
+        "cpu_seconds": cpu_timed,
+        "paired_cpu_ratios": [p / m for m, p in zip(cpu_timed["miner"], cpu_timed["plain"], strict=True)]
         if kind == "both"
         else [],
         "peak_rss_bytes": rss,
@@ -172,10 +178,10 @@ def _plain_round(model: Any, theta: Any, a: Any, inner: Any, batches: Any, devic
 
 def _time_alternating(
     loops: dict[str, Callable[[], None]], kind: str, repeats: int, min_seconds: float, device: str
-) -> dict[str, list[float]]:
-    """Seconds of each round of ``kind``'s loops (``both``: miner then plain in alternation, so both see the
-    same load on a shared machine; the first round of each is the warm-up): at least ``repeats`` rounds
-    after it and ``min_seconds`` of the first loop."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and process CPU seconds of each round of ``kind``'s loops (``both``: miner then plain in
+    alternation, so both see the same load on a shared machine; the first round of each is the warm-up):
+    at least ``repeats`` rounds after it and ``min_seconds`` of the first loop."""
     import torch
 
     def sync() -> None:
@@ -184,14 +190,16 @@ def _time_alternating(
 
     kinds = ["miner", "plain"] if kind == "both" else [kind]
     times: dict[str, list[float]] = {k: [] for k in kinds}
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
     while len(times[kinds[0]]) < repeats + 1 or sum(times[kinds[0]][1:]) < min_seconds:
         for k in kinds:
             sync()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             loops[k]()
             sync()
             times[k].append(time.perf_counter() - t0)
-    return times
+            cpu[k].append(time.process_time() - c0)
+    return times, cpu
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -217,7 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"{preset:>5} {mode:>6} {row['params_total'] / 1e6:7.2f}M  miner {row['miner_tokens_per_second']:9.0f}"
                 f" tok/s  plain {row['plain_tokens_per_second']:9.0f} tok/s  {row['miner_over_plain_pct']:6.1f}%"
-                f" ({row['timed_rounds']} pairs)"
+                f" ({row['timed_rounds']} pairs; CPU time {row['miner_over_plain_cpu_pct']:.1f}%)"
                 f"  peak RSS miner {row['miner_peak_rss_mib']:7.1f} MiB, plain {row['plain_peak_rss_mib']:7.1f} MiB",
                 flush=True,
             )
@@ -240,6 +248,8 @@ def _row(preset: str, mode: str, got: dict[str, dict[str, Any]]) -> dict[str, An
     tps, secs = got["both"]["tokens_per_second"], got["both"]["seconds"]
     pairs = sorted(got["both"]["paired_ratios"])
     median = (pairs[(len(pairs) - 1) // 2] + pairs[len(pairs) // 2]) / 2
+    cpu_pairs = sorted(got["both"].get("paired_cpu_ratios") or [float("nan")])
+    cpu_median = (cpu_pairs[(len(cpu_pairs) - 1) // 2] + cpu_pairs[len(cpu_pairs) // 2]) / 2
     return {
         "preset": preset,
         "mode": mode,
@@ -251,6 +261,8 @@ def _row(preset: str, mode: str, got: dict[str, dict[str, Any]]) -> dict[str, An
         "plain_tokens_per_second": round(tps["plain"], 1),
         "miner_over_plain_pct": round(100 * median, 1),
         "miner_over_plain_best_pct": round(100 * tps["miner"] / tps["plain"], 1),
+        # the same median over pairs of CPU seconds (the hashing thread's included)
+        "miner_over_plain_cpu_pct": round(100 * cpu_median, 1),
         "timed_rounds": len(pairs),
         "miner_peak_rss_mib": round(m["peak_rss_bytes"] / 2**20, 1),
         "plain_peak_rss_mib": round(pl["peak_rss_bytes"] / 2**20, 1),
@@ -258,6 +270,8 @@ def _row(preset: str, mode: str, got: dict[str, dict[str, Any]]) -> dict[str, An
         "plain_peak_cuda_mib": _mib(pl.get("peak_cuda_bytes")),
         "miner_seconds": secs["miner"],
         "plain_seconds": secs["plain"],
+        "miner_cpu_seconds": got["both"].get("cpu_seconds", {}).get("miner"),
+        "plain_cpu_seconds": got["both"].get("cpu_seconds", {}).get("plain"),
     }
 
 

@@ -17,6 +17,9 @@ def test_both_loops_train_the_same_work() -> None:
     assert got["paired_ratios"] == [
         p / m for m, p in zip(got["seconds"]["miner"], got["seconds"]["plain"], strict=True)
     ]
+    cpu = got["cpu_seconds"]  # CPU seconds per round, paired like the wall seconds
+    assert {k: len(v) for k, v in cpu.items()} == {"miner": 2, "plain": 2} and min(cpu["miner"]) > 0
+    assert got["paired_cpu_ratios"] == [p / m for m, p in zip(cpu["miner"], cpu["plain"], strict=True)]
     longer = child("tiny", "dipaco", "both", 2, 1, 10, "cpu", min_seconds=0.3)
     assert sum(longer["seconds"]["miner"]) >= 0.3 and len(longer["paired_ratios"]) >= 1
     assert all(v > 0 for v in got["tokens_per_second"].values()) and got["peak_rss_bytes"] > 50 * 2**20
@@ -36,7 +39,8 @@ def test_command_writes_rows_with_the_ratio(tmp_path: Path) -> None:
     assert (row["preset"], row["mode"], row["params_total"]) == ("tiny", "moe", 201_856)
     ratio = 100 * row["miner_tokens_per_second"] / row["plain_tokens_per_second"]
     assert abs(row["miner_over_plain_best_pct"] - ratio) < 0.2 and row["timed_rounds"] >= 1
-    assert row["miner_over_plain_pct"] > 0
+    assert row["miner_over_plain_pct"] > 0 and row["miner_over_plain_cpu_pct"] > 0
+    assert len(row["miner_cpu_seconds"]) == len(row["plain_cpu_seconds"]) == row["timed_rounds"]
     assert row["miner_peak_rss_mib"] > 50 and doc["target_pct"] == 95.0
     assert doc["command"].startswith("tessera bench presets ") and "--steps 2" in doc["command"]
     assert row["batch_size"] == 4 and "--batch-size 4" in doc["command"]
