@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -190,9 +190,8 @@ def _is_capture(
     state: Mapping[str, Tensor], params: dict[str, torch.nn.Parameter], adam_step: int, carried: bool
 ) -> bool:
     """Whether ``start_state``'s output, once restored, is bit for bit what :func:`_capture` would return
-    at step 0 (so the loop keeps it instead of copying the same bytes again): the parameters' dtypes
-    match the model's, and its moments are the ones restored (AdamW's state is loaded only when
-    ``adam_step > 0``; a fresh start has zero moments in the parameters' dtype)."""
+    at step 0 (so the loop keeps it, not a second copy): the parameters' dtypes are the model's, and its
+    moments are the ones restored (only when ``adam_step > 0``; else zeros in the parameters' dtype)."""
     if any(state[f"param/{n}"].dtype != p.dtype for n, p in params.items()):
         return False
     return adam_step > 0 or not carried
@@ -238,9 +237,13 @@ def _steps(
     transcript: Transcript | None,
     keep_states: bool,
     adam_offset: int,
+    pool: ThreadPoolExecutor | None = None,
 ) -> list[float]:
+    """Inner steps ``first``..``last``; with a ``transcript``, the recorded states' digests are appended
+    to it (a kept state's in ``pool``, while the next steps run; the rest, views of live tensors, here)."""
     losses: list[Tensor] = []
     plist = list(params.values())
+    digests: list[Future[tuple[bytes, bytes]]] = []
     dev = next(model.parameters()).device
     for s in range(first, last):
         lr = lr_at(inner_cfg, round * inner_cfg.steps + s)
@@ -266,10 +269,21 @@ def _steps(
             copy = keep_states or done == inner_cfg.steps
             state = _capture(params, opt, done, adam_offset + done, copy=copy)
             transcript.steps.append(done)
-            transcript.parts.append(part_digests(state))
+            digests.append(_digest(state, pool if copy else None))
             if copy:
                 transcript.states[done] = state
+    if transcript is not None:
+        transcript.parts.extend(d.result() for d in digests)
     return torch.stack(losses).tolist() if losses else []
+
+
+def _digest(state: dict[str, Tensor], pool: ThreadPoolExecutor | None) -> Future[tuple[bytes, bytes]]:
+    """``part_digests(state)`` in ``pool`` (SHA-256 releases the GIL), or here and now without one."""
+    if pool is not None:
+        return pool.submit(part_digests, state)
+    done: Future[tuple[bytes, bytes]] = Future()
+    done.set_result(part_digests(state))
+    return done
 
 
 def train_inner(
@@ -302,23 +316,13 @@ def train_inner(
     transcript.steps.append(0)
     if keep_states:
         transcript.states[0] = state0
-    # state0 is a copy no step touches: its digests (SHA-256 releases the GIL) overlap the first steps
+    # state0 and the kept states are copies no step touches: their digests overlap the next steps
     with ThreadPoolExecutor(max_workers=1) as pool:
-        digests0 = pool.submit(part_digests, state0)
+        digests0 = _digest(state0, pool)
         losses = _steps(
-            model,
-            params,
-            opt,
-            inner_cfg,
-            assignment,
-            batches,
-            0,
-            inner_cfg.steps,
-            round,
-            transcript,
-            keep_states,
-            adam_offset,
-        )
+            model, params, opt, inner_cfg, assignment, batches, 0, inner_cfg.steps, round, transcript,
+            keep_states, adam_offset, pool,
+        )  # fmt: skip
         transcript.parts.insert(0, digests0.result())
     # the state at H was captured as a copy (and digested) by the last step: the result shares its tensors
     final = transcript.states.get(inner_cfg.steps)
