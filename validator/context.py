@@ -14,6 +14,7 @@ from protocol.transfer import FetchTimeoutError, PeerUnavailableError
 from training.assignment import Assignment, assign
 from training.config import CodecConfig
 from training.data import Dataset
+from training.model import TesseraModel, model_holding
 from validator.errors import NotAnnouncedError
 from validator.stages import Stage
 
@@ -81,6 +82,15 @@ class RoundContext:
     (``validator.sampling``); empty (or not among them): an independent draw."""
     assignments: dict[str, Assignment] = field(default_factory=dict)
     _heldout: dict[int, tuple[Tensor, float]] = field(default_factory=dict)
+    _models: dict[str, TesseraModel] = field(default_factory=dict)
+
+    def model(self, device: str = "cpu") -> TesseraModel:
+        """The run's model on ``device``, built once for the round (from theta_r): replays and evaluations
+        load the parameters they compute with into it, under the compute lock (building one per check
+        was 15% of a verification's CPU at the devnet's size)."""
+        if device not in self._models:
+            self._models[device] = model_holding(self.spec.model, self.checkpoint, device)
+        return self._models[device]
 
     def assignment(self, miner: str) -> Assignment:
         """The miner's assignment (computed once for the round)."""

@@ -68,6 +68,7 @@ def _replay_one(
                 ctx.round,
                 start,
                 steps[i + 1],
+                model=ctx.model(policy.device),
                 device=policy.device,
             )
     except TrainingError as exc:

@@ -63,7 +63,7 @@ def _usefulness(
 ) -> None:
     spec = ctx.spec
     t0 = time.perf_counter()
-    model = model_holding(spec.model, ctx.checkpoint, policy.device)
+    model = ctx.model(policy.device)
     # Scored on windows of the miner's shard that the round seed picks (fixed only after the commits
     # closed) and that it did not train on: not on batches it knew when it committed (issue 10).
     trained = batch_offsets(
