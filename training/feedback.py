@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch
 from torch import Tensor
 
 from training.codecs import Encoded, decode, encode
@@ -18,8 +19,14 @@ class ErrorFeedback:
         self.cfg = cfg
         self.buffers: dict[str, Tensor] = {}
 
-    def compress(self, delta: Mapping[str, Tensor]) -> tuple[dict[str, Encoded], dict[str, Tensor]]:
-        """Encode ``ef_beta * e + delta`` per tensor; returns the encodings and what they decode to."""
+    def compress(
+        self, delta: Mapping[str, Tensor], known: Mapping[str, tuple[Encoded, Tensor]] | None = None
+    ) -> tuple[dict[str, Encoded], dict[str, Tensor]]:
+        """Encode ``ef_beta * e + delta`` per tensor; returns the encodings and what they decode to.
+
+        ``known``: encodings already decoded (a validator's copy of the update it checks), by name; an
+        encoding equal to the known one, field for field, takes its decoded tensor instead of decoding
+        again (decoding is a pure function of the encoding)."""
         encs: dict[str, Encoded] = {}
         sent: dict[str, Tensor] = {}
         for name in sorted(delta):
@@ -27,7 +34,8 @@ class ErrorFeedback:
             prev = self.buffers.get(name)
             acc = d.clone() if prev is None else prev * self.cfg.ef_beta + d
             enc = encode(acc, self.cfg)
-            dec = decode(enc, self.cfg)
+            hit = known.get(name) if known is not None else None
+            dec = hit[1] if hit is not None and same_encoding(enc, hit[0]) else decode(enc, self.cfg)
             self.buffers[name] = acc - dec
             encs[name], sent[name] = enc, dec
         return encs, sent
@@ -47,6 +55,20 @@ class ErrorFeedback:
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         """Restore buffers saved by :meth:`state_dict`."""
         self.buffers = {k.removeprefix("ef/"): v.clone() for k, v in state.items()}
+
+
+def same_encoding(a: Encoded, b: Encoded) -> bool:
+    """Whether two encodings are the same bytes: shape, field names, dtypes and values."""
+    return (
+        a.shape == b.shape
+        and a.fields.keys() == b.fields.keys()
+        and all(
+            a.fields[k].dtype == b.fields[k].dtype
+            and a.fields[k].shape == b.fields[k].shape
+            and torch.equal(a.fields[k], b.fields[k])
+            for k in a.fields
+        )
+    )
 
 
 def decode_all(encs: Mapping[str, Encoded], cfg: CodecConfig) -> dict[str, Tensor]:

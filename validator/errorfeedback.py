@@ -53,7 +53,8 @@ def _check_error_feedback(
     truth = pseudo_gradient(ctx.checkpoint, {n: final[f"param/{n}"] for n in delta})
     ef = ErrorFeedback(replace(h.codec, ef_beta=ctx.spec.codec.ef_beta))
     ef.load_state_dict({f"ef/{n}": t for n, t in prev.items()})
-    _encs, sent = ef.compress(truth)
+    # where the recomputed encoding is the served one, its decode is the one the format stage made
+    _encs, sent = ef.compress(truth, known={n: (update.tensors[n], d) for n, d in delta.items()})
     err = _rel_err(delta, sent)
     v.metrics["ef_rel_err"] = _sig(err)
     if err > policy.ef_rel_tol:

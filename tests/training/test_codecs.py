@@ -21,7 +21,7 @@ from training.codecs import (
 )
 from training.config import CodecConfig
 from training.errors import CodecError, ConfigError
-from training.feedback import ErrorFeedback
+from training.feedback import ErrorFeedback, same_encoding
 
 CODECS = [
     CodecConfig(name="topk", chunk=64, topk=4, bits=2),
@@ -140,3 +140,19 @@ def test_fast_pack_paths_match_the_bit_stream(width: int, values: list[int]) -> 
     reference = np.packbits(bits, bitorder="little")
     assert pack_bits(v, width).numpy().tobytes() == reference.tobytes()
     assert torch.equal(unpack_bits(torch.from_numpy(reference.copy()), width, len(values)), v)
+
+
+def test_error_feedback_takes_a_known_decode_only_for_the_same_encoding() -> None:
+    """``ErrorFeedback.compress(known=...)``: an equal encoding reuses the known decoded tensor, any other
+    encoding (a different value, a different field) is decoded, so a validator's shortcut cannot hide a
+    miner's altered update."""
+    cfg = CodecConfig.recipe()
+    delta = {"w": torch.randn(64, 64, generator=torch.Generator().manual_seed(0))}
+    plain_encs, plain_sent = ErrorFeedback(cfg).compress(delta)
+    marker = torch.full((64, 64), 7.0)
+    encs, sent = ErrorFeedback(cfg).compress(delta, known={"w": (plain_encs["w"], marker)})
+    assert sent["w"] is marker and same_encoding(encs["w"], plain_encs["w"])
+    other = encode(delta["w"] * 3, cfg)
+    assert not same_encoding(other, plain_encs["w"])
+    _, sent = ErrorFeedback(cfg).compress(delta, known={"w": (other, marker)})
+    assert torch.equal(sent["w"], plain_sent["w"]), "a different encoding is decoded, not taken"
