@@ -19,15 +19,10 @@ class ApiMixin(ValidatorParts):
     def _add_routes(self, app: Any) -> None:
         @app.get("/signatures/{round}", summary="This validator's signature of theta_{round+1}'s digest")
         def signature(round: int) -> dict[str, Any]:
-            rec = self.state.rounds().get(round, {})
-            if "signature" not in rec:
+            rec = self.state.rounds().get(round)
+            if rec is None or rec.signature is None:
                 raise HTTPException(status_code=404, detail="not signed yet")
-            return {
-                "round": round,
-                "digest": rec["merged"],
-                "signer": self.address,
-                "signature": rec["signature"],
-            }
+            return {"round": round, "digest": rec.merged, "signer": self.address, "signature": rec.signature}
 
         @app.get(
             "/updates/{round}/{miner}",
@@ -43,14 +38,16 @@ class ApiMixin(ValidatorParts):
         )
         def held_update(round: int, miner: str) -> Any:
             # read without creating: a lookup of an unknown round must not add a record (state.json growth)
-            digest = self.state.rounds().get(round, {}).get("updates", {}).get(miner)
+            rec = self.state.rounds().get(round)
+            digest = (rec.updates or {}).get(miner) if rec is not None else None
             if not digest or not self.public.has(digest):
                 raise HTTPException(status_code=404, detail="not held")
             return Response(self.public.get(digest), media_type="application/octet-stream")
 
         @app.get("/verdicts/{round}", summary="Verdicts (with evidence) of a round")
         def verdicts(round: int) -> dict[str, Any]:
-            return dict(self.state.rounds().get(round, {}).get("verdicts", {}))
+            rec = self.state.rounds().get(round)
+            return dict(rec.verdicts) if rec is not None else {}
 
         @app.get("/rounds", summary="Per-round summary: scores, consensus, rewards, losses")
         def rounds() -> list[dict[str, Any]]:
@@ -81,19 +78,19 @@ class ApiMixin(ValidatorParts):
         """Per-round summary for the API and the live page."""
         out = []
         for r, rec in sorted(self.state.rounds().items()):
-            v = rec.get("verdicts", {})
+            v = rec.verdicts
             out.append(
                 {
                     "round": r,
                     "scores": {m: x.get("score", 0) for m, x in v.items()},
                     "stages": {m: x.get("stage") for m, x in v.items()},
-                    "consensus": rec.get("consensus", {}),
-                    "rewards": rec.get("rewards", {}),
-                    "heldout_before": rec.get("heldout_before"),
-                    "heldout_after": rec.get("heldout_after"),
-                    "checkpoint": rec.get("merged"),
-                    "certified": rec.get("certified", False),
-                    "verify_seconds": rec.get("verify_seconds"),
+                    "consensus": rec.consensus or {},
+                    "rewards": rec.rewards or {},
+                    "heldout_before": rec.heldout_before,
+                    "heldout_after": rec.heldout_after,
+                    "checkpoint": rec.merged,
+                    "certified": bool(rec.certified),
+                    "verify_seconds": rec.verify_seconds,
                 }
             )
         return out

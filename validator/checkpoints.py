@@ -72,14 +72,13 @@ class CheckpointsMixin(IntakeMixin):
     def _settle_previous(self, round: int) -> None:
         """After round p was finalized: merge, sign and certify theta_{p+1} (idempotent)."""
         if self.coord.checkpoint(round + 1) is not None:
-            rec = self.state.round(round)
-            if not rec.get("certified"):
+            if not self.state.round(round).certified:
                 self._record_settlement(round)
-                self.state.set(round, certified=True)
+                with self.state.edit(round) as rec:
+                    rec.certified = True
                 self.metrics.rounds.inc()
             return
-        rec = self.state.round(round)
-        if "merged" not in rec:
+        if self.state.round(round).merged is None:
             if self._theta is None or self._theta.round != round:
                 cp = self.coord.checkpoint(round)
                 if cp is None:
@@ -88,8 +87,9 @@ class CheckpointsMixin(IntakeMixin):
             assert self._theta is not None
             self._record_settlement(round)
             self._merge(round, self._theta)
-            rec = self.state.round(round)
-        self._certify(round, rec["merged"])
+        merged = self.state.round(round).merged
+        assert merged is not None  # _merge stores it or raises
+        self._certify(round, merged)
 
     def _record_settlement(self, round: int) -> None:
         s = self.coord.settlement(round)
@@ -100,7 +100,8 @@ class CheckpointsMixin(IntakeMixin):
             **{k: str(v) for k, v in s.validator_rewards.items()},
         }
         # this validator's own figures (owed, claimed, stake) are read from the chain: validator.api (issue 16)
-        self.state.set(round, consensus=s.consensus, rewards=rewards)
+        with self.state.edit(round) as rec:
+            rec.consensus, rec.rewards = dict(s.consensus), rewards
 
     def _merge(self, round: int, theta: Theta) -> None:
         s = self.coord.settlement(round)
@@ -136,17 +137,16 @@ class CheckpointsMixin(IntakeMixin):
         data = encode_tensors(tensors)
         digest = self.public.put(data)
         sig = self._sign_checkpoint(round, bytes.fromhex(digest[2:]))
-        self.state.set(
-            round,
-            merged=digest,
-            merged_from=[m for _, m, _ in contributions],
-            signature="0x" + bytes(sig).hex(),
-            merge_seconds=_seconds_since(t0),
-        )
+        with self.state.edit(round) as rec:
+            rec.merged = digest
+            rec.merged_from = [m for _, m, _ in contributions]
+            rec.signature = "0x" + bytes(sig).hex()
+            rec.merge_seconds = _seconds_since(t0)
         self.state.put_checkpoint(round + 1, digest)
         with COMPUTE_LOCK:
             after = heldout_loss(self.spec, self.dataset, params, device=self.cfg.device)
-        self.state.set(round, heldout_after=_loss_figure(after))
+        with self.state.edit(round) as rec:
+            rec.heldout_after = _loss_figure(after)
         self.discovery.announce(round + 1, "validator", self.url, [Served("checkpoint", digest, len(data))])
         log.info("round %d: merged %d updates into %s", round, len(contributions), digest[:18])
 
@@ -155,7 +155,10 @@ class CheckpointsMixin(IntakeMixin):
         return self.coord.sign_checkpoint(round, digest)
 
     def _certify(self, round: int, digest: str) -> None:
-        sigs: dict[str, bytes] = {self.address: bytes.fromhex(self.state.round(round)["signature"][2:])}
+        own = self.state.round(round).signature
+        if own is None:
+            raise CertificationError(f"round {round}: theta_{round + 1} is not signed by this validator")
+        sigs: dict[str, bytes] = {self.address: bytes.fromhex(own[2:])}
         peers = {
             r.url
             for r in self.discovery.find(round + 1, fresh=True)
@@ -183,10 +186,10 @@ class CheckpointsMixin(IntakeMixin):
             return
         # the lowest signer submits first; the others wait a little and submit only if still needed
         if min(sigs, key=lambda a: int(a, 16)) != self.address:
-            rec = self.state.round(round)
-            first_seen = rec.get("certify_wait_since") or time.time()
-            if "certify_wait_since" not in rec:
-                self.state.set(round, certify_wait_since=first_seen)
+            first_seen = self.state.round(round).certify_wait_since
+            if first_seen is None:
+                with self.state.edit(round) as rec:
+                    first_seen = rec.certify_wait_since = time.time()
             if time.time() - first_seen < 5.0:
                 return
         try:

@@ -122,10 +122,11 @@ class IntakeMixin(ValidatorParts):
     def _keep_update(self, round: int, miner: str, data: bytes) -> None:
         """Store an update whose bytes matched its commitment; served to peers (``/blobs``, ``/updates``)."""
         digest = self.public.put(data, digest_fn=sha256_digest)
-        held = dict(self.state.round(round).get("updates", {}))
+        held = dict(self.state.round(round).updates or {})
         if held.get(miner) != digest:
             held[miner] = digest
-            self.state.set(round, updates=held)
+            with self.state.edit(round) as rec:
+                rec.updates = held
 
     def _held_update(self, round: int, miner: str, commitment: bytes | None) -> bytes | None:
         """The update of ``miner`` in ``round`` if held locally (and matching its commitment)."""
@@ -133,7 +134,7 @@ class IntakeMixin(ValidatorParts):
         if self._cache.round == round and miner in self._cache.updates:
             found.append(self._cache.updates[miner])
         v = self.state.verdict(round, miner)
-        digests = [self.state.round(round).get("updates", {}).get(miner)]
+        digests = [(self.state.round(round).updates or {}).get(miner)]
         digests.append("0x" + v["digest"] if v and v.get("digest") else None)
         for d in digests:
             for store in (self.public, self.state.blobs):

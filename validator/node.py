@@ -211,13 +211,14 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         if committed:
             return
         rec = self.state.round(round)
-        if "seed_secret" not in rec:
-            self.state.set(round, seed_secret=self._entropy("seed", round).hex())
-        self.coord.commit_seed(round, bytes.fromhex(self.state.round(round)["seed_secret"]))
+        if rec.seed_secret is None:
+            with self.state.edit(round) as rec:
+                rec.seed_secret = self._entropy("seed", round).hex()
+        self.coord.commit_seed(round, bytes.fromhex(rec.seed_secret))
 
     def _seed_reveal(self, round: int) -> None:
         committed, revealed = self.coord.seed_share_status(round)
-        secret = self.state.round(round).get("seed_secret")
+        secret = self.state.round(round).seed_secret
         if committed and not revealed and secret:
             self.coord.reveal_seed(round, bytes.fromhex(secret))
 
@@ -227,7 +228,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         """Verify every committed update not judged yet; False if the deadline cut it short (None, from
         subclasses that do not say, counts as complete)."""
         r = st.round
-        if self.state.round(r).get("scores") is not None:
+        if self.state.round(r).scores is not None:
             return True
         if st.seed is None:
             log.warning("round %d: in SCORE_COMMIT without a seed", r)
@@ -250,7 +251,9 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
             self._verify_one(st, ctx, miner, commits[miner])
         with COMPUTE_LOCK:
             before = heldout_loss(self.spec, self.dataset, theta.params, device=self.cfg.device)
-        self.state.set(r, verify_seconds=round(time.perf_counter() - t0, 4), heldout_before=round(before, 6))
+        with self.state.edit(r) as rec:
+            rec.verify_seconds = round(time.perf_counter() - t0, 4)
+            rec.heldout_before = round(before, 6)
         return complete
 
     def _verify_one(self, st: RoundState, ctx: RoundContext, miner: str, commitment: bytes) -> None:
@@ -331,22 +334,25 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         if committed:
             return
         rec = self.state.round(round)
-        if rec.get("scores") is None:
+        if rec.scores is None or rec.salt is None:
             miners = sorted(self.coord.update_commitments(round), key=lambda a: int(a, 16))
             scores = self._round_scores(round, miners)
-            self.state.set(round, miners=miners, scores=scores, salt=self._entropy("salt", round).hex())
-            rec = self.state.round(round)
-        self.coord.commit_scores(round, rec["scores"], bytes.fromhex(rec["salt"]))
-        self.state.set(round, score_committed=True)
+            with self.state.edit(round) as rec:
+                rec.miners, rec.scores, rec.salt = miners, scores, self._entropy("salt", round).hex()
+        self.coord.commit_scores(round, rec.scores, bytes.fromhex(rec.salt))
+        with self.state.edit(round) as rec:
+            rec.score_committed = True
 
     def _reveal_scores(self, round: int) -> None:
         committed, revealed = self.coord.score_status(round)
         rec = self.state.round(round)
-        if revealed or not committed or rec.get("scores") is None:
-            if revealed and not rec.get("score_revealed"):
-                self.state.set(round, score_revealed=True)
+        if revealed or not committed or rec.scores is None or rec.salt is None:
+            if revealed and not rec.score_revealed:
+                with self.state.edit(round) as rec:
+                    rec.score_revealed = True
             return
-        self.coord.reveal_scores(round, rec["scores"], bytes.fromhex(rec["salt"]))
-        self.state.set(round, score_revealed=True)
+        self.coord.reveal_scores(round, rec.scores, bytes.fromhex(rec.salt))
+        with self.state.edit(round) as rec:
+            rec.score_revealed = True
 
     # -- settlement, merge, certificate ----------------------------------------------------------------

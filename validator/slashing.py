@@ -63,7 +63,7 @@ class SlashingMixin(IntakeMixin):
         if not self.cfg.slash or st.seed is None or (r, int(st.phase)) in self._rechecked_phases:
             return
         self._rechecked_phases.add((r, int(st.phase)))
-        done: dict[str, bool] = dict(self.state.round(r).get("rechecked", {}))
+        done: dict[str, bool] = dict(self.state.round(r).rechecked or {})
         commits = self.coord.update_commitments(r)
         peers = [x.url for x in self.discovery.find(r) if x.role == "validator" and x.address != self.address]
         peers += list(self.cfg.peer_urls)
@@ -98,7 +98,8 @@ class SlashingMixin(IntakeMixin):
                 if verdict is None:
                     continue  # undecidable now (a state not served): try again in the next phase
                 done[key] = verdict.provable
-                self.state.set(r, rechecked=done)
+                with self.state.edit(r) as rec:
+                    rec.rechecked = dict(done)
                 if verdict.provable:
                     log.warning(
                         "round %d: %s's evidence against %s re-checked: %s", r, url, miner, verdict.reason

@@ -10,64 +10,150 @@ Rules: verdicts are written as soon as they are reached (a restart does not re-f
 scores and their salt are written *before* the score commitment is sent, so a restart reveals exactly
 what was committed; ``score_revealed`` is checked against the chain before any reveal, so nothing is
 revealed twice. Every write is atomic.
+
+A round's record is a :class:`RoundRecord`: one typed attribute per key, so a misspelt field is a type
+error (and, the class having slots, an ``AttributeError`` at run time), never a silent ``None``. Its JSON
+is the one nodes have always written: a field is on disk only once set, and a file with a key this
+version does not know, or a value of the wrong type, is refused with :class:`ValidatorStateError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Any
 
 from protocol.canonical import JSONFileError, read_json_file
 from protocol.transfer import BlobStore, atomic_write
 from validator.errors import ValidatorStateError
 
 
-class RoundRecord(TypedDict, total=False):
-    """What a validator keeps of one round in ``state.json`` (every key optional until written).
+@dataclass(slots=True)
+class RoundRecord:
+    """What a validator keeps of one round in ``state.json``; every field but ``verdicts`` is None (and
+    absent from the file) until written. Change fields inside :meth:`ValidatorState.edit` (assign, do
+    not mutate in place), which writes the file when the block ends."""
 
-    Typed so that mypy checks every key written (``ValidatorState.set``) and read (``rec["..."]``,
-    ``rec.get("...")``); ``set`` refuses an unknown key at run time as well."""
-
-    verdicts: dict[str, dict[str, Any]]
-    """Miner -> its verdict (``validator.context.Verdict.to_json``), written as soon as reached."""
-    seed_secret: str
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Miner -> its verdict (``validator.context.Verdict.to_json``), written as soon as reached
+    (:meth:`ValidatorState.put_verdict`)."""
+    seed_secret: str | None = None
     """This validator's seed share secret (hex), stored before its commitment is sent."""
-    miners: list[str]
+    miners: list[str] | None = None
     """The committed miners in ascending address order (the score vector's order)."""
-    scores: list[int]
+    scores: list[int] | None = None
     """The score vector, stored with its salt before the score commitment is sent."""
-    salt: str
+    salt: str | None = None
     """The score commitment's salt (hex)."""
-    score_committed: bool
-    score_revealed: bool
-    verify_seconds: float
-    heldout_before: float
+    score_committed: bool | None = None
+    """The score commitment was sent."""
+    score_revealed: bool | None = None
+    """The scores were revealed (or the chain says they were): never revealed twice."""
+    verify_seconds: float | None = None
+    """Wall seconds the round's verification took."""
+    heldout_before: float | None = None
     """Held-out loss of theta_r."""
-    heldout_after: float
+    heldout_after: float | None = None
     """Held-out loss of the merged theta_{r+1}."""
-    consensus: dict[str, int]
+    consensus: dict[str, int] | None = None
     """The chain's consensus score per miner."""
-    rewards: dict[str, str]
+    rewards: dict[str, str] | None = None
     """Wei paid per address (decimal strings)."""
-    merged: str
+    merged: str | None = None
     """Digest of theta_{r+1} as this validator merged it."""
-    merged_from: list[str]
+    merged_from: list[str] | None = None
     """Miners whose updates went into the merge."""
-    signature: str
+    signature: str | None = None
     """This validator's certificate signature of ``merged`` (0x hex)."""
-    merge_seconds: float
-    certified: bool
+    merge_seconds: float | None = None
+    """Wall seconds the merge took."""
+    certified: bool | None = None
     """theta_{r+1} is certified on-chain."""
-    certify_wait_since: float
+    certify_wait_since: float | None = None
     """When this validator, not the lowest signer, started waiting before submitting the certificate."""
-    rechecked: dict[str, bool]
+    rechecked: dict[str, bool] | None = None
     """``miner:digest`` of peers' slashing evidence -> whether the replay failed (F8)."""
-    updates: dict[str, str]
+    updates: dict[str, str] | None = None
     """Miner -> digest of the update bytes held (they matched the commitment), served at ``/updates``."""
 
+    def to_json(self) -> dict[str, Any]:
+        """The record as ``state.json`` holds it: the fields set, under their names."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = value
+        return out
 
-ROUND_KEYS = frozenset(RoundRecord.__annotations__)
+    @classmethod
+    def from_json(cls, doc: object, where: str = "round record") -> RoundRecord:
+        """Read a record as any version of the node wrote it; an unknown key or a value of the wrong type
+        is a :class:`ValidatorStateError` naming it (``where`` says which record)."""
+        if not isinstance(doc, dict):
+            raise ValidatorStateError(f"{where}: not an object")
+        unknown = sorted(set(doc) - set(_CHECKS))
+        if unknown:
+            raise ValidatorStateError(f"{where}: unknown keys {unknown} (written by a newer version?)")
+        for key, value in doc.items():
+            check, kind = _CHECKS[key]
+            if not check(value):
+                raise ValidatorStateError(f"{where}: {key!r} must be {kind}, not {value!r:.80}")
+        return cls(**doc)
+
+
+def _is_str(x: object) -> bool:
+    return isinstance(x, str)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _is_bool(x: object) -> bool:
+    return isinstance(x, bool)
+
+
+def _list_of(item: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda x: isinstance(x, list) and all(item(v) for v in x)
+
+
+def _map_of(item: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda x: isinstance(x, dict) and all(isinstance(k, str) and item(v) for k, v in x.items())
+
+
+_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "verdicts": (_map_of(lambda v: isinstance(v, dict)), "an object of verdict objects"),
+    "seed_secret": (_is_str, "a string"),
+    "miners": (_list_of(_is_str), "a list of strings"),
+    "scores": (_list_of(_is_int), "a list of integers"),
+    "salt": (_is_str, "a string"),
+    "score_committed": (_is_bool, "a boolean"),
+    "score_revealed": (_is_bool, "a boolean"),
+    "verify_seconds": (_is_number, "a number"),
+    "heldout_before": (_is_number, "a number"),
+    "heldout_after": (_is_number, "a number"),
+    "consensus": (_map_of(_is_int), "an object of integers"),
+    "rewards": (_map_of(_is_str), "an object of strings"),
+    "merged": (_is_str, "a string"),
+    "merged_from": (_list_of(_is_str), "a list of strings"),
+    "signature": (_is_str, "a string"),
+    "merge_seconds": (_is_number, "a number"),
+    "certified": (_is_bool, "a boolean"),
+    "certify_wait_since": (_is_number, "a number"),
+    "rechecked": (_map_of(_is_bool), "an object of booleans"),
+    "updates": (_map_of(_is_str), "an object of strings"),
+}
+assert set(_CHECKS) == {f.name for f in dataclasses.fields(RoundRecord)}, (
+    "a RoundRecord field without a check"
+)
 
 
 class ValidatorState:
@@ -78,52 +164,75 @@ class ValidatorState:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(self.dir / "blobs")
         self._file = self.dir / "state.json"
-        self._doc: dict[str, Any] = {"version": 1, "rounds": {}, "checkpoints": {}}
+        self._rounds: dict[int, RoundRecord] = {}
+        self._checkpoints: dict[str, str] = {}
         if self._file.exists():
-            try:
-                doc = read_json_file(self._file)
-            except JSONFileError as exc:
-                raise ValidatorStateError(f"cannot read {self._file}: {exc}") from exc
-            if not isinstance(doc, dict) or doc.get("version") != 1:
-                raise ValidatorStateError(f"{self._file} is not a validator state file")
-            self._doc = doc
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            doc = read_json_file(self._file)
+        except JSONFileError as exc:
+            raise ValidatorStateError(f"cannot read {self._file}: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("version") != 1:
+            raise ValidatorStateError(f"{self._file} is not a validator state file")
+        rounds, checkpoints = doc.get("rounds", {}), doc.get("checkpoints", {})
+        if not isinstance(rounds, dict) or not _map_of(_is_str)(checkpoints):
+            raise ValidatorStateError(f"{self._file}: 'rounds' and 'checkpoints' must be objects")
+        for key, rec in rounds.items():
+            if not key.isdigit():
+                raise ValidatorStateError(f"{self._file}: round key {key!r} is not a round number")
+            self._rounds[int(key)] = RoundRecord.from_json(rec, f"{self._file} round {key}")
+        self._checkpoints = dict(checkpoints)
 
     def _save(self) -> None:
-        atomic_write(self._file, json.dumps(self._doc, sort_keys=True, indent=1).encode())
+        doc = {
+            "version": 1,
+            "rounds": {str(r): rec.to_json() for r, rec in self._rounds.items()},
+            "checkpoints": self._checkpoints,
+        }
+        atomic_write(self._file, json.dumps(doc, sort_keys=True, indent=1).encode())
 
     def round(self, round: int) -> RoundRecord:
-        """The round's record (created empty on first use)."""
-        rec: RoundRecord = self._doc["rounds"].setdefault(str(round), {"verdicts": {}})
+        """The round's record (created empty on first use; written with the next change)."""
+        rec = self._rounds.get(round)
+        if rec is None:
+            rec = self._rounds[round] = RoundRecord()
         return rec
 
     def rounds(self) -> dict[int, RoundRecord]:
-        """All round records."""
-        return {int(k): v for k, v in self._doc["rounds"].items()}
+        """All round records (reading one through this creates nothing)."""
+        return dict(self._rounds)
 
-    def set(self, round: int, **fields: Unpack[RoundRecord]) -> None:
-        """Store fields on a round's record, durably; an unknown key is a :class:`ValidatorStateError` (a
-        typo must not write a field nobody reads)."""
-        unknown = set(fields) - ROUND_KEYS
-        if unknown:
-            raise ValidatorStateError(f"unknown round record keys {sorted(unknown)}")
-        self.round(round).update(fields)
+    @contextmanager
+    def edit(self, round: int) -> Iterator[RoundRecord]:
+        """Change a round's record and store it durably when the block ends; if the block raises, the
+        fields it assigned are put back and nothing is written."""
+        rec = self.round(round)
+        before = dataclasses.replace(rec)
+        try:
+            yield rec
+        except BaseException:
+            for f in dataclasses.fields(rec):
+                setattr(rec, f.name, getattr(before, f.name))
+            raise
         self._save()
 
     def verdict(self, round: int, miner: str) -> dict[str, Any] | None:
         """A stored verdict."""
-        v = self.round(round)["verdicts"].get(miner)
+        v = self.round(round).verdicts.get(miner)
         return dict(v) if v is not None else None
 
     def put_verdict(self, round: int, miner: str, verdict: dict[str, Any]) -> None:
         """Store a verdict durably."""
-        self.round(round)["verdicts"][miner] = verdict
+        self.round(round).verdicts[miner] = verdict
         self._save()
 
     def put_checkpoint(self, round: int, digest: str) -> None:
         """Remember that ``digest`` (stored in blobs) is theta_round."""
-        self._doc["checkpoints"][str(round)] = digest
+        self._checkpoints[str(round)] = digest
         self._save()
 
     def checkpoint(self, round: int) -> str | None:
         """The digest of theta_round if this validator holds it."""
-        return self._doc["checkpoints"].get(str(round))
+        return self._checkpoints.get(str(round))

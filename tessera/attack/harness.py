@@ -362,7 +362,7 @@ class Network:
                 r = int(cr) - self.offset
                 if r < 1:
                     continue
-                for miner, v in rec.get("verdicts", {}).items():
+                for miner, v in rec.verdicts.items():
                     verdicts.setdefault(miner.lower(), []).append(
                         {"round": r, "validator": p.address, "stage": v["stage"], "score": v["score"],
                          "provable": v.get("provable", False), "reason": v.get("reason", "")[:160]}

@@ -107,18 +107,15 @@ def _seed_validator(v: Any, addr: list[str]) -> dict[str, dict[str, Any]]:
     verdict = {"accepted": True, "stage": "ok", "score": 7000, "digest": "0x" + "ab" * 32, "evidence": None}
     v.state.put_verdict(ROUND, addr[1], verdict)
     v.state.put_verdict(ROUND, addr[2], {**verdict, "accepted": False, "stage": "format", "score": 0})
-    v.state.set(
-        ROUND,
-        merged="0x" + "cd" * 32,
-        signature="0x" + "ef" * 65,
-        consensus={addr[1]: 7000, addr[2]: 0},
-        rewards={addr[1]: str(10**20)},
-        updates={addr[1]: update},
-        heldout_before=5.5,
-        heldout_after=5.25,
-        certified=True,
-        verify_seconds=1.5,
-    )
+    with v.state.edit(ROUND) as rec:
+        rec.merged = "0x" + "cd" * 32
+        rec.signature = "0x" + "ef" * 65
+        rec.consensus = {addr[1]: 7000, addr[2]: 0}
+        rec.rewards = {addr[1]: str(10**20)}
+        rec.updates = {addr[1]: update}
+        rec.heldout_before, rec.heldout_after = 5.5, 5.25
+        rec.certified = True
+        rec.verify_seconds = 1.5
     return {"/blobs/{digest}": {"digest": update}, "/updates/{round}/{miner}": {"miner": addr[1]}}
 
 

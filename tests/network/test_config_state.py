@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from miner.errors import MinerConfigError, MinerStateError
 from miner.state import ABANDONED, COMMITTED, MinerState
 from protocol.settings import SettingsError, load_settings
 from validator.config import ValidatorConfig, load_validator_config
-from validator.errors import ValidatorConfigError
+from validator.errors import ValidatorConfigError, ValidatorStateError
 from validator.policy import VerifyPolicy
 from validator.state import ValidatorState
 
@@ -117,10 +119,11 @@ def test_corrupt_state_file(tmp_path: Path) -> None:
 def test_validator_state_resume(tmp_path: Path) -> None:
     st = ValidatorState(tmp_path)
     st.put_verdict(3, "0xabc", {"score": 5})
-    st.set(3, scores=[5], salt="00" * 32, score_committed=True)
+    with st.edit(3) as rec:
+        rec.scores, rec.salt, rec.score_committed = [5], "00" * 32, True
     back = ValidatorState(tmp_path)
     assert back.verdict(3, "0xabc") == {"score": 5}
-    assert back.round(3)["scores"] == [5] and back.round(3)["score_committed"]
+    assert back.round(3).scores == [5] and back.round(3).score_committed
 
 
 def test_roles_share_the_node_fields_and_help_shows_their_docs() -> None:
@@ -189,15 +192,85 @@ def test_device_setting() -> None:
         assert args.cfg_device == "cuda:1"
 
 
-def test_validator_round_record_refuses_unknown_keys(tmp_path: Path) -> None:
-    """A typo in a round record key must not write a field nobody reads (issue 15)."""
-    from validator.errors import ValidatorStateError
+# state.json as nodes before the typed record wrote it (every key of the old TypedDict, sort_keys, indent 1)
+OLD_VALIDATOR_STATE = {
+    "checkpoints": {"3": "0x" + "11" * 32, "4": "0x" + "22" * 32},
+    "rounds": {
+        "3": {
+            "certified": True,
+            "certify_wait_since": 1764100000.25,
+            "consensus": {"0xaa": 7000, "0xbb": 0},
+            "heldout_after": 5.25,
+            "heldout_before": 5.5,
+            "merge_seconds": 0.125,
+            "merged": "0x" + "22" * 32,
+            "merged_from": ["0xaa"],
+            "miners": ["0xaa", "0xbb"],
+            "rechecked": {"0xbb:" + "cc" * 32: True},
+            "rewards": {"0xaa": str(10**20)},
+            "salt": "00" * 32,
+            "score_committed": True,
+            "score_revealed": True,
+            "scores": [7000, 0],
+            "seed_secret": "ab" * 32,
+            "signature": "0x" + "ef" * 65,
+            "updates": {"0xaa": "0x" + "dd" * 32},
+            "verdicts": {"0xaa": {"accepted": True, "score": 7000, "stage": "ok"}},
+            "verify_seconds": 1,
+        },
+        "4": {"verdicts": {}},
+    },
+    "version": 1,
+}
 
+
+def test_validator_state_of_an_existing_node_loads_and_is_kept_byte_for_byte(tmp_path: Path) -> None:
+    """An existing node's state.json loads into typed records, and the next write keeps every key (issue 15)."""
+    raw = json.dumps(OLD_VALIDATOR_STATE, sort_keys=True, indent=1).encode()
+    (tmp_path / "state.json").write_bytes(raw)
     st = ValidatorState(tmp_path)
-    st.set(3, scores=[1, 2], salt="00")
-    with pytest.raises(ValidatorStateError, match="score_commited"):
-        st.set(3, score_commited=True)  # type: ignore[call-arg]
-    assert ValidatorState(tmp_path).round(3) == {"verdicts": {}, "scores": [1, 2], "salt": "00"}
+    rec = st.round(3)
+    assert rec.scores == [7000, 0] and rec.salt == "00" * 32 and rec.score_revealed is True
+    assert rec.merged == st.checkpoint(4) and rec.verdicts["0xaa"]["score"] == 7000
+    assert st.round(4).scores is None and st.round(4).certified is None
+    st.put_checkpoint(4, "0x" + "22" * 32)  # a write with nothing changed
+    assert (tmp_path / "state.json").read_bytes() == raw
+
+
+def test_validator_round_record_is_typed(tmp_path: Path) -> None:
+    """A misspelt field is an error at once, never a silent None (issue 15); an edit that raises writes
+    nothing and puts the fields back."""
+    st = ValidatorState(tmp_path)
+    with st.edit(3) as rec:
+        rec.scores, rec.salt = [1, 2], "00"
+    with pytest.raises(AttributeError):
+        rec.score_commited = True  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        _ = rec.seed_secrt  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError), st.edit(3) as rec:
+        rec.salt = "ff"
+        raise RuntimeError("cut off")
+    assert st.round(3).salt == "00"
+    assert ValidatorState(tmp_path).round(3).to_json() == {"verdicts": {}, "scores": [1, 2], "salt": "00"}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"score_commited": True}, "unknown keys \\['score_commited'\\]"),
+        ({"scores": ["7000"]}, "'scores' must be a list of integers"),
+        ({"certified": 1}, "'certified' must be a boolean"),
+        ({"updates": {"0xaa": 5}}, "'updates' must be an object of strings"),
+    ],
+)
+def test_validator_state_refuses_a_record_it_cannot_read(tmp_path: Path, change: dict, message: str) -> None:
+    """An unknown key or a value of the wrong type in state.json is a one-line error naming the file, the
+    round and the key, not a field nobody reads (issue 15)."""
+    doc = copy.deepcopy(OLD_VALIDATOR_STATE)
+    doc["rounds"]["3"].update(change)  # type: ignore[index]
+    (tmp_path / "state.json").write_text(json.dumps(doc))
+    with pytest.raises(ValidatorStateError, match=f"round 3: {message}"):
+        ValidatorState(tmp_path)
 
 
 def test_validator_sections_and_settings_that_moved(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

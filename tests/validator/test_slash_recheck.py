@@ -93,6 +93,6 @@ def test_one_catch_is_enough_to_slash(network: tuple[Any, ...]) -> None:
     for v in validators[1:]:
         own = v.state.verdict(2, lazy)
         assert own is not None and own["stage"] != "recompute"  # they did not catch it themselves
-        assert list(v.state.round(2).get("rechecked", {}).values()) == [True]
+        assert list((v.state.round(2).rechecked or {}).values()) == [True]
     assert ledger.slashed.get(lazy, 0) >= 1  # (the in-memory ledger counts every vote past 2/3)
     assert ledger.slashed.get(honest, 0) == 0
