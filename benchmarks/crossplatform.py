@@ -70,6 +70,7 @@ from benchmarks.crossplatform_settings import (
     unsupported,
 )
 from benchmarks.crossplatform_worker import kernels, train, verify, worker
+from validator.stages import Stage
 
 # the names the tests import from this module
 _kernels, _run_spec, _train, _verify = kernels, run_spec, train, verify
@@ -353,7 +354,7 @@ def _figures(
             sp: largest([p for p in pairs if p["case"].startswith(sp + "-")], tolerances)
             for sp in sorted({c.split("-", 1)[0] for c in specs})
         },
-        "refused_honest": sum(1 for p in pairs if p["stage"] == "recompute"),
+        "refused_honest": sum(1 for p in pairs if p["stage"] == Stage.RECOMPUTE),
         "errors": errors,
         "pairs": pairs,
         "wall_seconds": round(time.perf_counter() - t_start, 1),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.crossplatform_settings import AVX512, METRICS, ROOT
+from validator.stages import Stage
 
 
 def fmt(x: float | None) -> str:
@@ -130,7 +131,7 @@ def render(res: dict[str, Any]) -> str:
         by_pair.setdefault((p["trained"], p["replayed"]), []).append(p)
     for (x, y), rows in by_pair.items():
         worst = [max((r[k] for r in rows if r.get(k) is not None), default=None) for k in METRICS]
-        flag = "" if all(r["stage"] != "recompute" for r in rows) else "  REFUSED"
+        flag = "" if all(r["stage"] != Stage.RECOMPUTE for r in rows) else "  REFUSED"
         lines.append(f"{x:<14}{y:<14}" + "".join(f"{fmt(w):>10}" for w in worst) + flag)
     names = ("param_rel_tol", "replay_rel_tol", "ef_rel_tol (update)", "ef_rel_tol (residual)")
     for title, largest in [("all cases", res["largest"]), *sorted(res["largest_by_spec"].items())]:

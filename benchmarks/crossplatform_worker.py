@@ -17,6 +17,7 @@ from typing import Any
 from benchmarks.crossplatform_settings import CHAIN_ID, CONTRACT, METRICS, MINERS, VALIDATOR, case_seed
 from validator.errors import SourceMismatchError
 from validator.sampling import segments_to_check
+from validator.stages import Stage
 
 
 def kernel_probe(spec: Any, ds: Any, theta: Any) -> None:
@@ -228,7 +229,7 @@ def verify(spec: Any, ds: Any, meta: dict[str, Any], d: Path, segments: int, dev
 
     v = check(VerifyPolicy(segments_per_miner=segments, device=device))
     row: dict[str, Any] = {"stage": v.stage, "reason": v.reason, "accepted": v.accepted}
-    if v.stage == "recompute":  # refused: measure every difference again with the tolerances off
+    if v.stage == Stage.RECOMPUTE:  # refused: measure every difference again with the tolerances off
         inf = math.inf
         v = check(
             VerifyPolicy(

@@ -18,6 +18,7 @@ from protocol.consensus import weighted_median
 from tessera.attack.harness import NetworkRun
 from tessera.attack.scenarios import Scenario
 from validator.config import ValidatorConfig
+from validator.stages import Stage
 
 WEI = 10**18
 #: Labels of participants whose work is honest (a Sybil leader trains; its members re-label its update).
@@ -125,8 +126,8 @@ def _row(sc: Scenario, run: NetworkRun, p: Any) -> Row:
     """Participant ``p``'s outcome: rewards (all, and while cheating), slashes, rounds refused and stages."""
     total, cheat = _rewards(run, p.address, sc.cheat_from)
     vs = run.verdicts.get(p.address.lower(), [])
-    bad = sorted({v["round"] for v in vs if v["stage"] != "ok"})
-    stages = sorted({v["stage"] for v in vs if v["stage"] != "ok"})
+    bad = sorted({v["round"] for v in vs if v["stage"] != Stage.OK})
+    stages = sorted({v["stage"] for v in vs if v["stage"] != Stage.OK})
     slashes = int(run.ledger.slashed.get(p.address, 0))
     return Row(sc.name, p.role, p.label, p.address, p.stake, round(total, 4),
                round(cheat if p.label not in HONEST_WORK else total, 4), slashes,

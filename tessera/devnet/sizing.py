@@ -49,6 +49,7 @@ from protocol.dht import DHTConfig, DHTNode
 from protocol.runspec import RunSpec, warm_up_torch
 from tessera.devnet.work import WorkTimes, measure_work
 from tessera.errors import TesseraError
+from validator.stages import Stage
 
 #: Multiplies the measured seconds of every phase: the work may run that much slower than measured (load
 #: that arrives after the devnet measured, a node that restarts while the others compute). 4 covers the
@@ -73,7 +74,7 @@ def slowest(measured: Sequence[WorkTimes]) -> WorkTimes:
         heldout_s=max(w.heldout_s for w in measured),
         merge_s=max(w.merge_s for w in measured),
         start_s=max(w.start_s for w in measured),
-        verify_stage=next((w.verify_stage for w in measured if w.verify_stage != "ok"), "ok"),
+        verify_stage=next((w.verify_stage for w in measured if w.verify_stage != Stage.OK), Stage.OK),
         setting={"slowest_of": ", ".join(_setting_name(w.setting) for w in measured)},
     )
 

@@ -13,6 +13,7 @@ from typing import Any
 from protocol.consensus import settle
 from tessera.devnet.faults.scenarios import Scenario
 from tessera.devnet.network import Devnet
+from validator.stages import Stage
 
 Check = dict[str, Any]
 """One check's outcome: ``{"name", "ok", "detail"}`` (the report's format)."""
@@ -214,7 +215,7 @@ def _update_fetched(net: Devnet, address: str, round: int) -> bool:
     fetched = False
     for v in (n for n in net.nodes if n.startswith("validator")):
         vd = (net.get(v, f"/verdicts/{round}") or {}).get(address) or {}
-        fetched |= bool(vd) and vd.get("stage") not in ("commit", "fetch", "digest")
+        fetched |= bool(vd) and vd.get("stage") not in (Stage.COMMIT, Stage.FETCH, Stage.DIGEST)
     return fetched
 
 

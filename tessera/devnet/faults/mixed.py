@@ -11,6 +11,7 @@ from tessera.devnet.faults.checks import Check, check_run, make_check
 from tessera.devnet.faults.scenarios import Scenario, setting_text
 from tessera.devnet.network import Devnet
 from validator.policy import VerifyPolicy
+from validator.stages import Stage
 
 #: Verdict metrics of the largest honest differences a validator measured (``validator.verify``).
 REPLAY_METRICS = ("replay_param_rel_diff", "replay_moment_rel_diff", "ef_rel_err", "ef_after_rel_err")
@@ -129,7 +130,7 @@ def tally_verdicts(net: Devnet, rounds: list[int]) -> VerdictTally:
                     tally.refused.append(f"{who} has no verdict of {v} in round {r}")
                     continue
                 _count_verdict(tally, vd, f"{who} by {v} in round {r}")
-                if vd.get("stage") != "ok":
+                if vd.get("stage") != Stage.OK:
                     tally.refused.append(
                         f"{who} ({setting_text(env.get(who, {}))}) refused at stage {vd.get('stage')} by {v} "
                         f"({setting_text(env.get(v, {}))}) in round {r}: {str(vd.get('reason'))[:200]}"
