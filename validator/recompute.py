@@ -141,12 +141,13 @@ def _replay_segments(
             )
         t_fetch = time.perf_counter()
         states.get(i)  # the start state (cached for the replay): its fetch is timed apart
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         v.metrics["fetch_seconds"] = v.metrics.get("fetch_seconds", 0.0) + t0 - t_fetch
         d_param, d_moment = _replay_one(ctx, a, batches, states, policy, i, ev)
         worst_param, worst_moment = max(worst_param, d_param), max(worst_moment, d_moment)
         replayed_steps += steps[i + 1] - steps[i]
         v.metrics["replay_seconds"] = v.metrics.get("replay_seconds", 0.0) + time.perf_counter() - t0
+        v.metrics["replay_cpu_seconds"] = v.metrics.get("replay_cpu_seconds", 0.0) + time.thread_time() - cpu0
     v.metrics["replayed_steps"] = replayed_steps
     v.metrics["replay_param_rel_diff"] = _sig(worst_param)
     v.metrics["replay_moment_rel_diff"] = _sig(worst_moment)

@@ -288,6 +288,7 @@ def _round_figures(
     # the budget's figure: validator0's CPU seconds verifying these miners (every stage) over the miners'
     # CPU seconds training, both thread CPU time, so a loaded machine's waits count on neither side
     verify_cpu = sum(float(x.get("metrics", {}).get("verify_cpu_seconds", 0.0)) for x in ver.values())
+    replay_cpu = sum(float(x.get("metrics", {}).get("replay_cpu_seconds", 0.0)) for x in ver.values())
     train_cpu = sum(float(m.get("train_cpu_seconds", 0.0)) for m in present)
     return {
         "heldout_before": v.get("heldout_before"),
@@ -307,7 +308,7 @@ def _round_figures(
         "validator_verify_cpu_seconds": round(verify_cpu, 4),
         "miner_train_cpu_seconds": round(train_cpu, 4),
         "verification_wall_pct": round(100 * (replay_s + eval_s) / total_train, 3) if total_train else None,
-        "recompute_cost_pct": round(100 * replay_s / total_train, 3) if total_train else None,
+        "recompute_cost_pct": round(100 * replay_cpu / train_cpu, 3) if train_cpu else None,
         "wall_seconds": round(wall, 3),
         "outside_training_pct": round(100 * (1 - max(train_s) / wall), 2) if train_s and wall > 0 else None,
         "checkpoint": v.get("checkpoint"),
@@ -377,7 +378,7 @@ def write_report(report: dict[str, Any], workdir: Path) -> None:
     ax[1][1].plot(
         rs, [p["verification_cost_pct"] or 0 for p in pr], "o-", label="verification (CPU, all stages)"
     )
-    ax[1][1].plot(rs, [p["recompute_cost_pct"] or 0 for p in pr], "s-", label="recompute only")
+    ax[1][1].plot(rs, [p["recompute_cost_pct"] or 0 for p in pr], "s-", label="recompute only (CPU)")
     ax[1][1].axhline(5, color="r", ls="--", lw=0.8, label="5% target")
     ax[1][1].set_title("validator compute / miner training compute (%)")
     ax[1][1].legend(fontsize=7)
