@@ -80,7 +80,6 @@ def _model(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from tessera.attack.errors import AttackError
-    from tessera.attack.runner import run_suite, table
     from tessera.attack.scenarios import get, registry
 
     if args.list:
@@ -110,8 +109,21 @@ def _run(args: argparse.Namespace) -> int:
         raise AttackError("name scenarios, or pass --all, --quick or --list")
     for n in names:
         get(n)
-    logging.getLogger("miner").setLevel(logging.ERROR)
-    logging.getLogger("validator").setLevel(logging.ERROR)
+    quiet = [logging.getLogger("miner"), logging.getLogger("validator")]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:  # the nodes' routine logs would bury the table; restored below for the caller
+        lg.setLevel(logging.ERROR)
+    try:
+        return _run_scenarios(args, names, rounds)
+    finally:
+        for lg, level in zip(quiet, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _run_scenarios(args: argparse.Namespace, names: list[str], rounds: int) -> int:
+    """Run the scenarios and print the table; 1 if any check failed."""
+    from tessera.attack.errors import AttackError
+    from tessera.attack.runner import run_suite, table
 
     def progress(res: Any) -> None:
         verdict = "ok" if all(res.checks.values()) else "FAIL"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
+from tessera.attack import runner
 from tessera.attack.errors import UnknownScenarioError
 from tessera.attack.scenarios import get, registry
 from tessera.cli import main
@@ -95,3 +97,22 @@ def test_validator_factories_take_the_harness_entropy() -> None:
             if p.role == "validator" and p.factory is not None:
                 params = inspect.signature(p.factory).parameters.values()
                 assert any(x.kind is inspect.Parameter.VAR_KEYWORD for x in params), name
+
+
+def test_a_run_restores_the_node_loggers_it_quiets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``tessera attack`` quiets the miner and validator loggers while its scenarios run and gives them back
+    their levels when it returns (it is also called in-process, before other code that logs)."""
+    seen: list[int] = []
+
+    def fake_suite(names: list[str], rounds: int, **_: object) -> list[object]:
+        seen.append(logging.getLogger("validator").level)
+        return []
+
+    monkeypatch.setattr(runner, "run_suite", fake_suite)
+    monkeypatch.setattr(runner, "table", lambda results: "")
+    for name in ("miner", "validator"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    assert main(["attack", "baseline", "--out", str(tmp_path / "r.json")]) == 0
+    assert seen == [logging.ERROR], "quiet while the scenarios run"
+    assert logging.getLogger("validator").level == logging.INFO
+    assert logging.getLogger("miner").level == logging.INFO
