@@ -67,10 +67,10 @@ class CheckpointSource:
         its digest is the certified ``hexd``; None: fetch it."""
         p = round - 1
         prev = self.state.record(p)
-        if prev is None or "checkpoint" not in prev:
+        if prev is None or prev.checkpoint is None:
             return None
         settlement = self.coord.settlement(p)
-        theta = self.held("0x" + str(prev["checkpoint"]).removeprefix("0x"))
+        theta = self.held("0x" + prev.checkpoint.removeprefix("0x"))
         if settlement is None or theta is None:
             return None
         updates = self.accepted_updates(p, settlement.consensus)

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from torch import Tensor
 
 from miner.behaviour import BehaviourContext
-from miner.errors import MinerError
+from miner.errors import MinerError, MinerStateError
 from miner.parts import MinerParts, part_index
-from miner.state import ABANDONED, COMMITTED
+from miner.state import ABANDONED, COMMITTED, MinerRoundRecord
 from miner.work import BuiltUpdate, build_update
 from protocol.coordinator import CoordinatorError, Phase, RoundState
 from protocol.runspec import COMPUTE_LOCK
@@ -57,13 +56,15 @@ class CommitMixin(MinerParts):
         its behaviour chose not to commit."""
         if self.address not in registry:
             self.phase = f"joining: registered after round {round} opened, works from round {round + 1}"
-            self.state.prepare(round, {"skipped": True, "reason": "not in the round's registry"}, {})
-            self.state.set_status(round, ABANDONED, reason="not in the round's registry")
+            self.state.prepare(
+                round, MinerRoundRecord(skipped=True, reason="not in the round's registry"), {}
+            )
+            self._abandon(round, "not in the round's registry")
             return True
         if not self.behaviour.should_commit(BehaviourContext(round, self.address, (), self.spec.inner.steps)):
             self.phase = "skipping (behaviour)"
-            self.state.prepare(round, {"skipped": True}, {})
-            self.state.set_status(round, ABANDONED, reason="behaviour chose not to commit")
+            self.state.prepare(round, MinerRoundRecord(skipped=True), {})
+            self._abandon(round, "behaviour chose not to commit")
             return True
         return False
 
@@ -98,7 +99,7 @@ class CommitMixin(MinerParts):
         self.phase = "committing"
         st = self.coord.current()
         if st.round != round or st.phase != Phase.COMMIT or st.block > st.deadline:
-            self.state.set_status(round, ABANDONED, reason="commit phase closed before the update was ready")
+            self._abandon(round, "commit phase closed before the update was ready")
             log.warning("round %d: update ready after the commit deadline; abandoned", round)
             return
         try:
@@ -108,20 +109,29 @@ class CommitMixin(MinerParts):
                 log.info("round %d: commitment already on-chain", round)
             else:
                 raise MinerError(f"commit for round {round} failed: {exc}") from exc
-        self.state.set_status(round, COMMITTED, committed_at=time.time())
+        with self.state.edit(round) as rec:
+            rec.status, rec.committed_at = COMMITTED, time.time()
         self.phase = "committed"
         log.info("round %d: committed %s", round, digest.hex()[:16])
 
-    def _reconcile(self, st: RoundState, rec: dict[str, Any]) -> None:
+    def _reconcile(self, st: RoundState, rec: MinerRoundRecord) -> None:
         """A ``prepared`` round after a restart: committed on-chain, commit now, or abandon."""
         r = st.round
-        digest = bytes.fromhex(rec["update_digest"])
+        if rec.update_digest is None:
+            raise MinerStateError(f"round {r} is prepared without an update digest")
+        digest = bytes.fromhex(rec.update_digest)
         if self._chain_has_commit(r, digest):
-            self.state.set_status(r, COMMITTED, reconciled=True)
+            with self.state.edit(r) as stored:
+                stored.status, stored.reconciled = COMMITTED, True
         elif st.phase == Phase.COMMIT and st.block <= st.deadline:
             self._commit(r, digest)
         else:
-            self.state.set_status(r, ABANDONED, reason="not committed before the deadline")
+            self._abandon(r, "not committed before the deadline")
+
+    def _abandon(self, round: int, reason: str) -> None:
+        """Mark ``round`` abandoned, saying why; its residual is never used."""
+        with self.state.edit(round) as rec:
+            rec.status, rec.reason = ABANDONED, reason
 
 
 def _round_record(
@@ -131,27 +141,27 @@ def _round_record(
     snaps: dict[str, str],
     ef_source: tuple[int, bytes] | None,
     inner_steps: int,
-) -> dict[str, Any]:
+) -> MinerRoundRecord:
     """What ``miner.state`` keeps of a prepared round: enough to commit, serve and resume it."""
     assert st.checkpoint is not None
-    return {
-        "round": st.round,
-        "update_digest": built.digest.hex(),
-        "update_bytes": len(built.update),
-        "checkpoint": st.checkpoint.hex(),
-        "assign_seed": st.assign_seed.hex(),
-        "registry": registry,
-        "modules": list(built.assignment.module_ids),
-        "loss_first": built.losses[0],
-        "loss_last": built.losses[-1],
-        "tokens": built.tokens,
-        "train_seconds": round(built.train_seconds, 4),
-        "train_cpu_seconds": round(built.train_cpu_seconds, 4),
-        "trained_params": built.trained_params,
-        "inner_steps": inner_steps,
-        "transcript_steps": built.transcript_steps,
-        "transcript_parts": [[p.hex(), q.hex()] for p, q in built.transcript_parts],
-        "snapshots": snaps,
-        "ef_after": built.ef_after.hex(),
-        "ef_source": None if ef_source is None else [ef_source[0], ef_source[1].hex()],
-    }
+    return MinerRoundRecord(
+        round=st.round,
+        update_digest=built.digest.hex(),
+        update_bytes=len(built.update),
+        checkpoint=st.checkpoint.hex(),
+        assign_seed=st.assign_seed.hex(),
+        registry=registry,
+        modules=list(built.assignment.module_ids),
+        loss_first=built.losses[0],
+        loss_last=built.losses[-1],
+        tokens=built.tokens,
+        train_seconds=round(built.train_seconds, 4),
+        train_cpu_seconds=round(built.train_cpu_seconds, 4),
+        trained_params=built.trained_params,
+        inner_steps=inner_steps,
+        transcript_steps=built.transcript_steps,
+        transcript_parts=[[p.hex(), q.hex()] for p, q in built.transcript_parts],
+        snapshots=snaps,
+        ef_after=built.ef_after.hex(),
+        ef_source=None if ef_source is None else [ef_source[0], ef_source[1].hex()],
+    )

@@ -95,7 +95,7 @@ class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
         self._lock = threading.RLock()
         self.phase = "starting"
         self.last_error = ""
-        self.rounds_done = sum(1 for rec in self.state.rounds().values() if "reward" in rec)
+        self.rounds_done = sum(1 for rec in self.state.rounds().values() if rec.reward is not None)
         self.server: NodeServer | None = None
         self.url = ""
         self._announced: set[int] = set()
@@ -108,9 +108,13 @@ class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
     def _add_routes(self, app: Any) -> None:
         @app.get("/rounds", summary="This miner's round records")
         def rounds() -> dict[str, Any]:
-            return {str(r): rec for r, rec in self.state.rounds().items()}
+            return {str(r): rec for r, rec in self._rounds_json().items()}
 
-        mount_live_page(app, self.status, self.state.rounds)  # GET / (issue 16)
+        mount_live_page(app, self.status, self._rounds_json)  # GET / (issue 16)
+
+    def _rounds_json(self) -> dict[int, dict[str, Any]]:
+        """The round records as ``state.json`` holds them, by round (``/rounds``, the live page)."""
+        return {r: rec.to_json() for r, rec in self.state.rounds().items()}
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
@@ -127,7 +131,7 @@ class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
             "phase": self.phase,
             "rounds_done": self.rounds_done,
             "last_error": self.last_error,
-            "last_round": recs.get(last) if last is not None else None,
+            "last_round": recs[last].to_json() if last is not None else None,
             "account": acc.to_json() if acc is not None else None,
             "key_in_use": acc.conflict if acc is not None else "",
             "dht_refused_records": self.discovery.refused,
@@ -156,10 +160,10 @@ class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
                     self.phase = "waiting-checkpoint"
                     return
                 self._work(st)
-            elif rec["status"] == PREPARED:
+            elif rec.status == PREPARED:
                 self._reconcile(st, rec)
-            elif rec["status"] in (COMMITTED, SERVED) and "update_digest" in rec:
-                digest = bytes.fromhex(rec["update_digest"])
+            elif rec.status in (COMMITTED, SERVED) and rec.update_digest is not None:
+                digest = bytes.fromhex(rec.update_digest)
                 if not self._chain_has_commit(st.round, digest):
                     # the chain lost the commitment (restarted from an older state): send it again
                     log.warning(
@@ -167,12 +171,12 @@ class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
                     )
                     self._commit(st.round, digest)
         else:
-            if rec is not None and rec["status"] == PREPARED:
+            if rec is not None and rec.status == PREPARED:
                 self._reconcile(st, rec)
                 rec = self.state.record(st.round)
-            if rec is not None and rec["status"] == COMMITTED:
+            if rec is not None and rec.status == COMMITTED:
                 self._serve(st)
-            elif rec is not None and rec["status"] == SERVED:
+            elif rec is not None and rec.status == SERVED:
                 self._ensure_live(st.round)
                 if st.round not in self._announced:
                     # served before a restart: the old record may name a dead URL (issue 10), so the

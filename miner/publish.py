@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from torch import Tensor
 
 from miner.behaviour import BehaviourContext
 from miner.errors import MinerStateError
 from miner.parts import MinerParts, part_index
-from miner.state import SERVED
+from miner.state import SERVED, MinerRoundRecord
 from miner.work import assignment_for, transcript_state
 from protocol.coordinator import RoundState
 from protocol.nodeapi import NodeNotReadyError
@@ -34,14 +33,14 @@ class PublishMixin(MinerParts):
         if self._live.round == round and self._live.snapshots:
             return
         rec = self.state.record(round)
-        if rec is None or "snapshots" not in rec:
+        if rec is None or rec.snapshots is None or rec.checkpoint is None:
             return
-        params = self._checkpoint(round, bytes.fromhex(rec["checkpoint"]))
+        params = self._checkpoint(round, bytes.fromhex(rec.checkpoint))
         self._live.snapshots = {
-            int(s): decode_tensors(self.state.blobs.get(d)) for s, d in rec["snapshots"].items()
+            int(s): decode_tensors(self.state.blobs.get(d)) for s, d in rec.snapshots.items()
         }
         # a record written before the transcript had parts serves none (its round is long settled)
-        self._live.parts = part_index(rec["transcript_steps"], rec.get("transcript_parts") or [])
+        self._live.parts = part_index(rec.transcript_steps or [], rec.transcript_parts or [])
         self._live.checkpoint = params
 
     def _serve(self, st: RoundState) -> None:
@@ -51,28 +50,28 @@ class PublishMixin(MinerParts):
         assert rec is not None
         self._ensure_live(r)
         self._publish(r, rec)
-        self.state.set_status(r, SERVED, served_at=time.time())
+        with self.state.edit(r) as stored:
+            stored.status, stored.served_at = SERVED, time.time()
         self.metrics.rounds.inc()
         self.phase = "serving"
         log.info("round %d: serving update at %s", r, self.url)
 
-    def _publish(self, round: int, rec: dict[str, Any]) -> None:
+    def _publish(self, round: int, rec: MinerRoundRecord) -> None:
         """Put the round's update, error-feedback states and evidence in the public store and announce
         them with this process's URL (idempotent: the store is content-addressed)."""
-        extra = {"update_digest": bytes.fromhex(rec["update_digest"]), "chain_id": self.coord.chain_id}
-        ctx = BehaviourContext(round, self.address, tuple(rec["modules"]), self.spec.inner.steps, extra)
-        data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + rec["update_digest"]))
-        served = [Served("update", "0x" + rec["update_digest"], len(data))]
-        self.public.put(data, "0x" + rec["update_digest"]) if data else None
+        if rec.update_digest is None:
+            raise MinerStateError(f"round {round} is {rec.status} without an update to serve")
+        digest = rec.update_digest
+        extra = {"update_digest": bytes.fromhex(digest), "chain_id": self.coord.chain_id}
+        ctx = BehaviourContext(round, self.address, tuple(rec.modules or ()), self.spec.inner.steps, extra)
+        data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + digest))
+        served = [Served("update", "0x" + digest, len(data))]
+        self.public.put(data, "0x" + digest) if data else None
         # the transcript, which the header commits to by its root only (issue 13)
-        parts = [(bytes.fromhex(p), bytes.fromhex(q)) for p, q in rec.get("transcript_parts") or []]
+        parts = [(bytes.fromhex(p), bytes.fromhex(q)) for p, q in rec.transcript_parts or []]
         self.public.put(encode_tensors(transcript_tensors(parts)), digest_fn=tensor_blob_digest)
         self._publish_error_feedback(round, rec)
-        evidence = (
-            self.evidence_fn(round, self.address, bytes.fromhex(rec["update_digest"]))
-            if self.evidence_fn
-            else None
-        )
+        evidence = self.evidence_fn(round, self.address, bytes.fromhex(digest)) if self.evidence_fn else None
         evidence = self.behaviour.evidence(ctx, evidence)
         if evidence:
             ed = self.public.put(evidence)
@@ -80,15 +79,15 @@ class PublishMixin(MinerParts):
         self.discovery.announce(round, "miner", self.url, served)
         self._announced.add(round)
 
-    def _publish_error_feedback(self, round: int, rec: dict[str, Any]) -> None:
+    def _publish_error_feedback(self, round: int, rec: MinerRoundRecord) -> None:
         """Serve what a validator needs to recompute the compressed update (F12): the residual after this
         round and, if the update started from an earlier one, that round's update and residual."""
         rounds = [round]
-        src = rec.get("ef_source")
+        src = rec.ef_source
         if src:
             rounds.append(int(src[0]))
-            if self.state.blobs.has("0x" + src[1]):
-                self.public.put(self.state.blobs.get("0x" + src[1]), "0x" + src[1])
+            if self.state.blobs.has(f"0x{src[1]}"):
+                self.public.put(self.state.blobs.get(f"0x{src[1]}"), f"0x{src[1]}")
         for q in rounds:
             try:
                 after = {k: v for k, v in self.state.ef_state(q).items() if k.startswith("ef/")}
@@ -111,17 +110,19 @@ class PublishMixin(MinerParts):
         with self._lock:
             live = self._live
             rec = self.state.record(live.round)
-            if rec is None or rec["status"] != SERVED or digest not in live.parts or live.checkpoint is None:
+            if rec is None or rec.status != SERVED or digest not in live.parts or live.checkpoint is None:
+                return None
+            if rec.assign_seed is None or rec.registry is None:
                 return None
             step, is_params = live.parts[digest]
-            a = assignment_for(self.spec, bytes.fromhex(rec["assign_seed"]), rec["registry"], self.address)
+            a = assignment_for(self.spec, bytes.fromhex(rec.assign_seed), rec.registry, self.address)
             with COMPUTE_LOCK:
                 tensors = transcript_state(
                     self.spec,
                     self.dataset,
                     round=live.round,
                     checkpoint=live.checkpoint,
-                    assign_seed=bytes.fromhex(rec["assign_seed"]),
+                    assign_seed=bytes.fromhex(rec.assign_seed),
                     assignment=a,
                     snapshots=live.snapshots,
                     step=step,

@@ -21,27 +21,32 @@ class RewardsMixin(MinerParts):
         its record or the settled count changed (``/status`` ``account``, ``account_tokens`` gauges), and
         refuse a commitment of this key that this node did not make (:class:`KeyInUseError`)."""
         for r, rec in self.state.rounds().items():
-            if r >= current_round or "reward" in rec or rec["status"] not in (SERVED, COMMITTED):
+            if r >= current_round or rec.reward is not None or rec.status not in (SERVED, COMMITTED):
                 continue
             s = self.coord.settlement(r)
             if s is None:
                 continue
             reward = s.miner_rewards.get(self.address, 0)
-            self.state.update(r, reward=str(reward), consensus_score=s.consensus.get(self.address, 0))
+            with self.state.edit(r) as stored:
+                stored.reward, stored.consensus_score = str(reward), s.consensus.get(self.address, 0)
             self.rounds_done += 1
             log.info("round %d: consensus score %s, reward %d", r, s.consensus.get(self.address), reward)
         if "_account" not in self.__dict__:
             self.__dict__["_account"] = ChainAccount.of(self.coord, self.address, self.metrics)
         acc: ChainAccount | None = self.__dict__["_account"]
-        now = self.state.record(current_round) or {}
-        if acc is None or not acc.try_refresh((current_round, now.get("status"), self.rounds_done)):
+        now = self.state.record(current_round)
+        if acc is None or not acc.try_refresh((current_round, now and now.status, self.rounds_done)):
             return
 
         def own(round: int) -> bool:
-            rec = self.state.record(round) or {}
-            return "update_digest" in rec and (
-                rec["status"] in (COMMITTED, SERVED)
-                or self._chain_has_commit(round, bytes.fromhex(rec["update_digest"]))
+            rec = self.state.record(round)
+            return (
+                rec is not None
+                and rec.update_digest is not None
+                and (
+                    rec.status in (COMMITTED, SERVED)
+                    or self._chain_has_commit(round, bytes.fromhex(rec.update_digest))
+                )
             )
 
         acc.check_commits(current_round, own)

@@ -12,11 +12,21 @@ commit transaction (status ``prepared``); after the chain shows the commitment t
 marked committed; still in the commit phase, the *same* update is committed; otherwise it is abandoned
 and its residual is never used. The residual for round r is that of the latest committed round < r, so
 no residual is lost and none is applied twice. Every write is atomic (temp file, fsync, rename).
+
+A round's record is a :class:`MinerRoundRecord`: one typed attribute per key, so a misspelt field is a
+type error (and, the class having slots, an ``AttributeError`` at run time), never a silent ``None``. Its
+JSON is the one miners have always written (``protocol.jsonrecord``): a field is on disk once set, and a
+file with a key this version does not know, or a value of the wrong type, is refused with
+:class:`MinerStateError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +36,7 @@ from torch import Tensor
 
 from miner.errors import MinerStateError
 from protocol.canonical import JSONFileError, read_json_file
+from protocol.jsonrecord import RecordError, record_from_json, record_to_json
 from protocol.transfer import BlobStore, atomic_write
 
 PREPARED = "prepared"
@@ -33,6 +44,86 @@ COMMITTED = "committed"
 SERVED = "served"
 ABANDONED = "abandoned"
 _STATUSES = (PREPARED, COMMITTED, SERVED, ABANDONED)
+
+
+@dataclass(slots=True)
+class MinerRoundRecord:
+    """What a miner keeps of one round in ``state.json`` (and serves at ``/rounds``); every field but
+    ``status`` is None (and absent from the file) until written. Change a stored record inside
+    :meth:`MinerState.edit` (assign, do not mutate in place)."""
+
+    status: str = PREPARED
+    """``prepared`` (built, stored, not yet known on-chain), ``committed``, ``served`` or ``abandoned``."""
+    round: int | None = None
+    """The round the update was built for."""
+    update_digest: str | None = None
+    """Digest of the update bytes (hex; the blob is ``0x`` + it), what the commitment binds."""
+    update_bytes: int | None = None
+    """Size of the update message."""
+    checkpoint: str | None = None
+    """Digest of theta_r the update was trained from (hex)."""
+    assign_seed: str | None = None
+    """The round's assignment seed (hex)."""
+    registry: list[str] | None = None
+    """The miners registered for the round, in the order the assignment reads them."""
+    modules: list[str] | None = None
+    """Module ids this miner was assigned and trained."""
+    loss_first: float | None = None
+    """Training loss at the first inner step."""
+    loss_last: float | None = None
+    """Training loss at the last inner step."""
+    tokens: int | None = None
+    """Tokens trained on."""
+    train_seconds: float | None = None
+    """Wall seconds of the inner loop."""
+    train_cpu_seconds: float | None = None
+    """CPU seconds of the inner loop (the hashing thread counted)."""
+    trained_params: int | None = None
+    """Parameters trained (of the assigned modules)."""
+    inner_steps: int | None = None
+    """H, the inner steps of the round."""
+    transcript_steps: list[int] | None = None
+    """The inner steps whose states the transcript commits to."""
+    transcript_parts: list[list[str]] | None = None
+    """Per transcript step, the digests (hex) of its parameters and of the rest of the state."""
+    snapshots: dict[str, str] | None = None
+    """Inner step -> blob digest of the kept state it replays from."""
+    ef_after: str | None = None
+    """Digest (hex) of the error-feedback residual after this round's update."""
+    ef_source: list[int | str] | None = None
+    """[round, update digest (hex)] of the committed round whose residual this update started from; null
+    (written as such) when none."""
+    skipped: bool | None = None
+    """The round was not worked (not registered in time, or the behaviour chose not to commit)."""
+    reason: str | None = None
+    """Why the round was skipped or abandoned."""
+    committed_at: float | None = None
+    """When the commitment was seen sent (unix seconds)."""
+    reconciled: bool | None = None
+    """A prepared round found committed on-chain after a restart."""
+    served_at: float | None = None
+    """When the update was first served (unix seconds)."""
+    reward: str | None = None
+    """Wei paid for the round (decimal string), recorded once it is settled."""
+    consensus_score: int | None = None
+    """The chain's consensus score of this miner's update."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as ``state.json`` holds it: the fields set; ``ef_source`` (null when there was none)
+        on every record of a built update."""
+        return record_to_json(self, ("ef_source",) if self.update_digest is not None else ())
+
+    @classmethod
+    def from_json(cls, doc: object, where: str = "round record") -> MinerRoundRecord:
+        """Read a record as any version of the node wrote it; an unknown key, a value of the wrong type or
+        an unknown status is a :class:`MinerStateError` naming it (``where`` says which record)."""
+        try:
+            rec = record_from_json(cls, doc, where)
+        except RecordError as exc:
+            raise MinerStateError(str(exc)) from exc
+        if rec.status not in _STATUSES:
+            raise MinerStateError(f"{where}: unknown status {rec.status!r}")
+        return rec
 
 
 class MinerState:
@@ -44,68 +135,74 @@ class MinerState:
         (self.dir / "ef").mkdir(exist_ok=True)
         self.blobs = BlobStore(self.dir / "blobs")
         self._file = self.dir / "state.json"
-        self._doc: dict[str, Any] = {"version": 1, "rounds": {}}
+        self._rounds: dict[int, MinerRoundRecord] = {}
         if self._file.exists():
-            try:
-                doc = read_json_file(self._file)
-            except JSONFileError as exc:
-                raise MinerStateError(f"cannot read {self._file}: {exc}") from exc
-            if (
-                not isinstance(doc, dict)
-                or doc.get("version") != 1
-                or not isinstance(doc.get("rounds"), dict)
-            ):
-                raise MinerStateError(f"{self._file} is not a miner state file")
-            self._doc = doc
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            doc = read_json_file(self._file)
+        except JSONFileError as exc:
+            raise MinerStateError(f"cannot read {self._file}: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("rounds"), dict):
+            raise MinerStateError(f"{self._file} is not a miner state file")
+        for key, rec in doc["rounds"].items():
+            if not key.isdigit():
+                raise MinerStateError(f"{self._file}: round key {key!r} is not a round number")
+            self._rounds[int(key)] = MinerRoundRecord.from_json(rec, f"{self._file} round {key}")
 
     def _save(self) -> None:
-        atomic_write(self._file, json.dumps(self._doc, sort_keys=True, indent=1).encode())
+        doc = {"version": 1, "rounds": {str(r): rec.to_json() for r, rec in self._rounds.items()}}
+        atomic_write(self._file, json.dumps(doc, sort_keys=True, indent=1).encode())
 
     # -- rounds ----------------------------------------------------------------------------------------
-    def record(self, round: int) -> dict[str, Any] | None:
-        """The stored record of a round, if any."""
-        rec = self._doc["rounds"].get(str(round))
-        return dict(rec) if rec is not None else None
+    def record(self, round: int) -> MinerRoundRecord | None:
+        """A copy of the stored record of a round, if any."""
+        rec = self._rounds.get(round)
+        return dataclasses.replace(rec) if rec is not None else None
 
-    def rounds(self) -> dict[int, dict[str, Any]]:
-        """All round records by round."""
-        return {int(k): dict(v) for k, v in self._doc["rounds"].items()}
+    def rounds(self) -> dict[int, MinerRoundRecord]:
+        """Copies of all round records by round."""
+        return {r: dataclasses.replace(rec) for r, rec in self._rounds.items()}
 
-    def prepare(self, round: int, record: dict[str, Any], ef_residual: dict[str, Tensor]) -> None:
+    def prepare(self, round: int, record: MinerRoundRecord, ef_residual: dict[str, Tensor]) -> None:
         """Persist a built update's record and its new residual before committing (status ``prepared``)."""
-        existing = self.record(round)
-        if existing is not None and existing["status"] != ABANDONED:
-            raise MinerStateError(f"round {round} is already {existing['status']}")
+        existing = self._rounds.get(round)
+        if existing is not None and existing.status != ABANDONED:
+            raise MinerStateError(f"round {round} is already {existing.status}")
         atomic_write(
             self.dir / "ef" / f"{round}.safetensors",
             st_save({k: v.contiguous() for k, v in ef_residual.items()}),
         )
-        self._doc["rounds"][str(round)] = {**record, "status": PREPARED}
+        self._rounds[round] = dataclasses.replace(record, status=PREPARED)
         self._save()
 
-    def set_status(self, round: int, status: str, **extra: Any) -> None:
-        """Move a round to ``status`` (and store extra fields)."""
-        if status not in _STATUSES:
-            raise MinerStateError(f"unknown status {status}")
-        rec = self._doc["rounds"].get(str(round))
-        if rec is None:
-            raise MinerStateError(f"no record for round {round}")
-        rec.update(extra)
-        rec["status"] = status
-        self._save()
+    def set_status(self, round: int, status: str) -> None:
+        """Move a round to ``status`` (other fields with it: :meth:`edit`)."""
+        with self.edit(round) as rec:
+            rec.status = status
 
-    def update(self, round: int, **fields: Any) -> None:
-        """Store extra fields on a round's record (rewards, scores)."""
-        rec = self._doc["rounds"].get(str(round))
+    @contextmanager
+    def edit(self, round: int) -> Iterator[MinerRoundRecord]:
+        """Change a stored round's record and store it durably when the block ends; if the block raises or
+        leaves an unknown status, the fields it assigned are put back and nothing is written."""
+        rec = self._rounds.get(round)
         if rec is None:
             raise MinerStateError(f"no record for round {round}")
-        rec.update(fields)
+        before = dataclasses.replace(rec)
+        try:
+            yield rec
+            if rec.status not in _STATUSES:
+                raise MinerStateError(f"unknown status {rec.status}")
+        except BaseException:
+            self._rounds[round] = before
+            raise
         self._save()
 
     def committed(self, round: int) -> bool:
         """Whether the round's update is known to be committed on-chain."""
-        rec = self.record(round)
-        return rec is not None and rec["status"] in (COMMITTED, SERVED)
+        rec = self._rounds.get(round)
+        return rec is not None and rec.status in (COMMITTED, SERVED)
 
     # -- error feedback ----------------------------------------------------------------------------------
     def ef_residual_for(self, round: int) -> dict[str, Tensor]:
@@ -115,13 +212,14 @@ class MinerState:
     def ef_carry_for(self, round: int) -> tuple[dict[str, Tensor], tuple[int, bytes] | None]:
         """The residual to start ``round`` with and its source: (round, update digest) of the latest
         committed round before it, which the update's header names (``ef.source``); ({}, None) if none."""
-        done = [r for r, rec in self.rounds().items() if r < round and rec["status"] in (COMMITTED, SERVED)]
+        done = [r for r, rec in self._rounds.items() if r < round and rec.status in (COMMITTED, SERVED)]
         if not done:
             return {}, None
         src = max(done)
-        rec = self.record(src)
-        assert rec is not None
-        return self.ef_state(src), (src, bytes.fromhex(rec["update_digest"]))
+        digest = self._rounds[src].update_digest
+        if digest is None:
+            raise MinerStateError(f"round {src} is {self._rounds[src].status} without an update digest")
+        return self.ef_state(src), (src, bytes.fromhex(digest))
 
     def ef_state(self, round: int) -> dict[str, Tensor]:
         """The residual and carried optimizer state stored after ``round``'s update was built."""

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from protocol.canonical import JSONFileError, read_json_file
+from protocol.jsonrecord import RecordError, record_from_json, record_to_json
 from protocol.transfer import BlobStore, atomic_write
 from validator.errors import ValidatorStateError
 
@@ -82,78 +83,16 @@ class RoundRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as ``state.json`` holds it: the fields set, under their names."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                out[f.name] = value
-        return out
+        return record_to_json(self)
 
     @classmethod
     def from_json(cls, doc: object, where: str = "round record") -> RoundRecord:
         """Read a record as any version of the node wrote it; an unknown key or a value of the wrong type
         is a :class:`ValidatorStateError` naming it (``where`` says which record)."""
-        if not isinstance(doc, dict):
-            raise ValidatorStateError(f"{where}: not an object")
-        unknown = sorted(set(doc) - set(_CHECKS))
-        if unknown:
-            raise ValidatorStateError(f"{where}: unknown keys {unknown} (written by a newer version?)")
-        for key, value in doc.items():
-            check, kind = _CHECKS[key]
-            if not check(value):
-                raise ValidatorStateError(f"{where}: {key!r} must be {kind}, not {value!r:.80}")
-        return cls(**doc)
-
-
-def _is_str(x: object) -> bool:
-    return isinstance(x, str)
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_number(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _is_bool(x: object) -> bool:
-    return isinstance(x, bool)
-
-
-def _list_of(item: Callable[[object], bool]) -> Callable[[object], bool]:
-    return lambda x: isinstance(x, list) and all(item(v) for v in x)
-
-
-def _map_of(item: Callable[[object], bool]) -> Callable[[object], bool]:
-    return lambda x: isinstance(x, dict) and all(isinstance(k, str) and item(v) for k, v in x.items())
-
-
-_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
-    "verdicts": (_map_of(lambda v: isinstance(v, dict)), "an object of verdict objects"),
-    "seed_secret": (_is_str, "a string"),
-    "miners": (_list_of(_is_str), "a list of strings"),
-    "scores": (_list_of(_is_int), "a list of integers"),
-    "salt": (_is_str, "a string"),
-    "score_committed": (_is_bool, "a boolean"),
-    "score_revealed": (_is_bool, "a boolean"),
-    "verify_seconds": (_is_number, "a number"),
-    "heldout_before": (_is_number, "a number"),
-    "heldout_after": (_is_number, "a number"),
-    "consensus": (_map_of(_is_int), "an object of integers"),
-    "rewards": (_map_of(_is_str), "an object of strings"),
-    "merged": (_is_str, "a string"),
-    "merged_from": (_list_of(_is_str), "a list of strings"),
-    "signature": (_is_str, "a string"),
-    "merge_seconds": (_is_number, "a number"),
-    "certified": (_is_bool, "a boolean"),
-    "certify_wait_since": (_is_number, "a number"),
-    "rechecked": (_map_of(_is_bool), "an object of booleans"),
-    "updates": (_map_of(_is_str), "an object of strings"),
-}
-assert set(_CHECKS) == {f.name for f in dataclasses.fields(RoundRecord)}, (
-    "a RoundRecord field without a check"
-)
+        try:
+            return record_from_json(cls, doc, where)
+        except RecordError as exc:
+            raise ValidatorStateError(str(exc)) from exc
 
 
 class ValidatorState:
@@ -177,8 +116,10 @@ class ValidatorState:
         if not isinstance(doc, dict) or doc.get("version") != 1:
             raise ValidatorStateError(f"{self._file} is not a validator state file")
         rounds, checkpoints = doc.get("rounds", {}), doc.get("checkpoints", {})
-        if not isinstance(rounds, dict) or not _map_of(_is_str)(checkpoints):
+        if not isinstance(rounds, dict) or not isinstance(checkpoints, dict):
             raise ValidatorStateError(f"{self._file}: 'rounds' and 'checkpoints' must be objects")
+        if not all(isinstance(v, str) for v in checkpoints.values()):
+            raise ValidatorStateError(f"{self._file}: a checkpoint digest is not a string")
         for key, rec in rounds.items():
             if not key.isdigit():
                 raise ValidatorStateError(f"{self._file}: round key {key!r} is not a round number")

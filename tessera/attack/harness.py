@@ -32,6 +32,7 @@ from eth_account import Account
 from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.node import MinerNode
+from miner.state import SERVED
 from protocol.errors import ProtocolError
 from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.runspec import RunSpec
@@ -277,7 +278,7 @@ class Network:
             if p.role != "miner":
                 continue
             try:
-                n += p.node.state.rounds().get(chain_round, {}).get("status") == "served"
+                n += getattr(p.node.state.rounds().get(chain_round), "status", None) == SERVED
             except (AttributeError, OSError, ValueError):
                 pass
         return n

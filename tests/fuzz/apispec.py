@@ -121,9 +121,12 @@ def _seed_validator(v: Any, addr: list[str]) -> dict[str, dict[str, Any]]:
 
 def _seed_miner(m: Any, addr: list[str]) -> dict[str, dict[str, Any]]:
     """One served round in the miner's records and a blob in its public store."""
+    from miner.state import MinerRoundRecord
+
     blob = m.public.put(b"\x00" * 1000 + bytes(range(256)))
-    m.state.prepare(ROUND, {"digest": blob, "assign_seed": "00" * 32, "registry": addr[1:]}, {})
-    m.state.set_status(ROUND, "served", reward=str(10**20))
+    m.state.prepare(ROUND, MinerRoundRecord(assign_seed="00" * 32, registry=addr[1:]), {})
+    with m.state.edit(ROUND) as rec:
+        rec.status, rec.reward = "served", str(10**20)
     m.step()  # one look at the chain, as the node's loop takes at start: until then blobs answer 503
     return {"/blobs/{digest}": {"digest": blob}}
 

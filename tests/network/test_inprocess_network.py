@@ -166,7 +166,7 @@ def test_restarted_miner_does_not_commit_twice(network) -> None:  # type: ignore
     again.step()
     again.step()
     assert list(ledger.rounds[r].commits).count(m0.address) == 1
-    assert again.state.record(r)["status"] == "committed"
+    assert again.state.record(r).status == "committed"
     again.stop()
 
 
@@ -188,7 +188,7 @@ def test_miner_restarted_after_serving_announces_its_new_url(network) -> None:  
         ledger.mine(ledger.deadline() - ledger.block + 1)
         first.coord.advance()
     first.step()
-    assert first.state.record(r)["status"] == "served"
+    assert first.state.record(r).status == "served"
     first.stop()
 
     second = restart()

@@ -8,10 +8,10 @@ from pathlib import Path
 import httpx
 
 from miner.livepage import MAX_ROUNDS, render_live_page
+from miner.state import MinerRoundRecord
 from tests.network.miner_support import start_bare_miner
 
 KEY = "0x" + f"{52:064x}"
-DIGEST = "0x" + "5a" * 32
 
 
 def test_the_page_escapes_every_value_and_shows_the_rounds() -> None:
@@ -65,9 +65,7 @@ def test_a_running_miner_serves_its_live_page(tmp_path: Path) -> None:
     m = start_bare_miner(tmp_path, KEY)
     try:
         m.state.prepare(
-            1,
-            {"digest": DIGEST, "assign_seed": "00" * 32, "registry": [m.address], "update_bytes": 4321},
-            {},
+            1, MinerRoundRecord(assign_seed="00" * 32, registry=[m.address], update_bytes=4321), {}
         )
         m.state.set_status(1, "served")
         m.step()

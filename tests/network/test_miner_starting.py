@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from miner.state import MinerRoundRecord
 from protocol.transfer import BlobNotFoundError, FetchPolicy, PeerUnavailableError, fetch_blob
 from tests.network.miner_support import start_bare_miner
 from validator.context import unreachable
@@ -28,7 +29,7 @@ def test_a_miner_answers_503_until_its_first_step_then_404(tmp_path: Path) -> No
         assert unreachable(exc.value), "a starting miner is waited for within the grace"
 
         # a round this process already served (so the step has no training to do), then one look at the chain
-        m.state.prepare(1, {"digest": DIGEST, "assign_seed": "00" * 32, "registry": [m.address]}, {})
+        m.state.prepare(1, MinerRoundRecord(assign_seed="00" * 32, registry=[m.address]), {})
         m.state.set_status(1, "served")
         m.step()  # the node has looked at the chain: what it does not serve now, it does not have
         assert httpx.get(f"{m.url}/blobs/{DIGEST}", timeout=5).status_code == 404

@@ -124,7 +124,7 @@ def _fast_forward(ledger: MemoryLedger, miners: list[MinerNode]) -> None:
         done = r in ledger.checkpoints and len(rd.seed_commits) >= nv and set(registry) <= set(rd.commits)
     elif ledger.phase == Phase.REVEAL:
         served = [
-            (m.state.record(r) or {}).get("status") == "served" for m in miners if m.address in rd.commits
+            getattr(m.state.record(r), "status", None) == "served" for m in miners if m.address in rd.commits
         ]
         done = len(rd.seed_reveals) >= nv and all(served)
     elif ledger.phase == Phase.SCORE_COMMIT:
