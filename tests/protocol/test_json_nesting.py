@@ -23,6 +23,7 @@ from protocol.canonical import (
     json_depth,
     loads_canonical,
 )
+from validator.state import RoundRecord
 
 DEEP = b"[" * 200_000 + b"]" * 200_000
 
@@ -141,8 +142,8 @@ def test_certify_skips_deep_and_oversize_peer_answers(monkeypatch: pytest.Monkey
             return ["0x" + "11" * 20, "0x" + "22" * 20, "0x" + "33" * 20]
 
     class _State:
-        def round(self, p: int) -> dict[str, str]:
-            return {"signature": "0x" + "00" * 96}
+        def round(self, p: int) -> RoundRecord:
+            return RoundRecord(signature="0x" + "00" * 96)
 
     class _Cfg:
         peer_urls: tuple[str, ...] = ()
