@@ -47,7 +47,7 @@ class ApiMixin(ValidatorParts):
         @app.get("/verdicts/{round}", summary="Verdicts (with evidence) of a round")
         def verdicts(round: int) -> dict[str, Any]:
             rec = self.state.rounds().get(round)
-            return dict(rec.verdicts) if rec is not None else {}
+            return {m: v.to_json() for m, v in rec.verdicts.items()} if rec is not None else {}
 
         @app.get("/rounds", summary="Per-round summary: scores, consensus, rewards, losses")
         def rounds() -> list[dict[str, Any]]:
@@ -82,8 +82,8 @@ class ApiMixin(ValidatorParts):
             out.append(
                 {
                     "round": r,
-                    "scores": {m: x.get("score", 0) for m, x in v.items()},
-                    "stages": {m: x.get("stage") for m, x in v.items()},
+                    "scores": {m: x.score for m, x in v.items()},
+                    "stages": {m: x.stage for m, x in v.items()},
                     "consensus": rec.consensus or {},
                     "rewards": rec.rewards or {},
                     "heldout_before": rec.heldout_before,

@@ -135,7 +135,7 @@ class IntakeMixin(ValidatorParts):
             found.append(self._cache.updates[miner])
         v = self.state.verdict(round, miner)
         digests = [(self.state.round(round).updates or {}).get(miner)]
-        digests.append("0x" + v["digest"] if v and v.get("digest") else None)
+        digests.append("0x" + v.digest if v and v.digest else None)
         for d in digests:
             for store in (self.public, self.state.blobs):
                 if d and store.has(d):
@@ -152,8 +152,8 @@ class IntakeMixin(ValidatorParts):
             return None
         digests: list[str] = [digest] if digest else []
         v = self.state.verdict(round, miner)
-        if v and v.get("digest"):
-            digests.append("0x" + v["digest"])
+        if v and v.digest:
+            digests.append("0x" + v.digest)
         records = [*self.discovery.find(round, fresh=True), *self.discovery.find(round + 1, fresh=True)]
         for rec in records:
             if rec.address.lower() == miner.lower() and rec.role == "miner":

@@ -307,7 +307,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
             # accept what this validator refused, and the merge must follow the consensus (F11)
             if miner in self._cache.updates:
                 self._keep_update(round, miner, self._cache.updates[miner])
-        self.state.put_verdict(round, miner, verdict.to_json())
+        self.state.put_verdict(round, miner, verdict)
         self.metrics.verifications.labels(outcome=verdict.stage).inc()
         log.info(
             "round %d: %s -> %s (%s) score %d",
@@ -326,7 +326,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         scores = []
         for m in miners:
             v = self.state.verdict(round, m)
-            scores.append(min(SCORE_MAX, int(v["score"])) if v else 0)
+            scores.append(min(SCORE_MAX, v.score) if v else 0)
         return scores
 
     def _commit_scores(self, round: int) -> None:

@@ -92,7 +92,7 @@ class SlashingMixin(IntakeMixin):
                     continue
                 key = f"{miner}:{digest}"
                 own = self.state.verdict(r, miner)
-                if key in done or (own and own.get("stage") == Stage.RECOMPUTE and own.get("provable")):
+                if key in done or (own and own.stage == Stage.RECOMPUTE and own.provable):
                     continue  # decided already, or this validator caught it itself and voted then
                 verdict = self._recheck(st, theta, miner, digest, seg[0], commits[miner])
                 if verdict is None:

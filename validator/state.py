@@ -19,6 +19,7 @@ version does not know, or a value of the wrong type, is refused with :class:`Val
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from typing import Any
 from protocol.canonical import JSONFileError, read_json_file
 from protocol.jsonrecord import RecordError, record_from_json, record_to_json
 from protocol.transfer import BlobStore, atomic_write
+from validator.context import Verdict
 from validator.errors import ValidatorStateError
 
 
@@ -39,8 +41,8 @@ class RoundRecord:
     absent from the file) until written. Change fields inside :meth:`ValidatorState.edit` (assign, do
     not mutate in place), which writes the file when the block ends."""
 
-    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Miner -> its verdict (``validator.context.Verdict.to_json``), written as soon as reached
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    """Miner -> its verdict (on disk as ``Verdict.to_json`` writes it), written as soon as reached
     (:meth:`ValidatorState.put_verdict`)."""
     seed_secret: str | None = None
     """This validator's seed share secret (hex), stored before its commitment is sent."""
@@ -159,14 +161,14 @@ class ValidatorState:
             raise
         self._save()
 
-    def verdict(self, round: int, miner: str) -> dict[str, Any] | None:
-        """A stored verdict."""
+    def verdict(self, round: int, miner: str) -> Verdict | None:
+        """A copy of a stored verdict."""
         v = self.round(round).verdicts.get(miner)
-        return dict(v) if v is not None else None
+        return copy.deepcopy(v)
 
-    def put_verdict(self, round: int, miner: str, verdict: dict[str, Any]) -> None:
-        """Store a verdict durably."""
-        self.round(round).verdicts[miner] = verdict
+    def put_verdict(self, round: int, miner: str, verdict: Verdict) -> None:
+        """Store a verdict durably (a copy: what the caller changes later is not stored)."""
+        self.round(round).verdicts[miner] = copy.deepcopy(verdict)
         self._save()
 
     def put_checkpoint(self, round: int, digest: str) -> None:

@@ -365,8 +365,8 @@ class Network:
                     continue
                 for miner, v in rec.verdicts.items():
                     verdicts.setdefault(miner.lower(), []).append(
-                        {"round": r, "validator": p.address, "stage": v["stage"], "score": v["score"],
-                         "provable": v.get("provable", False), "reason": v.get("reason", "")[:160]}
+                        {"round": r, "validator": p.address, "stage": v.stage, "score": v.score,
+                         "provable": v.provable, "reason": v.reason[:160]}
                     )  # fmt: skip
         ledger = self.ledger.snapshot() if self.chain == "anvil" else self.ledger
         return NetworkRun(rounds, self.participants, ledger, heldout, verdicts, seconds, list(self.errors))

@@ -83,7 +83,7 @@ class ColludingValidator(_ScoringValidator):
                 out.append(0)
             else:
                 v = self.state.verdict(round, m)
-                out.append(int(v["score"]) if v else 0)
+                out.append(v.score if v else 0)
         return out
 
 

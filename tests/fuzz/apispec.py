@@ -104,9 +104,12 @@ def _seed_validator(v: Any, addr: list[str]) -> dict[str, dict[str, Any]]:
     from protocol.transfer import sha256_digest
 
     update = v.public.put(b"TSRUPD\0\0" + bytes(range(256)), digest_fn=sha256_digest)
-    verdict = {"accepted": True, "stage": "ok", "score": 7000, "digest": "0x" + "ab" * 32, "evidence": None}
+    from validator.context import Verdict
+
+    verdict = Verdict(addr[1], ROUND, True, "ok", "", score=7000, digest="ab" * 32)
     v.state.put_verdict(ROUND, addr[1], verdict)
-    v.state.put_verdict(ROUND, addr[2], {**verdict, "accepted": False, "stage": "format", "score": 0})
+    refused = Verdict(addr[2], ROUND, False, "format", "BadMagic", provable=True, digest="ab" * 32)
+    v.state.put_verdict(ROUND, addr[2], refused)
     with v.state.edit(ROUND) as rec:
         rec.merged = "0x" + "cd" * 32
         rec.signature = "0x" + "ef" * 65

@@ -15,6 +15,7 @@ from miner.errors import MinerConfigError, MinerStateError
 from miner.state import ABANDONED, COMMITTED, MinerRoundRecord, MinerState
 from protocol.settings import SettingsError, load_settings
 from validator.config import ValidatorConfig, load_validator_config
+from validator.context import Verdict
 from validator.errors import ValidatorConfigError, ValidatorStateError
 from validator.policy import VerifyPolicy
 from validator.state import ValidatorState
@@ -118,11 +119,11 @@ def test_corrupt_state_file(tmp_path: Path) -> None:
 
 def test_validator_state_resume(tmp_path: Path) -> None:
     st = ValidatorState(tmp_path)
-    st.put_verdict(3, "0xabc", {"score": 5})
+    st.put_verdict(3, "0xabc", Verdict("0xabc", 3, True, "ok", "", score=5))
     with st.edit(3) as rec:
         rec.scores, rec.salt, rec.score_committed = [5], "00" * 32, True
     back = ValidatorState(tmp_path)
-    assert back.verdict(3, "0xabc") == {"score": 5}
+    assert back.verdict(3, "0xabc") == Verdict("0xabc", 3, True, "ok", "", score=5)
     assert back.round(3).scores == [5] and back.round(3).score_committed
 
 
@@ -192,6 +193,22 @@ def test_device_setting() -> None:
         assert args.cfg_device == "cuda:1"
 
 
+# a verdict as Verdict.to_json has always written it
+OLD_VERDICT = {
+    "accepted": True,
+    "attested": False,
+    "digest": "dd" * 32,
+    "evidence": {"segments": [[0, 30]]},
+    "metrics": {"final_cosine": 0.99, "replayed_steps": 30, "verify_cpu_seconds": 1.25},
+    "miner": "0xaa",
+    "provable": False,
+    "reason": "",
+    "round": 3,
+    "score": 7000,
+    "stage": "ok",
+    "timings": {"format": 0.01, "recompute": 1.5},
+}
+
 # state.json as nodes before the typed record wrote it (every key of the old TypedDict, sort_keys, indent 1)
 OLD_VALIDATOR_STATE = {
     "checkpoints": {"3": "0x" + "11" * 32, "4": "0x" + "22" * 32},
@@ -215,7 +232,7 @@ OLD_VALIDATOR_STATE = {
             "seed_secret": "ab" * 32,
             "signature": "0x" + "ef" * 65,
             "updates": {"0xaa": "0x" + "dd" * 32},
-            "verdicts": {"0xaa": {"accepted": True, "score": 7000, "stage": "ok"}},
+            "verdicts": {"0xaa": OLD_VERDICT},
             "verify_seconds": 1,
         },
         "4": {"verdicts": {}},
@@ -231,7 +248,7 @@ def test_validator_state_of_an_existing_node_loads_and_is_kept_byte_for_byte(tmp
     st = ValidatorState(tmp_path)
     rec = st.round(3)
     assert rec.scores == [7000, 0] and rec.salt == "00" * 32 and rec.score_revealed is True
-    assert rec.merged == st.checkpoint(4) and rec.verdicts["0xaa"]["score"] == 7000
+    assert rec.merged == st.checkpoint(4) and rec.verdicts["0xaa"].score == 7000
     assert st.round(4).scores is None and st.round(4).certified is None
     st.put_checkpoint(4, "0x" + "22" * 32)  # a write with nothing changed
     assert (tmp_path / "state.json").read_bytes() == raw
@@ -261,6 +278,14 @@ def test_validator_round_record_is_typed(tmp_path: Path) -> None:
         ({"scores": ["7000"]}, "'scores' must be list\\[int\\]"),
         ({"certified": 1}, "'certified' must be bool"),
         ({"updates": {"0xaa": 5}}, "'updates' must be dict\\[str, str\\]"),
+        (
+            {"verdicts": {"0xaa": {**OLD_VERDICT, "score": "7000"}}},
+            "'verdicts' must be dict\\[str, .*Verdict\\]",
+        ),
+        (
+            {"verdicts": {"0xaa": {k: v for k, v in OLD_VERDICT.items() if k != "miner"}}},
+            "'verdicts' must be",
+        ),
     ],
 )
 def test_validator_state_refuses_a_record_it_cannot_read(tmp_path: Path, change: dict, message: str) -> None:

@@ -126,8 +126,8 @@ def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[
             # residual after the update nor a replayed segment's end state crossed the wire (issue 13)
             for val in validators:
                 hv = val.state.verdict(r, m)
-                assert hv is not None and hv["metrics"].get("ef_after_rel_err") == 0.0, hv
-                assert hv["metrics"].get("replay_param_rel_diff", 0.0) == 0.0, hv
+                assert hv is not None and hv.metrics.get("ef_after_rel_err") == 0.0, hv
+                assert hv.metrics.get("replay_param_rel_diff", 0.0) == 0.0, hv
         assert s.consensus[junk] == 0 and s.miner_rewards[junk] == 0
     # theta_3 was rebuilt by every honest miner from theta_2, round 2's consensus and the accepted updates:
     # the certified digest, without fetching the checkpoint (issue 13)
@@ -135,8 +135,8 @@ def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[
         if m.address in honest:
             assert m.checkpoints.rebuilt >= 1, m.last_error
         v = validators[0].state.verdict(r, junk)
-        assert v is not None and v["stage"] == "format" and v["provable"]
-        assert v["reason"].split(":")[0] in {
+        assert v is not None and v.stage == "format" and v.provable
+        assert v.reason.split(":")[0] in {
             "BadMagic",
             "TruncatedUpdate",
             "MalformedHeader",

@@ -208,7 +208,7 @@ def test_slow_validator_reveals_in_sized_windows(tmp_path: Path, dht: DHTNode, s
     slow_node = validators[1]
     for m in honest:
         v = slow_node.state.verdict(2, m)
-        assert v is not None and v["stage"] == "ok", v
+        assert v is not None and v.stage == "ok", v
     s = rd.settlement
     assert s is not None
     for m in honest:

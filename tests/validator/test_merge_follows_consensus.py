@@ -102,8 +102,6 @@ def test_dissenting_validator_merges_the_consensus(network: tuple[Any, ...]) -> 
     s = ledger.rounds[2].settlement
     assert s is not None and len(s.consensus) == 2 and all(v > 0 for v in s.consensus.values())
     # the small validator scored every miner 0, yet merged exactly the consensus and co-signed
-    assert all(
-        small.state.verdict(2, m) is None or small.state.verdict(2, m)["score"] == 0 for m in s.consensus
-    )
+    assert all(small.state.verdict(2, m) is None or small.state.verdict(2, m).score == 0 for m in s.consensus)
     assert small.state.checkpoint(3) == big.state.checkpoint(3) == "0x" + ledger.checkpoints[3].hex()
     assert sorted(small.state.round(2).merged_from or []) == sorted(s.consensus)

@@ -89,10 +89,10 @@ def test_one_catch_is_enough_to_slash(network: tuple[Any, ...]) -> None:
         else:
             ledger.mine(8)
     caught = validators[0].state.verdict(2, lazy)
-    assert caught is not None and caught["stage"] == "recompute" and caught["provable"], caught
+    assert caught is not None and caught.stage == "recompute" and caught.provable, caught
     for v in validators[1:]:
         own = v.state.verdict(2, lazy)
-        assert own is not None and own["stage"] != "recompute"  # they did not catch it themselves
+        assert own is not None and own.stage != "recompute"  # they did not catch it themselves
         assert list((v.state.round(2).rechecked or {}).values()) == [True]
     assert ledger.slashed.get(lazy, 0) >= 1  # (the in-memory ledger counts every vote past 2/3)
     assert ledger.slashed.get(honest, 0) == 0
