@@ -26,10 +26,10 @@ from typing import Any
 from eth_account import Account
 from web3 import Web3
 
-from protocol.anvil import Anvil
-from protocol.bls import BlsKeyPair
 from protocol.chain import Chain, deploy_network
-from protocol.deployment import Deployment, NetworkParams
+from protocol.rounds.anvil import Anvil
+from protocol.rounds.deployment import Deployment, NetworkParams
+from protocol.wire.bls import BlsKeyPair
 
 DEFAULT_OUT = Path("reports/bench-chain.json")
 

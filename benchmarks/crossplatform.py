@@ -211,7 +211,7 @@ def _workdir(keep: Path | None) -> Iterator[Path]:
 def _write_genesis(specs: dict[str, dict[str, Any]], work: Path) -> dict[str, str]:
     """One theta_0 per case for every setting (its init bits are platform-dependent); their digests."""
     from protocol.runspec import RunSpec
-    from protocol.tensorblob import encode_tensors
+    from protocol.wire.tensorblob import encode_tensors
     from training.digest import state_digest
 
     genesis: dict[str, str] = {}

@@ -74,7 +74,7 @@ def train(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from protocol.runspec import RunSpec
-    from protocol.tensorblob import decode_tensors
+    from protocol.wire.tensorblob import decode_tensors
     from training.data import prepare
     from training.digest import state_digest
 
@@ -119,7 +119,7 @@ def _two_rounds(spec: Any, ds: Any, theta1: Any, device: str) -> tuple[Any, Any,
     pseudo-gradient and carrying its error-feedback residual; the two builds and theta_2."""
     from miner.behaviour import Behaviour
     from miner.work import build_update
-    from protocol.update import UpdateCaps, decode_update
+    from protocol.wire.update import UpdateCaps, decode_update
     from training.digest import state_digest
 
     common: dict[str, Any] = {
@@ -157,8 +157,8 @@ def _two_rounds(spec: Any, ds: Any, theta1: Any, device: str) -> tuple[Any, Any,
 def _publish(d: Path, b1: Any, b2: Any, theta2: Any, segs: list[int]) -> None:
     """Write what a validator fetches: round 2's transcript states around the sampled segments (and its
     first and last), both rounds' residuals and transcripts, theta_2 and both updates."""
-    from protocol.tensorblob import encode_tensors
-    from protocol.update import transcript_root
+    from protocol.wire.tensorblob import encode_tensors
+    from protocol.wire.update import transcript_root
 
     blobs: dict[str, Any] = {}
     for b in (b1, b2):  # the residuals and the transcripts
@@ -200,9 +200,9 @@ def _round_context(spec: Any, ds: Any, meta: dict[str, Any], theta: Any) -> Any:
 
 def verify(spec: Any, ds: Any, meta: dict[str, Any], d: Path, segments: int, device: str) -> dict[str, Any]:
     """Verify the round-2 update in ``d`` as a validator does; the verdict and the differences measured."""
-    from protocol.coordinator import update_commitment
-    from protocol.tensorblob import decode_tensors
-    from protocol.update import update_digest
+    from protocol.rounds.coordinator import update_commitment
+    from protocol.wire.tensorblob import decode_tensors
+    from protocol.wire.update import update_digest
     from validator.verify import VerifyPolicy, verify_update
 
     theta = decode_tensors((d / "checkpoint.safetensors").read_bytes())

@@ -29,8 +29,8 @@ import torch
 from miner.behaviour import Behaviour
 from miner.work import build_update
 from protocol.runspec import RunSpec
-from protocol.tensorblob import tensors_digest
-from protocol.update import decode_update
+from protocol.wire.tensorblob import tensors_digest
+from protocol.wire.update import decode_update
 from training.config import InnerConfig, ModelConfig
 from training.data import prepare
 from training.diloco import pseudo_gradient

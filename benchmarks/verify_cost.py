@@ -27,9 +27,9 @@ import torch
 
 from miner.behaviour import Behaviour
 from miner.work import build_update
-from protocol.coordinator import update_commitment
+from protocol.rounds.coordinator import update_commitment
 from protocol.runspec import warm_up_torch
-from protocol.tensorblob import tensors_digest
+from protocol.wire.tensorblob import tensors_digest
 from tessera.devnet.config import DevnetConfig
 from tessera.devnet.runfile import devnet_spec
 from training.data import prepare

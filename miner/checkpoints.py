@@ -15,12 +15,12 @@ from torch import Tensor
 from miner.errors import CheckpointUnavailableError
 from miner.rebuild import accepted, rebuild_checkpoint
 from miner.state import MinerState
-from protocol.coordinator import Coordinator, update_commitment
-from protocol.discovery import Discovery
-from protocol.nodeapi import NodeMetrics
+from protocol.node.api import NodeMetrics
+from protocol.p2p.discovery import Discovery
+from protocol.p2p.transfer import FetchPolicy, TransferError, fetch_blob
+from protocol.rounds.coordinator import Coordinator, update_commitment
 from protocol.runspec import RunSpec
-from protocol.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest, tensors_digest
-from protocol.transfer import FetchPolicy, TransferError, fetch_blob
+from protocol.wire.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest, tensors_digest
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from miner.errors import MinerError, MinerStateError
 from miner.parts import MinerParts, part_index
 from miner.state import ABANDONED, COMMITTED, MinerRoundRecord
 from miner.work import BuiltUpdate, build_update
-from protocol.coordinator import CoordinatorError, Phase, RoundState
+from protocol.rounds.coordinator import CoordinatorError, Phase, RoundState
 from protocol.runspec import COMPUTE_LOCK
-from protocol.tensorblob import encode_tensors, tensor_blob_digest
+from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
 
 log = logging.getLogger(__name__)
 

@@ -13,14 +13,14 @@ from typing import Any
 
 from miner.errors import MinerConfigError
 from protocol.errors import ProtocolError
-from protocol.settings import NodeConfig, load_settings
+from protocol.node.settings import NodeConfig, load_settings
 
 ENV_PREFIX = "TESSERA_MINER_"
 
 
 @dataclass(frozen=True)
 class MinerConfig(NodeConfig):
-    """Everything a miner node needs to know (the shared node fields are ``protocol.settings.NodeConfig``'s)."""
+    """Everything a miner node needs to know (the shared node fields are ``protocol.node.settings.NodeConfig``'s)."""
 
     key_env: str = "TESSERA_MINER_KEY"
     """Environment variable holding the miner's private key (if no keystore)."""

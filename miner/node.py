@@ -8,7 +8,7 @@ round (or joins the next one) without committing twice or losing error feedback.
 Its actions are mixins over the attributes of ``miner.parts``:
 ``miner.commit`` (train, record, commit), ``miner.publish`` (serve the round's update, transcript and
 error feedback) and ``miner.rewards`` (rewards and the account); start, run and stop are
-``protocol.nodestart``'s, shared with the validator.
+``protocol.node.start``'s, shared with the validator.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from miner.parts import EvidenceFn, LiveRound
 from miner.publish import PublishMixin
 from miner.rewards import RewardsMixin
 from miner.state import COMMITTED, PREPARED, SERVED, MinerState
-from protocol.coordinator import Coordinator, Phase, RoundState
-from protocol.discovery import Discovery
-from protocol.nodeapi import NodeMetrics, NodeServer
-from protocol.nodestart import ServingNode
+from protocol.node.api import NodeMetrics, NodeServer
+from protocol.node.start import ServingNode
+from protocol.node.traffic import TrafficLedger
+from protocol.p2p.discovery import Discovery
+from protocol.p2p.transfer import BlobStore, FetchPolicy
+from protocol.rounds.coordinator import Coordinator, Phase, RoundState
 from protocol.runspec import RunSpec
-from protocol.traffic import TrafficLedger
-from protocol.transfer import BlobStore, FetchPolicy
 from training.data import Dataset
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def simulated_evidence(chain_id: int, seed: bytes) -> EvidenceFn:
 
 class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
     """A miner: one process, one key, one run; this class is its phase machine (``step``), the actions
-    are the mixins' (``start``, ``run`` and ``stop``: ``protocol.nodestart``)."""
+    are the mixins' (``start``, ``run`` and ``stop``: ``protocol.node.start``)."""
 
     role = "miner"
     retried = (MinerError,)

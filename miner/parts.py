@@ -15,12 +15,12 @@ from miner.checkpoints import CheckpointSource
 from miner.config import MinerConfig
 from miner.state import MinerState
 from miner.work import BuiltUpdate
-from protocol.coordinator import Coordinator, update_commitment
-from protocol.discovery import Discovery
-from protocol.nodeapi import NodeMetrics
+from protocol.node.api import NodeMetrics
+from protocol.p2p.discovery import Discovery
+from protocol.p2p.transfer import BlobStore, FetchPolicy
+from protocol.rounds.coordinator import Coordinator, update_commitment
 from protocol.runspec import RunSpec
-from protocol.tensorblob import split_checkpoint
-from protocol.transfer import BlobStore, FetchPolicy
+from protocol.wire.tensorblob import split_checkpoint
 from training.data import Dataset, prepare
 
 #: Produces TEE evidence for (round, miner, update digest); None when the node runs without a TEE.

@@ -14,12 +14,12 @@ from miner.errors import MinerStateError
 from miner.parts import MinerParts, part_index
 from miner.state import SERVED, MinerRoundRecord
 from miner.work import assignment_for, transcript_state
-from protocol.coordinator import RoundState
-from protocol.nodeapi import NodeNotReadyError
-from protocol.records import Served
+from protocol.node.api import NodeNotReadyError
+from protocol.rounds.coordinator import RoundState
 from protocol.runspec import COMPUTE_LOCK
-from protocol.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
-from protocol.update import transcript_tensors
+from protocol.wire.records import Served
+from protocol.wire.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
+from protocol.wire.update import transcript_tensors
 from training.digest import split_state
 
 log = logging.getLogger(__name__)

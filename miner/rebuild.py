@@ -16,8 +16,8 @@ from torch import Tensor
 
 from protocol.errors import ProtocolError
 from protocol.runspec import COMPUTE_LOCK, RunSpec
-from protocol.tensorblob import join_checkpoint, split_checkpoint, tensors_digest
-from protocol.update import decode_update
+from protocol.wire.tensorblob import join_checkpoint, split_checkpoint, tensors_digest
+from protocol.wire.update import decode_update
 from training.errors import TrainingError
 from training.merge import next_checkpoint
 

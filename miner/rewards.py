@@ -1,6 +1,6 @@
 """A miner's pay: each settled round's reward and consensus score into its round records, and this key's
-account read from the chain (``protocol.nodeaccount``), which also catches a commitment of this key that
-this node did not make (:class:`protocol.nodeaccount.KeyInUseError`)."""
+account read from the chain (``protocol.node.account``), which also catches a commitment of this key that
+this node did not make (:class:`protocol.node.account.KeyInUseError`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 
 from miner.parts import MinerParts
 from miner.state import COMMITTED, SERVED
-from protocol.nodeaccount import ChainAccount
+from protocol.node.account import ChainAccount
 
 log = logging.getLogger(__name__)
 

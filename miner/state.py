@@ -15,7 +15,7 @@ no residual is lost and none is applied twice. Every write is atomic (temp file,
 
 A round's record is a :class:`MinerRoundRecord`: one typed attribute per key, so a misspelt field is a
 type error (and, the class having slots, an ``AttributeError`` at run time), never a silent ``None``. Its
-JSON is the one miners have always written (``protocol.jsonrecord``): a field is on disk once set, and a
+JSON is the one miners have always written (``protocol.node.jsonrecord``): a field is on disk once set, and a
 file with a key this version does not know, or a value of the wrong type, is refused with
 :class:`MinerStateError`.
 """
@@ -35,9 +35,9 @@ from safetensors.torch import save as st_save
 from torch import Tensor
 
 from miner.errors import MinerStateError
-from protocol.canonical import JSONFileError, read_json_file
-from protocol.jsonrecord import RecordError, record_from_json, record_to_json
-from protocol.transfer import BlobStore, atomic_write
+from protocol.node.jsonrecord import RecordError, record_from_json, record_to_json
+from protocol.p2p.transfer import BlobStore, atomic_write
+from protocol.wire.canonical import JSONFileError, read_json_file
 
 PREPARED = "prepared"
 COMMITTED = "committed"

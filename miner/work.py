@@ -17,7 +17,7 @@ from torch import Tensor
 
 from miner.behaviour import Behaviour, BehaviourContext
 from protocol.runspec import RunSpec
-from protocol.update import (
+from protocol.wire.update import (
     Update,
     encode_update,
     make_header,
@@ -42,7 +42,7 @@ class BuiltUpdate:
     round: int
     assignment: Assignment
     update: bytes
-    """Encoded update (protocol.update)."""
+    """Encoded update (protocol.wire.update)."""
     digest: bytes
     """SHA-256 of ``update`` (32 bytes): what the miner commits to."""
     transcript_steps: list[int]

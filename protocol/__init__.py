@@ -2,7 +2,7 @@
 
 import sys as _sys
 
-# ``py_ecc`` (imported by eth_account/web3 and by protocol.bls) runs ``sys.setrecursionlimit(100000)`` at
+# ``py_ecc`` (imported by eth_account/web3 and by protocol.wire.bls) runs ``sys.setrecursionlimit(100000)`` at
 # import; with that limit CPython's C JSON decoder overflows the C stack (SIGSEGV) on deeply nested input
 # instead of raising RecursionError. Import its (lazy, cheap) package here once, keeping the limit, so no
 # later import of it can raise the limit (docs/security.md F1).

@@ -20,13 +20,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from protocol.canonical import (
+from protocol.errors import ProtocolError
+from protocol.wire.canonical import (
     JSONFileError,
     dumps_canonical,
     read_json_file,
 )
-from protocol.errors import ProtocolError
-from protocol.tensorblob import tensors_digest
+from protocol.wire.tensorblob import tensors_digest
 from training.config import CodecConfig, InnerConfig, ModelConfig, OuterConfig, from_dict, to_dict
 from training.corpus import content_digest, load_bundled_corpus, load_corpus_path
 from training.errors import TrainingError

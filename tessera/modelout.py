@@ -21,9 +21,9 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from protocol.errors import ProtocolError
-from protocol.tensorblob import decode_tensors, split_checkpoint, tensors_digest
-from protocol.traffic import OPERATOR_QUERY
-from protocol.transfer import TransferError, get_capped
+from protocol.node.traffic import OPERATOR_QUERY
+from protocol.p2p.transfer import TransferError, get_capped
+from protocol.wire.tensorblob import decode_tensors, split_checkpoint, tensors_digest
 from tessera.errors import TesseraError
 from training.config import ModelConfig, from_dict, to_dict
 from training.data import is_heldout, prepare

@@ -23,8 +23,8 @@ from typing import Any
 
 from eth_account import Account
 
-from protocol.deployment import Deployment
-from protocol.settings import setting_defaults, setting_docs, setting_types
+from protocol.node.settings import setting_defaults, setting_docs, setting_types
+from protocol.rounds.deployment import Deployment
 from tessera.errors import TesseraError
 
 log = logging.getLogger(__name__)
@@ -90,10 +90,10 @@ def overrides_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 
 def connect(deployment_path: Path | None, rpc_url: str, private_key: str, traffic: Any = None) -> Any:
-    """A :class:`protocol.chaincoord.ChainCoordinator` for the deployment, signing with ``private_key``;
-    its JSON-RPC bytes are counted in ``traffic`` (a :class:`protocol.traffic.TrafficLedger`) if given."""
+    """A :class:`protocol.chain.coordinator.ChainCoordinator` for the deployment, signing with ``private_key``;
+    its JSON-RPC bytes are counted in ``traffic`` (a :class:`protocol.node.traffic.TrafficLedger`) if given."""
     from protocol.chain import Chain
-    from protocol.chaincoord import ChainCoordinator
+    from protocol.chain.coordinator import ChainCoordinator
 
     if deployment_path is None:
         raise TesseraError("no deployment file: pass --deployment (written by `tessera contracts deploy`)")
@@ -164,14 +164,14 @@ def start_dht(
     chain_id: int | None = None,
     host: str = "127.0.0.1",
 ) -> Any:
-    """A started :class:`protocol.dht.DHTNode`, or None when disabled. With ``data_dir``, the node's DHT key
+    """A started :class:`protocol.p2p.dht.DHTNode`, or None when disabled. With ``data_dir``, the node's DHT key
     lives in ``data_dir/dht.key``: its peer id (and with a fixed port its multiaddr) survives restarts,
     and a second instance on the same data dir is refused at start (the key is in use). ``chain_id``:
     store only that chain's records. It listens on ``host`` (:func:`dht_listen_maddr`). The multiaddr other
     nodes bootstrap from is printed (and is in the node's ``/status``, ``dht_maddrs``)."""
     if not enabled:
         return None
-    from protocol.dht import DHTConfig, DHTNode
+    from protocol.p2p.dht import DHTConfig, DHTNode
 
     identity = None
     if data_dir is not None:
@@ -221,9 +221,9 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     """Open a node's runtime from its config (``MinerConfig`` or ``ValidatorConfig``) and key: the run file,
     the data-dir lock, the chain (its genesis checked against the run file), the DHT and discovery with
     ``fallback_urls``; the DHT is shut down on exit."""
-    from protocol.discovery import Discovery
+    from protocol.node.traffic import TrafficLedger
+    from protocol.p2p.discovery import Discovery
     from protocol.runspec import RunSpec
-    from protocol.traffic import TrafficLedger
 
     spec = RunSpec.load(cfg.run_file)
     lock = lock_data_dir(cfg.data_dir)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.update import decode_update, encode_update, make_update
+from protocol.wire.update import decode_update, encode_update, make_update
 from training.codecs import encode
 from training.config import CodecConfig
 
 
 def wire_transport(codec: Any) -> Any:
-    """A simulation transport that sends each update through ``protocol.update`` and counts its bytes."""
+    """A simulation transport that sends each update through ``protocol.wire.update`` and counts its bytes."""
     fp32 = CodecConfig(name="dense", chunk=4096, bits=32)
 
     def transport(round, assignment, encs, delta, res, base_digest):  # type: ignore[no-untyped-def]

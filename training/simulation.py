@@ -2,7 +2,7 @@
 
 Pure math like the rest of ``training``: no clock, no files. What crosses the wire is left to the caller
 through ``transport``: a function that receives each miner's encoded update and returns what arrives
-(``tessera simulate`` passes one that goes through ``protocol.update``'s bytes and counts them).
+(``tessera simulate`` passes one that goes through ``protocol.wire.update``'s bytes and counts them).
 
 A round of :class:`Simulation`: the round seed fixes the assignments; each miner (in address order) draws
 its batches, runs the inner loop from theta_r, takes its pseudo-gradient, compresses it with its error

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import HTTPException
 from fastapi.responses import HTMLResponse, Response
 
-from protocol.nodeaccount import ChainAccount
+from protocol.node.account import ChainAccount
 from validator.parts import ValidatorParts
 from validator.web import LIVE_PAGE
 

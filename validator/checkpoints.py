@@ -8,13 +8,14 @@ import time
 
 import httpx
 
-from protocol.coordinator import (
+from protocol.errors import ProtocolError
+from protocol.p2p.transfer import TransferError, fetch_blob
+from protocol.rounds.coordinator import (
     CoordinatorError,
 )
-from protocol.errors import ProtocolError
-from protocol.records import Served
 from protocol.runspec import COMPUTE_LOCK
-from protocol.tensorblob import (
+from protocol.wire.records import Served
+from protocol.wire.tensorblob import (
     decode_tensors,
     encode_tensors,
     join_checkpoint,
@@ -22,8 +23,7 @@ from protocol.tensorblob import (
     tensor_blob_digest,
     tensors_digest,
 )
-from protocol.transfer import TransferError, fetch_blob
-from protocol.update import decode_update
+from protocol.wire.update import decode_update
 from training.errors import MergeError
 from training.merge import next_checkpoint
 from validator.errors import CertificationError, MergeFailedError, ValidatorError

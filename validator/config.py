@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from protocol.canonical import JSONFileError, read_json_file
 from protocol.errors import ProtocolError
-from protocol.settings import NodeConfig, load_settings
+from protocol.node.settings import NodeConfig, load_settings
+from protocol.wire.canonical import JSONFileError, read_json_file
 from validator.errors import ValidatorConfigError
 from validator.policy import EF_REL_TOL, PARAM_REL_TOL, REPLAY_REL_TOL, VerifyPolicy
 
@@ -38,7 +38,7 @@ __all__ = ["EF_REL_TOL", "PARAM_REL_TOL", "REPLAY_REL_TOL", "ValidatorConfig", "
 
 @dataclass(frozen=True)
 class ValidatorConfig(NodeConfig):
-    """Everything a validator node needs to know: the shared node fields (``protocol.settings.NodeConfig``),
+    """Everything a validator node needs to know: the shared node fields (``protocol.node.settings.NodeConfig``),
     the verification section ``verify`` and the settings below."""
 
     renamed_settings: ClassVar[Mapping[str, str]] = {

@@ -9,8 +9,8 @@ from typing import Any
 
 from torch import Tensor
 
+from protocol.p2p.transfer import FetchTimeoutError, PeerUnavailableError
 from protocol.runspec import RunSpec
-from protocol.transfer import FetchTimeoutError, PeerUnavailableError
 from training.assignment import Assignment, assign
 from training.config import CodecConfig
 from training.data import Dataset

@@ -12,7 +12,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from protocol.update import UnsupportedVersion, Update, UpdateCaps, UpdateError, UpdateHeader, decode_update
+from protocol.wire.update import (
+    UnsupportedVersion,
+    Update,
+    UpdateCaps,
+    UpdateError,
+    UpdateHeader,
+    decode_update,
+)
 from training.digest import state_digest
 from training.diloco import pseudo_gradient
 from training.feedback import ErrorFeedback

@@ -9,12 +9,12 @@ from collections.abc import Mapping
 
 from torch import Tensor
 
-from protocol.coordinator import (
+from protocol.p2p.transfer import TransferError, fetch_blob, get_capped, sha256_digest
+from protocol.rounds.coordinator import (
     update_commitment,
 )
-from protocol.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
-from protocol.transfer import TransferError, fetch_blob, get_capped, sha256_digest
-from protocol.update import update_digest
+from protocol.wire.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
+from protocol.wire.update import update_digest
 from validator.context import FetchSource, FetchState, KeepResidual
 from validator.errors import NotAnnouncedError, SourceMismatchError
 from validator.parts import ValidatorParts

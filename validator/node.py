@@ -1,6 +1,6 @@
 """The validator node: watch the chain, verify every committed update, score, settle, merge, certify.
 
-Per round r (see ``protocol.coordinator`` for the phases):
+Per round r (see ``protocol.rounds.coordinator`` for the phases):
 
 - COMMIT: commit a seed share (its secret stored first);
 - REVEAL: reveal the share; fetch every committed update (cheap checks need no seed);
@@ -32,22 +32,22 @@ from typing import Any
 
 from attestation import AttestationError, Binding, verify
 from attestation.simulated import SimulatedEnclave
-from protocol.coordinator import (
+from protocol.node.api import NodeMetrics, NodeServer
+from protocol.node.start import ServingNode
+from protocol.node.traffic import TrafficLedger
+from protocol.p2p.discovery import Discovery
+from protocol.p2p.transfer import BlobStore, FetchPolicy
+from protocol.rounds.coordinator import (
     SCORE_MAX,
     Coordinator,
     CoordinatorError,
     Phase,
     RoundState,
 )
-from protocol.discovery import Discovery
-from protocol.nodeapi import NodeMetrics, NodeServer
-from protocol.nodestart import ServingNode
 from protocol.runspec import COMPUTE_LOCK, RunSpec
-from protocol.tensorblob import (
+from protocol.wire.tensorblob import (
     tensor_blob_digest,
 )
-from protocol.traffic import TrafficLedger
-from protocol.transfer import BlobStore, FetchPolicy
 from training.data import Dataset
 from validator.api import ApiMixin
 from validator.checkpoints import CheckpointsMixin
@@ -96,7 +96,7 @@ def dev_evidence_checker(chain_id: int, seed: bytes) -> CheckEvidence:
 class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
     """A validator: one process, one key, one run; this class is its phase machine (``step``), the other
     parts are mixins: intake, slashing, checkpoints and the API (``start`` and ``stop``:
-    ``protocol.nodestart``)."""
+    ``protocol.node.start``)."""
 
     role = "validator"
     retried = (ValidatorError,)

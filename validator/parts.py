@@ -14,15 +14,15 @@ from typing import Any
 
 from torch import Tensor
 
-from protocol.canonical import check_json_depth
-from protocol.coordinator import (
+from protocol.node.api import NodeMetrics
+from protocol.p2p.discovery import Discovery
+from protocol.p2p.transfer import BlobStore, FetchPolicy, get_capped
+from protocol.rounds.coordinator import (
     Coordinator,
     RoundState,
 )
-from protocol.discovery import Discovery
-from protocol.nodeapi import NodeMetrics
 from protocol.runspec import RunSpec
-from protocol.transfer import BlobStore, FetchPolicy, get_capped
+from protocol.wire.canonical import check_json_depth
 from training.config import CodecConfig
 from training.data import Dataset, prepare
 from training.merge import MergePolicy

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
-from protocol.update import Update
+from protocol.wire.update import Update
 from training.assignment import Assignment
 from training.digest import PARAM_PREFIX, state_digest
 from training.model import module_of

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from protocol.runspec import COMPUTE_LOCK
-from protocol.update import Update
+from protocol.wire.update import Update
 from training.assignment import Assignment
 from training.data import miner_batches
 from training.digest import part_digests

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from protocol.tensorblob import tensor_blob_digest
-from protocol.transfer import BlobStore
+from protocol.p2p.transfer import BlobStore
+from protocol.wire.tensorblob import tensor_blob_digest
 
 
 class ResidualCache:

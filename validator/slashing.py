@@ -8,18 +8,18 @@ import httpx
 from eth_utils import keccak
 from torch import Tensor
 
-from protocol.canonical import dumps_canonical
-from protocol.coordinator import (
+from protocol.errors import ProtocolError
+from protocol.p2p.transfer import TransferError, fetch_blob
+from protocol.rounds.coordinator import (
     CoordinatorError,
     RoundState,
 )
-from protocol.errors import ProtocolError
-from protocol.tensorblob import (
+from protocol.wire.canonical import dumps_canonical
+from protocol.wire.tensorblob import (
     decode_tensors,
     tensor_blob_digest,
 )
-from protocol.transfer import TransferError, fetch_blob
-from protocol.update import decode_update, update_digest
+from protocol.wire.update import decode_update, update_digest
 from validator.intake import IntakeMixin
 from validator.parts import Theta
 from validator.stages import Stage

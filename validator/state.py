@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protocol.canonical import JSONFileError, read_json_file
-from protocol.jsonrecord import RecordError, record_from_json, record_to_json
-from protocol.transfer import BlobStore, atomic_write
+from protocol.node.jsonrecord import RecordError, record_from_json, record_to_json
+from protocol.p2p.transfer import BlobStore, atomic_write
+from protocol.wire.canonical import JSONFileError, read_json_file
 from validator.context import Verdict
 from validator.errors import ValidatorStateError
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from protocol.update import Update, UpdateError, with_transcript
+from protocol.wire.update import Update, UpdateError, with_transcript
 from training.digest import PARAM_PREFIX, part_digests, state_digest
 from validator.context import FetchState, _Fail, unreachable
 from validator.stages import Stage

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from protocol.coordinator import SCORE_SCALE
+from protocol.rounds.coordinator import SCORE_SCALE
 from protocol.runspec import RunSpec
 from training.assignment import Assignment
 from training.data import Dataset, batch_offsets, eval_windows, scoring_batches

@@ -2,9 +2,9 @@
 
 Stages, in order (the first failure decides; later, costlier stages are not run):
 
-1. ``fetch``     the update is served and fits the size cap (``protocol.transfer`` enforces it);
+1. ``fetch``     the update is served and fits the size cap (``protocol.p2p.transfer`` enforces it);
 2. ``digest``    SHA-256 of the bytes, wrapped in the sender-bound commitment, equals the on-chain one;
-3. ``format``    ``protocol.update.decode_update``: magic, version, header, codec, dtypes, shapes, finite;
+3. ``format``    ``protocol.wire.update.decode_update``: magic, version, header, codec, dtypes, shapes, finite;
 4. ``header``    round, miner, base checkpoint digest, assigned modules and transcript steps are the
                  expected ones;
 5. ``bounds``    every module's pseudo-gradient norm is at most ``max_rel_norm`` times its weights' norm;
@@ -46,9 +46,9 @@ from typing import Any
 
 from torch import Tensor
 
-from protocol.coordinator import update_commitment
+from protocol.rounds.coordinator import update_commitment
 from protocol.runspec import COMPUTE_LOCK
-from protocol.update import Update, UpdateCaps, UpdateError, decode_update, update_digest
+from protocol.wire.update import Update, UpdateCaps, UpdateError, decode_update, update_digest
 from training.assignment import Assignment
 from training.model import module_of
 from validator.context import (

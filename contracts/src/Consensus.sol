@@ -3,7 +3,7 @@ pragma solidity 0.8.30;
 
 /// @title Consensus
 /// @notice The scoring math of a round, shared by the network contract and the tests. The Python
-///         reference (protocol/consensus.py) implements the same functions to the wei; the JSON vectors
+///         reference (protocol/rounds/consensus.py) implements the same functions to the wei; the JSON vectors
 ///         in test/vectors/ keep both sides equal.
 /// @dev Scores are integers in [0, SCORE_MAX]. The consensus score of a miner is the stake-weighted
 ///      lower median of the revealed validator scores (Yuma consensus with kappa = 1/2): the smallest

@@ -4,7 +4,7 @@ pragma solidity 0.8.30;
 import {Consensus} from "../src/Consensus.sol";
 import {TestBase} from "./utils/Vm.sol";
 
-/// @notice Replays the vectors written by the Python reference (protocol/consensus.py): medians and
+/// @notice Replays the vectors written by the Python reference (protocol/rounds/consensus.py): medians and
 ///         payouts must agree to the wei. Regenerate with `npm run vectors`.
 contract VectorsTest is TestBase {
     function _key(uint256 i, string memory field) internal pure returns (string memory) {

@@ -15,7 +15,7 @@ from eth_utils import keccak, to_checksum_address
 
 from protocol.chain.errors import REVERT_TYPES, TOKEN_REVERT_TYPES, ChainError, ContractRevert, UnknownRevert
 from protocol.chain.values import Role
-from protocol.phases import Phase
+from protocol.rounds.phases import Phase
 
 log = logging.getLogger(__name__)
 

@@ -13,14 +13,14 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 from web3.exceptions import ContractLogicError
 
-from protocol import bls
 from protocol.chain.abi import decode_revert
 from protocol.chain.errors import ChainError
 from protocol.chain.reads import ChainReads
 from protocol.chain.transport import DROPPED_AFTER_S, _b32, check_rpc_url, http_web3, retrying
 from protocol.chain.values import Role, TxResult
-from protocol.commitments import score_commitment, seed_commitment
-from protocol.consensus import settle
+from protocol.rounds.consensus import settle
+from protocol.wire import bls
+from protocol.wire.commitments import score_commitment, seed_commitment
 
 __all__ = ["DROPPED_AFTER_S", "Chain", "check_rpc_url", "http_web3", "retrying"]
 
@@ -127,7 +127,7 @@ class Chain(ChainReads):
 
     def finalize_round(self, round: int) -> TxResult:
         """Settles ``round``: reads commits and reveals from events, computes the medians with
-        :func:`protocol.consensus.settle` and submits them (the contract checks them)."""
+        :func:`protocol.rounds.consensus.settle` and submits them (the contract checks them)."""
         miners = [e.miner for e in self.committed_miners(round)]
         reveals = self.revealed_scores(round)
         st = settle(

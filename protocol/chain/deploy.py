@@ -11,7 +11,7 @@ from web3.exceptions import ContractLogicError
 from protocol.chain.abi import artifacts, decode_revert
 from protocol.chain.client import retrying
 from protocol.chain.errors import TransactionFailed
-from protocol.deployment import NetworkParams
+from protocol.rounds.deployment import NetworkParams
 
 
 def deploy_network(w3: Web3, account: LocalAccount, params: NetworkParams) -> tuple[str, str, int, str]:

@@ -7,14 +7,14 @@ from typing import Any
 
 from eth_utils import to_checksum_address
 
-from protocol import bls
 from protocol.chain.errors import ChainError, MalformedResponseError, _decoding
 from protocol.chain.events import EVENT_TYPES, ScoresRevealed, UpdateCommitted, _decode_event
 from protocol.chain.transport import ChainTransport, _b32, retrying
 from protocol.chain.values import AccountInfo, ChainStatus, ContractRound, Role, ScoreEntry, UnbondingInfo
-from protocol.commitments import update_commitment
-from protocol.deployment import NetworkParams
-from protocol.phases import Phase
+from protocol.rounds.deployment import NetworkParams
+from protocol.rounds.phases import Phase
+from protocol.wire import bls
+from protocol.wire.commitments import update_commitment
 
 
 class ChainReads(ChainTransport):

@@ -31,8 +31,8 @@ from protocol.chain.errors import (
 )
 from protocol.chain.events import EVENT_TYPES, ChainEvent, _decode_event
 from protocol.chain.values import TxResult
-from protocol.deployment import Deployment
-from protocol.traffic import TrafficLedger, rpc_session
+from protocol.node.traffic import TrafficLedger, rpc_session
+from protocol.rounds.deployment import Deployment
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

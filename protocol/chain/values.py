@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from protocol.chain.events import ChainEvent
-from protocol.phases import Phase
+from protocol.rounds.phases import Phase
 
 
 class Role(IntEnum):

@@ -1,7 +1,7 @@
 """Discovery over a shared in-memory board of signed records, for the attack harness.
 
 The one seam :class:`tessera.attack.harness.Network` replaces: records are signed and every read goes
-through ``protocol.records.decode_record``'s strict validation; only the DHT transport is skipped, so a
+through ``protocol.wire.records.decode_record``'s strict validation; only the DHT transport is skipped, so a
 scenario is deterministic on 2 CPU cores.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.discovery import Discovery
-from protocol.records import RecordError, decode_record
+from protocol.p2p.discovery import Discovery
+from protocol.wire.records import RecordError, decode_record
 
 
 def _discovery_base() -> Any:

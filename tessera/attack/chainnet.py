@@ -1,13 +1,13 @@
 """A scenario's chain: a fresh anvil with freshly deployed ``TesseraNetwork``, seen as the harness's ledger.
 
-Every scenario gets its own anvil (``protocol.anvil.Anvil``, ``--hardfork prague``, automine: each
+Every scenario gets its own anvil (``protocol.rounds.anvil.Anvil``, ``--hardfork prague``, automine: each
 transaction is a block) and its own deployment, made, funded and fast-forwarded with the devnet's code
 (``tessera.devnet.network.deploy_contracts`` / ``fast_forward_phase`` / ``anvil_rpc``). The nodes talk to
-it through ``protocol.chaincoord.ChainCoordinator``: commits, reveals, settlement, certification and
+it through ``protocol.chain.coordinator.ChainCoordinator``: commits, reveals, settlement, certification and
 slashing (propose + 2/3 stake vote) are the contract's.
 
 :class:`AnvilLedger` exposes, read from the chain (state and event logs), what the harness and the
-runner read of :class:`protocol.memcoordinator.MemoryLedger`: ``round``, ``phase``, ``checkpoints``,
+runner read of :class:`protocol.rounds.memcoordinator.MemoryLedger`: ``round``, ``phase``, ``checkpoints``,
 ``rounds[r].commits / reveals / settlement``, ``slashed`` and ``mine``.
 
 Round 1 opens in the contract's constructor, before anyone can register, so it has no miners: it is a
@@ -24,11 +24,11 @@ from typing import Any
 from eth_account import Account
 from eth_utils import to_checksum_address
 
-from protocol.anvil import Anvil
 from protocol.chain import Chain
-from protocol.chaincoord import ChainCoordinator
-from protocol.coordinator import Phase, Settlement
-from protocol.deployment import Deployment
+from protocol.chain.coordinator import ChainCoordinator
+from protocol.rounds.anvil import Anvil
+from protocol.rounds.coordinator import Phase, Settlement
+from protocol.rounds.deployment import Deployment
 from tessera.devnet.network import anvil_rpc, deploy_contracts, fast_forward_phase
 
 WEI = 10**18
@@ -141,7 +141,7 @@ class AnvilLedger:
 
     @property
     def phase(self) -> Any:
-        """The current phase (``protocol.coordinator.Phase``)."""
+        """The current phase (``protocol.rounds.coordinator.Phase``)."""
         return Phase(int(self.chain.round_state().phase))
 
     @property

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from miner.work import build_update, transcript_state
-from protocol.consensus import weighted_median
-from protocol.coordinator import update_commitment
-from protocol.tensorblob import tensors_digest
+from protocol.rounds.consensus import weighted_median
+from protocol.rounds.coordinator import update_commitment
+from protocol.wire.tensorblob import tensors_digest
 from tessera.attack import economics as ec
 from tessera.attack.harness import tiny_spec
 from tessera.attack.miners import LazyMiner

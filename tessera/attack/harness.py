@@ -3,13 +3,13 @@
 The participants are the real node classes (``miner.node.MinerNode``, ``validator.node.ValidatorNode``,
 or their adversarial subclasses) with their real HTTP servers, state directories, verification, merge
 and certification. The chain is real by default (``chain="anvil"``): a fresh anvil with freshly deployed
-contracts per scenario, the nodes on ``protocol.chaincoord.ChainCoordinator`` (see
-:mod:`tessera.attack.chainnet`). ``chain="memory"`` swaps in :class:`protocol.memcoordinator.MemoryLedger`
+contracts per scenario, the nodes on ``protocol.chain.coordinator.ChainCoordinator`` (see
+:mod:`tessera.attack.chainnet`). ``chain="memory"`` swaps in :class:`protocol.rounds.memcoordinator.MemoryLedger`
 (the contract's semantics in memory), a fast option whose reports say ``chain: memory``. One seam is
 always replaced so that a scenario is deterministic on 2 CPU cores:
 
 - discovery is a shared :class:`BoardDiscovery`: records are signed and every read goes through
-  ``protocol.records.decode_record``'s strict validation, only the DHT transport is skipped.
+  ``protocol.wire.records.decode_record``'s strict validation, only the DHT transport is skipped.
 
 The nodes are stepped round-robin (one ``step()`` each, then one block; on anvil the devnet's fast-forward
 mines the rest of a phase once every node has done its part) until the wanted number of
@@ -34,9 +34,9 @@ from miner.errors import MinerError
 from miner.node import MinerNode
 from miner.state import SERVED
 from protocol.errors import ProtocolError
-from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.runspec import RunSpec
-from protocol.tensorblob import decode_tensors, split_checkpoint, tensors_digest
+from protocol.wire.tensorblob import decode_tensors, split_checkpoint, tensors_digest
 from tessera.attack.board import BoardDiscovery
 from tessera.attack.chainnet import OFFSET, AnvilLedger
 from tessera.attack.errors import AttackError

@@ -20,7 +20,7 @@ from torch import Tensor
 from attestation import report_data
 from attestation.simulated import SimulatedEnclave
 from miner.behaviour import Behaviour, BehaviourContext, register
-from protocol.update import Update, decode_update, encode_update
+from protocol.wire.update import Update, decode_update, encode_update
 from tessera.nodes import dev_tee_seed
 
 

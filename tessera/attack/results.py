@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from protocol.consensus import weighted_median
+from protocol.rounds.consensus import weighted_median
 from tessera.attack.harness import NetworkRun
 from tessera.attack.scenarios import Scenario
 from validator.config import ValidatorConfig

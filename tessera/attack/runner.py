@@ -15,8 +15,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from protocol.records import decode_record
 from protocol.runspec import RunSpec
+from protocol.wire.records import decode_record
 from tessera.attack.harness import Fault, Network, NetworkRun, Participant, tiny_spec
 from tessera.attack.report import SAVED, markdown, profit_markdown, profit_rows, table
 from tessera.attack.results import (

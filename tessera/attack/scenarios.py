@@ -15,10 +15,10 @@ from typing import Any
 
 from miner.behaviour import Behaviour, BehaviourContext
 from miner.node import MinerNode, simulated_evidence
-from protocol.chaincoord import ChainCoordinator, _translate
-from protocol.coordinator import Phase
-from protocol.memcoordinator import MemoryCoordinator
-from protocol.update import Update, decode_update, encode_update
+from protocol.chain.coordinator import ChainCoordinator, _translate
+from protocol.rounds.coordinator import Phase
+from protocol.rounds.memcoordinator import MemoryCoordinator
+from protocol.wire.update import Update, decode_update, encode_update
 from tessera.attack.errors import UnknownScenarioError
 from tessera.attack.harness import Participant
 from tessera.attack.miners import (

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from protocol.coordinator import SCORE_MAX, RoundState
+from protocol.rounds.coordinator import SCORE_MAX, RoundState
 from validator.node import ValidatorNode
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from eth_utils import to_checksum_address
 
-from protocol.deployment import Deployment
-from protocol.keys import load_account
+from protocol.rounds.deployment import Deployment
+from protocol.wire.keys import load_account
 from tessera.errors import TesseraError
 
 WEI_PER_TOKEN = 10**18
@@ -99,8 +99,8 @@ def _connect(args: argparse.Namespace, need_key: bool) -> Any:
 
 def account_status(chain: Any, address: str) -> dict[str, Any]:
     """What the chain holds for ``address``: role, stake, owed rewards, rewards claimed so far, balance,
-    unbonding (the same reads as a node's account figures, :func:`protocol.nodeapi.read_account`)."""
-    from protocol.nodeaccount import claimed_between, read_account
+    unbonding (the same reads as a node's account figures, :func:`protocol.node.api.read_account`)."""
+    from protocol.node.account import claimed_between, read_account
 
     out = read_account(chain, address)
     del out["last_commit_round"]

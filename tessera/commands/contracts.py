@@ -19,8 +19,8 @@ from typing import Any
 
 from eth_utils import to_checksum_address
 
-from protocol.deployment import Deployment, DeploymentError, NetworkParams
-from protocol.keys import load_account
+from protocol.rounds.deployment import Deployment, DeploymentError, NetworkParams
+from protocol.wire.keys import load_account
 from tessera.errors import TesseraError
 
 CONTRACTS_DIR = Path(__file__).resolve().parents[2] / "contracts"

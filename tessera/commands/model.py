@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from protocol.deployment import Deployment
+from protocol.rounds.deployment import Deployment
 from tessera.errors import TesseraError
 
 

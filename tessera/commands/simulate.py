@@ -1,6 +1,6 @@
 """``tessera simulate``: R rounds of N miners in one process (no chain, no network), with a report.
 
-Every update goes through the real wire format (``protocol.update``: encoded, digested, decoded and
+Every update goes through the real wire format (``protocol.wire.update``: encoded, digested, decoded and
 checked) before it is merged, so the bytes reported are the bytes a miner would send.
 """
 

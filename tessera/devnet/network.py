@@ -42,8 +42,8 @@ from typing import Any
 import httpx
 from eth_account import Account
 
-from protocol.anvil import Anvil, free_port
-from protocol.deployment import Deployment
+from protocol.rounds.anvil import Anvil, free_port
+from protocol.rounds.deployment import Deployment
 from tessera.commands.runspec import train_tokenizer_file
 from tessera.devnet.chainops import anvil_rpc, deploy_contracts, fast_forward_phase
 from tessera.devnet.config import DevnetConfig, DevnetError
@@ -94,7 +94,7 @@ class Devnet(NodeProcesses):
     def start(self) -> Devnet:
         """Start everything; raises :class:`DevnetError` with the failing step (a bad corpus: the typed
         error of ``training.corpus`` / ``protocol.runspec``, before anything runs)."""
-        from protocol.dht import DHTConfig, DHTNode
+        from protocol.p2p.dht import DHTConfig, DHTNode
 
         cfg = self.cfg
         if cfg.fresh and cfg.workdir.exists():

@@ -25,8 +25,8 @@ import httpx
 from eth_account import Account
 from hivemind.utils import get_dht_time
 
-from protocol.dht import record_key
-from protocol.records import NodeRecord, Served, sign_record
+from protocol.p2p.dht import record_key
+from protocol.wire.records import NodeRecord, Served, sign_record
 
 YEAR_S = 365 * 24 * 3600.0
 #: The stranger's key: not registered, no stake (devnet only).

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from protocol.anvil import free_port
+from protocol.rounds.anvil import free_port
 from tessera.errors import TesseraError
 
 log = logging.getLogger(__name__)

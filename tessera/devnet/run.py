@@ -26,8 +26,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from protocol.node.traffic import Kind, bits_per_param_step, merge_ledgers
 from protocol.runspec import RunSpec
-from protocol.traffic import Kind, bits_per_param_step, merge_ledgers
 from tessera import modelout
 from tessera.devnet.network import Devnet, DevnetConfig, DevnetError
 from tessera.devnet.progress import printer
@@ -316,7 +316,7 @@ def _round_figures(
 
 
 def traffic_figures(kinds: dict[str, int], miner_records: list[dict[str, Any]]) -> dict[str, Any]:
-    """A round's traffic (every node's ledger summed, :mod:`protocol.traffic`) by kind and in bits per
+    """A round's traffic (every node's ledger summed, :mod:`protocol.node.traffic`) by kind and in bits per
     trained parameter per inner step, over the miners that trained in the round (issue 13's figure;
     operators' reads of /status, /metrics and the live pages are listed but not counted)."""
     protocol = {k: b for k, b in kinds.items() if Kind(k).protocol}

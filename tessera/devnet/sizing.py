@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from protocol.dht import DHTConfig, DHTNode
+from protocol.p2p.dht import DHTConfig, DHTNode
 from protocol.runspec import RunSpec, warm_up_torch
 from tessera.devnet.work import WorkTimes, measure_work
 from tessera.errors import TesseraError

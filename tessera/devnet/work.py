@@ -12,9 +12,9 @@ from typing import Any
 
 from miner.behaviour import make_behaviour
 from miner.work import build_update
-from protocol.coordinator import update_commitment
-from protocol.tensorblob import tensors_digest
-from protocol.update import decode_update
+from protocol.rounds.coordinator import update_commitment
+from protocol.wire.tensorblob import tensors_digest
+from protocol.wire.update import decode_update
 from training.data import prepare
 from training.merge import MergePolicy, next_checkpoint
 from validator import verify as vv

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.memcoordinator import MemoryCoordinator
+from protocol.rounds.memcoordinator import MemoryCoordinator
 from tessera.attack.runner import evaluate, run_scenario
 from tessera.attack.scenarios import get
 

@@ -13,8 +13,8 @@ import pytest
 
 from miner.behaviour import Behaviour, available, make_behaviour
 from miner.work import build_update, transcript_state
-from protocol.coordinator import update_commitment
-from protocol.tensorblob import tensors_digest
+from protocol.rounds.coordinator import update_commitment
+from protocol.wire.tensorblob import tensors_digest
 from tessera.attack.harness import tiny_spec
 from tessera.attack.miners import (
     Board,
@@ -68,7 +68,7 @@ def _verify(world: dict[str, Any], built: Any, data: bytes | None = None, round:
         checkpoint=world["theta"], checkpoint_digest=world["digest"], assign_seed=world["seed"],
         seed=hashlib.sha256(b"round-seed").digest(), registry=[MINER, OTHER],
     )  # fmt: skip
-    from protocol.update import update_digest
+    from protocol.wire.update import update_digest
 
     commitment = update_commitment(31337, CONTRACT, round, MINER, update_digest(data))
     verdict, _ = verify_update(

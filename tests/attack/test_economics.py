@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from protocol.consensus import weighted_median
+from protocol.rounds.consensus import weighted_median
 from tessera.attack import economics as ec
 from validator.sampling import segments_to_check, validator_slot
 

@@ -9,10 +9,10 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from protocol.anvil import Anvil
-from protocol.bls import BlsKeyPair
 from protocol.chain import Chain, Phase, deploy_network
-from protocol.deployment import Deployment, NetworkParams
+from protocol.rounds.anvil import Anvil
+from protocol.rounds.deployment import Deployment, NetworkParams
+from protocol.wire.bls import BlsKeyPair
 
 FAST = NetworkParams(
     unbonding_blocks=20,

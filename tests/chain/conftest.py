@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from web3 import Web3
 
-from protocol.anvil import Anvil, AnvilError, find_anvil
+from protocol.rounds.anvil import Anvil, AnvilError, find_anvil
 from tests.chain.chain_support import Net, make_net
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from web3 import Web3
 
-from protocol.anvil import Anvil
+from protocol.rounds.anvil import Anvil
 from tessera.cli import main
 from tessera.commands.account import parse_tokens, tokens
 from tests.chain.chain_support import Net, make_net, mine
@@ -96,7 +96,7 @@ def test_a_keystore_without_password_or_terminal_is_one_line(
 
     from eth_account import Account
 
-    from protocol.keys import write_keystore
+    from protocol.wire.keys import write_keystore
 
     dep = tmp_path / "deployment.json"
     net1.deployment.save(dep)

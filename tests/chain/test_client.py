@@ -11,12 +11,12 @@ from eth_account import Account
 from web3 import Web3
 from web3._utils.http_session_manager import HTTPSessionManager
 
-from protocol import anvil as anvil_mod
-from protocol.anvil import Anvil, AnvilError, free_port
 from protocol.chain import Chain, ChainConnectionError, CheckpointCertified, Registered, deploy_network
 from protocol.chain import transport as chain_mod
-from protocol.chaincoord import ChainCoordinator
-from protocol.deployment import Deployment, NetworkParams
+from protocol.chain.coordinator import ChainCoordinator
+from protocol.rounds import anvil as anvil_mod
+from protocol.rounds.anvil import Anvil, AnvilError, free_port
+from protocol.rounds.deployment import Deployment, NetworkParams
 from tests.chain.chain_support import Net, make_net, new_account
 
 pytestmark = pytest.mark.chain
@@ -65,7 +65,7 @@ def test_ecdsa_certificate_and_events(w3: Web3, anvil: Anvil) -> None:
 
 def test_bls_key_of_reads_the_registered_key_back(net: Net) -> None:
     """The node checks each peer's certificate signature against the key the contract holds."""
-    from protocol import bls
+    from protocol.wire import bls
 
     r = net.reader()
     digest = b"\x42" * 32

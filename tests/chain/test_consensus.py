@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.chain import _args_from
-from protocol.consensus import (
+from protocol.rounds.consensus import (
     SCORE_MAX,
     is_weighted_median,
     make_vectors,

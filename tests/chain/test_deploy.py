@@ -11,11 +11,11 @@ import pytest
 from eth_account import Account
 from web3 import Web3
 
-from protocol.anvil import Anvil
 from protocol.chain import Chain, artifacts
-from protocol.deployment import Deployment, DeploymentError, NetworkParams
 from protocol.errors import ProtocolError
-from protocol.keys import (
+from protocol.rounds.anvil import Anvil
+from protocol.rounds.deployment import Deployment, DeploymentError, NetworkParams
+from protocol.wire.keys import (
     KeySourceError,
     account_from_env,
     account_from_keystore,
@@ -165,7 +165,7 @@ def test_deploy_takes_the_genesis_from_the_run_file_and_nodes_check_it(
     from eth_account import Account as Acct
 
     from protocol.chain import Chain
-    from protocol.chaincoord import ChainCoordinator
+    from protocol.chain.coordinator import ChainCoordinator
     from protocol.runspec import RunSpec
     from tessera.nodes import check_genesis
 

@@ -9,8 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from web3 import Web3
 
-from protocol import consensus
-from protocol.anvil import Anvil
 from protocol.chain import (
     AlreadyCommitted,
     ContractRevert,
@@ -26,6 +24,8 @@ from protocol.chain import (
     WrongPhase,
     WrongRound,
 )
+from protocol.rounds import consensus
+from protocol.rounds.anvil import Anvil
 from tests.chain.chain_support import Net, make_net, mine
 
 pytestmark = pytest.mark.chain

@@ -13,7 +13,7 @@ from web3 import Web3
 from web3.providers.base import BaseProvider
 
 from protocol.chain import Chain, ChainError, ContractRevert, MalformedResponseError, Phase
-from protocol.deployment import Deployment, NetworkParams
+from protocol.rounds.deployment import Deployment, NetworkParams
 
 NETWORK = "0x" + "11" * 20
 

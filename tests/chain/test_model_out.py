@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from web3 import Web3
 
-from protocol.anvil import Anvil
+from protocol.rounds.anvil import Anvil
 from protocol.runspec import RunSpec
-from protocol.tensorblob import encode_tensors, tensor_blob_digest
+from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
 from tessera.cli import main
 from tessera.modelout import ModelOutError, load_export, model_with, sample
 from tests.chain.chain_support import new_account
@@ -29,8 +29,8 @@ def test_export_checks_the_certificate_then_eval_and_sample(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-    from protocol.transfer import BlobStore
+    from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+    from protocol.p2p.transfer import BlobStore
 
     run = tmp_path / "run.json"
     spec = RunSpec(genesis_seed=7)

@@ -17,10 +17,10 @@ import pytest
 from prometheus_client import generate_latest
 from web3 import Web3
 
-from protocol.anvil import Anvil
-from protocol.nodeaccount import ChainAccount, KeyInUseError
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.transfer import BlobStore
+from protocol.node.account import ChainAccount, KeyInUseError
+from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p.transfer import BlobStore
+from protocol.rounds.anvil import Anvil
 from tessera.nodes import dht_listen_maddr, lock_data_dir
 from tests.chain.chain_support import Net, make_net
 from tests.chain.test_account_cli import _pay_the_miner
@@ -147,8 +147,8 @@ def test_a_miner_node_reports_a_commitment_of_its_key_it_did_not_make(net1: Net,
     chain by its key (another instance), is a one-line KeyInUseError, once, kept in ``/status``."""
     from miner.config import MinerConfig
     from miner.node import MinerNode
-    from protocol.chaincoord import ChainCoordinator
-    from protocol.discovery import Discovery
+    from protocol.chain.coordinator import ChainCoordinator
+    from protocol.p2p.discovery import Discovery
     from protocol.runspec import RunSpec
 
     chain = net1.miners[0]
@@ -174,7 +174,7 @@ def test_a_request_handler_reads_in_the_background_and_a_failure_waits(
     import time
 
     from protocol.chain import ChainConnectionError
-    from protocol.nodeaccount import RETRY_AFTER_S
+    from protocol.node.account import RETRY_AFTER_S
 
     miner = net1.miners[0]
     acc = ChainAccount(miner, miner.address, NodeMetrics.create("validator"))
@@ -202,7 +202,7 @@ def test_a_request_handler_reads_in_the_background_and_a_failure_waits(
 
 
 def test_claimed_is_summed_in_bounded_log_ranges(net1: Net, monkeypatch: pytest.MonkeyPatch) -> None:
-    import protocol.nodeaccount as na
+    import protocol.node.account as na
 
     miner, start = net1.miners[0], net1.deployment.block
     if miner.account_info(miner.address).owed == 0:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol import transfer
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.transfer import (
+from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p import transfer
+from protocol.p2p.transfer import (
     BlobStore,
     DigestMismatchError,
     FetchPolicy,

@@ -15,8 +15,8 @@ import pytest
 from eth_account import Account
 
 from protocol.chain import Chain, Phase
-from protocol.deployment import Deployment
-from protocol.dht import record_key
+from protocol.p2p.dht import record_key
+from protocol.rounds.deployment import Deployment
 from tessera.devnet.network import Devnet, DevnetConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chain, pytest.mark.timeout(600)]
@@ -107,7 +107,7 @@ def test_two_rounds_with_crashes(tmp_path: Path) -> None:
         assert sum(e.amount for e in chain.events("Claimed") if e.account == m0.address) == earned
 
         # slashing through the coordinator: one validator proposes on an evidence hash, the other votes
-        from protocol.chaincoord import ChainCoordinator
+        from protocol.chain.coordinator import ChainCoordinator
 
         dep = Deployment.load(net.deployment_path)
         coords = [

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.anvil import free_port
+from protocol.rounds.anvil import free_port
 from tests.e2e.guide_support import REPO, Block, GuideError, Shell, guide_blocks
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chain, pytest.mark.timeout(600)]

@@ -2,7 +2,7 @@
 --runs 200000 --max-time 300 [--seed 1] [--out FILE]``.
 
 Targets: ``update`` (``decode_update`` at the default caps), ``record`` (``decode_record``) and
-``dhtrecord`` (``protocol.dhtvalidator.check_dht_record``: what a storing DHT node runs on a stranger's
+``dhtrecord`` (``protocol.p2p.dhtvalidator.check_dht_record``: what a storing DHT node runs on a stranger's
 store; the input is a msgpack ``[subkey, value, expiration offset, key flag]``, or raw value bytes under
 the honest subkey). The ``tessera`` modules are instrumented for coverage; libFuzzer starts from the
 mutational targets' seeds. An input passes when it is accepted or refused with the boundary's typed error;
@@ -69,7 +69,7 @@ def _dht_input(data: bytes) -> Any:
     import msgpack
     from hivemind.dht.validation import DHTRecord
 
-    from protocol.dhtvalidator import round_key_id
+    from protocol.p2p.dhtvalidator import round_key_id
 
     honest_key = round_key_id(CHAIN, 3)
     try:
@@ -87,18 +87,18 @@ def _setup(target: str) -> tuple[Any, tuple[type[BaseException], ...], list[byte
     import atheris
 
     with atheris.instrument_imports(include=["protocol", "training"]):  # instrumented as they load
-        import protocol.dhtvalidator
-        import protocol.records
-        import protocol.update
-    loaded = (protocol.dhtvalidator, protocol.records, protocol.update)
+        import protocol.p2p.dhtvalidator
+        import protocol.wire.records
+        import protocol.wire.update
+    loaded = (protocol.p2p.dhtvalidator, protocol.wire.records, protocol.wire.update)
     print("instrumented:", ", ".join(m.__name__ for m in loaded), file=sys.stderr)
     from protocol.errors import ProtocolError
-    from protocol.records import RecordError
+    from protocol.wire.records import RecordError
 
     from .targets import TARGETS
 
     if target == "update":
-        from protocol.update import UpdateCaps, decode_update
+        from protocol.wire.update import UpdateCaps, decode_update
 
         t = TARGETS["update"]()
         t.setup()
@@ -107,12 +107,12 @@ def _setup(target: str) -> tuple[Any, tuple[type[BaseException], ...], list[byte
     t = TARGETS["record"]()
     t.setup()
     if target == "record":
-        from protocol.records import decode_record
+        from protocol.wire.records import decode_record
 
         return (lambda d: decode_record(d, now=NOW + 10)), (RecordError,), list(t.seeds)
     import msgpack
 
-    from protocol.dhtvalidator import check_dht_record
+    from protocol.p2p.dhtvalidator import check_dht_record
 
     def check(d: bytes) -> Any:
         return check_dht_record(_dht_input(d), chain_id=CHAIN, now=NOW + 10)

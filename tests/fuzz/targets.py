@@ -1,12 +1,12 @@
 """The fuzz targets: one per boundary where untrusted bytes enter a Tessera node.
 
-- ``update``     ``protocol.update.decode_update`` (bytes from any miner);
-- ``record``     ``protocol.records.decode_record`` (DHT values from any peer);
+- ``update``     ``protocol.wire.update.decode_update`` (bytes from any miner);
+- ``record``     ``protocol.wire.records.decode_record`` (DHT values from any peer);
 - ``http``       a node's HTTP API over a real socket, requests generated from its OpenAPI spec plus raw
                  malformed HTTP; a 5xx or a dead server is a failure;
 - ``config``     ``miner.config.load_miner_config`` / ``validator.config.load_validator_config`` on
                  TOML files and environments, ``protocol.runspec.RunSpec.load`` on run files,
-                 ``protocol.deployment.Deployment.load`` on deployment files;
+                 ``protocol.rounds.deployment.Deployment.load`` on deployment files;
 - ``chain``      the chain client's decoding of JSON-RPC results (when ``protocol.chain`` exists).
 
 Each target's ``allowed`` tuple is the typed error root of the code under test.
@@ -34,7 +34,7 @@ from .engine import Target, mutate_bytes, mutate_json, random_json
 def _valid_updates() -> list[bytes]:
     import torch
 
-    from protocol import update as wire
+    from protocol.wire import update as wire
     from training.codecs import encode
     from training.config import CodecConfig, ModelConfig
     from training.model import build_model, module_params, param_state
@@ -64,7 +64,7 @@ def _split_update(data: bytes) -> tuple[bytes, bytes]:
 
 
 def _frame(header: bytes, payload: bytes) -> bytes:
-    from protocol.update import MAGIC
+    from protocol.wire.update import MAGIC
 
     return MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
 
@@ -107,7 +107,7 @@ class UpdateTarget(Target):
         self.seeds = _valid_updates()
 
     def warm_up(self) -> None:
-        from protocol.update import decode_update
+        from protocol.wire.update import decode_update
         from tests.support.bombs import crafted_update, head
         from training.config import CodecConfig
 
@@ -141,7 +141,7 @@ class UpdateTarget(Target):
         return rng.choice(self.seeds)
 
     def generate(self, rng: random.Random) -> bytes:
-        from protocol.canonical import dumps_canonical
+        from protocol.wire.canonical import dumps_canonical
 
         if self.costly and rng.random() < self.costly:
             return self._crafted(rng)
@@ -163,13 +163,13 @@ class UpdateTarget(Target):
         return _frame(mutate_bytes(header, rng, 2), mutate_bytes(payload, rng, 2))
 
     def check(self, data: bytes) -> None:
-        from protocol.update import UpdateCaps, decode_update
+        from protocol.wire.update import UpdateCaps, decode_update
 
         decode_update(data, UpdateCaps())  # the defaults: what a node without the run's model applies
 
     def _header(self, data: bytes) -> Any:
-        from protocol.canonical import loads_canonical
-        from protocol.update import UpdateCaps, parse_header
+        from protocol.wire.canonical import loads_canonical
+        from protocol.wire.update import UpdateCaps, parse_header
 
         try:
             header, _ = _split_update(data)
@@ -178,13 +178,13 @@ class UpdateTarget(Target):
             return None
 
     def declared_bytes(self, data: bytes) -> int | None:
-        from protocol.update import decode_cost
+        from protocol.wire.update import decode_cost
 
         h = self._header(data)
         return None if h is None else decode_cost(h.params, h.codec).decoded_bytes
 
     def describe(self, data: bytes) -> str:
-        from protocol.update import decode_cost
+        from protocol.wire.update import decode_cost
 
         h = self._header(data)
         if h is None:
@@ -224,7 +224,7 @@ class RecordTarget(Target):
     memory = "tracemalloc"  # pure Python (json, eth_account): traced allocations are the decoder's own
 
     def setup(self) -> None:
-        from protocol.records import RecordError, Served, make_record
+        from protocol.wire.records import RecordError, Served, make_record
 
         self.allowed = (RecordError,)
         key = "0x" + "42" * 32
@@ -264,13 +264,13 @@ class RecordTarget(Target):
         return text[:j].encode() + token + text[k:].encode()
 
     def warm_up(self) -> None:
-        from protocol.records import decode_record
+        from protocol.wire.records import decode_record
 
         for data in self.seeds:  # lazy imports and caches of eth_account, not billed to an input
             decode_record(data, now=NOW + 10)
 
     def check(self, data: bytes) -> None:
-        from protocol.records import decode_record
+        from protocol.wire.records import decode_record
 
         decode_record(data, now=NOW + 10)
 
@@ -281,7 +281,7 @@ class RecordTarget(Target):
 class HttpTarget(Target):
     """A node's HTTP API on a real socket: spec-driven requests and raw malformed HTTP.
 
-    The app is the common node API (``protocol.nodeapi.create_node_app``) with blobs in its store. A
+    The app is the common node API (``protocol.node.api.create_node_app``) with blobs in its store. A
     response >= 500 is a failure; so is a server that stops answering ``/health``.
     """
 
@@ -293,8 +293,8 @@ class HttpTarget(Target):
     def setup(self) -> None:
         import httpx
 
-        from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-        from protocol.transfer import BlobStore
+        from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+        from protocol.p2p.transfer import BlobStore
 
         self.allowed = ()
         self._tmp = tempfile.TemporaryDirectory()
@@ -428,7 +428,7 @@ class ConfigTarget(Target):
         try:
             from dataclasses import asdict
 
-            from protocol.deployment import NetworkParams
+            from protocol.rounds.deployment import NetworkParams
 
             self.deployment = {
                 "version": 1,
@@ -503,7 +503,7 @@ class ConfigTarget(Target):
 
             RunSpec.load(path)
         elif kind == "deployment":
-            from protocol.deployment import Deployment
+            from protocol.rounds.deployment import Deployment
 
             Deployment.load(path)
         elif kind == "miner":
@@ -556,8 +556,8 @@ class ChainTarget(Target):
         from web3.providers.base import BaseProvider
 
         from protocol.chain import Chain
-        from protocol.deployment import Deployment, NetworkParams
         from protocol.errors import ProtocolError
+        from protocol.rounds.deployment import Deployment, NetworkParams
 
         self.allowed = (ProtocolError,)
         target = self

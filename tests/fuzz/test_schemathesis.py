@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from fastapi import HTTPException
 
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.transfer import BlobStore
+from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p.transfer import BlobStore
 
 from .apispec import LiveNode, live_nodes, load_schema, run_campaign
 

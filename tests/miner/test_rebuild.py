@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from miner.rebuild import accepted, rebuild_checkpoint
-from protocol import update as wire
-from protocol.tensorblob import join_checkpoint, tensors_digest
+from protocol.wire import update as wire
+from protocol.wire.tensorblob import join_checkpoint, tensors_digest
 from tests.support.rounds import MINERS, Round, make_round
 from training.merge import MergePolicy, next_checkpoint
 

@@ -9,10 +9,10 @@ from eth_account import Account
 
 from miner.config import MinerConfig
 from miner.node import MinerNode
-from protocol.discovery import Discovery
-from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.node.traffic import TrafficLedger
+from protocol.p2p.discovery import Discovery
+from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.runspec import RunSpec
-from protocol.traffic import TrafficLedger
 
 
 def start_bare_miner(data_dir: Path, key: str, traffic: TrafficLedger | None = None) -> MinerNode:

@@ -13,7 +13,7 @@ import torch
 from miner.config import MinerConfig, load_miner_config, load_miner_key
 from miner.errors import MinerConfigError, MinerStateError
 from miner.state import ABANDONED, COMMITTED, MinerRoundRecord, MinerState
-from protocol.settings import SettingsError, load_settings
+from protocol.node.settings import SettingsError, load_settings
 from validator.config import ValidatorConfig, load_validator_config
 from validator.context import Verdict
 from validator.errors import ValidatorConfigError, ValidatorStateError
@@ -132,7 +132,7 @@ def test_roles_share_the_node_fields_and_help_shows_their_docs() -> None:
     and ``--help`` shows each field's docstring, a role's over the base's."""
     import argparse
 
-    from protocol.settings import NodeConfig, field_docs
+    from protocol.node.settings import NodeConfig, field_docs
     from tessera.nodes import add_config_flags, overrides_from_args
 
     shared = {f.name for f in dataclasses.fields(NodeConfig)}

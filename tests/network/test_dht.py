@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from protocol.dht import DHTConfig, DHTNode, DHTNotRunningError, DHTStartError, record_key
-from protocol.records import BadSignatureError, MalformedRecordError, NodeRecord, Served, make_record
+from protocol.p2p.dht import DHTConfig, DHTNode, DHTNotRunningError, DHTStartError, record_key
+from protocol.wire.records import BadSignatureError, MalformedRecordError, NodeRecord, Served, make_record
 
 KEY_A = "0x" + "11" * 32
 KEY_B = "0x" + "22" * 32

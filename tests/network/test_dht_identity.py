@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.dht import DHTConfig, DHTNode, DHTStartError
+from protocol.p2p.dht import DHTConfig, DHTNode, DHTStartError
 
 
 def _peer_id(node: DHTNode) -> str:

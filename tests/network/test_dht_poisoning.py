@@ -14,15 +14,15 @@ from typing import Any
 import msgpack
 import pytest
 
-from protocol.dht import DHTConfig, DHTError, DHTNode, record_key
-from protocol.dhtvalidator import (
+from protocol.p2p.dht import DHTConfig, DHTError, DHTNode, record_key
+from protocol.p2p.dhtvalidator import (
     DHTPlacementError,
     RecordValidator,
     UnregisteredSignerError,
     check_dht_record,
     round_key_id,
 )
-from protocol.records import BadSignatureError, MalformedRecordError, NodeRecord, make_record
+from protocol.wire.records import BadSignatureError, MalformedRecordError, NodeRecord, make_record
 
 CHAIN = 31337
 KEY_A = "0x" + "31" * 32

@@ -21,14 +21,14 @@ from miner.behaviour import Behaviour, BehaviourContext
 from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.node import MinerNode
-from protocol.coordinator import Phase
-from protocol.dht import DHTConfig, DHTNode, record_key
-from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
-from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
-from protocol.records import NodeRecord, make_record
+from protocol.p2p.dht import DHTConfig, DHTNode, record_key
+from protocol.p2p.discovery import Discovery
+from protocol.rounds.coordinator import Phase
+from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.runspec import RunSpec
-from protocol.tensorblob import tensors_digest
+from protocol.wire.records import NodeRecord, make_record
+from protocol.wire.tensorblob import tensors_digest
 from training.config import InnerConfig
 from validator.config import ValidatorConfig
 from validator.errors import ValidatorError

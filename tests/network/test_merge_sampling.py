@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from protocol.tensorblob import tensors_digest
+from protocol.wire.tensorblob import tensors_digest
 from training.config import OuterConfig
 from training.merge import MergePolicy, next_checkpoint, robust_merge
 from validator.sampling import catch_probability, catch_probability_round, segments_to_check

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.transfer import BlobStore
+from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p.transfer import BlobStore
 
 
 def test_docs_page_and_its_assets_are_served_by_the_node(tmp_path: Path) -> None:

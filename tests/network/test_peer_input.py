@@ -15,8 +15,17 @@ import httpx
 import pytest
 from eth_account import Account
 
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.records import (
+from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p.transfer import (
+    BlobStore,
+    FetchPolicy,
+    PeerUnavailableError,
+    TransferError,
+    fetch_blob,
+    get_capped,
+    peer_failure_counts,
+)
+from protocol.wire.records import (
     BadURLError,
     MalformedRecordError,
     NodeRecord,
@@ -27,16 +36,7 @@ from protocol.records import (
     make_record,
     sign_record,
 )
-from protocol.tensorblob import encode_tensors, tensor_blob_digest
-from protocol.transfer import (
-    BlobStore,
-    FetchPolicy,
-    PeerUnavailableError,
-    TransferError,
-    fetch_blob,
-    get_capped,
-    peer_failure_counts,
-)
+from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
 
 NOW = 1_800_000_000
 FAST = FetchPolicy(max_bytes=1 << 20, timeout=2.0, attempts=2, backoff=0.01)
@@ -218,7 +218,7 @@ class _Weird:
 def test_dht_lookup_refuses_bad_url_records_and_odd_values_one_by_one() -> None:
     from types import SimpleNamespace
 
-    from protocol.dht import DHTConfig, DHTNode
+    from protocol.p2p.dht import DHTConfig, DHTNode
 
     acct = Account.create()
     good = sign_record(
@@ -244,7 +244,7 @@ def test_dht_lookup_refuses_bad_url_records_and_odd_values_one_by_one() -> None:
 
 
 def test_discovery_survives_an_untyped_error_from_the_dht() -> None:
-    from protocol.discovery import Discovery
+    from protocol.p2p.discovery import Discovery
 
     class _Broken:
         running = True

@@ -28,13 +28,13 @@ import validator.verify as vverify
 from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.node import MinerNode
-from protocol.coordinator import Phase
-from protocol.dht import DHTConfig, DHTNode
-from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
-from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.p2p.dht import DHTConfig, DHTNode
+from protocol.p2p.discovery import Discovery
+from protocol.rounds.coordinator import Phase
+from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.runspec import RunSpec
-from protocol.tensorblob import tensors_digest
+from protocol.wire.tensorblob import tensors_digest
 from tessera.attack.harness import tiny_spec
 from tessera.devnet.sizing import PhaseWindows, measure_work, phase_windows
 from validator.config import ValidatorConfig

@@ -3,8 +3,8 @@ poisoning store is refused and the honest record stays."""
 
 from __future__ import annotations
 
-from protocol.dht import DHTConfig, DHTNode
-from protocol.records import make_record
+from protocol.p2p.dht import DHTConfig, DHTNode
+from protocol.wire.records import make_record
 from tessera.devnet.poison import poison_round, start_stranger
 
 CHAIN = 31337

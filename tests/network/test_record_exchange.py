@@ -13,18 +13,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from protocol.dht import DHTConfig, DHTNode, record_key
-from protocol.discovery import Discovery
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.recordbook import (
+from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p.dht import DHTConfig, DHTNode, record_key
+from protocol.p2p.discovery import Discovery
+from protocol.p2p.recordbook import (
     KEEP_ROUNDS,
     MAX_PER_ROUND,
     RecordBook,
     RecordBookFullError,
     mount_record_routes,
 )
-from protocol.records import BadSignatureError, NodeRecord, make_record
-from protocol.transfer import BlobStore
+from protocol.p2p.transfer import BlobStore
+from protocol.wire.records import BadSignatureError, NodeRecord, make_record
 
 CHAIN = 31337
 KEYS = ["0x" + f"{i + 0x41:02x}" * 32 for i in range(4)]

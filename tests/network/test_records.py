@@ -7,8 +7,8 @@ import json
 import pytest
 from eth_account import Account
 
-from protocol.canonical import dumps_canonical
-from protocol.records import (
+from protocol.wire.canonical import dumps_canonical
+from protocol.wire.records import (
     BadSignatureError,
     ExpiredRecordError,
     MalformedRecordError,
@@ -119,6 +119,6 @@ def test_extra_key_and_noncanonical_refused() -> None:
 
 def test_sign_with_wrong_key_refused() -> None:
     with pytest.raises(RecordError):
-        from protocol.records import sign_record
+        from protocol.wire.records import sign_record
 
         sign_record(_rec(), OTHER)

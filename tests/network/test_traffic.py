@@ -13,9 +13,8 @@ import pytest
 from fastapi import FastAPI, Request
 
 from protocol.chain import http_web3
-from protocol.nodeapi import NodeServer
-from protocol.tensorblob import encode_tensors, tensor_blob_digest
-from protocol.traffic import (
+from protocol.node.api import NodeServer
+from protocol.node.traffic import (
     OPERATOR_QUERY,
     Kind,
     TrafficLedger,
@@ -26,7 +25,8 @@ from protocol.traffic import (
     rpc_label,
     total_bytes,
 )
-from protocol.transfer import FetchPolicy, fetch_blob, sha256_digest
+from protocol.p2p.transfer import FetchPolicy, fetch_blob, sha256_digest
+from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
 from tests.network.miner_support import start_bare_miner
 from tests.support.rounds import MINERS, Round, make_round
 

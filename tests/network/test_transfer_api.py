@@ -9,8 +9,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import Response
 
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.transfer import (
+from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p.transfer import (
     BadDigestError,
     BlobNotFoundError,
     BlobStore,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from protocol.transfer import FetchPolicy, FetchTimeoutError, fetch_blob, stalled_recently
+from protocol.p2p.transfer import FetchPolicy, FetchTimeoutError, fetch_blob, stalled_recently
 
 DIGEST = "0x" + "00" * 32
 
@@ -78,7 +78,7 @@ def test_a_staller_costs_one_timeout_then_is_skipped(trickler: str) -> None:
 
 def test_small_get_from_a_trickling_peer_is_cut_at_its_timeout(trickler: str) -> None:
     """``get_capped`` (a peer validator's certificate signature) has the same wall-clock limit."""
-    from protocol.transfer import get_capped
+    from protocol.p2p.transfer import get_capped
 
     t0 = time.monotonic()
     with pytest.raises(FetchTimeoutError, match="stalling peer"):

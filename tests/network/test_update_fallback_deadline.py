@@ -1,7 +1,7 @@
 """The validator's fallback fetch of ``/updates/{p}/{miner}`` is bounded in wall time and bytes (issue 11).
 
 It used ``httpx.stream`` with only a per-read timeout: a peer that drips one byte every 0.2 s held the
-validator for as long as it liked. Now it goes through ``protocol.transfer.get_capped``.
+validator for as long as it liked. Now it goes through ``protocol.p2p.transfer.get_capped``.
 The validator here is the real method on a stand-in ``self`` holding only what the method reads.
 """
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from protocol.deployment import Deployment, DeploymentError
+from protocol.node.settings import SettingsError, load_settings
+from protocol.rounds.deployment import Deployment, DeploymentError
 from protocol.runspec import RunSpec, RunSpecError
-from protocol.settings import SettingsError, load_settings
 
 NOT_UTF8 = b"\xff\xfe\x80 not utf-8 \xc3\x28"
 DEEP_JSON = b"[" * 100_000 + b"]" * 100_000

@@ -2,7 +2,7 @@
 
 ``py_ecc`` raises the recursion limit to 100000 at import; with it, CPython's C JSON decoder overflowed the
 C stack (SIGSEGV, exit 139) on ``[`` x 200000. The limit is now kept, and every parser of untrusted JSON
-runs :func:`protocol.canonical.check_json_depth` first.
+runs :func:`protocol.wire.canonical.check_json_depth` first.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import textwrap
 import httpx
 import pytest
 
-from protocol import canonical
-from protocol.canonical import (
+from protocol.wire import canonical
+from protocol.wire.canonical import (
     MAX_JSON_DEPTH,
     CanonicalJSONError,
     JSONNestingError,
@@ -59,7 +59,7 @@ def test_recursion_limit_survives_py_ecc_import() -> None:
         """
         import sys
         before = sys.getrecursionlimit()
-        import protocol.chain, protocol.bls, validator.node, py_ecc.bls
+        import protocol.chain, protocol.wire.bls, validator.node, py_ecc.bls
         assert sys.getrecursionlimit() == before, sys.getrecursionlimit()
         """
     )
@@ -69,10 +69,10 @@ def test_recursion_limit_survives_py_ecc_import() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        "from protocol.tensorblob import decode_tensors as f; f(struct.pack('<Q', len(h)) + h)",
-        "from protocol.canonical import loads_canonical as f; f(h)",
-        "from protocol.records import decode_record as f; f(h[:20000])",
-        "from protocol.update import decode_update as f, MAGIC as M;"
+        "from protocol.wire.tensorblob import decode_tensors as f; f(struct.pack('<Q', len(h)) + h)",
+        "from protocol.wire.canonical import loads_canonical as f; f(h)",
+        "from protocol.wire.records import decode_record as f; f(h[:20000])",
+        "from protocol.wire.update import decode_update as f, MAGIC as M;"
         " f(M + struct.pack('<I', len(h)) + h + struct.pack('<Q', 0))",
     ],
 )
@@ -96,7 +96,7 @@ def test_deep_json_is_a_typed_error_not_a_segfault(call: str) -> None:
 
 
 def test_get_capped_refuses_oversize_signature_answers() -> None:
-    from protocol.transfer import BlobTooLargeError, TransferError, get_capped
+    from protocol.p2p.transfer import BlobTooLargeError, TransferError, get_capped
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/big":

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from protocol.errors import ProtocolError
-from protocol.nodeloop import MAX_BACKOFF, step_forever
+from protocol.node.loop import MAX_BACKOFF, step_forever
 
 
 class _Clock(threading.Event):
@@ -82,7 +82,7 @@ def test_failure_reporter_keeps_counts_and_logs(caplog: pytest.LogCaptureFixture
     import logging
     from types import SimpleNamespace
 
-    from protocol.nodeloop import failure_reporter
+    from protocol.node.loop import failure_reporter
 
     counts: dict[str, int] = {}
 
@@ -103,7 +103,7 @@ def test_status_stops_showing_an_error_once_the_node_recovers(caplog: pytest.Log
     import logging
     from types import SimpleNamespace
 
-    from protocol.nodeloop import failure_reporter, recovery_reporter
+    from protocol.node.loop import failure_reporter, recovery_reporter
 
     errors_seen: list[str] = []
 

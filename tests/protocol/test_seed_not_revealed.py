@@ -1,7 +1,7 @@
 """F10: a validator that committed a seed share but did not reveal it cannot reveal scores.
 
 The contract refuses it (``SeedNotRevealed`` in ``TesseraNetwork.revealScores``); the in-memory coordinator
-must refuse it the same way and with the same typed error that ``protocol.chaincoord`` raises for the
+must refuse it the same way and with the same typed error that ``protocol.chain.coordinator`` raises for the
 contract's revert, so a node sees one behaviour whatever the backend.
 """
 
@@ -13,9 +13,9 @@ from eth_account import Account
 from eth_utils import keccak
 
 from protocol.chain import SeedNotRevealed, decode_revert
-from protocol.chaincoord import _translate
-from protocol.coordinator import CoordinatorError, Phase, SeedNotRevealedError
-from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.chain.coordinator import _translate
+from protocol.rounds.coordinator import CoordinatorError, Phase, SeedNotRevealedError
+from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
 
 KEYS = ["0x" + f"{i:064x}" for i in range(21, 25)]
 SALT = b"\x07" * 32
@@ -86,7 +86,7 @@ def test_seed_not_revealed_is_a_typed_coordinator_error() -> None:
 
 
 def test_chain_coordinator_maps_the_contract_revert_to_the_same_error() -> None:
-    """The contract's revert data, decoded by ``protocol.chain`` and translated by ``chaincoord``."""
+    """The contract's revert data, decoded by ``protocol.chain`` and translated by ``protocol.chain.coordinator``."""
     who = Account.from_key(KEYS[2]).address
     data = keccak(text="SeedNotRevealed(address,uint256)")[:4] + abi_encode(["address", "uint256"], [who, 5])
     revert = decode_revert("revealScores", "0x" + data.hex())

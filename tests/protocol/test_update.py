@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import update as wire
-from protocol.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
 from protocol.errors import ProtocolError
+from protocol.wire import update as wire
+from protocol.wire.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
 from training.codecs import Encoded, encode
 from training.config import CodecConfig, ModelConfig
 from training.model import build_model, module_params, param_state

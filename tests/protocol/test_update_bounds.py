@@ -19,11 +19,11 @@ import pytest
 import torch
 from safetensors.torch import save as st_save
 
-from protocol import update as wire
-from protocol import updatecost
-from protocol.coordinator import update_commitment
 from protocol.errors import ProtocolError
-from protocol.tensorblob import TensorBlobError, decode_tensors
+from protocol.rounds.coordinator import update_commitment
+from protocol.wire import update as wire
+from protocol.wire import updatecost
+from protocol.wire.tensorblob import TensorBlobError, decode_tensors
 from tests.support.bombs import ISSUE_BOMBS, PeakRSS, crafted_update, head
 from training.codecs import encode
 from training.config import CodecConfig

@@ -1,6 +1,6 @@
 """Issue 14: a version-4 header derives the parameters from modules and dims; the derivation is the model's.
 
-``protocol.updateparams`` spells out the parameters of each module kind; these tests pin it to
+``protocol.wire.updateparams`` spells out the parameters of each module kind; these tests pin it to
 ``training.model`` for every mode, so a change to the model that the wire format does not follow fails
 here rather than as refused honest updates."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import update as wire
-from protocol.updateparams import DIMS, derive_params, infer_dims, schedule
+from protocol.wire import update as wire
+from protocol.wire.updateparams import DIMS, derive_params, infer_dims, schedule
 from training.config import ModelConfig
 from training.model import build_model, module_ids, module_params, param_state
 

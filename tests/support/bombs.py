@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from protocol import update as wire
+from protocol.wire import update as wire
 from training.codecs import Encoded, field_specs, index_bits, layout, pack_bits
 from training.config import CodecConfig
 
@@ -51,7 +51,7 @@ def crafted_fields(shape: tuple[int, ...], codec: CodecConfig) -> Encoded:
 def model_params(modules: list[str], **dims: int) -> dict[str, tuple[int, ...]]:
     """The parameters (name -> shape) of ``modules`` with the given dimensions (``vocab``, ``seq_len``,
     ``d_model``, ``d_ff``, ``n_experts``; those the modules do not use are ignored)."""
-    from protocol.updateparams import DIMS, derive_params, used_dims
+    from protocol.wire.updateparams import DIMS, derive_params, used_dims
 
     used = used_dims(modules, dims.get("n_experts", 0) > 0)
     sizes = [dims.get(d, 1) if d in used else 0 for d in DIMS]
@@ -232,7 +232,7 @@ def measure_at_cap(
     rows = []
     for label, data in at_cap_updates(caps, families):
         header_len = int.from_bytes(data[8:12], "little")
-        from protocol.canonical import loads_canonical
+        from protocol.wire.canonical import loads_canonical
 
         h = wire.parse_header(loads_canonical(data[12 : 12 + header_len]), caps)
         cost = wire.decode_cost(h.params, h.codec)

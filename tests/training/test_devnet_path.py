@@ -16,7 +16,7 @@ import torch
 
 from miner.behaviour import Behaviour
 from miner.work import build_update
-from protocol.update import decode_update
+from protocol.wire.update import decode_update
 from tessera.devnet.network import DevnetConfig, devnet_spec
 from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.config import CodecConfig, InnerConfig, OuterConfig, RunConfig

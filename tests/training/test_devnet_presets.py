@@ -12,7 +12,7 @@ from rich.console import Console
 
 import tessera.modelout
 from protocol.runspec import RunSpec
-from protocol.tensorblob import encode_tensors, join_checkpoint, tensors_digest
+from protocol.wire.tensorblob import encode_tensors, join_checkpoint, tensors_digest
 from tessera.commands.runspec import train_tokenizer_file
 from tessera.devnet.network import DevnetConfig, devnet_spec, tokenizer_path
 from tessera.devnet.run import _view, checkpoint_samples

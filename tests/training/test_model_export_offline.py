@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from protocol.runspec import RunSpec
-from protocol.tensorblob import encode_tensors
+from protocol.wire.tensorblob import encode_tensors
 from tessera.cli import main
 from tessera.modelout import ModelOutError, certified_digest, load_export, theta_of
 

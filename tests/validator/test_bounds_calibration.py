@@ -13,7 +13,7 @@ import math
 
 from miner.behaviour import Behaviour
 from miner.work import build_update
-from protocol.update import decode_update
+from protocol.wire.update import decode_update
 from tessera.devnet.network import DevnetConfig, devnet_spec
 from training.corpus import load_bundled_corpus
 from training.data import prepare

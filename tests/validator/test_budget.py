@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from protocol import update as wire
-from protocol.coordinator import update_commitment
-from protocol.transfer import BlobNotFoundError, FetchTimeoutError, PeerUnavailableError
+from protocol.p2p.transfer import BlobNotFoundError, FetchTimeoutError, PeerUnavailableError
+from protocol.rounds.coordinator import update_commitment
+from protocol.wire import update as wire
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 from validator.errors import NotAnnouncedError
 from validator.stages import Stage

@@ -50,7 +50,7 @@ def test_worker_code_in_process(tmp_path: Path) -> None:
     """The miner and validator halves of the benchmark on one platform: the validator's replay of the
     miner's files is exact (every difference 0) and nothing is refused."""
     from protocol.runspec import RunSpec
-    from protocol.tensorblob import encode_tensors
+    from protocol.wire.tensorblob import encode_tensors
     from training.data import prepare
 
     spec_json = _run_spec("run", "moe", 2)

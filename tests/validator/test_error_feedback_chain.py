@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from miner.work import BuiltUpdate
-from protocol.tensorblob import tensors_digest
-from protocol.transfer import TransferError
-from protocol.update import decode_update, encode_update, update_digest
+from protocol.p2p.transfer import TransferError
+from protocol.wire.tensorblob import tensors_digest
+from protocol.wire.update import decode_update, encode_update, update_digest
 from tessera.attack.miners import Poisoner
 from tests.support.rounds import MINERS, Round, make_round
 from validator.verify import VerifyPolicy

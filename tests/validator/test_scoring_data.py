@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from protocol.update import decode_update
+from protocol.wire.update import decode_update
 from tests.support.rounds import MINERS, Round, make_round
 from training.assignment import Assignment
 from training.data import Dataset, batch_offsets, miner_batches, scoring_batches, scoring_offsets

@@ -21,13 +21,13 @@ from eth_account import Account
 from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.node import MinerNode
-from protocol.coordinator import Phase
-from protocol.dht import DHTConfig, DHTNode
-from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
-from protocol.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.p2p.dht import DHTConfig, DHTNode
+from protocol.p2p.discovery import Discovery
+from protocol.rounds.coordinator import Phase
+from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.runspec import RunSpec
-from protocol.tensorblob import tensors_digest
+from protocol.wire.tensorblob import tensors_digest
 from tessera.attack.miners import LazyMiner
 from training.config import InnerConfig
 from validator.config import ValidatorConfig

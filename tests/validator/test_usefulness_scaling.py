@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.update import decode_update
+from protocol.wire.update import decode_update
 from tests.support.rounds import MINERS, Round, make_round
 from validator.verify import Verdict, VerifyPolicy, _usefulness
 

@@ -28,7 +28,7 @@ after it. Faults:
   (:func:`mixed_hardware_env`, :func:`check_mixed_hardware`).
 
 After each scenario the chain's events are checked against the issue's promises: nothing paid twice;
-payouts equal what the revealed scores settle to (:func:`protocol.consensus.settle`, the contract's
+payouts equal what the revealed scores settle to (:func:`protocol.rounds.consensus.settle`, the contract's
 arithmetic); every honest participant that was not the fault's target is paid in every round; the target
 is paid for the fault round when it completed it (its update was fetched / its scores revealed) and earns
 nothing when it served stalls or corrupt bytes; the round after the fault is finalized and its checkpoint

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.consensus import settle
+from protocol.rounds.consensus import settle
 from tessera.devnet.faults.scenarios import Scenario
 from tessera.devnet.network import Devnet
 from validator.stages import Stage
@@ -110,7 +110,7 @@ def nothing_paid_twice(net: Devnet, paid: Payouts) -> Check:
 
 def payouts_match_consensus(net: Devnet, paid: Payouts) -> Check:
     """Every finalized round paid exactly what the contract's settlement of its revealed scores says
-    (recomputed here with :func:`protocol.consensus.settle`)."""
+    (recomputed here with :func:`protocol.rounds.consensus.settle`)."""
     bps = net.chain.params().validator_share_bps
     bad: list[str] = []
     for r in sorted(paid.finalized):

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from protocol.updateerrors import DecodeTooCostly
+from protocol.wire.updateerrors import DecodeTooCostly
 from training.codecs import TILE, field_specs, index_bits, layout
 from training.config import CodecConfig
 

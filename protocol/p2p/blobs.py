@@ -1,6 +1,6 @@
 """Blobs addressed by digest: the digest strings (they end up in URLs and file names), the typed errors of
 bulk transfer, and ``BlobStore``, the serving side: a directory of blobs named by digest, written
-atomically. ``protocol.transfer`` fetches them from peers (and re-exports these names)."""
+atomically. ``protocol.p2p.transfer`` fetches them from peers (and re-exports these names)."""
 
 from __future__ import annotations
 

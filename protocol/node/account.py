@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import ProtocolError
-from protocol.nodeapi import NodeMetrics
+from protocol.node.api import NodeMetrics
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Finding who serves what: signed records from the DHT and from peers over HTTP, with static fallbacks.
 
-``Discovery`` wraps an optional :class:`protocol.dht.DHTNode`. ``announce`` signs this node's record for a
-round, publishes it in the DHT, keeps it in the node's :class:`protocol.recordbook.RecordBook` (served at
+``Discovery`` wraps an optional :class:`protocol.p2p.dht.DHTNode`. ``announce`` signs this node's record for a
+round, publishes it in the DHT, keeps it in the node's :class:`protocol.p2p.recordbook.RecordBook` (served at
 ``GET /records/{round}``) and pushes it to the configured peer URLs (``POST /records``); ``find`` merges the
 round's valid records from the DHT, the book and the peers' ``/records`` (bad ones are logged and counted,
 never raised; per signer the record expiring last wins). So a DHT that strangers poison (issue 11), split
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from eth_account import Account
 
-from protocol.dht import DHTError, DHTNode
-from protocol.recordbook import RecordBook, RecordExchange
-from protocol.records import NodeRecord, RecordError, Served, make_record
+from protocol.p2p.dht import DHTError, DHTNode
+from protocol.p2p.recordbook import RecordBook, RecordExchange
+from protocol.wire.records import NodeRecord, RecordError, Served, make_record
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Discovery:
     def sign_record(
         self, round: int, role: str, url: str, serves: Sequence[Served], ttl: int, *, now: float | None = None
     ) -> NodeRecord:
-        """This node's record of ``round``, signed with its key (``protocol.records.make_record``)."""
+        """This node's record of ``round``, signed with its key (``protocol.wire.records.make_record``)."""
         return make_record(
             self.private_key,
             chain_id=self.chain_id,

@@ -1,4 +1,4 @@
-""":class:`protocol.coordinator.Coordinator` over the deployed ``TesseraNetwork`` (``protocol.chain``).
+""":class:`protocol.rounds.coordinator.Coordinator` over the deployed ``TesseraNetwork`` (``protocol.chain``).
 
 Reads that the contract only exposes as events (commitments, registrations, rewards) are served from
 event logs; every transaction goes through ``protocol.chain.Chain``, whose reverts are typed
@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 from eth_utils import keccak, to_checksum_address
 
-from protocol import bls
 from protocol.chain import (
     AlreadyCommitted,
     AlreadyDone,
@@ -31,7 +30,7 @@ from protocol.chain import (
     WrongPhase,
     WrongRound,
 )
-from protocol.coordinator import (
+from protocol.rounds.coordinator import (
     AlreadyDoneError,
     CoordinatorError,
     NotRegisteredError,
@@ -41,6 +40,7 @@ from protocol.coordinator import (
     Settlement,
     WrongPhaseError,
 )
+from protocol.wire import bls
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

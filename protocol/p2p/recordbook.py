@@ -3,9 +3,9 @@
 A stranger who runs the DHT nodes closest to a round key can answer every lookup with junk (readers
 refuse it, but then find nothing). So records also travel over the nodes' own HTTP APIs: every node
 keeps the records it has verified in a :class:`RecordBook`, serves them at ``GET /records/{round}`` and
-accepts a pushed record at ``POST /records``; :class:`protocol.discovery.Discovery` pushes its own record
+accepts a pushed record at ``POST /records``; :class:`protocol.p2p.discovery.Discovery` pushes its own record
 to the configured peer URLs and merges what those peers serve with what the DHT returns. Every record is
-verified (:func:`protocol.records.decode_record`) wherever it arrives, so no peer has to be trusted; a
+verified (:func:`protocol.wire.records.decode_record`) wherever it arrives, so no peer has to be trusted; a
 peer can only withhold records, and the DHT and the other peers still carry them.
 
 The book is bounded: at most :data:`MAX_PER_ROUND` signers per round (first come; a signer's newer record
@@ -26,10 +26,10 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
 
-from protocol.canonical import check_json_depth
 from protocol.errors import ProtocolError
-from protocol.records import MAX_RECORD_BYTES, NodeRecord, RecordError, decode_record
-from protocol.transfer import get_capped, new_client, stalled_recently
+from protocol.p2p.transfer import get_capped, new_client, stalled_recently
+from protocol.wire.canonical import check_json_depth
+from protocol.wire.records import MAX_RECORD_BYTES, NodeRecord, RecordError, decode_record
 
 log = logging.getLogger(__name__)
 

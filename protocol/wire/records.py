@@ -21,8 +21,8 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_utils import is_checksum_address
 
-from protocol.canonical import CanonicalJSONError, check_json_depth, dumps_canonical
 from protocol.errors import ProtocolError
+from protocol.wire.canonical import CanonicalJSONError, check_json_depth, dumps_canonical
 
 #: Domain separator signed together with the body, so a record signature is good for nothing else.
 RECORD_DOMAIN = "tessera-node-record-v1"
@@ -283,7 +283,7 @@ def decode_record(
     )
     validate_fields(rec)
     try:
-        canonical = dumps_canonical(doc)  # the one canonical JSON (protocol.canonical): no floats
+        canonical = dumps_canonical(doc)  # the one canonical JSON (protocol.wire.canonical): no floats
     except CanonicalJSONError as exc:
         raise MalformedRecordError(f"record is not canonical JSON: {exc}") from exc
     if canonical != bytes(data):

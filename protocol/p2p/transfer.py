@@ -5,7 +5,7 @@ make us buffer more than the cap), a per-read timeout, a wall-clock deadline for
 trickles a byte now and then defeats any per-read timeout), a digest check on arrival, and retries with
 exponential backoff across the given peers. Failures are typed (:class:`TransferError` subclasses).
 
-``BlobStore`` (the serving side), the digest helpers and the typed errors are ``protocol.blobs``'s,
+``BlobStore`` (the serving side), the digest helpers and the typed errors are ``protocol.p2p.blobs``'s,
 re-exported here.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from protocol.blobs import (
+from protocol.p2p.blobs import (
     BadDigestError,
     BlobNotFoundError,
     BlobStore,

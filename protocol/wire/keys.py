@@ -16,8 +16,8 @@ from pathlib import Path
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from protocol.canonical import JSONFileError, read_json_file
 from protocol.errors import ProtocolError
+from protocol.wire.canonical import JSONFileError, read_json_file
 
 DEFAULT_PASSWORD_ENV = "TESSERA_KEYSTORE_PASSWORD"
 

@@ -20,8 +20,8 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor
 
-from protocol.canonical import CanonicalJSONError, check_json_depth
 from protocol.errors import ProtocolError
+from protocol.wire.canonical import CanonicalJSONError, check_json_depth
 from training.digest import state_digest
 
 #: Default cap on a tensor blob (bytes).
@@ -74,7 +74,7 @@ def tensors_digest(tensors: Mapping[str, Tensor]) -> str:
 
 
 def tensor_blob_digest(data: bytes) -> str:
-    """The digest of a tensor blob's content (for ``protocol.transfer.fetch_blob``'s ``digest_fn``)."""
+    """The digest of a tensor blob's content (for ``protocol.p2p.transfer.fetch_blob``'s ``digest_fn``)."""
     return tensors_digest(decode_tensors(data))
 
 

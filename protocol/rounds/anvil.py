@@ -24,7 +24,7 @@ from types import TracebackType
 from protocol.errors import ProtocolError
 
 HARDFORK = "prague"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ANVIL_BIN = REPO_ROOT / "contracts" / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
 
 

@@ -3,7 +3,7 @@
 Layout (all integers little-endian)::
 
     b"TSRUPD\\0\\0"            8-byte magic
-    u32 header_len            canonical JSON header (protocol.canonical), at most caps.max_header_bytes
+    u32 header_len            canonical JSON header (protocol.wire.canonical), at most caps.max_header_bytes
     header bytes
     u64 payload_len           exactly the rest of the message, and exactly what the header implies
     payload bytes             the codec's fields (training.codecs) in :data:`FIELD_ORDER` ("idx" and "val"
@@ -13,9 +13,9 @@ Layout (all integers little-endian)::
 The header (``UpdateHeader.to_json``) carries: ``version`` (4), ``r`` (round), ``m`` (miner address),
 ``mods`` (module ids), ``dims`` (``[vocab, seq_len, d_model, d_ff, n_experts]``, 0 where no listed module
 uses one: the parameters' names and shapes are derived from ``mods`` and ``dims``,
-``protocol.updateparams``), ``c`` (the codec's wire parameters: ``[name, chunk, topk, bits, transform,
+``protocol.wire.updateparams``), ``c`` (the codec's wire parameters: ``[name, chunk, topk, bits, transform,
 index]``), ``b`` (state digest of theta_r), ``t`` (``[k, H, root]``: the recorded steps are 0, k, 2k, ...,
-H, and ``root`` the state digest of the per-step digests, served apart; ``protocol.updateheader``), ``n``
+H, and ``root`` the state digest of the per-step digests, served apart; ``protocol.wire.updateheader``), ``n``
 (tokens) and ``ef``: the error-feedback chain, ``[after, source]``: ``after`` the state digest of the
 residual the miner keeps after this update, ``source`` null or ``[s, digest]`` naming the miner's own
 earlier committed update whose ``after`` residual this update started from (null: it started from zero).
@@ -45,9 +45,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from protocol.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
-from protocol.updatecost import MEMORY_SLACK, DecodeCost, UpdateCaps, check_decode_cost, decode_cost
-from protocol.updateerrors import (
+from protocol.wire.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
+from protocol.wire.updatecost import MEMORY_SLACK, DecodeCost, UpdateCaps, check_decode_cost, decode_cost
+from protocol.wire.updateerrors import (
     BadMagic,
     BadTensorDtype,
     BadTensorShape,
@@ -65,7 +65,7 @@ from protocol.updateerrors import (
     UpdateError,
     UpdateTooLarge,
 )
-from protocol.updateheader import (
+from protocol.wire.updateheader import (
     KNOWN_CODECS,
     TRANSCRIPT_TENSOR,
     VERSION,

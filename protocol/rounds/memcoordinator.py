@@ -1,8 +1,8 @@
 """The round coordinator in memory: :class:`MemoryLedger` is a shared chain state and each
 :class:`MemoryCoordinator` one participant's view of it, with the semantics of the contract that
-``protocol.coordinator`` describes (settlement by ``protocol.consensus.settle``, which the Solidity
+``protocol.rounds.coordinator`` describes (settlement by ``protocol.rounds.consensus.settle``, which the Solidity
 vectors check). Used by in-process tests and the attack harness; nodes see only
-``protocol.coordinator.Coordinator``."""
+``protocol.rounds.coordinator.Coordinator``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 
 from eth_utils import keccak, to_checksum_address
 
-from protocol.commitments import score_commitment, seed_commitment, update_commitment
-from protocol.consensus import SCORE_MAX, settle
-from protocol.coordinator import (
+from protocol.rounds.consensus import SCORE_MAX, settle
+from protocol.rounds.coordinator import (
     AlreadyDoneError,
     CoordinatorError,
     NotRegisteredError,
@@ -24,7 +23,8 @@ from protocol.coordinator import (
     WrongPhaseError,
     checkpoint_message,
 )
-from protocol.phases import Phase
+from protocol.rounds.phases import Phase
+from protocol.wire.commitments import score_commitment, seed_commitment, update_commitment
 
 
 @dataclass

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from protocol.updateerrors import HeaderMismatch, MalformedHeader, UpdateTooLarge
+from protocol.wire.updateerrors import HeaderMismatch, MalformedHeader, UpdateTooLarge
 
 DIMS = ("vocab", "seq_len", "d_model", "d_ff", "n_experts")
 """The model dimensions a v4 header carries, in order."""

@@ -2,10 +2,10 @@
 ``validator.node.ValidatorNode`` mix :class:`ServingNode` in).
 
 Start: torch's threads and deterministic settings for the node's device (``training.device``) and a
-warm-up; the common HTTP API (``protocol.nodeapi``) with the role's own routes and the signed node
-records (``protocol.recordbook``); the server; registration on chain with the role's stake, if the key is
+warm-up; the common HTTP API (``protocol.node.api``) with the role's own routes and the signed node
+records (``protocol.p2p.recordbook``); the server; registration on chain with the role's stake, if the key is
 not registered yet. Run: the node's ``step`` every ``poll_interval`` until a signal, its role's errors
-retried with backoff (``protocol.nodeloop``). Stop: the server.
+retried with backoff (``protocol.node.loop``). Stop: the server.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from typing import Any, ClassVar, Self
 import torch
 from fastapi import FastAPI
 
-from protocol.coordinator import Coordinator, CoordinatorError, Phase, RoundState
-from protocol.discovery import Discovery
 from protocol.errors import ProtocolError
-from protocol.nodeapi import NodeMetrics, NodeServer, create_node_app
-from protocol.nodeloop import failure_reporter, recovery_reporter, step_forever
-from protocol.recordbook import mount_record_routes
+from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.node.loop import failure_reporter, recovery_reporter, step_forever
+from protocol.node.settings import NodeConfig
+from protocol.node.traffic import TrafficLedger
+from protocol.p2p.discovery import Discovery
+from protocol.p2p.recordbook import mount_record_routes
+from protocol.p2p.transfer import BlobStore
+from protocol.rounds.coordinator import Coordinator, CoordinatorError, Phase, RoundState
 from protocol.runspec import compute_platform, warm_up_torch
-from protocol.settings import NodeConfig
-from protocol.traffic import TrafficLedger
-from protocol.transfer import BlobStore
 from training.device import use_deterministic
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class ServingNode:
         """The role's own routes, added to the common API."""
 
     def _blob_fallback(self) -> Callable[[str], bytes | None] | None:
-        """Blobs not in ``public`` that the node produces on demand (``protocol.nodeapi.create_node_app``)."""
+        """Blobs not in ``public`` that the node produces on demand (``protocol.node.api.create_node_app``)."""
         return None
 
     def start(self) -> Self:

@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from protocol.canonical import JSONFileError, read_json_file
 from protocol.errors import ProtocolError
+from protocol.wire.canonical import JSONFileError, read_json_file
 
 DEPLOYMENT_VERSION = 1
 _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")

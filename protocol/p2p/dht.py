@@ -3,9 +3,9 @@
 What it adds over hivemind: typed errors with an actionable message when the p2pd daemon does not start
 or no bootstrap peer answers, a timeout on every operation, a retry path with backoff on start, a peer
 count for health checks and a ``rejoin`` for a node that finds itself alone (a DHT split), and strict
-validation of every record read (see :mod:`protocol.records`): bad records are refused one by one and
+validation of every record read (see :mod:`protocol.wire.records`): bad records are refused one by one and
 returned as typed errors beside the good ones, never raised, so a node keeps running. Every node also runs
-:class:`protocol.dhtvalidator.RecordValidator`, so it neither stores for others nor accepts from others
+:class:`protocol.p2p.dhtvalidator.RecordValidator`, so it neither stores for others nor accepts from others
 anything but valid signed records under their own round key and signer's subkey (issue 11: a stranger's
 store over a round key hid the round).
 
@@ -25,9 +25,9 @@ from typing import Any
 import hivemind
 from hivemind.utils import get_dht_time
 
-from protocol.dhtvalidator import RecordValidator
 from protocol.errors import ProtocolError
-from protocol.records import NodeRecord, RecordError, decode_record
+from protocol.p2p.dhtvalidator import RecordValidator
+from protocol.wire.records import NodeRecord, RecordError, decode_record
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Routes: ``GET /health``, ``GET /status`` (round, phase, what the node did), ``GET /metrics`` (Prometheus),
 ``GET /blobs/{digest}`` (bulk bytes by digest, streamed), ``GET /traffic`` (the node's traffic ledger:
-bytes by round and kind, :mod:`protocol.traffic`), and FastAPI's OpenAPI docs at ``/docs`` and
+bytes by round and kind, :mod:`protocol.node.traffic`), and FastAPI's OpenAPI docs at ``/docs`` and
 ``/openapi.json``. A role adds its own routes on the returned app. :class:`NodeServer` runs the app with
 uvicorn in a background thread on a given or a free port.
 """
@@ -33,8 +33,8 @@ from prometheus_client import (
 from swagger_ui_bundle import swagger_ui_path
 
 from protocol.errors import ProtocolError
-from protocol.traffic import SNIFF_BYTES, Kind, TrafficLedger, TrafficMiddleware, blob_kind
-from protocol.transfer import BadDigestError, BlobStore, check_digest_str
+from protocol.node.traffic import SNIFF_BYTES, Kind, TrafficLedger, TrafficMiddleware, blob_kind
+from protocol.p2p.transfer import BadDigestError, BlobStore, check_digest_str
 
 
 class NodeNotReadyError(ProtocolError):
@@ -46,7 +46,7 @@ class NodeServerError(ProtocolError):
     """The node's HTTP server could not start."""
 
 
-#: What ``protocol.transfer.check_digest_str`` accepts, as an OpenAPI (ECMA) pattern, so the spec says what
+#: What ``protocol.p2p.transfer.check_digest_str`` accepts, as an OpenAPI (ECMA) pattern, so the spec says what
 #: a digest is and a malformed one is refused by validation (422) like any other bad parameter. (Validation
 #: uses pydantic's Rust regex, where ``$`` does not match before a trailing newline.)
 DIGEST_PATTERN = r"^(0x)?[0-9a-f]{16,128}$"
@@ -75,7 +75,7 @@ class NodeMetrics:
     phase_seconds: Histogram
     verifications: Counter
     account: Gauge
-    """This node's account as the chain holds it (``protocol.nodeaccount``), in tokens by ``figure``."""
+    """This node's account as the chain holds it (``protocol.node.account``), in tokens by ``figure``."""
     account_block: Gauge
     errors: Counter
     traffic: Counter

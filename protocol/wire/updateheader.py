@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from protocol.updatecost import UpdateCaps
-from protocol.updateerrors import (
+from protocol.wire.updatecost import UpdateCaps
+from protocol.wire.updateerrors import (
     BadTensorShape,
     CodecMismatch,
     HeaderMismatch,
@@ -30,7 +30,7 @@ from protocol.updateerrors import (
     UnknownCodec,
     UnsupportedVersion,
 )
-from protocol.updateparams import b64, check_modules, derive_params, infer_dims, schedule, unb64
+from protocol.wire.updateparams import b64, check_modules, derive_params, infer_dims, schedule, unb64
 from training.codecs import Encoded
 from training.config import CodecConfig
 from training.digest import state_digest
@@ -140,7 +140,7 @@ class UpdateHeader:
     """Wire format version."""
 
     def to_json(self) -> dict[str, Any]:
-        """The header as a canonical-JSON-ready dict (wire version 4: see :mod:`protocol.updateparams`);
+        """The header as a canonical-JSON-ready dict (wire version 4: see :mod:`protocol.wire.updateparams`);
         ValueError if it cannot travel (parameters that are not whole modules, steps off the schedule)."""
         c = self.codec
         interval, steps = self.transcript_interval, self.transcript_steps

@@ -6,7 +6,7 @@ no keeps the value out of the node's storage, or out of the lookup's result: so 
 Tessera node stores and returns only what :func:`check_dht_record` accepts, namely under a round key a
 dictionary subkey whose value is a signed node record that
 
-- decodes and verifies (:func:`protocol.records.decode_record`: canonical bytes, fields, URL, lifetime,
+- decodes and verifies (:func:`protocol.wire.records.decode_record`: canonical bytes, fields, URL, lifetime,
   signature), for this node's chain when it knows it;
 - is stored under its own round's key (hivemind hands validators the key's hash, so the check is that the
   hash of ``record_key(chain_id, round)`` of the decoded record is the key it arrived under);
@@ -25,7 +25,7 @@ RPC, and the registered set changes between rounds (a miner registers, then anno
 refuse an honest newcomer, which is worse than storing a signed record of an unregistered key (at most
 one subkey per key pair per round, at most 4 KiB, at most a day). Readers know the chain and use only
 records of registered addresses; a node that follows the chain may pass the set with
-:meth:`protocol.dht.DHTNode.set_registered` to also bound what strangers can add to a round's dictionary.
+:meth:`protocol.p2p.dht.DHTNode.set_registered` to also bound what strangers can add to a round's dictionary.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import msgpack
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 
-from protocol.records import (
+from protocol.wire.records import (
     MAX_RECORD_BYTES,
     ExpiredRecordError,
     MalformedRecordError,
@@ -69,7 +69,7 @@ class DHTPlacementError(RecordError):
 
 def round_key_id(chain_id: int, round: int) -> bytes:
     """The hash hivemind stores ``record_key(chain_id, round)`` under (what a validator sees as the key)."""
-    from protocol.dht import record_key  # protocol.dht imports this module
+    from protocol.p2p.dht import record_key  # protocol.p2p.dht imports this module
 
     return bytes(DHTID.generate(source=record_key(chain_id, round)).to_bytes())
 

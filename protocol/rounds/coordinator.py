@@ -1,7 +1,7 @@
 """The round coordinator as the nodes see it: a narrow, typed view of the settlement contract.
 
-Miners and validators are written against :class:`Coordinator`. ``protocol.chaincoord`` implements it over
-the deployed ``TesseraNetwork`` contract; ``protocol.memcoordinator.MemoryCoordinator`` implements the
+Miners and validators are written against :class:`Coordinator`. ``protocol.chain.coordinator`` implements it over
+the deployed ``TesseraNetwork`` contract; ``protocol.rounds.memcoordinator.MemoryCoordinator`` implements the
 same semantics in memory (used by in-process tests and the attack harness). The semantics are the contract's:
 
 - rounds start at 1; round r trains from ``checkpoint(r)`` (round 1: the genesis checkpoint) and its
@@ -24,10 +24,10 @@ from typing import Protocol, runtime_checkable
 from eth_abi import encode as abi_encode
 from eth_utils import keccak, to_checksum_address
 
-from protocol.commitments import update_commitment
-from protocol.consensus import SCORE_MAX
 from protocol.errors import ProtocolError
-from protocol.phases import Phase
+from protocol.rounds.consensus import SCORE_MAX
+from protocol.rounds.phases import Phase
+from protocol.wire.commitments import update_commitment
 
 __all__ = [
     "CHECKPOINT_TAG",
