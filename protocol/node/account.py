@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 class KeyInUseError(ProtocolError):
     """The chain shows an action of this node's key that this node did not take: another instance runs
-    with the same key."""
+    with the same key. Fatal to the node that raises it (``protocol.node.start.ServingNode.run``)."""
 
 
 WEI_PER_TOKEN = 10**18
@@ -91,6 +91,8 @@ class ChainAccount:
     first_round: int | None = None
     conflict: str = ""
     """The last :class:`KeyInUseError` message (kept for ``/status``)."""
+    committed_here: bool = False
+    """Whether this process has made a commitment the chain holds (the original of two nodes on a key)."""
     failed: tuple[object, float] | None = None
     busy: threading.Lock = field(default_factory=threading.Lock)
 
@@ -118,17 +120,39 @@ class ChainAccount:
             return True
 
     def check_commits(self, current_round: int, own: Callable[[int], bool]) -> None:
-        """:class:`KeyInUseError` (once per round) if the last round the chain says this account committed
-        to is one this process has seen start and ``own(round)`` says it did not commit."""
+        """Watch the last round the chain says this account committed to (``own(round)``: whether this
+        node made that commitment). A commitment this node did not make is another node holding its key:
+
+        - at the first check (start), one of this or the previous round: :class:`KeyInUseError`, so a
+          second instance stops before it trains, registers work or competes for the commit;
+        - later, in a round this process saw start: :class:`KeyInUseError` if this process has not
+          committed since it started (it is the newcomer), else the conflict is logged once and kept for
+          ``/status`` (``key_in_use``) and the node keeps running: it is the original."""
+        first = self.first_round is None
         if self.first_round is None:
             self.first_round = current_round
         last = int(self.figures.get("last_commit_round", 0))
-        if last < max(1, self.first_round) or f"round {last}:" in self.conflict or own(last):
+        if last < 1 or f"round {last}:" in self.conflict:
+            return
+        if own(last):
+            self.committed_here = self.committed_here or last >= self.first_round
+            return
+        if first and last >= current_round - 1:
+            self.conflict = (
+                f"round {last}: key {self.address} committed an update this node did not make (its data dir "
+                "has no record of it): another node runs with this key; stop this one (each node needs its "
+                f"own key), or if this node's data dir was replaced, start it again after round {last + 1}"
+            )
+            raise KeyInUseError(self.conflict)
+        if last < self.first_round:
             return
         self.conflict = (
             f"round {last}: key {self.address} committed an update this node did not make: another miner "
             "runs with this key (stop one; each needs its own key), or its data dir was replaced"
         )
+        if self.committed_here:
+            log.error("key in use: %s; this node keeps running, the other one should stop", self.conflict)
+            return
         raise KeyInUseError(self.conflict)
 
     def try_refresh(self, key: object = None) -> bool:

@@ -31,6 +31,7 @@ def step_forever(
     done: Callable[[], bool] | None = None,
     survive_untyped: bool = True,
     on_recovery: Callable[[], None] | None = None,
+    fatal: tuple[type[BaseException], ...] = (),
 ) -> None:
     """Call ``step`` every ``interval`` seconds until ``stop`` is set or ``done()`` holds.
 
@@ -38,7 +39,9 @@ def step_forever(
     ``on_error(exc, backoff)`` and the step is retried after ``backoff`` seconds, doubling up to
     :data:`MAX_BACKOFF` while it keeps failing. Any other ``Exception`` is handled the same way after its
     traceback is logged (``survive_untyped=False``: it propagates). ``on_recovery()`` is called after the
-    first successful step that follows a failure (the node clears the error it shows in ``/status``)."""
+    first successful step that follows a failure (the node clears the error it shows in ``/status``).
+    An exception of ``fatal`` (a condition no retry can mend, such as another node holding this node's
+    key) ends the loop and propagates, unreported: the caller prints it once and exits."""
     backoff = interval
     failing = False
     while not stop.is_set():
@@ -48,6 +51,8 @@ def step_forever(
             if failing and on_recovery is not None:
                 on_recovery()
             failing = False
+        except fatal:
+            raise
         except retry_on as exc:
             failing = True
             on_error(exc, backoff)

@@ -1,5 +1,6 @@
-"""How a node process starts and stops serving, the same for both roles (``miner.node.MinerNode`` and
-``validator.node.ValidatorNode`` mix :class:`ServingNode` in).
+"""How a node process starts and stops serving, the same for both roles: :class:`NodeRuntime`, a component
+``miner.node.MinerNode`` and ``validator.node.ValidatorNode`` hold (``ServingNode``, the same as a base
+class, is kept until every role holds a runtime).
 
 Start: torch's threads and deterministic settings for the node's device (``training.device``) and a
 warm-up; the common HTTP API (``protocol.node.api``) with the role's own routes and the signed node
@@ -13,20 +14,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import torch
 from fastapi import FastAPI
 
 from protocol.errors import ProtocolError
+from protocol.node.account import KeyInUseError
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
 from protocol.node.loop import failure_reporter, recovery_reporter, step_forever
 from protocol.node.settings import NodeConfig
 from protocol.node.traffic import TrafficLedger
+from protocol.p2p.blobs import BlobStore
 from protocol.p2p.discovery import Discovery
 from protocol.p2p.recordbook import mount_record_routes
-from protocol.p2p.transfer import BlobStore
-from protocol.rounds.coordinator import Coordinator, CoordinatorError, Phase, RoundState
+from protocol.rounds.coordinator import Coordinator, CoordinatorError, RoundState
+from protocol.rounds.phases import Phase
 from protocol.runspec import compute_platform, warm_up_torch
 from training.device import use_deterministic
 
@@ -105,7 +109,8 @@ class ServingNode:
                 pass
 
     def run(self, stop: threading.Event | None = None) -> None:
-        """Step until ``stop`` is set (or ``_done``); errors are retried with backoff."""
+        """Step until ``stop`` is set (or ``_done``); errors are retried with backoff, except
+        :class:`KeyInUseError` (another node holds this key), which stops the node with one error."""
         step_forever(
             self.step,
             stop=stop or threading.Event(),
@@ -114,6 +119,100 @@ class ServingNode:
             on_error=failure_reporter(self, self.role, self.node_log),
             on_recovery=recovery_reporter(self, self.role, self.node_log),
             done=self._done,
+            fatal=(KeyInUseError,),
+        )
+
+    def stop(self) -> None:
+        """Stop serving."""
+        if self.server is not None:
+            self.server.stop()
+
+
+@dataclass
+class NodeRuntime:
+    """``start``, ``run`` and ``stop`` of one node process, and what ``/status`` shows of its progress
+    (``phase``, ``last_error``, ``url``). The node gives it its role's parts: the ``/status`` document, its
+    own routes and blobs to ``start``, its ``step`` to ``run``."""
+
+    role: str
+    """``miner`` or ``validator``: the API's role and the role registered on chain."""
+    cfg: NodeConfig
+    """The node's settings (host, port, threads, device, stake, poll interval)."""
+    coord: Coordinator
+    """The chain's round view (registration, phase advances)."""
+    discovery: Discovery
+    """Signed node records (mounted on the API)."""
+    public: BlobStore
+    """The blobs the node serves."""
+    metrics: NodeMetrics
+    """The node's Prometheus metrics."""
+    traffic: TrafficLedger = field(default_factory=TrafficLedger)
+    """What the node sent and received, by peer and kind."""
+    node_log: logging.Logger = log
+    """Where ``run`` reports failures and recoveries (the role's module logger)."""
+    retried: tuple[type[Exception], ...] = ()
+    """The role's own errors that ``run`` retries (besides :class:`ProtocolError`)."""
+    server: NodeServer | None = None
+    """The HTTP server once started."""
+    url: str = ""
+    """The node's public URL once started."""
+    phase: str = "starting"
+    """What the node is doing (``/status``)."""
+    last_error: str = ""
+    """The last step's error, cleared when a step succeeds again (``/status``)."""
+
+    def start(
+        self,
+        status: Callable[[], dict[str, Any]],
+        add_routes: Callable[[FastAPI], None],
+        fallback: Callable[[str], bytes | None] | None = None,
+    ) -> None:
+        """Start the HTTP API (the common routes, ``add_routes``', the signed records) and register
+        on-chain if needed; ``fallback`` produces blobs not in ``public`` on demand."""
+        torch.set_num_threads(max(1, self.cfg.threads))
+        use_deterministic(self.cfg.device)
+        log.info("torch warm-up took %.2fs (%s)", warm_up_torch(), compute_platform())
+        app = create_node_app(
+            role=self.role,
+            status=status,
+            store=self.public,
+            metrics=self.metrics,
+            fallback=fallback,
+            traffic=self.traffic,
+        )
+        add_routes(app)
+        mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
+        self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
+        self.url = self.cfg.public_url or self.server.url
+        if self.coord.ensure_registered(self.role, self.cfg.stake):
+            log.info("registered %s as a %s with stake %d", self.coord.address, self.role, self.cfg.stake)
+        self.phase = "ready"
+
+    def maybe_advance(self, st: RoundState) -> None:
+        """Advance a phase whose deadline has passed (any node may; one that loses the race to another
+        is refused, which is fine)."""
+        if st.phase != Phase.FINALIZE and st.block > st.deadline:
+            try:
+                self.coord.advance()
+            except CoordinatorError:
+                pass
+
+    def run(
+        self,
+        step: Callable[[], None],
+        stop: threading.Event | None = None,
+        done: Callable[[], bool] | None = None,
+    ) -> None:
+        """Call ``step`` every poll interval until ``stop`` is set (or ``done()``); errors are retried
+        with backoff."""
+        step_forever(
+            step,
+            stop=stop or threading.Event(),
+            interval=self.cfg.poll_interval,
+            retry_on=(ProtocolError, *self.retried),
+            on_error=failure_reporter(self, self.role, self.node_log),
+            on_recovery=recovery_reporter(self, self.role, self.node_log),
+            done=done,
         )
 
     def stop(self) -> None:
