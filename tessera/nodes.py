@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -89,15 +90,57 @@ def overrides_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     }
 
 
+START_RPC_TRIES = 30
+"""Tries of an unreachable RPC at a node's start before it gives up (issue 27: it gave up after ~4 s)."""
+START_RPC_WAIT_S = 10.0
+"""Seconds between those tries: 30 tries over about five minutes, for a chain node still starting."""
+
+
+def wait_for_rpc(url: str, tries: int = START_RPC_TRIES, wait_s: float = START_RPC_WAIT_S) -> None:
+    """Return once ``url`` answers a JSON-RPC request; until then one warning line a try, naming the
+    try, the wait and the limit; after ``tries`` a :class:`TesseraError`. Only an unreachable node is
+    retried here: what it answers is checked by ``Chain.connect``."""
+    import requests
+
+    from protocol.chain.transport import check_rpc_url
+
+    check_rpc_url(url)
+    limit = (tries - 1) * wait_s
+    for attempt in range(1, tries + 1):
+        try:
+            requests.post(
+                url, json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}, timeout=10
+            )
+            return
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            if attempt == tries:
+                raise TesseraError(
+                    f"RPC {url} unreachable after {tries} tries over {limit:.0f} s ({type(exc).__name__}): "
+                    "is the chain node running, and is the RPC URL right?"
+                ) from None
+            log.warning(
+                "RPC %s unreachable (%s); try %d of %d, next in %.0f s, giving up after %.0f s",
+                url,
+                type(exc).__name__,
+                attempt,
+                tries,
+                wait_s,
+                limit,
+            )
+            time.sleep(wait_s)
+
+
 def connect(deployment_path: Path | None, rpc_url: str, private_key: str, traffic: Any = None) -> Any:
     """A :class:`protocol.chain.coordinator.ChainCoordinator` for the deployment, signing with ``private_key``;
-    its JSON-RPC bytes are counted in ``traffic`` (a :class:`protocol.node.traffic.TrafficLedger`) if given."""
+    its JSON-RPC bytes are counted in ``traffic`` (a :class:`protocol.node.traffic.TrafficLedger`) if given.
+    An RPC that does not answer yet is waited for (:func:`wait_for_rpc`)."""
     from protocol.chain import Chain
     from protocol.chain.coordinator import ChainCoordinator
 
     if deployment_path is None:
         raise TesseraError("no deployment file: pass --deployment (written by `tessera contracts deploy`)")
     deployment = Deployment.load(deployment_path)
+    wait_for_rpc(rpc_url or deployment.rpc_url)
     chain = Chain.connect(deployment, Account.from_key(private_key), rpc_url=rpc_url or None, traffic=traffic)
     return ChainCoordinator(chain, private_key)
 
