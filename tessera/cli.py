@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,31 @@ _ERROR_ROOTS: tuple[str, ...] = (
 
 #: Libraries that log every request at INFO; shown from -vv.
 NOISY_LOGGERS = ("httpx", "httpcore", "urllib3", "web3.providers", "web3.manager")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+"""The names ``--log-level`` takes (``tessera miner run``, ``validator run``, ``devnet``)."""
+LOG_LEVEL_ENV = "TESSERA_LOG_LEVEL"
+"""The environment's ``--log-level``: the devnet passes its own to the nodes it starts this way."""
+
+
+def add_log_level_flag(parser: argparse.ArgumentParser) -> None:
+    """``--log-level LEVEL`` on a long-running command; it wins over ``-v`` and ``$TESSERA_LOG_LEVEL``."""
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=None,
+        help="log level: DEBUG, INFO (one line per round and action), WARNING (default: problems only), "
+        f"ERROR; default from -v or ${LOG_LEVEL_ENV}",
+    )
+
+
+def log_level(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """The root log level: ``--log-level``, else ``$TESSERA_LOG_LEVEL``, else WARNING lowered 10 per ``-v``."""
+    named = getattr(args, "log_level", None) or environ.get(LOG_LEVEL_ENV, "").upper()
+    if named in LOG_LEVELS:
+        return int(getattr(logging, named))
+    return logging.WARNING - 10 * min(args.verbose, 2)
 
 
 def _error_roots() -> tuple[type[BaseException], ...]:
@@ -64,11 +90,10 @@ def main(argv: Sequence[str] | None = None, *, extra: Mapping[str, Any] | None =
     args = parser.parse_args(argv)
     for k, v in (extra or {}).items():
         setattr(args, k, v)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if args.verbose < 2:
+    level = log_level(args, os.environ)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)  # basicConfig leaves an already configured root as it was
+    if level > logging.DEBUG:
         # one INFO line per HTTP request (httpx) was 161 of a validator's 356 lines at -v: debug (-vv) only
         for noisy in NOISY_LOGGERS:
             logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -26,6 +26,7 @@ from eth_account import Account
 
 from protocol.node.settings import setting_defaults, setting_docs, setting_types
 from protocol.rounds.deployment import Deployment
+from tessera.cli import add_log_level_flag
 from tessera.errors import TesseraError
 
 log = logging.getLogger(__name__)
@@ -299,6 +300,7 @@ def add_run_command(
         f"${getattr(cls, 'key_env', '')} (or --key-env NAME) or an encrypted --keystore.",
     )
     add_config_flags(run, cls)
+    add_log_level_flag(run)
     run.set_defaults(handler=handler)
     parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
+from tessera.cli import LOG_LEVEL_ENV, add_log_level_flag
 from tessera.devnet.network import DevnetConfig
 from tessera.errors import TesseraError
 
@@ -117,6 +119,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fast-forward", action="store_true", help="wait out every phase deadline")
     p.add_argument("--no-live", action="store_true", help="print progress lines instead of the live view")
     p.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
+    add_log_level_flag(p)  # the devnet's own and, through $TESSERA_LOG_LEVEL, its nodes'
 
 
 def _add_node_options(p: argparse.ArgumentParser) -> None:
@@ -213,6 +216,8 @@ def _run(args: argparse.Namespace) -> int:
     from training.presets import get_preset
 
     get_preset(args.preset)  # an unknown name fails before anything starts
+    if args.log_level:
+        os.environ[LOG_LEVEL_ENV] = args.log_level  # the nodes it starts inherit it
     cfg = DevnetConfig(
         workdir=args.dir,
         miners=args.miners,
