@@ -200,7 +200,7 @@ def _simulation(
         miners,
         run_seed=seed,
         compress=variant["codec"] is not None,
-        transport=wire_transport(run.codec),
+        transport=wire_transport(run.codec, run.model),
         eval_windows=windows or 10**9,
         ef_key=variant.get("ef_key", "name"),
         merger=_validators_merge() if variant.get("merge") == "validators" else None,

@@ -148,7 +148,7 @@ def _simulate(args: argparse.Namespace) -> int:
     torch.set_num_threads(max(1, args.threads))
     run = run_config(args, args.rounds)
     ds = prepare(load_corpus(args), run.model)
-    transport = wire_transport(run.codec)
+    transport = wire_transport(run.codec, run.model)
     miners = [f"0x{i + 1:040x}" for i in range(args.miners)]
     sim = Simulation(run, ds, miners, run_seed=args.seed, compress=not args.no_compress, transport=transport)
     base = Baseline(sim) if args.baseline else None
