@@ -11,7 +11,9 @@ commit transaction (status ``prepared``); after the chain shows the commitment t
 ``committed``. On restart a ``prepared`` round is reconciled against the chain: committed there, it is
 marked committed; still in the commit phase, the *same* update is committed; otherwise it is abandoned
 and its residual is never used. The residual for round r is that of the latest committed round < r, so
-no residual is lost and none is applied twice. Every write is atomic (temp file, fsync, rename).
+no residual is lost and none is applied twice. Every write is atomic (temp file, fsync, rename); the
+records live in a :class:`protocol.node.recordstore.RecordStore` (reads hand out copies; an edit is kept
+whole or not at all).
 
 A round's record is a :class:`MinerRoundRecord`: one typed attribute per key, so a misspelt field is a
 type error (and, the class having slots, an ``AttributeError`` at run time), never a silent ``None``. Its
@@ -23,7 +25,6 @@ file with a key this version does not know, or a value of the wrong type, is ref
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,8 +37,8 @@ from torch import Tensor
 
 from miner.errors import MinerStateError
 from protocol.node.jsonrecord import RecordError, record_from_json, record_to_json
-from protocol.p2p.transfer import BlobStore, atomic_write
-from protocol.wire.canonical import JSONFileError, read_json_file
+from protocol.node.recordstore import RecordStore
+from protocol.p2p.blobs import BlobStore, atomic_write
 
 PREPARED = "prepared"
 COMMITTED = "committed"
@@ -126,56 +127,45 @@ class MinerRoundRecord:
         return rec
 
 
+def _check_status(rec: MinerRoundRecord) -> None:
+    """Refuse to store a record whose status is none of the four (a typo in an edit)."""
+    if rec.status not in _STATUSES:
+        raise MinerStateError(f"unknown status {rec.status}")
+
+
 class MinerState:
-    """Durable per-round records plus the error-feedback residuals and served blobs."""
+    """Durable per-round records (a :class:`protocol.node.recordstore.RecordStore`: copies out, atomic
+    edits) plus the error-feedback residuals and served blobs."""
 
     def __init__(self, data_dir: str | Path) -> None:
         self.dir = Path(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "ef").mkdir(exist_ok=True)
         self.blobs = BlobStore(self.dir / "blobs")
-        self._file = self.dir / "state.json"
-        self._rounds: dict[int, MinerRoundRecord] = {}
-        if self._file.exists():
-            self._load()
-
-    def _load(self) -> None:
         try:
-            doc = read_json_file(self._file)
-        except JSONFileError as exc:
-            raise MinerStateError(f"cannot read {self._file}: {exc}") from exc
-        if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("rounds"), dict):
-            raise MinerStateError(f"{self._file} is not a miner state file")
-        for key, rec in doc["rounds"].items():
-            if not key.isdigit():
-                raise MinerStateError(f"{self._file}: round key {key!r} is not a round number")
-            self._rounds[int(key)] = MinerRoundRecord.from_json(rec, f"{self._file} round {key}")
-
-    def _save(self) -> None:
-        doc = {"version": 1, "rounds": {str(r): rec.to_json() for r, rec in self._rounds.items()}}
-        atomic_write(self._file, json.dumps(doc, sort_keys=True, indent=1).encode())
+            self._store = RecordStore(self.dir / "state.json", MinerRoundRecord, check=_check_status)
+        except RecordError as exc:
+            raise MinerStateError(str(exc)) from exc
 
     # -- rounds ----------------------------------------------------------------------------------------
     def record(self, round: int) -> MinerRoundRecord | None:
         """A copy of the stored record of a round, if any."""
-        rec = self._rounds.get(round)
-        return dataclasses.replace(rec) if rec is not None else None
+        return self._store.get(round)
 
     def rounds(self) -> dict[int, MinerRoundRecord]:
         """Copies of all round records by round."""
-        return {r: dataclasses.replace(rec) for r, rec in self._rounds.items()}
+        return self._store.records()
 
     def prepare(self, round: int, record: MinerRoundRecord, ef_residual: dict[str, Tensor]) -> None:
         """Persist a built update's record and its new residual before committing (status ``prepared``)."""
-        existing = self._rounds.get(round)
+        existing = self._store.get(round)
         if existing is not None and existing.status != ABANDONED:
             raise MinerStateError(f"round {round} is already {existing.status}")
         atomic_write(
             self.dir / "ef" / f"{round}.safetensors",
             st_save({k: v.contiguous() for k, v in ef_residual.items()}),
         )
-        self._rounds[round] = dataclasses.replace(record, status=PREPARED)
-        self._save()
+        self._store.put(round, dataclasses.replace(record, status=PREPARED))
 
     def set_status(self, round: int, status: str) -> None:
         """Move a round to ``status`` (other fields with it: :meth:`edit`)."""
@@ -184,24 +174,16 @@ class MinerState:
 
     @contextmanager
     def edit(self, round: int) -> Iterator[MinerRoundRecord]:
-        """Change a stored round's record and store it durably when the block ends; if the block raises or
-        leaves an unknown status, the fields it assigned are put back and nothing is written."""
-        rec = self._rounds.get(round)
-        if rec is None:
+        """Change a stored round's record (a working copy) and store it durably when the block ends; if
+        the block raises or leaves an unknown status, the record stays as it was and nothing is written."""
+        if round not in self._store:
             raise MinerStateError(f"no record for round {round}")
-        before = dataclasses.replace(rec)
-        try:
+        with self._store.edit(round) as rec:
             yield rec
-            if rec.status not in _STATUSES:
-                raise MinerStateError(f"unknown status {rec.status}")
-        except BaseException:
-            self._rounds[round] = before
-            raise
-        self._save()
 
     def committed(self, round: int) -> bool:
         """Whether the round's update is known to be committed on-chain."""
-        rec = self._rounds.get(round)
+        rec = self._store.get(round)
         return rec is not None and rec.status in (COMMITTED, SERVED)
 
     # -- error feedback ----------------------------------------------------------------------------------
@@ -212,13 +194,14 @@ class MinerState:
     def ef_carry_for(self, round: int) -> tuple[dict[str, Tensor], tuple[int, bytes] | None]:
         """The residual to start ``round`` with and its source: (round, update digest) of the latest
         committed round before it, which the update's header names (``ef.source``); ({}, None) if none."""
-        done = [r for r, rec in self._rounds.items() if r < round and rec.status in (COMMITTED, SERVED)]
+        records = self._store.records()
+        done = [r for r, rec in records.items() if r < round and rec.status in (COMMITTED, SERVED)]
         if not done:
             return {}, None
         src = max(done)
-        digest = self._rounds[src].update_digest
+        digest = records[src].update_digest
         if digest is None:
-            raise MinerStateError(f"round {src} is {self._rounds[src].status} without an update digest")
+            raise MinerStateError(f"round {src} is {records[src].status} without an update digest")
         return self.ef_state(src), (src, bytes.fromhex(digest))
 
     def ef_state(self, round: int) -> dict[str, Tensor]:

@@ -9,7 +9,8 @@ Layout under ``data_dir``::
 Rules: verdicts are written as soon as they are reached (a restart does not re-fetch what it judged);
 scores and their salt are written *before* the score commitment is sent, so a restart reveals exactly
 what was committed; ``score_revealed`` is checked against the chain before any reveal, so nothing is
-revealed twice. Every write is atomic.
+revealed twice. Every write is atomic; the records live in a
+:class:`protocol.node.recordstore.RecordStore` (reads hand out copies; an edit is kept whole or not at all).
 
 A round's record is a :class:`RoundRecord`: one typed attribute per key, so a misspelt field is a type
 error (and, the class having slots, an ``AttributeError`` at run time), never a silent ``None``. Its JSON
@@ -19,9 +20,6 @@ version does not know, or a value of the wrong type, is refused with :class:`Val
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from protocol.node.jsonrecord import RecordError, record_from_json, record_to_json
-from protocol.p2p.transfer import BlobStore, atomic_write
-from protocol.wire.canonical import JSONFileError, read_json_file
+from protocol.node.recordstore import RecordStore
+from protocol.p2p.blobs import BlobStore
 from validator.context import Verdict
 from validator.errors import ValidatorStateError
 
@@ -97,85 +95,51 @@ class RoundRecord:
             raise ValidatorStateError(str(exc)) from exc
 
 
+_CHECKPOINTS = "checkpoints"
+"""The state file's section of round -> digest of theta_round held in blobs."""
+
+
 class ValidatorState:
-    """Durable per-round records and the checkpoint store."""
+    """Durable per-round records (a :class:`protocol.node.recordstore.RecordStore`: copies out, atomic
+    edits) and the checkpoint store."""
 
     def __init__(self, data_dir: str | Path) -> None:
         self.dir = Path(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(self.dir / "blobs")
-        self._file = self.dir / "state.json"
-        self._rounds: dict[int, RoundRecord] = {}
-        self._checkpoints: dict[str, str] = {}
-        if self._file.exists():
-            self._load()
-
-    def _load(self) -> None:
         try:
-            doc = read_json_file(self._file)
-        except JSONFileError as exc:
-            raise ValidatorStateError(f"cannot read {self._file}: {exc}") from exc
-        if not isinstance(doc, dict) or doc.get("version") != 1:
-            raise ValidatorStateError(f"{self._file} is not a validator state file")
-        rounds, checkpoints = doc.get("rounds", {}), doc.get("checkpoints", {})
-        if not isinstance(rounds, dict) or not isinstance(checkpoints, dict):
-            raise ValidatorStateError(f"{self._file}: 'rounds' and 'checkpoints' must be objects")
-        if not all(isinstance(v, str) for v in checkpoints.values()):
-            raise ValidatorStateError(f"{self._file}: a checkpoint digest is not a string")
-        for key, rec in rounds.items():
-            if not key.isdigit():
-                raise ValidatorStateError(f"{self._file}: round key {key!r} is not a round number")
-            self._rounds[int(key)] = RoundRecord.from_json(rec, f"{self._file} round {key}")
-        self._checkpoints = dict(checkpoints)
-
-    def _save(self) -> None:
-        doc = {
-            "version": 1,
-            "rounds": {str(r): rec.to_json() for r, rec in self._rounds.items()},
-            "checkpoints": self._checkpoints,
-        }
-        atomic_write(self._file, json.dumps(doc, sort_keys=True, indent=1).encode())
+            self._store = RecordStore(self.dir / "state.json", RoundRecord, sections=(_CHECKPOINTS,))
+        except RecordError as exc:
+            raise ValidatorStateError(str(exc)) from exc
 
     def round(self, round: int) -> RoundRecord:
-        """The round's record (created empty on first use; written with the next change)."""
-        rec = self._rounds.get(round)
-        if rec is None:
-            rec = self._rounds[round] = RoundRecord()
-        return rec
+        """A copy of the round's record (created empty on first use; written with the next change)."""
+        return self._store.setdefault(round, RoundRecord)
 
     def rounds(self) -> dict[int, RoundRecord]:
-        """All round records (reading one through this creates nothing)."""
-        return dict(self._rounds)
+        """Copies of all round records (reading one through this creates nothing)."""
+        return self._store.records()
 
     @contextmanager
     def edit(self, round: int) -> Iterator[RoundRecord]:
-        """Change a round's record and store it durably when the block ends; if the block raises, the
-        fields it assigned are put back and nothing is written."""
-        rec = self.round(round)
-        before = dataclasses.replace(rec)
-        try:
+        """Change a round's record (a working copy) and store it durably when the block ends; if the block
+        raises, the record stays as it was and nothing is written."""
+        with self._store.edit(round, default=RoundRecord) as rec:
             yield rec
-        except BaseException:
-            for f in dataclasses.fields(rec):
-                setattr(rec, f.name, getattr(before, f.name))
-            raise
-        self._save()
 
     def verdict(self, round: int, miner: str) -> Verdict | None:
         """A copy of a stored verdict."""
-        v = self.round(round).verdicts.get(miner)
-        return copy.deepcopy(v)
+        return self.round(round).verdicts.get(miner)
 
     def put_verdict(self, round: int, miner: str, verdict: Verdict) -> None:
         """Store a verdict durably (a copy: what the caller changes later is not stored)."""
-        self.round(round).verdicts[miner] = copy.deepcopy(verdict)
-        self._save()
+        with self.edit(round) as rec:
+            rec.verdicts[miner] = verdict
 
     def put_checkpoint(self, round: int, digest: str) -> None:
         """Remember that ``digest`` (stored in blobs) is theta_round."""
-        self._checkpoints[str(round)] = digest
-        self._save()
+        self._store.put_section_value(_CHECKPOINTS, str(round), digest)
 
     def checkpoint(self, round: int) -> str | None:
         """The digest of theta_round if this validator holds it."""
-        return self._checkpoints.get(str(round))
+        return self._store.section_value(_CHECKPOINTS, str(round))
