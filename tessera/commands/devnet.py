@@ -141,6 +141,14 @@ def _add_node_options(p: argparse.ArgumentParser) -> None:
         help="set an environment variable in one node's process, e.g. miner1=ATEN_CPU_CAPABILITY=default or "
         "validator0=ONEDNN_MAX_CPU_ISA=AVX2; repeatable",
     )
+    p.add_argument(
+        "--miner-device",
+        action="append",
+        default=[],
+        metavar="I=DEVICE",
+        help="train miner I on DEVICE (cpu, cuda or cuda:N), e.g. 0=cuda; every other node computes on the "
+        "CPU, so the validators replay its segments on the CPU; repeatable",
+    )
 
 
 def _add_phase_options(p: argparse.ArgumentParser) -> None:
@@ -175,6 +183,25 @@ def node_env_args(specs: list[str], miners: int, validators: int) -> dict[str, d
                 f"validator0..validator{validators - 1})"
             )
         out.setdefault(node, {})[var] = value
+    return out
+
+
+def miner_devices(specs: list[str], miners: int) -> dict[str, str]:
+    """``I=DEVICE`` pairs as ``{"minerI": DEVICE}``; :class:`TesseraError` on a bad index or device name."""
+    from training.device import check_device_name
+    from training.errors import DeviceError
+
+    out: dict[str, str] = {}
+    for spec in specs:
+        index, sep, device = spec.partition("=")
+        if not sep or not index.isdigit() or int(index) >= miners:
+            raise TesseraError(
+                f"--miner-device {spec!r}: expected I=DEVICE with I in 0..{miners - 1}, e.g. 0=cuda"
+            )
+        try:
+            out[f"miner{int(index)}"] = check_device_name(device)
+        except DeviceError as exc:
+            raise TesseraError(f"--miner-device {spec!r}: {exc}") from exc
     return out
 
 
@@ -236,6 +263,7 @@ def _run(args: argparse.Namespace) -> int:
         fast_forward=not args.no_fast_forward,
         extra_args=adversary_args(args.adversary, args.miners, args.validators),
         node_env=node_env_args(args.node_env, args.miners, args.validators),
+        miner_devices=miner_devices(args.miner_device, args.miners),
         size_phases=not args.fixed_phases,
         phase_safety=args.phase_safety,
     )

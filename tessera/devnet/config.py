@@ -67,6 +67,9 @@ class DevnetConfig:
     node_env: dict[str, dict[str, str]] = field(default_factory=dict)
     """Extra environment variables per node name (e.g. ``{"miner1": {"ATEN_CPU_CAPABILITY": "default"}}``);
     they win over the devnet's own."""
+    miner_devices: dict[str, str] = field(default_factory=dict)
+    """Where chosen miners train, by node name (e.g. ``{"miner0": "cuda"}``: its ``--device``); every other
+    node computes on the CPU, so the validators replay those miners' segments on the CPU."""
 
     def node_names(self) -> list[str]:
         """Every node's name: ``validator0..``, then ``miner0..``."""

@@ -96,6 +96,8 @@ def node_procs(
             "--tee",
             cfg.tee,
         ]
+        if name in cfg.miner_devices:
+            args += ["--device", cfg.miner_devices[name]]
         nodes[name] = NodeProc(
             name,
             "miner",
