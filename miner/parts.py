@@ -16,6 +16,7 @@ from miner.config import MinerConfig
 from miner.state import MinerState
 from miner.work import BuiltUpdate
 from protocol.node.api import NodeMetrics
+from protocol.node.traffic import TrafficLedger
 from protocol.p2p.discovery import Discovery
 from protocol.p2p.transfer import BlobStore, FetchPolicy
 from protocol.rounds.coordinator import Coordinator, update_commitment
@@ -65,6 +66,7 @@ class MinerParts:
     state: MinerState
     public: BlobStore
     metrics: NodeMetrics
+    traffic: TrafficLedger
     fetch_policy: FetchPolicy
     checkpoints: CheckpointSource
     phase: str

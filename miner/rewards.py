@@ -30,7 +30,7 @@ class RewardsMixin(MinerParts):
             with self.state.edit(r) as stored:
                 stored.reward, stored.consensus_score = str(reward), s.consensus.get(self.address, 0)
             self.rounds_done += 1
-            log.info("round %d: consensus score %s, reward %d", r, s.consensus.get(self.address), reward)
+            self.metrics.round_report.miner(r, rec, s, self.address, self.traffic)  # the round's INFO line
         if "_account" not in self.__dict__:
             self.__dict__["_account"] = ChainAccount.of(self.coord, self.address, self.metrics)
         acc: ChainAccount | None = self.__dict__["_account"]

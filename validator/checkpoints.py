@@ -102,6 +102,7 @@ class CheckpointsMixin(IntakeMixin):
         # this validator's own figures (owed, claimed, stake) are read from the chain: validator.api (issue 16)
         with self.state.edit(round) as rec:
             rec.consensus, rec.rewards = dict(s.consensus), rewards
+        self.metrics.round_report.validator(round, self.state.round(round), s, self.address)
 
     def _merge(self, round: int, theta: Theta) -> None:
         s = self.coord.settlement(round)

@@ -33,6 +33,7 @@ from prometheus_client import (
 from swagger_ui_bundle import swagger_ui_path
 
 from protocol.errors import ProtocolError
+from protocol.node.roundreport import RoundReport
 from protocol.node.traffic import SNIFF_BYTES, Kind, TrafficLedger, TrafficMiddleware, blob_kind
 from protocol.p2p.transfer import BadDigestError, BlobStore, check_digest_str
 
@@ -82,6 +83,8 @@ class NodeMetrics:
     rpc_requests: Counter
     before_collect: list[Callable[[], None]] = field(default_factory=list)
     """Run at each scrape before the metrics are collected (a node refreshes its account figures)."""
+    round_report: RoundReport = field(default_factory=lambda: RoundReport("node"))
+    """The last settled round's figures and its log line (``protocol.node.roundreport``; ``/status``)."""
 
     @classmethod
     def create(cls, role: str) -> NodeMetrics:
@@ -93,6 +96,7 @@ class NodeMetrics:
         return cls(
             registry=reg,
             before_collect=before,
+            round_report=RoundReport(role),
             round=Gauge(f"{p}_round", "Current round", registry=reg),
             rounds=Counter(f"{p}_rounds", "Rounds completed", registry=reg),
             bytes_sent=Counter(f"{p}_bytes_sent", "Bytes served over HTTP", ["kind"], registry=reg),
@@ -175,7 +179,8 @@ def create_node_app(
 
     @app.get("/status", summary="Round, phase and what the node did")
     def get_status() -> dict[str, Any]:
-        return status()
+        # the last settled round's one-line report, the same figures as the node's INFO line (issue 27)
+        return {**status(), "round_report": metrics.round_report.to_json()}
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
     def get_metrics() -> Response:

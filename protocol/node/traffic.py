@@ -100,6 +100,17 @@ class TrafficLedger:
         if self.on_call is not None:
             self.on_call(label)
 
+    def sent_bytes(self, round: int) -> int:
+        """Bytes this node sent in ``round`` over HTTP of the protocol's kinds, headers included (what it
+        served its peers: updates, states, checkpoints, records; not RPC, not operators' API reads)."""
+        with self._lock:
+            kinds = self._rows.get(round, {})
+            return sum(
+                row["sent"] + row["sent_overhead"]
+                for kind, row in kinds.items()
+                if kind.protocol and kind is not Kind.RPC
+            )
+
     def calls_json(self) -> dict[str, dict[str, int]]:
         """``{round: {label: requests}}`` of :meth:`add_call` (rounds as strings)."""
         with self._lock:
