@@ -16,7 +16,7 @@ balanced by construction:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from training.config import ModelConfig
@@ -91,3 +91,26 @@ def trainers_per_module(assignments: dict[str, Assignment]) -> dict[str, int]:
         for m in a.module_ids:
             counts[m] = counts.get(m, 0) + 1
     return counts
+
+
+def epoch_start(round: int, epoch_rounds: int) -> int:
+    """The first round of the assignment epoch holding ``round`` (epochs of ``epoch_rounds`` rounds from
+    round 0; ``epoch_rounds = 1`` is a new assignment every round)."""
+    if epoch_rounds < 1 or round < 0:
+        raise AssignmentError("epoch_rounds must be positive and round non-negative")
+    return round - round % epoch_rounds
+
+
+def assign_epoch(
+    seed_of: Callable[[int], bytes],
+    round: int,
+    epoch_rounds: int,
+    miners: Sequence[str],
+    cfg: ModelConfig,
+    experts_per_miner: int | None = None,
+) -> dict[str, Assignment]:
+    """Assignments of ``round`` fixed for its epoch: :func:`assign` with the seed of the epoch's first round
+    (``seed_of(epoch_start(round, epoch_rounds))``), so a miner keeps its modules and shard for
+    ``epoch_rounds`` rounds. Batches still draw from the round's own seed (``training.data.miner_batches``),
+    so a miner sees new windows of its shard every round."""
+    return assign(seed_of(epoch_start(round, epoch_rounds)), miners, cfg, experts_per_miner)

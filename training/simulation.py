@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from training.assignment import Assignment, assign
+from training.assignment import Assignment, assign_epoch
 from training.codecs import Encoded, encoded_bits
 from training.config import RunConfig
 from training.data import Dataset, eval_windows, miner_batches
@@ -116,8 +116,11 @@ class Simulation:
         ef_key: str = "name",
         merger: Merger | None = None,
         device: str = "cpu",
+        epoch_rounds: int = 1,
     ) -> None:
         self.run = run
+        self.epoch_rounds = epoch_rounds
+        """Rounds an assignment is kept (``training.assignment.assign_epoch``); 1: a new one every round."""
         self.device = device
         """Where the miners' inner loops, the baseline and the evaluations compute (``cpu``, ``cuda``,
         ``cuda:N``); states, updates and the merge stay on the CPU, as on the network."""
@@ -141,8 +144,15 @@ class Simulation:
         self.optimizer_states: dict[str, dict[str, Tensor]] = {}
 
     def assignments(self, round: int) -> dict[str, Assignment]:
-        """The round's assignments."""
-        return assign(round_seed(self.run_seed, round), self.miners, self.run.model, self.experts_per_miner)
+        """The round's assignments (drawn from the seed of its epoch's first round)."""
+        return assign_epoch(
+            lambda r: round_seed(self.run_seed, r),
+            round,
+            self.epoch_rounds,
+            self.miners,
+            self.run.model,
+            self.experts_per_miner,
+        )
 
     def batches(self, round: int, a: Assignment) -> Tensor:
         """A miner's batches for a round."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.training.training_fixtures import tiny_model
-from training.assignment import assign, trainers_per_module
+from training.assignment import assign, assign_epoch, epoch_start, trainers_per_module
 from training.config import ModelConfig
 from training.errors import AssignmentError
 
@@ -55,3 +55,31 @@ def test_errors() -> None:
         assign(b"", ["a", "a"], tiny_model())
     with pytest.raises(AssignmentError):
         assign(b"", ["a"], tiny_model("moe"), experts_per_miner=9)
+
+
+def _seed(round: int) -> bytes:
+    return round.to_bytes(8, "little") * 4
+
+
+def test_epoch_keeps_the_assignment_of_its_first_round(mode: str) -> None:
+    cfg = tiny_model(mode)
+    for r in range(12):
+        got = assign_epoch(_seed, r, 4, MINERS[:4], cfg)
+        assert got == assign(_seed(r - r % 4), MINERS[:4], cfg)
+    assert [epoch_start(r, 4) for r in range(9)] == [0, 0, 0, 0, 4, 4, 4, 4, 8]
+    # an epoch of one round is the per-round assignment
+    assert all(assign_epoch(_seed, r, 1, MINERS, cfg) == assign(_seed(r), MINERS, cfg) for r in range(5))
+
+
+def test_epoch_changes_between_epochs() -> None:
+    cfg = tiny_model("dipaco")
+    paths = [{m: a.path for m, a in assign_epoch(_seed, r, 3, MINERS[:4], cfg).items()} for r in range(12)]
+    assert paths[0] == paths[1] == paths[2] and paths[3] == paths[4] == paths[5]
+    assert any(paths[i] != paths[i + 3] for i in range(0, 9, 3))
+
+
+def test_epoch_errors() -> None:
+    with pytest.raises(AssignmentError):
+        epoch_start(3, 0)
+    with pytest.raises(AssignmentError):
+        epoch_start(-1, 4)

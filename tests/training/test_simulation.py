@@ -50,3 +50,14 @@ def test_uncompressed_plain_average_and_baseline(corpus) -> None:  # type: ignor
     assert st.payload_bits_per_param_step == pytest.approx(32 / run.inner.steps)
     base = Baseline(sim).step(0)
     assert base.payload_bits_per_param_step == 32.0 and base.eval_loss > 0
+
+
+def test_epoch_assignments_with_per_round_batches(corpus) -> None:  # type: ignore[no-untyped-def]
+    run = _run("dipaco")
+    ds = prepare(corpus, run.model)
+    sim = Simulation(run, ds, ["a", "b", "c"], epoch_rounds=3)
+    a0, a1, a3 = sim.assignments(0), sim.assignments(1), sim.assignments(3)
+    assert a0 == a1 and a0 == sim.assignments(2)
+    # the same assignment, but each round draws its own batches
+    assert not sim.batches(0, a0["a"]).equal(sim.batches(1, a1["a"]))
+    assert a3 == Simulation(run, ds, ["a", "b", "c"]).assignments(3)
