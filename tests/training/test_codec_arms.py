@@ -1,0 +1,78 @@
+"""The quality benchmark's codec arms (issue 28): the seeded shaped-DCT codec and Templar's SparseLoCo."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from benchmarks.codec_arms import ArmFeedback, SeededCodec, quantise
+from benchmarks.sparseloco import INDEX_BITS, SparseLoCoCodec, chunk_topk, sparseloco_merge
+from benchmarks.sparseloco import quantise as templar_quantise
+
+
+def test_seeded_positions_are_shared_and_change_every_round() -> None:
+    codec = SeededCodec(keep=512, run_seed=3)
+    a = codec.positions("w", 5, 4, 64, 64, 512)
+    assert torch.equal(a, SeededCodec(keep=512, run_seed=3).positions("w", 5, 4, 64, 64, 512))
+    assert not torch.equal(a, codec.positions("w", 6, 4, 64, 64, 512))
+    assert not torch.equal(a, codec.positions("v", 5, 4, 64, 64, 512))
+    assert all(len(set(row.tolist())) == 512 for row in a)
+
+
+def test_seeded_payload_has_no_index_bits() -> None:
+    x = torch.randn(128, 64)
+    sent, bits = SeededCodec(keep=500, bits=2).compress(x, "w", 0)
+    assert bits == 2 * (500 * 2 + 32)  # two 64 x 64 tiles: 2-bit values and one fp32 scale each
+    assert sent.shape == x.shape and 0 < float(sent.norm()) < 2 * float(x.norm())
+    _, vbits = SeededCodec(keep=500, bits=1).compress(torch.randn(64), "b", 0)
+    assert vbits == math.ceil(500 * 64 / 4096) + 32
+
+
+@pytest.mark.parametrize("select", ["random", "lowfreq"])
+def test_seeded_keeping_everything_at_high_precision_is_nearly_exact(select: str) -> None:
+    x = torch.randn(64, 32)
+    sent, _ = SeededCodec(keep=4096, bits=8, select=select).compress(x, "w", 1)
+    assert float((sent - x).norm() / x.norm()) < 0.02
+
+
+def test_quantisers() -> None:
+    v = torch.tensor([[1.0, -0.5, 0.2, -1.0]])
+    assert torch.allclose(quantise(v, 1), torch.tensor([[0.675, -0.675, 0.675, -0.675]]))
+    q2 = quantise(v, 2)
+    assert torch.allclose(q2, torch.tensor([[1.0, -1 / 3, 1 / 3, -1.0]]))
+    t = templar_quantise(torch.tensor([0.0, 0.1, 5.0, -5.0, 0.05]))
+    assert t.shape == (5,) and len(set(t.tolist())) <= 4
+
+
+def test_error_feedback_delivers_what_it_dropped() -> None:
+    ef = ArmFeedback(SeededCodec(keep=1024, bits=8), beta=1.0)
+    delta = {"w": torch.randn(64, 64)}
+    total = torch.zeros(64, 64)
+    for r in range(40):
+        sent, _ = ef.compress(delta if r == 0 else {"w": torch.zeros(64, 64)}, r)
+        total += sent["w"]
+    assert float((total - delta["w"]).norm() / delta["w"].norm()) < 0.05
+
+
+def test_sparseloco_chunks_and_bits() -> None:
+    assert [chunk_topk(4096, 64), chunk_topk(64, 64), chunk_topk(64, 33), chunk_topk(4096, 1)] == [
+        64,
+        64,
+        32,
+        2,
+    ]
+    x = torch.randn(128, 64)
+    sent, bits = SparseLoCoCodec(topk=64).compress(x, "w", 0)
+    assert bits == 2 * 64 * (INDEX_BITS + 2) + 5 * 32
+    assert int((sent != 0).sum()) == 128  # no DCT: 64 values kept in each of the two 64 x 64 chunks
+
+
+def test_sparseloco_merge_is_a_clipped_mean_over_senders() -> None:
+    a = {"w": torch.tensor([1.0, 0.0, 0.0])}
+    b = {"w": torch.tensor([0.0, 2.0, 0.0])}
+    c = {"w": torch.tensor([0.0, 0.0, 30.0])}
+    got = sparseloco_merge([(1.0, "a", a), (1.0, "b", b), (1.0, "c", c)])["w"]
+    # median norm 2: a kept, b kept, c scaled to norm 2; each position averaged over its one sender
+    assert torch.allclose(got, torch.tensor([1.0, 2.0, 2.0]))
