@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -247,18 +248,27 @@ def compare(
     cache: RunCache | None,
     windows: int = 0,
     points: int = 1,
+    on_arm: Callable[[int, str, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """A table row: ``variant`` on every seed against uncompressed DiLoCo (Nesterov, :data:`REFERENCE`) and
     data-parallel training at the same rounds, H and seed (both run once per seed and cached).
+    ``on_arm(seed, arm, result)`` is called after each run (``recipe``, ``diloco``, ``dp``), so a long row
+    can write what it has.
 
     Gaps are ``100 * (loss - bar) / bar`` per seed; the row gives their mean and spread (max - min)."""
     per_seed = []
     for seed in seeds:
         args = (mode, scale, rounds, h, seed)
-        mine = run_variant("miners", *args, variant, corpus, cache, windows, points)
-        ref = run_variant("miners", *args, REFERENCE, corpus, cache, windows, points)
-        dp = run_variant("dp", *args, REFERENCE, corpus, cache, windows, points)
-        per_seed.append(_seed_row(seed, mine, ref, dp))
+        arms: dict[str, dict[str, Any]] = {}
+        for arm, kind, v in (
+            ("recipe", "miners", variant),
+            ("diloco", "miners", REFERENCE),
+            ("dp", "dp", REFERENCE),
+        ):
+            arms[arm] = run_variant(kind, *args, v, corpus, cache, windows, points)
+            if on_arm is not None:
+                on_arm(seed, arm, arms[arm])
+        per_seed.append(_seed_row(seed, arms["recipe"], arms["diloco"], arms["dp"]))
 
     def stat(key: str) -> tuple[float, float]:
         xs = [s[key] for s in per_seed]

@@ -64,13 +64,15 @@ def sizes(
 ) -> dict[str, Any]:
     """The chosen recipe against uncompressed DiLoCo and data-parallel training (:func:`compare`) at each
     size of ``series`` (MoE mode, H = :data:`CHOSEN` inner steps), and the slopes of both gaps against
-    log10(params). ``sink(result)`` is called after each size (partial results survive)."""
+    log10(params). ``sink(result)`` is called after each size and after each run (arm) of a size, whose
+    finished arms are under ``result["partial"]`` until its row is in (partial results survive)."""
     h = CHOSEN["inner_steps"]
     result: dict[str, Any] = {"inner_steps": h, "mode": "moe", "rows": []}
     for size in series:
         if size["rounds"] < 1:
             continue
         t0 = time.perf_counter()
+        on_arm = _arm_sink(result, size["label"], t0, sink)
         row = compare(
             size["label"],
             "moe",
@@ -82,7 +84,9 @@ def sizes(
             corpus,
             cache,
             windows,
+            on_arm=on_arm,
         )
+        result.pop("partial", None)
         row["model"] = size["scale"]["model"]
         row["batch"] = size["scale"]["batch"]
         row["tokens"] = size["rounds"] * h * size["scale"]["batch"] * size["scale"]["model"]["seq_len"] * 4
@@ -102,6 +106,29 @@ def sizes(
         if sink is not None:
             sink(result)
     return result
+
+
+def _arm_sink(result: dict[str, Any], label: str, t0: float, sink: Any) -> Any:
+    """The ``on_arm`` callback of a size: its finished arms (final loss, seconds since the size began) under
+    ``result["partial"]``, then ``sink(result)``."""
+
+    def on_arm(seed: int, arm: str, run: dict[str, Any]) -> None:
+        partial = result.setdefault("partial", {"label": label, "arms": []})
+        partial["arms"].append(
+            {
+                "seed": seed,
+                "arm": arm,
+                "final_loss": run["final_loss"],
+                "params": run["params"],
+                "run_seconds": run["seconds"],
+                "seconds_since_size_start": time.perf_counter() - t0,
+            }
+        )
+        print(f"size {label}: seed {seed} {arm} done, loss {run['final_loss']:.4f}", flush=True)
+        if sink is not None:
+            sink(result)
+
+    return on_arm
 
 
 def _fit_sizes(result: dict[str, Any]) -> None:

@@ -1,0 +1,32 @@
+"""The size series writes what it has after each arm of a size (issue 29: a GPU run comes in minutes, and
+a 38M point's three arms must not be lost to a run cut short)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from benchmarks.training_sizes import sizes
+from training.corpus import load_bundled_corpus
+
+
+def test_each_arm_reaches_the_sink_before_the_row() -> None:
+    model = {"seq_len": 16, "d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 16}
+    series = [{"label": "toy", "scale": {"model": model, "rounds": 1, "batch": 2}, "rounds": 1}]
+    seen: list[dict[str, Any]] = []
+    res = sizes(
+        series, [0], load_bundled_corpus(), None, windows=2, sink=lambda r: seen.append(copy.deepcopy(r))
+    )
+    partials = [s["partial"]["arms"] for s in seen if "partial" in s]
+    assert [[a["arm"] for a in p] for p in partials] == [
+        ["recipe"],
+        ["recipe", "diloco"],
+        ["recipe", "diloco", "dp"],
+    ]
+    arms = {a["arm"]: a for a in partials[-1]}
+    row = res["rows"][0]
+    assert arms["recipe"]["final_loss"] == row["final_loss"] and arms["dp"]["final_loss"] == row["dp_loss"]
+    assert arms["diloco"]["final_loss"] == row["diloco_loss"]
+    assert "partial" not in seen[-1] and seen[-1]["rows"][0]["label"] == "toy"  # the row replaces them
+    json.dumps(seen)  # what the sink writes is JSON-safe
