@@ -143,7 +143,7 @@ def run_variant(
     points: int = 1,
 ) -> dict[str, Any]:
     """One run: ``kind='miners'`` (the simulation with ``variant``'s codec, or fp32 when it is None, outer
-    step, carried moments and error-feedback keying) or ``kind='dp'`` (synchronous data-parallel training
+    step, carried moments, error-feedback keying and ``epoch_rounds``) or ``kind='dp'`` (synchronous data-parallel training
     on the same batches). Returns the held-out loss curve, the final loss and the bit counts; cached."""
     config = {
         "kind": kind,
@@ -206,6 +206,7 @@ def _simulation(
         ef_key=variant.get("ef_key", "name"),
         merger=_validators_merge() if variant.get("merge") == "validators" else None,
         device=device,
+        epoch_rounds=variant.get("epoch_rounds", 1),  # assignments fixed for an epoch (issue 28)
     )
 
 

@@ -76,3 +76,24 @@ def test_sparseloco_merge_is_a_clipped_mean_over_senders() -> None:
     got = sparseloco_merge([(1.0, "a", a), (1.0, "b", b), (1.0, "c", c)])["w"]
     # median norm 2: a kept, b kept, c scaled to norm 2; each position averaged over its one sender
     assert torch.allclose(got, torch.tensor([1.0, 2.0, 2.0]))
+
+
+def test_pareto_rows_and_arms() -> None:
+    from benchmarks.quality_pareto import TOPK, arm_variant, row
+
+    assert arm_variant(0.01, "tessera", "dipaco")["epoch_rounds"] == 8
+    assert "epoch_rounds" not in arm_variant(0.01, "tessera", "moe")
+    assert arm_variant(0.01, "sparseloco", "moe") == {
+        "arm": "sparseloco",
+        "topk": TOPK[0.01][1],
+        "outer": {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"},
+    }
+    runs = {
+        s: {"final_loss": 2.0 + s, "payload_bits_per_param_step": 0.009, "wire_bits_per_param_step": 0.01}
+        for s in (0, 1)
+    }
+    r = row("moe", 0.01, "tessera", runs, {0: 1.6, 1: 2.4})
+    assert r["gap_diloco_pct"] == pytest.approx((25.0 + 25.0) / 2) and r[
+        "gap_diloco_spread"
+    ] == pytest.approx(0.0)
+    assert [s["seed"] for s in r["seeds"]] == [0, 1]

@@ -1,0 +1,222 @@
+"""Issue 28's quality table: Tessera's codec against Templar's SparseLoCo at equal wire bits.
+
+Each budget (wire bits per trained parameter per inner step, header included) names one configuration per
+arm; :func:`run_budget` runs them through :func:`benchmarks.codec_arms.run_arm` or
+:func:`benchmarks.training_runs.run_variant` (cached), and :func:`row` compares a run with uncompressed
+DiLoCo (Nesterov) of the same mode and seed. ``python -m benchmarks.quality_pareto`` runs a list of
+(mode, budget, arm, seed) and prints one JSON line per run; ``--table`` writes the rows from the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.training_runs import CHOSEN, REFERENCE, RunCache, run_variant, scale_of
+
+NESTEROV_05: dict[str, Any] = {"lr": 1.0, "momentum": 0.5, "nesterov": True, "merge": "mean"}
+"""The recipe's outer step (lr 1, Nesterov 0.5)."""
+PLAIN: dict[str, Any] = {"lr": 1.0, "momentum": 0.0, "nesterov": False, "merge": "mean"}
+"""SparseLoCo's outer step: SGD with lr 1 (Templar's ``outer_learning_rate``), no momentum."""
+
+
+def seeded_arm(keep: int) -> dict[str, Any]:
+    """The seeded shaped-DCT codec (``benchmarks.codec_arms``) keeping ``keep`` of 4,096 coefficients at
+    positions drawn from the round's shared seed, 2-bit values, the recipe's error feedback and outer step."""
+    return {"arm": "seeded", "keep": keep, "bits": 2, "beta": 0.95, "outer": NESTEROV_05}
+
+
+def sparseloco_arm(topk: int) -> dict[str, Any]:
+    """SparseLoCo as Templar runs it (``benchmarks.sparseloco``) with ``topk`` values per chunk."""
+    return {"arm": "sparseloco", "topk": topk, "outer": PLAIN}
+
+
+def tessera_arm(topk: int, mode: str) -> dict[str, Any]:
+    """Tessera's recipe with ``topk`` of 4,096 (its own wire codec: shaped DCT, Elias-Fano indices, 2-bit
+    values, EF 0.95, Nesterov 0.5); in DiPaCo mode the assignments are fixed for epochs of
+    :data:`EPOCH_ROUNDS` rounds (``training.assignment.assign_epoch``)."""
+    variant = {k: CHOSEN[k] for k in ("codec", "outer", "carry", "ef_key", "merge")}
+    variant["codec"] = {**CHOSEN["codec"], "topk": topk}
+    if mode == "dipaco":
+        variant["epoch_rounds"] = EPOCH_ROUNDS
+    return variant
+
+
+EPOCH_ROUNDS = 8
+"""DiPaCo's assignment epoch (measured -3.6% / -4.4% on top of the top-54 recipe, seeds 0 / 1)."""
+
+TOPK: dict[float, tuple[int, int]] = {0.005: (42, 18), 0.01: (110, 48), 0.02: (280, 128), 0.05: (930, 400)}
+"""Per wire budget: Tessera's top-k and SparseLoCo's top-k per chunk whose wire bits (header included)
+come closest under the budget on these models."""
+
+
+def arm_variant(budget: float, arm: str, mode: str) -> dict[str, Any]:
+    """The configuration of ``arm`` (``tessera``, ``sparseloco``) at ``budget`` in ``mode``."""
+    tessera_k, sparseloco_k = TOPK[budget]
+    return tessera_arm(tessera_k, mode) if arm == "tessera" else sparseloco_arm(sparseloco_k)
+
+
+def run_one(
+    mode: str, variant: dict[str, Any], seed: int, rounds: int, corpus: Any, cache: RunCache
+) -> dict[str, Any]:
+    """One run of ``variant`` (an arm spec or a wire-codec variant) at the quality scale, all windows."""
+    from benchmarks.codec_arms import run_arm
+
+    scale = scale_of(True)
+    if "arm" in variant:
+        return run_arm(mode, scale, rounds, 30, seed, variant, corpus, cache, 0)
+    return run_variant("miners", mode, scale, rounds, 30, seed, variant, corpus, cache, 0, 1)
+
+
+def row(
+    mode: str, budget: float, arm: str, runs: dict[int, dict[str, Any]], bars: dict[int, float]
+) -> dict[str, Any]:
+    """A table row: ``runs`` (per seed) against the DiLoCo bar of the same seed."""
+    seeds = sorted(runs)
+    per_seed = [
+        {
+            "seed": s,
+            "final_loss": runs[s]["final_loss"],
+            "diloco_loss": bars[s],
+            "gap_diloco_pct": 100.0 * (runs[s]["final_loss"] - bars[s]) / bars[s],
+        }
+        for s in seeds
+    ]
+    gaps = [p["gap_diloco_pct"] for p in per_seed]
+    return {
+        "mode": mode,
+        "budget_wire_bits": budget,
+        "arm": arm,
+        "payload_bits_per_param_step": sum(runs[s]["payload_bits_per_param_step"] for s in seeds)
+        / len(seeds),
+        "wire_bits_per_param_step": sum(runs[s]["wire_bits_per_param_step"] for s in seeds) / len(seeds),
+        "gap_diloco_pct": sum(gaps) / len(gaps),
+        "gap_diloco_spread": max(gaps) - min(gaps),
+        "seeds": per_seed,
+    }
+
+
+def _jobs(spec: Sequence[str]) -> list[tuple[str, float, str, int]]:
+    """``mode:budget:arm:seed`` strings as tuples."""
+    out = []
+    for s in spec:
+        mode, budget, arm, seed = s.split(":")
+        out.append((mode, float(budget), arm, int(seed)))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the listed jobs (one JSON line each), or with ``--table`` write the rows found in the cache."""
+    import torch
+
+    from training.corpus import load_bundled_corpus
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.quality_pareto")
+    p.add_argument("jobs", nargs="*", help="mode:budget:arm:seed, e.g. dipaco:0.01:tessera:0")
+    p.add_argument("--cache", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=50)
+    p.add_argument("--bars", type=Path, help="a quality JSON whose per-seed diloco_loss are the bars")
+    p.add_argument("--table", type=Path, help="write the rows of the cached runs here")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    corpus, cache = load_bundled_corpus(), RunCache(args.cache)
+    if args.table is None:
+        for mode, budget, arm, seed in _jobs(args.jobs):
+            res = run_one(mode, arm_variant(budget, arm, mode), seed, args.rounds, corpus, cache)
+            print(json.dumps({"mode": mode, "budget": budget, "arm": arm, "seed": seed, **res}), flush=True)
+        return 0
+    rows = table(corpus, cache, args.rounds, _bars(args.bars, corpus, cache, args.rounds))
+    args.table.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+def _bars(path: Path | None, corpus: Any, cache: RunCache, rounds: int) -> dict[tuple[str, int], float]:
+    """Uncompressed DiLoCo's final loss per (mode, seed): from a quality JSON, else the cache."""
+    bars: dict[tuple[str, int], float] = {}
+    if path is not None:
+        quality = json.loads(path.read_text())["quality"]
+        for mode, r in quality.items():
+            bars |= {(mode, s["seed"]): s["diloco_loss"] for s in r["seeds"]}
+    for mode in ("moe", "dipaco"):
+        for seed in (0, 1):
+            config = {
+                "kind": "miners",
+                "mode": mode,
+                "scale": scale_of(True),
+                "rounds": rounds,
+                "h": 30,
+                "seed": seed,
+                "variant": REFERENCE,
+                "corpus": corpus.digest,
+                "windows": 0,
+                "points": 1,
+            }
+            hit = cache.get(config)
+            if hit is not None:
+                bars[(mode, seed)] = hit["final_loss"]
+    return bars
+
+
+def table(
+    corpus: Any, cache: RunCache, rounds: int, bars: dict[tuple[str, int], float]
+) -> list[dict[str, Any]]:
+    """The rows whose runs are in the cache (no run is started)."""
+    rows = []
+    for budget in TOPK:
+        for arm in ("tessera", "sparseloco"):
+            for mode in ("moe", "dipaco"):
+                variant = arm_variant(budget, arm, mode)
+                runs = {}
+                for seed in (0, 1):
+                    if (mode, seed) not in bars:
+                        continue
+                    try:
+                        runs[seed] = _cached(mode, variant, seed, rounds, corpus, cache)
+                    except LookupError:
+                        continue
+                if runs:
+                    rows.append(row(mode, budget, arm, runs, {s: bars[(mode, s)] for s in runs}))
+    return rows
+
+
+def _cached(
+    mode: str, variant: dict[str, Any], seed: int, rounds: int, corpus: Any, cache: RunCache
+) -> dict[str, Any]:
+    """A run's cached result; :class:`LookupError` when it has not been run."""
+    scale = scale_of(True)
+    if "arm" in variant:
+        config = {
+            "kind": "arm",
+            "mode": mode,
+            "scale": scale,
+            "rounds": rounds,
+            "h": 30,
+            "seed": seed,
+            "spec": variant,
+            "corpus": corpus.digest,
+            "windows": 0,
+        }
+    else:
+        config = {
+            "kind": "miners",
+            "mode": mode,
+            "scale": scale,
+            "rounds": rounds,
+            "h": 30,
+            "seed": seed,
+            "variant": variant,
+            "corpus": corpus.digest,
+            "windows": 0,
+            "points": 1,
+        }
+    hit = cache.get(config)
+    if hit is None:
+        raise LookupError(mode, variant, seed)
+    return hit
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
