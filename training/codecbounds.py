@@ -8,22 +8,21 @@ import math
 import torch
 from torch import Tensor
 
-from training.codecs import DCT, DCT_RTOL, SHAPED, _tiles, _to_chunks, layout, layout_of
+from training.codecregistry import codec_named
+from training.codecs import DCT, DCT_RTOL, SHAPED, layout, layout_of, shaped_tiles, to_chunks
 from training.config import CodecConfig
 
 
 def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
-    """Per-chunk bound on the round-trip error (L-inf without transform, L2 with DCT); see the module doc."""
+    """Per-chunk bound on the round-trip error (L-inf without transform: the codec's ``bound``; L2 with
+    DCT); see the module doc."""
     lay = layout_of(tuple(x.shape), cfg)
     out = []
     levels = (1 << cfg.bits) - 1
-    for chunks, k in _to_chunks(x.detach().to("cpu"), lay, cfg):
+    codec = codec_named(cfg.name)
+    for chunks, k in to_chunks(x.detach().to("cpu"), lay, cfg):
         mags = chunks.abs()
-        if cfg.name == "topk":
-            top = mags.topk(k, dim=1).values
-            s, tau = top[:, 0], top[:, -1]
-        else:
-            s, tau = mags.amax(dim=1), torch.zeros(chunks.shape[0])
+        s = mags.amax(dim=1)  # the largest kept magnitude: the chunk's largest, kept by every codec
         q = torch.zeros_like(s) if cfg.bits == 32 else s / levels
         if cfg.transform in DCT:
             dropped = (
@@ -31,14 +30,14 @@ def error_bound(x: Tensor, cfg: CodecConfig) -> Tensor:
             )
             out.append(dropped + math.sqrt(k) * q + DCT_RTOL * mags.pow(2).sum(dim=1).sqrt())
         else:
-            out.append(torch.maximum(tau, q) if cfg.name == "topk" else q)
+            out.append(codec.bound(mags, k, q))
     return torch.cat(out) if out else torch.zeros(0)
 
 
 def chunk_errors(x: Tensor, x_hat: Tensor, cfg: CodecConfig) -> Tensor:
     """Measured per-chunk error in the norm :func:`error_bound` bounds."""
     if cfg.transform in SHAPED:
-        diff = _tiles(x_hat.float() - x.float()).flatten(1)
+        diff = shaped_tiles(x_hat.float() - x.float()).flatten(1)
         return diff.norm(dim=1) if cfg.transform == "shaped" else diff.abs().amax(dim=1)
     lay = layout(x.numel(), cfg)
     diff = (x_hat.float() - x.float()).reshape(-1)

@@ -11,6 +11,8 @@ Per chunk, ``topk`` keeps the k largest-magnitude values (indices sorted ascendi
 each); values are quantised uniformly and symmetrically to ``L = 2**bits``
 levels ``s * (-1 + 2q/(L-1))`` with ``s`` the chunk's largest kept magnitude (one fp32 scale per chunk)
 and packed at ``bits`` bits each; ``bits=32`` sends raw fp32 and no scale. ``dense`` keeps every value.
+What differs between codecs (what a chunk keeps, which values, whether their positions travel, the
+error bound) is each codec's one declaration in ``training.codecregistry``; this module is the shared path.
 
 Error bounds (``training.codecbounds.error_bound`` computes them; ``tests/training/test_codecs.py`` holds them with hypothesis),
 with ``q = s / (L - 1)`` (0 for 32 bits) and ``tau`` the smallest kept magnitude of a chunk:
@@ -39,6 +41,7 @@ from training.bitpack import (
     pack_bits,
     unpack_bits,
 )
+from training.codecregistry import codec_named
 from training.config import CodecConfig
 from training.errors import CodecError
 from training.exact import F64, dct_basis, quantised_idct_tiles, sparse_idct_tiles
@@ -88,13 +91,10 @@ class Layout:
 
 
 def layout(numel: int, cfg: CodecConfig) -> Layout:
-    """The chunk layout of a tensor with ``numel`` values."""
+    """The chunk layout of a tensor with ``numel`` values (what each chunk keeps: the codec's ``keep``)."""
     full, tail = divmod(numel, cfg.chunk)
-    if cfg.name == "dense":
-        return Layout(numel, full, tail, cfg.chunk, tail)
-    return Layout(
-        numel, full, tail, cfg.topk, min(tail, math.ceil(cfg.topk * tail / cfg.chunk)) if tail else 0
-    )
+    keep = codec_named(cfg.name).keep
+    return Layout(numel, full, tail, keep(cfg.chunk, cfg.chunk, cfg.topk), keep(tail, cfg.chunk, cfg.topk))
 
 
 def _side(n: int) -> int:
@@ -124,7 +124,7 @@ def layout_of(shape: tuple[int, ...], cfg: CodecConfig) -> Layout:
     rows, cols, tr, tc = tile_grid(shape)
     area = tr * tc
     tiles = (rows // tr) * (cols // tc) if rows and cols else 0
-    return Layout(rows * cols, tiles, 0, min(area, math.ceil(cfg.topk * area / cfg.chunk)), 0)
+    return Layout(rows * cols, tiles, 0, codec_named(cfg.name).keep(area, cfg.chunk, cfg.topk), 0)
 
 
 def index_bits(cfg: CodecConfig, shape: tuple[int, ...] | None = None) -> int:
@@ -153,10 +153,11 @@ def field_specs(shape: tuple[int, ...], cfg: CodecConfig) -> dict[str, tuple[tor
     """Exact dtype and shape of each field for a tensor of ``shape`` (what a decoder checks first)."""
     lay = layout_of(shape, cfg)
     specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
-    if cfg.name == "topk" and cfg.index == "elias-fano":
+    indexed = codec_named(cfg.name).indexed
+    if indexed and cfg.index == "elias-fano":
         bits = sum(m * elias_fano_bits(width, k) for m, width, k in index_groups(shape, cfg))
         specs["idx"] = (torch.uint8, (math.ceil(bits / 8),))
-    elif cfg.name == "topk":
+    elif indexed:
         specs["idx"] = (torch.uint8, (math.ceil(lay.kept * index_bits(cfg, shape) / 8),))
     if cfg.bits == 32:
         specs["val"] = (torch.float32, (lay.kept,))
@@ -180,7 +181,7 @@ def dct_matrix(n: int = TILE) -> Tensor:
     return dct_basis(n)
 
 
-def _tiles(x: Tensor) -> Tensor:
+def shaped_tiles(x: Tensor) -> Tensor:
     """The ``shaped`` tiles of ``x`` in spatial order, ``[m, tr, tc]`` (row-major over the tile grid)."""
     rows, cols, tr, tc = tile_grid(tuple(x.shape))
     t = x.reshape(rows // tr, tr, cols // tc, tc).permute(0, 2, 1, 3)
@@ -188,16 +189,16 @@ def _tiles(x: Tensor) -> Tensor:
 
 
 def _untile(tiles: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """Inverse of :func:`_tiles`: ``[m, tr * tc]`` back to ``shape``."""
+    """Inverse of :func:`shaped_tiles`: ``[m, tr * tc]`` back to ``shape``."""
     rows, cols, tr, tc = tile_grid(shape)
     t = tiles.reshape(rows // tr, cols // tc, tr, tc).permute(0, 2, 1, 3)
     return t.reshape(shape)
 
 
-def _to_chunks(x: Tensor, lay: Layout, cfg: CodecConfig) -> list[tuple[Tensor, int]]:
+def to_chunks(x: Tensor, lay: Layout, cfg: CodecConfig) -> list[tuple[Tensor, int]]:
     """``[(chunks [m, width], k)]`` for the full chunks and the tail, in the codec's basis."""
     if cfg.transform in SHAPED:
-        tiles = _tiles(x.float())
+        tiles = shaped_tiles(x.float())
         if tiles.shape[0] == 0:
             return []
         if cfg.transform == "tiles":
@@ -240,21 +241,20 @@ def encode(x: Tensor, cfg: CodecConfig) -> Encoded:
         raise CodecError("cannot encode non-finite values")
     x = x.detach().to("cpu")
     lay = layout_of(tuple(x.shape), cfg)
+    codec = codec_named(cfg.name)
     idx_parts: list[Tensor] = []
     idx_groups: list[tuple[Tensor, int]] = []
     val_parts: list[Tensor] = []
-    for chunks, k in _to_chunks(x, lay, cfg):
-        if cfg.name == "topk":
-            idx = chunks.abs().topk(k, dim=1, sorted=False).indices.sort(dim=1).values
+    for chunks, k in to_chunks(x, lay, cfg):
+        idx, values = codec.select(chunks, k)
+        if idx is not None:
             idx_parts.append(idx)
             idx_groups.append((idx, chunks.shape[1]))
-            val_parts.append(chunks.gather(1, idx))
-        else:
-            val_parts.append(chunks)
+        val_parts.append(values)
     fields: dict[str, Tensor] = {}
-    if cfg.name == "topk" and cfg.index == "elias-fano":
+    if codec.indexed and cfg.index == "elias-fano":
         fields["idx"] = elias_fano_encode(idx_groups)
-    elif cfg.name == "topk":
+    elif codec.indexed:
         idx_all = (
             torch.cat([i.reshape(-1) for i in idx_parts]) if idx_parts else torch.zeros(0, dtype=torch.int64)
         )
@@ -357,7 +357,7 @@ def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
     check_fields(enc, cfg)
     lay = layout_of(enc.shape, cfg)
     values, codes = _decoded_values(enc, cfg, lay)
-    if cfg.name == "topk":
+    if codec_named(cfg.name).indexed:
         groups = _sparse_groups(enc, cfg, lay, values, codes)
     else:
         groups = [values.to(torch.float32)]

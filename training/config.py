@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from training.codecregistry import CODECS
 from training.errors import ConfigError
 
 Mode = Literal["dense", "moe", "dipaco"]
@@ -131,12 +132,18 @@ class OuterConfig:
         return cls(lr=1.0, momentum=0.5, nesterov=True)
 
 
+def _codecs_with(part: str, value: str) -> str:
+    """The codecs whose declaration's ``part`` (``transforms``, ``indexes``) allows ``value``, for errors."""
+    return " or ".join(c.name for c in CODECS.values() if value in getattr(c, part))
+
+
 @dataclass(frozen=True)
 class CodecConfig:
     """How a miner compresses each pseudo-gradient tensor (see ``training.codecs``)."""
 
-    name: Literal["dense", "topk"] = "topk"
-    """``dense`` sends every value (quantised to ``bits``); ``topk`` sends k values per chunk."""
+    name: str = "topk"
+    """A codec of ``training.codecregistry.CODECS``: ``dense`` sends every value (quantised to ``bits``);
+    ``topk`` sends k values per chunk."""
     chunk: int = 4096
     """Values per chunk (a 64x64 tile when ``transform='dct'``; must then be 4096). With ``shaped`` or
     ``tiles`` the tiles follow the tensor and ``topk / chunk`` is the share of each tile that is kept."""
@@ -165,7 +172,8 @@ class CodecConfig:
     update that averaging with miners who sent nothing there shrank away stays in memory."""
 
     def __post_init__(self) -> None:
-        if self.name not in ("dense", "topk"):
+        codec = CODECS.get(self.name) if isinstance(self.name, str) else None  # a list is unhashable
+        if codec is None:
             raise ConfigError(f"unknown codec {self.name!r}")
         if self.bits not in (2, 4, 8, 32):
             raise ConfigError("bits must be 2, 4, 8 or 32")
@@ -173,14 +181,18 @@ class CodecConfig:
             raise ConfigError("need 1 <= topk <= chunk")
         if self.transform not in ("none", "dct", "shaped", "tiles"):
             raise ConfigError(f"unknown transform {self.transform!r}")
-        if self.transform in ("dct", "shaped", "tiles") and self.name != "topk":
-            raise ConfigError(f"the {self.transform} transform needs the topk codec")
+        if self.transform not in codec.transforms:
+            raise ConfigError(
+                f"the {self.transform} transform needs the {_codecs_with('transforms', self.transform)} codec"
+            )
         if self.transform == "dct" and self.chunk != 4096:
             raise ConfigError("the dct transform works on 64x64 tiles: chunk must be 4096")
         if self.index not in ("packed", "elias-fano"):
             raise ConfigError(f"unknown index coding {self.index!r}")
-        if self.index != "packed" and self.name != "topk":
-            raise ConfigError("an index coding other than packed needs the topk codec")
+        if self.index not in codec.indexes:
+            raise ConfigError(
+                f"the {self.index} index coding needs the {_codecs_with('indexes', self.index)} codec"
+            )
         if self.feedback not in ("sent", "applied"):
             raise ConfigError(f"unknown feedback {self.feedback!r}")
         if not 0.0 <= self.ef_beta <= 1.0:

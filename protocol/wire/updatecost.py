@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from protocol.wire.updateerrors import DecodeTooCostly
+from training.codecregistry import codec_named
 from training.codecs import TILE, field_specs, index_bits, layout
 from training.config import CodecConfig
 
@@ -100,9 +101,9 @@ def _param_cost(numel: int, cfg: CodecConfig) -> tuple[int, int, float, int]:
     Mirrors ``training.codecs.decode`` step by step (its math is not changed here, only counted):
     unpacking ``b``-bit values (int64 codes) and dequantising them in float64; unpacking indices (the
     vectorised widths 1, 2, 4, 8, 12, or numpy's bit-by-bit path at ``17 * width`` bytes per index); then
-    a float64 scatter per chunk (no transform), a float64 inverse DCT per 64x64 tile (batched matrix
-    product over the kept slots for quantised values; an elementwise loop over the slots for raw fp32),
-    or nothing (dense).
+    for a codec that sends positions (its declaration's ``indexed``), a float64 scatter per chunk (no
+    transform) or a float64 inverse DCT per 64x64 tile (batched matrix product over the kept slots for
+    quantised values; an elementwise loop over the slots for raw fp32); for one that does not, nothing.
     """
     lay = layout(numel, cfg)
     kept = lay.kept
@@ -115,7 +116,7 @@ def _param_cost(numel: int, cfg: CodecConfig) -> tuple[int, int, float, int]:
     else:
         transient += 56 * kept  # int64 codes (unpacked through three temporaries), float64 values
         ns += _NS_QVALUE * kept
-    if cfg.name == "topk":
+    if codec_named(cfg.name).indexed:  # positions sent: unpacked, then scattered or inverse-transformed
         width = index_bits(cfg)
         if cfg.index == "elias-fano":
             # every bit of the field unpacked as int64, the low parts and the bitmap's positions
