@@ -1,15 +1,19 @@
 """The miner's inner loop (H AdamW steps on its modules) and the transcript validators spot-check.
 
 Determinism: given (checkpoint, assignment, batches, round index, configs, the step-0 state) the loop is
-a fixed sequence of torch ops (``torch.optim.AdamW``, single-tensor CPU path; its moments start fresh
-or carried from the miner's previous round), learning rate
+a fixed sequence of torch ops (``torch.optim.AdamW``: the single-tensor path on the CPU, the multi-tensor
+``foreach`` path on a GPU, where one kernel per op over every trained tensor replaces one per tensor; its
+moments start fresh or carried from the miner's previous round), learning rate
 ``lr_at(global_step)``, gradient clipping over the trained parameters, no dropout. Frozen modules take
 part in the forward pass but are never updated. On one platform and torch build, a replay is
 bit-identical; across platforms, compare with :data:`REPLAY_REL_TOL`.
 
 Device: the loop and the replay compute on the ``device`` they are given (``training.device``; the model,
 the batches and AdamW's moments live there) and return every tensor on the CPU in fp32, so transcript
-states, digests and updates do not depend on where they were computed.
+states, digests and updates do not depend on where they were computed. On a GPU the recorded states are
+copied to pinned host memory without waiting (``non_blocking``) and digested by a helper thread once a
+CUDA event says the copy is done, so neither the copy nor SHA-256 stalls the steps; the bytes digested are
+the same.
 
 Transcript: the *state* at inner step s is the trained parameters plus AdamW's moments and step counts,
 named ``param/<name>``, ``exp_avg/<name>``, ``exp_avg_sq/<name>``, ``step`` (s) and ``adam_step`` (AdamW's
@@ -93,6 +97,11 @@ class InnerResult:
     """AdamW's moments and ``adam_step`` after the last step, to carry into the next round."""
 
 
+def _on_gpu(params: dict[str, torch.nn.Parameter]) -> bool:
+    """Whether the trained parameters live on a CUDA device (then the loop takes its GPU paths)."""
+    return any(p.device.type == "cuda" for p in params.values())
+
+
 def _optimizer(cfg: InnerConfig, params: dict[str, torch.nn.Parameter]) -> torch.optim.AdamW:
     decay = [p for n, p in params.items() if p.dim() >= 2]
     no_decay = [p for n, p in params.items() if p.dim() < 2]
@@ -105,7 +114,9 @@ def _optimizer(cfg: InnerConfig, params: dict[str, torch.nn.Parameter]) -> torch
         lr=cfg.lr,
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
-        foreach=False,
+        # the CPU keeps the single-tensor path its golden transcripts were made with; a GPU launches one
+        # kernel per op over all tensors instead of one per tensor (the same elementwise math)
+        foreach=_on_gpu(params),
     )
 
 
@@ -117,7 +128,7 @@ def _capture(
     copy: bool = True,
 ) -> dict[str, Tensor]:
     """The state (see the module doc) on the CPU; ``copy=False`` returns live views where they are (on the
-    compute device), valid until the next step (for digesting only)."""
+    compute device), valid until the next step (for digesting only). On a GPU use :func:`_capture_async`."""
     state: dict[str, Tensor] = {
         "step": torch.tensor(step, dtype=torch.int64),
         "adam_step": torch.tensor(adam_step, dtype=torch.int64),
@@ -132,6 +143,28 @@ def _capture(
         for kind, t in entries.items():
             state[f"{kind}/{name}"] = t.to("cpu", copy=True) if copy else t
     return state
+
+
+def _capture_async(
+    params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, step: int, adam_step: int
+) -> tuple[dict[str, Tensor], torch.cuda.Event | None]:
+    """:func:`_capture` into pinned host memory without waiting for the copies (GPU parameters): the state
+    and the CUDA event after which its bytes are valid (None where the parameters are on the CPU: a
+    plain copy, valid at once). The copies are queued on the current stream, so the steps that follow
+    cannot overwrite what they read."""
+    if not _on_gpu(params):
+        return _capture(params, opt, step, adam_step), None
+    live = _capture(params, opt, step, adam_step, copy=False)
+    state: dict[str, Tensor] = {}
+    for key, t in live.items():
+        if t.device.type == "cpu":
+            state[key] = t
+        else:
+            state[key] = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            state[key].copy_(t, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(next(iter(params.values())).device))
+    return state, done
 
 
 def _restore(
@@ -245,11 +278,13 @@ def _steps(
     plist = list(params.values())
     digests: list[Future[tuple[bytes, bytes]]] = []
     dev = next(model.parameters()).device
+    gpu = dev.type == "cuda"
+    on_dev = batches[first:last].to(dev)  # one copy up front, not a synchronous one per step (CPU: a view)
     for s in range(first, last):
         lr = lr_at(inner_cfg, round * inner_cfg.steps + s)
         for g in opt.param_groups:
             g["lr"] = lr
-        ce, total = lm_loss(model, batches[s].to(dev), assignment.path)
+        ce, total = lm_loss(model, on_dev[s - first], assignment.path)
         opt.zero_grad(set_to_none=True)
         total.backward()
         # An expert that routed no token this step has no gradient, and AdamW would skip it: its own step
@@ -259,7 +294,7 @@ def _steps(
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         if inner_cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(plist, inner_cfg.grad_clip, foreach=False)
+            torch.nn.utils.clip_grad_norm_(plist, inner_cfg.grad_clip, foreach=gpu)
         opt.step()
         losses.append(ce.detach())
         done = s + 1
@@ -267,9 +302,13 @@ def _steps(
             # the state at H is the loop's result too: one copy serves both (train_inner drops the others
             # unless keep_states)
             copy = keep_states or done == inner_cfg.steps
-            state = _capture(params, opt, done, adam_offset + done, copy=copy)
             transcript.steps.append(done)
-            digests.append(_digest(state, pool if copy else None))
+            if gpu:  # always a copy (pinned, not waited for): digested in the pool once it has landed
+                state, landed = _capture_async(params, opt, done, adam_offset + done)
+                digests.append(_digest(state, pool, landed))
+            else:
+                state = _capture(params, opt, done, adam_offset + done, copy=copy)
+                digests.append(_digest(state, pool if copy else None))
             if copy:
                 transcript.states[done] = state
     if transcript is not None:
@@ -277,12 +316,30 @@ def _steps(
     return torch.stack(losses).tolist() if losses else []
 
 
-def _digest(state: dict[str, Tensor], pool: ThreadPoolExecutor | None) -> Future[tuple[bytes, bytes]]:
-    """``part_digests(state)`` in ``pool`` (SHA-256 releases the GIL), or here and now without one."""
+def _digest(
+    state: dict[str, Tensor], pool: ThreadPoolExecutor | None, landed: torch.cuda.Event | None = None
+) -> Future[tuple[bytes, bytes]]:
+    """``part_digests(state)`` in ``pool`` (SHA-256 releases the GIL), or here and now without one;
+    ``landed``: the event after which ``state``'s bytes are valid (:func:`_capture_async`)."""
     if pool is not None:
+        if landed is not None:
+            return pool.submit(_digest_landed, state, landed)
         return pool.submit(part_digests, state)
+    if landed is not None:
+        return _done(_digest_landed(state, landed))
+    return _done(part_digests(state))
+
+
+def _digest_landed(state: dict[str, Tensor], landed: torch.cuda.Event) -> tuple[bytes, bytes]:
+    """``part_digests(state)`` once the copies into ``state`` have landed."""
+    landed.synchronize()
+    return part_digests(state)
+
+
+def _done(parts: tuple[bytes, bytes]) -> Future[tuple[bytes, bytes]]:
+    """A finished future holding ``parts``."""
     done: Future[tuple[bytes, bytes]] = Future()
-    done.set_result(part_digests(state))
+    done.set_result(parts)
     return done
 
 

@@ -143,7 +143,7 @@ class TesseraModel(nn.Module):
             if tok.numel() == 0:
                 continue
             y = experts[e](flat[tok]) * gate[tok, slot].unsqueeze(-1)
-            out = out.index_add(0, tok, y)
+            out = out.index_add(0, tok, y.to(out.dtype))  # a no-op in fp32; bf16 under autocast
         frac = F.one_hot(idx, cfg.n_experts).sum(dim=1).float().mean(dim=0) / cfg.top_k
         aux = cfg.n_experts * (frac * probs.mean(dim=0)).sum()
         return out.view_as(x), aux

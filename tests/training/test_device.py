@@ -133,3 +133,19 @@ def test_simulation_and_baseline_on_a_gpu(torch_flags: None) -> None:  # pragma:
         losses[device] = (sim.step(0).eval_loss, dp.step(0).eval_loss)
     for cpu, gpu in zip(losses["cpu"], losses["cuda"], strict=True):
         assert gpu == pytest.approx(cpu, rel=1e-3)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
+def test_cuda_transcript_digests_the_states_it_serves(torch_flags: None) -> None:  # pragma: no cover - GPU
+    """On a GPU the recorded states are copied without waiting and digested by a helper thread: every
+    digest is that of the state served (the copies had landed), and a replay on the same GPU (AdamW's
+    foreach path there too) gives the transcript's bits."""
+    cfg, inner, theta, a, batches = _round("moe")
+    use_deterministic("cuda")
+    res = train_inner(cfg, inner, theta, a, batches, 1, keep_states=True, device="cuda")
+    for step, parts in zip(res.transcript.steps, res.transcript.parts, strict=True):
+        assert part_digests(res.transcript.states[step]) == parts
+    lean = train_inner(cfg, inner, theta, a, batches, 1, device="cuda")  # intermediate states not kept
+    assert lean.transcript.parts == res.transcript.parts
+    got = replay_segment(cfg, inner, theta, a, batches, 1, res.transcript.states[1], 2, device="cuda")
+    assert part_digests(got) == res.transcript.parts[2]
