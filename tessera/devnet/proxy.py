@@ -12,7 +12,11 @@ the harness switches its :class:`ProxyMode`:
 - ``stall``: connections are accepted and the request read, then the answer trickles out one header
   byte per second and never completes (a peer that stalls while keeping per-read timeouts happy);
 - ``corrupt``: forwarded, but one byte of each connection's first response body is flipped (a peer that
-  serves corrupted bytes).
+  serves corrupted bytes);
+- ``drip``: forwarded request by request, but every answer whose body is a transcript state (a
+  safetensors blob of parameters or optimizer moments, as :func:`protocol.node.traffic.blob_kind` tells)
+  is held back :attr:`FaultProxy.drip_s` seconds before it goes out (issue 27's sybils: a peer that serves
+  the states a validator samples, slowly enough to use up the validator's phase).
 
 Everything is plain sockets and threads in the harness process; the node processes are untouched.
 """
@@ -26,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from protocol.node.traffic import SNIFF_BYTES, Kind, blob_kind
 from protocol.rounds.anvil import free_port
 from tessera.errors import TesseraError
 
@@ -33,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: Offset into a response body of the byte ``corrupt`` flips (past any chunked-encoding size line).
 CORRUPT_OFFSET = 64
+#: Largest response body ``drip`` holds in memory (a state of the devnet's models is far smaller).
+DRIP_MAX_BODY = 256 * 1024 * 1024
 
 
 class ProxyError(TesseraError):
@@ -46,6 +53,7 @@ class ProxyMode(StrEnum):
     BLOCK = "block"
     STALL = "stall"
     CORRUPT = "corrupt"
+    DRIP = "drip"
 
 
 @dataclass
@@ -56,6 +64,7 @@ class ProxyStats:
     torn_down: int = 0
     stalled: int = 0
     corrupted: int = 0
+    dripped: int = 0
     modes: list[tuple[float, str]] = field(default_factory=list)
 
 
@@ -67,6 +76,8 @@ class FaultProxy:
         self.port = port or free_port()
         self.target: tuple[str, int] | None = None
         self.mode = ProxyMode.PASS
+        self.drip_s = 25.0
+        """Seconds ``drip`` holds each transcript state back."""
         self.stats = ProxyStats()
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
@@ -164,6 +175,8 @@ class FaultProxy:
             mode = self.mode
             if mode == ProxyMode.STALL:
                 threading.Thread(target=self._stall, args=(client,), daemon=True).start()
+            elif mode == ProxyMode.DRIP:
+                threading.Thread(target=self._drip, args=(client,), daemon=True).start()
             else:
                 threading.Thread(target=self._forward, args=(client, mode), daemon=True).start()
 
@@ -195,6 +208,43 @@ class FaultProxy:
         self._track(upstream)
         threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
         self._pump(upstream, client, mode == ProxyMode.CORRUPT)
+
+    def _drip(self, client: socket.socket) -> None:
+        """Forward one request and its answer at a time, holding back answers that carry a transcript
+        state; a chunked answer (none of a node's blobs) ends the inspection and is pumped through."""
+        if self.target is None:
+            client.close()
+            return
+        try:
+            upstream = socket.create_connection(self.target, timeout=10)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        self._track(upstream)
+        req, resp = _HttpReader(client), _HttpReader(upstream)
+        try:
+            while not self._stopped.is_set():
+                head = req.message()
+                if head is None:
+                    break
+                upstream.sendall(head)
+                answer = resp.message(max_body=DRIP_MAX_BODY)
+                if answer is None:
+                    break
+                body = answer[answer.find(b"\r\n\r\n") + 4 :]
+                if blob_kind(body[:SNIFF_BYTES]) in (Kind.STATE, Kind.CHECKPOINT):
+                    self.stats.dripped += 1
+                    self._stopped.wait(self.drip_s)
+                client.sendall(answer)
+                if resp.chunked:
+                    threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+                    self._pump(upstream, client, False)
+                    return
+        except OSError:
+            pass
+        for s in (client, upstream):
+            s.close()
 
     def _pump(self, src: socket.socket, dst: socket.socket, corrupt: bool) -> None:
         """Copy src -> dst; with ``corrupt``, flip the byte at CORRUPT_OFFSET of the first body."""
@@ -231,3 +281,40 @@ class FaultProxy:
                 except OSError:
                     pass
                 s.close()
+
+
+class _HttpReader:
+    """Reads whole HTTP/1.1 messages (head and a ``content-length`` body) off a socket, for ``drip``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.chunked = False
+        """The last message's body is chunked: only its head (and what was read of it) was returned."""
+
+    def _fill(self) -> bool:
+        data = self.sock.recv(65536)
+        self.buf += data
+        return bool(data)
+
+    def message(self, max_body: int = 1 << 20) -> bytes | None:
+        """The next message, whole (None at the end of the stream or past ``max_body``)."""
+        while b"\r\n\r\n" not in self.buf:
+            if not self._fill():
+                return None
+        end = self.buf.find(b"\r\n\r\n") + 4
+        head = self.buf[:end].lower()
+        self.chunked = b"transfer-encoding: chunked" in head
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1].strip() or 0)
+        if self.chunked or length > max_body:
+            out, self.buf = self.buf, b""
+            self.chunked = True
+            return out
+        while len(self.buf) < end + length:
+            if not self._fill():
+                return None
+        out, self.buf = self.buf[: end + length], self.buf[end + length :]
+        return out

@@ -62,15 +62,18 @@ def read_payouts(net: Devnet) -> Payouts:
     )
 
 
-def check_run(net: Devnet, sc: Scenario, fault_round: int, last_round: int) -> list[Check]:
-    """Every check of one scenario (see the module docstring of :mod:`tessera.devnet.faults`)."""
+def check_run(
+    net: Devnet, sc: Scenario, fault_round: int, last_round: int, cheats: list[str] | None = None
+) -> list[Check]:
+    """Every check of one scenario (see the module docstring of :mod:`tessera.devnet.faults`); the
+    ``cheats`` (node names) are not honest participants and are checked by the scenario."""
     paid = read_payouts(net)
     rounds = list(range(fault_round, last_round + 1))
     target = sc.target if sc.target != "anvil" else None
     checks = [
         nothing_paid_twice(net, paid),
         payouts_match_consensus(net, paid),
-        honest_paid_every_round(net, paid, target, fault_round, rounds),
+        honest_paid_every_round(net, paid, target, fault_round, rounds, cheats or []),
     ]
     if target is not None and target in net.nodes:
         checks.append(target_outcome(net, paid, sc, fault_round))
@@ -149,10 +152,10 @@ def _settlement_differences(net: Devnet, paid: Payouts, round: int, bps: int) ->
 
 
 def honest_paid_every_round(
-    net: Devnet, paid: Payouts, target: str | None, fault_round: int, rounds: list[int]
+    net: Devnet, paid: Payouts, target: str | None, fault_round: int, rounds: list[int], cheats: list[str]
 ) -> Check:
-    """Every participant but the target (in the fault round) committed or revealed, and was paid, in
-    every round."""
+    """Every participant but the target (in the fault round) and the ``cheats`` committed or revealed,
+    and was paid, in every round."""
     names = paid.names
     miners = sorted(n.address for n in net.nodes.values() if n.role == "miner")
     validators = sorted(n.address for n in net.nodes.values() if n.role == "validator")
@@ -166,7 +169,7 @@ def honest_paid_every_round(
         ):
             for a in addrs:
                 name = names[a.lower()]
-                if name == target and r == fault_round:
+                if (name == target and r == fault_round) or name in cheats:
                     continue
                 if a.lower() not in took_part:
                     missing.append(f"{name} did not {do} in round {r}")

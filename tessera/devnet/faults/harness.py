@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 
 from protocol.errors import ProtocolError
-from tessera.devnet.faults.checks import Check, check_run
+from tessera.devnet.config import DevnetConfig, DevnetError
+from tessera.devnet.faults.checks import Check, check_run, read_payouts
 from tessera.devnet.faults.inject import inject, maybe_restore
 from tessera.devnet.faults.mixed import check_mixed_hardware, merged_digests
 from tessera.devnet.faults.scenarios import (
@@ -29,7 +30,16 @@ from tessera.devnet.faults.scenarios import (
     mixed_hardware_env,
     setting_text,
 )
-from tessera.devnet.network import Devnet, DevnetConfig, DevnetError
+from tessera.devnet.faults.slowpeers import (
+    extra_checks,
+    miner_served,
+    rounds_lost,
+    seed_sybil_keys,
+    stop_twin,
+    sybil_names,
+    verification_times,
+)
+from tessera.devnet.network import Devnet
 from tessera.devnet.proxy import FaultProxy
 
 log = logging.getLogger(__name__)
@@ -61,6 +71,10 @@ class Harness:
         self.say = say
         self.timeout = timeout
         self.run = self._draw_fault()
+        self.cheats = sybil_names(sc, sc.honest_miners or miners)
+        """The scenario's cheating miners (``drip-sybils``)."""
+        self.twin: Any = None  # same-key-twice: the second process with miner1's key
+        self.twin_log = Path()
         self.cfg = self._devnet_config(workdir, miners, inner_steps)
         self.net = Devnet(self.cfg)
         self.proxies = self._front_proxies()
@@ -87,20 +101,26 @@ class Harness:
             self.sc.name, self.seed, point, offset_s=round(self.rng.uniform(0.5, 3.0), 2), delay_s=0.0
         )
         run.delay_s = round(self.rng.uniform(3.0, 8.0), 2)
-        if point == "certify":
-            run.offset_s = 0.0  # merging and signing take a second or two: strike when seen
+        if point == "certify" or self.sc.name == "freeze-after-announce":
+            run.offset_s = 0.0  # strike when seen (merging takes seconds; freeze: right after announcing)
         return run
 
     def _devnet_config(self, workdir: Path, miners: int, inner_steps: int) -> DevnetConfig:
         """The devnet of this scenario: periodic chain dumps for ``kill-chain``, per-node instruction sets
         and no TEE for ``mixed-hardware``."""
+        sc = self.sc
         cfg = DevnetConfig(
             workdir=workdir / "devnet",
-            miners=miners,
-            validators=2,
+            miners=(sc.honest_miners or miners) + sc.sybils,
+            validators=sc.validators,
             inner_steps=inner_steps,
-            state_interval=5 if self.sc.target == "anvil" else None,
+            state_interval=5 if sc.target == "anvil" else None,
+            block_time=sc.block_time,
+            fast_forward=sc.fast_forward,
         )
+        if self.cheats:  # their keys ground to low addresses, kept by a devnet that is not wiped at start
+            seed_sybil_keys(cfg.workdir, self.cheats, self.seed)
+            cfg.fresh = False
         if self.sc.name == "mixed-hardware":
             cfg.node_env = mixed_hardware_env(cfg.validators, miners, cpu_flags())
             # no TEE evidence: every validator replays every update (an attested one only in a share of
@@ -111,6 +131,12 @@ class Harness:
     def _front_proxies(self) -> dict[str, FaultProxy]:
         """The proxies put in front of the target's ports by the scenarios that cut or spoil them."""
         sc, proxies = self.sc, {}
+        if sc.name == "validator-rpc-outage":
+            proxies["rpc"] = FaultProxy(f"{sc.target}-rpc").start()
+            self.net.rpc_fronts[sc.target] = proxies["rpc"]
+        for name in self.cheats:
+            proxies[name] = FaultProxy(f"{name}-http").start()
+            self.net.http_fronts[name] = proxies[name]
         if sc.name == "cut-validator":
             proxies["rpc"] = FaultProxy(f"{sc.target}-rpc").start()
             proxies["http"] = FaultProxy(f"{sc.target}-http").start()
@@ -179,6 +205,7 @@ class Harness:
 
     def _stop(self) -> None:
         """Stop the stranger, the devnet and the proxies."""
+        stop_twin(self)
         if self.stranger is not None:
             self.stranger.shutdown()
         self.net.stop()
@@ -316,6 +343,8 @@ class Harness:
             self._entered, self._entered_at = where, time.time()
         if time.time() - self._entered_at < self.run.offset_s:
             return
+        if self.sc.name == "freeze-after-announce" and not miner_served(self.net, self.sc.target, r):
+            return  # freeze it right after it announces its update
         self.injected_at = time.time()
         inject(self, r, point)
 
@@ -325,4 +354,13 @@ class Harness:
         if self.sc.name == "mixed-hardware":
             checks, self.figures = check_mixed_hardware(self.net, self.sc, self.fault_round, self.last_round)
             return checks
-        return check_run(self.net, self.sc, self.fault_round, self.last_round)
+        checks = check_run(self.net, self.sc, self.fault_round, self.last_round, cheats=self.cheats)
+        paid = read_payouts(self.net)
+        checks += extra_checks(self, paid)
+        self.figures = {
+            "rounds_lost": rounds_lost(self.net, paid, self.fault_round, self.last_round),
+            "verification": {
+                r: verification_times(self.net, r) for r in range(self.fault_round, self.last_round + 1)
+            },
+        }
+        return checks

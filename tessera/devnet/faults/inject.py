@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tessera.devnet.faults.scenarios import FAULT_ROUND
+from tessera.devnet.faults.slowpeers import inject_drip, inject_freeze, inject_rpc_outage, inject_twin
 from tessera.devnet.network import Devnet
 from tessera.devnet.proxy import ProxyMode
 
@@ -125,6 +126,10 @@ def _spoil_peer(h: Harness, round: int, point: str, block: int) -> None:
 
 
 _INJECTORS: dict[str, Callable[[Harness, int, str, int], None]] = {
+    "drip-sybils": inject_drip,
+    "freeze-after-announce": inject_freeze,
+    "validator-rpc-outage": inject_rpc_outage,
+    "same-key-twice": inject_twin,
     "kill-chain": _kill_chain,
     "kill-miner": _kill_node,
     "kill-validator": _kill_node,

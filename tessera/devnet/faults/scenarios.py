@@ -29,6 +29,12 @@ class FaultsError(TesseraError):
     """A fault scenario could not be run (the devnet failed or a deadline passed)."""
 
 
+FREEZE_S = 30.0
+"""Seconds ``freeze-after-announce`` keeps its miner stopped and ``validator-rpc-outage`` the RPC down."""
+DRIP_S = 25.0
+"""Seconds ``drip-sybils``' identities hold back each transcript state they serve."""
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One fault."""
@@ -43,7 +49,60 @@ class Scenario:
     """(node name or ``*`` for any node, regex) that must occur in the logs after the fault."""
     inject: bool = True
     """False: nothing is injected; the scenario is the devnet's set-up (``mixed-hardware``)."""
+    validators: int = 2
+    """Validator processes of its devnet."""
+    honest_miners: int | None = None
+    """Honest miner processes (None: ``--miners``)."""
+    sybils: int = 0
+    """Extra miners, the scenario's cheats (``sybil0``.. in the report), started after the honest ones."""
+    block_time: float = 1.0
+    """Seconds between anvil's blocks."""
+    fast_forward: bool = True
+    """False: every phase lasts its whole window (wall-clock deadlines, as on a real chain)."""
 
+
+def _slow_peer(
+    name: str, summary: str, target: str, points: tuple[str, ...], line: tuple[str, str], **kw: Any
+) -> Scenario:
+    """One of issue 27's scenarios: 3 validators, 4 honest miners, 2-s blocks, no fast-forward."""
+    return Scenario(
+        name, summary, target, points, (line,),
+        validators=3, honest_miners=4, block_time=2.0, fast_forward=False, **kw,
+    )  # fmt: skip
+
+
+SLOW_PEER_SCENARIOS = (
+    _slow_peer(
+        "drip-sybils",
+        f"two identities with keys ground to low addresses serve their transcript states {DRIP_S:.0f}s late",
+        "sybils",
+        ("commit",),
+        ("validator*", r"over its budget|not served in time|stalled|timed out"),
+        sybils=2,
+    ),
+    _slow_peer(
+        "freeze-after-announce",
+        f"SIGSTOP miner1 (its process group) for {FREEZE_S:.0f}s right after it announces in REVEAL",
+        "miner1",
+        ("reveal",),
+        ("validator*", r"over its budget|not served in time|stalled|timed out|unverified"),
+    ),
+    _slow_peer(
+        "validator-rpc-outage",
+        f"validator1's chain RPC (a proxy in front of anvil) closed for {FREEZE_S:.0f}s during verification",
+        "validator1",
+        ("score-commit",),
+        ("validator1", r"connection error|RPC unreachable"),
+    ),
+    _slow_peer(
+        "same-key-twice",
+        "miner1's key started a second time with its own data dir: it must stop with one clear error",
+        "twin",
+        ("commit",),
+        ("miner1", r"key in use"),
+    ),
+)
+"""Issue 27's scenarios (see :mod:`tessera.devnet.faults.slowpeers`)."""
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -98,6 +157,7 @@ SCENARIOS: dict[str, Scenario] = {
             ("commit",),
             (("validator*", r"http://127\.0\.0\.1:9\b"),),  # the stranger's dead URL tried and skipped
         ),
+        *SLOW_PEER_SCENARIOS,
         Scenario(
             "mixed-hardware",
             "nodes on different CPU instruction sets (ATen default/avx2/avx512, MKL/oneDNN caps); no fault",
