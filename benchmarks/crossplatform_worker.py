@@ -119,7 +119,8 @@ def _two_rounds(spec: Any, ds: Any, theta1: Any, device: str) -> tuple[Any, Any,
     pseudo-gradient and carrying its error-feedback residual; the two builds and theta_2."""
     from miner.behaviour import Behaviour
     from miner.work import build_update
-    from protocol.wire.update import UpdateCaps, decode_update
+    from protocol.wire.update import decode_update
+    from protocol.wire.updatecost import UpdateCaps
     from training.digest import state_digest
 
     common: dict[str, Any] = {
@@ -158,7 +159,7 @@ def _publish(d: Path, b1: Any, b2: Any, theta2: Any, segs: list[int]) -> None:
     """Write what a validator fetches: round 2's transcript states around the sampled segments (and its
     first and last), both rounds' residuals and transcripts, theta_2 and both updates."""
     from protocol.wire.tensorblob import encode_tensors
-    from protocol.wire.update import transcript_root
+    from protocol.wire.updateheader import transcript_root
 
     blobs: dict[str, Any] = {}
     for b in (b1, b2):  # the residuals and the transcripts

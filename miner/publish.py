@@ -19,7 +19,7 @@ from protocol.rounds.coordinator import RoundState
 from protocol.runspec import COMPUTE_LOCK
 from protocol.wire.records import Served
 from protocol.wire.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
-from protocol.wire.update import transcript_tensors
+from protocol.wire.updateheader import transcript_tensors
 from training.digest import split_state
 
 log = logging.getLogger(__name__)

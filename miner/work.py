@@ -17,14 +17,8 @@ from torch import Tensor
 
 from miner.behaviour import Behaviour, BehaviourContext
 from protocol.runspec import RunSpec
-from protocol.wire.update import (
-    Update,
-    encode_update,
-    make_header,
-    transcript_root,
-    transcript_tensors,
-    update_digest,
-)
+from protocol.wire.update import encode_update, make_update, update_digest
+from protocol.wire.updateheader import HeaderFields, transcript_root, transcript_tensors
 from training.assignment import Assignment, assign
 from training.codecs import Encoded
 from training.config import CodecConfig
@@ -150,11 +144,12 @@ def build_update(
     delta = behaviour.pseudo_gradient(ctx, pseudo_gradient(checkpoint, res.params))
     encs, ef_after = _compress(spec.codec, delta, ef_state, ef_source)
     ef_after_digest = state_digest(ef_after)
-    header = make_header(
-        round, miner, a.module_ids, encs, spec.codec, checkpoint_digest, tr.interval, tr.steps, tr.parts,
-        res.tokens, ef_after=ef_after_digest, ef_source=ef_source,
+    fields = HeaderFields(
+        round=round, miner=miner, modules=a.module_ids, codec=spec.codec, base_checkpoint=checkpoint_digest,
+        transcript_interval=tr.interval, transcript_steps=tr.steps, transcript_parts=tr.parts,
+        tokens=res.tokens, ef_after=ef_after_digest, ef_source=ef_source,
     )  # fmt: skip
-    data = behaviour.update_bytes(ctx, encode_update(Update(header, encs)))
+    data = behaviour.update_bytes(ctx, encode_update(make_update(fields, encs)))
     return BuiltUpdate(
         round=round,
         assignment=a,

@@ -21,6 +21,7 @@ import torch
 
 from protocol.wire.update import MAGIC, decode_update, encode_update, make_update
 from protocol.wire.updatecost import UpdateCaps, decode_cost
+from protocol.wire.updateheader import HeaderFields
 from training.codecs import encode
 from training.config import CodecConfig, ModelConfig
 from training.model import TesseraModel
@@ -62,15 +63,19 @@ def wire_transport(codec: CodecConfig, model: ModelConfig, base: UpdateCaps | No
             used = FP32
         data = encode_update(
             make_update(
-                round,
-                assignment.miner,
-                list(assignment.module_ids),
+                HeaderFields(
+                    round=round,
+                    miner=assignment.miner,
+                    modules=list(assignment.module_ids),
+                    codec=used,
+                    base_checkpoint=base_digest,
+                    transcript_interval=res.transcript.interval,
+                    transcript_steps=res.transcript.steps,
+                    transcript_parts=res.transcript.parts,
+                    tokens=res.tokens,
+                    ef_after=b"\0" * 32,  # the simulation keeps no residual chain: only the bytes count
+                ),
                 encs,
-                used,
-                base_digest,
-                res.transcript,
-                res.tokens,
-                ef_after=b"\0" * 32,  # the simulation keeps no residual chain: only the bytes are measured
             )
         )
         return decode_update(data, caps[used], shapes, used).pseudo_gradient(), len(data)

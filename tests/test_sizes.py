@@ -24,6 +24,11 @@ MAX_FUNCTION_LINES = 60
 
 MODULES: dict[str, str] = {
     "protocol/chain/errors.py": "one typed class per Solidity custom error (51 classes, mostly docstrings)",
+    "protocol/wire/updateheader.py": (
+        "the v4 header is one seam: its fields, the parameters and transcript steps it derives from module "
+        "ids and dims, the transcript it commits to, its JSON form and its parse (was updateheader + "
+        "updateparams, whose helpers sat in each other's file)"
+    ),
 }
 """Modules over :data:`MAX_MODULE_LINES`, and why."""
 

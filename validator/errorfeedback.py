@@ -12,14 +12,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from protocol.wire.update import (
-    UnsupportedVersion,
-    Update,
-    UpdateCaps,
-    UpdateError,
-    UpdateHeader,
-    decode_update,
-)
+from protocol.wire.update import Update, decode_update
+from protocol.wire.updatecost import UpdateCaps
+from protocol.wire.updateerrors import UnsupportedVersion, UpdateError
+from protocol.wire.updateheader import UpdateHeader
 from training.digest import state_digest
 from training.diloco import pseudo_gradient
 from training.feedback import ErrorFeedback

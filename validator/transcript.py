@@ -9,7 +9,9 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from protocol.wire.update import Update, UpdateError, with_transcript
+from protocol.wire.update import Update
+from protocol.wire.updateerrors import UpdateError
+from protocol.wire.updateheader import with_transcript
 from training.digest import PARAM_PREFIX, part_digests, state_digest
 from validator.context import FetchState, _Fail, unreachable
 from validator.stages import Stage

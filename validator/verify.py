@@ -48,7 +48,9 @@ from torch import Tensor
 
 from protocol.rounds.coordinator import update_commitment
 from protocol.runspec import COMPUTE_LOCK
-from protocol.wire.update import Update, UpdateCaps, UpdateError, decode_update, update_digest
+from protocol.wire.update import Update, decode_update, update_digest
+from protocol.wire.updatecost import UpdateCaps
+from protocol.wire.updateerrors import UpdateError
 from training.assignment import Assignment
 from training.model import module_of
 from validator.context import (

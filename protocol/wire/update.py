@@ -13,7 +13,7 @@ Layout (all integers little-endian)::
 The header (``UpdateHeader.to_json``) carries: ``version`` (4), ``r`` (round), ``m`` (miner address),
 ``mods`` (module ids), ``dims`` (``[vocab, seq_len, d_model, d_ff, n_experts]``, 0 where no listed module
 uses one: the parameters' names and shapes are derived from ``mods`` and ``dims``,
-``protocol.wire.updateparams``), ``c`` (the codec's wire parameters: ``[name, chunk, topk, bits, transform,
+``protocol.wire.updateheader``), ``c`` (the codec's wire parameters: ``[name, chunk, topk, bits, transform,
 index]``), ``b`` (state digest of theta_r), ``t`` (``[k, H, root]``: the recorded steps are 0, k, 2k, ...,
 H, and ``root`` the state digest of the per-step digests, served apart; ``protocol.wire.updateheader``), ``n``
 (tokens) and ``ef``: the error-feedback chain, ``[after, source]``: ``after`` the state digest of the
@@ -27,10 +27,10 @@ Checks run cheapest first: total size, magic, header size, header JSON, version,
 modules (well-formed ids) and dims (exactly the dimensions the modules use, within the caps), from which
 the parameters are derived; the payload size; then the run's expectations when the caller gives them (the
 codec is the run's codec, each parameter is one of the run's model with its shape); then the cost of the
-decode, derived from the header alone (:func:`decode_cost`: the decoded fp32 bytes, the decoder's peak
+decode, derived from the header alone (``protocol.wire.updatecost.decode_cost``: the decoded fp32 bytes, the decoder's peak
 memory and its work) against the caps, so a few hundred bytes cannot make a node allocate gigabytes; then
 the payload's size against the one the header implies, finiteness, then the decode itself. Every failure is
-an :class:`UpdateError` subclass. Never pickle. Version 3 (parameter names and shapes in the header, hex
+a ``protocol.wire.updateerrors.UpdateError`` subclass. Never pickle. Version 3 (parameter names and shapes in the header, hex
 digests, a safetensors payload) is refused with :class:`UnsupportedVersion`.
 """
 
@@ -46,84 +46,22 @@ import torch
 from torch import Tensor
 
 from protocol.wire.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
-from protocol.wire.updatecost import MEMORY_SLACK, DecodeCost, UpdateCaps, check_decode_cost, decode_cost
+from protocol.wire.updatecost import UpdateCaps, check_decode_cost, decode_cost
 from protocol.wire.updateerrors import (
     BadMagic,
-    BadTensorDtype,
-    BadTensorShape,
-    CodecMismatch,
-    DecodeTooCostly,
     HeaderMismatch,
     InvalidPayload,
     MalformedHeader,
     NonCanonicalUpdate,
     NonFiniteValues,
-    TranscriptMismatch,
     TruncatedUpdate,
     UnknownCodec,
-    UnsupportedVersion,
-    UpdateError,
     UpdateTooLarge,
 )
-from protocol.wire.updateheader import (
-    KNOWN_CODECS,
-    TRANSCRIPT_TENSOR,
-    VERSION,
-    UpdateHeader,
-    check_expected,
-    codec_wire,
-    make_header,
-    parse_header,
-    transcript_root,
-    transcript_tensors,
-    with_transcript,
-)
+from protocol.wire.updateheader import HeaderFields, UpdateHeader, check_expected, make_header, parse_header
 from training.codecs import Encoded, decode, field_specs
 from training.config import CodecConfig
 from training.errors import CodecError
-from training.inner import Transcript
-
-__all__ = [
-    "FIELD_ORDER",
-    "KNOWN_CODECS",
-    "MAGIC",
-    "MEMORY_SLACK",
-    "TRANSCRIPT_TENSOR",
-    "VERSION",
-    "BadMagic",
-    "BadTensorDtype",
-    "BadTensorShape",
-    "CodecMismatch",
-    "DecodeCost",
-    "DecodeTooCostly",
-    "HeaderMismatch",
-    "InvalidPayload",
-    "MalformedHeader",
-    "NonCanonicalUpdate",
-    "NonFiniteValues",
-    "TranscriptMismatch",
-    "TruncatedUpdate",
-    "UnknownCodec",
-    "UnsupportedVersion",
-    "Update",
-    "UpdateCaps",
-    "UpdateError",
-    "UpdateHeader",
-    "UpdateTooLarge",
-    "check_decode_cost",
-    "check_expected",
-    "codec_wire",
-    "decode_cost",
-    "decode_update",
-    "encode_update",
-    "make_header",
-    "make_update",
-    "parse_header",
-    "transcript_root",
-    "transcript_tensors",
-    "update_digest",
-    "with_transcript",
-]
 
 MAGIC = b"TSRUPD\0\0"
 
@@ -152,35 +90,10 @@ class Update:
         return dict(self._decoded)
 
 
-def make_update(
-    round: int,
-    miner: str,
-    modules: tuple[str, ...] | list[str],
-    tensors: dict[str, Encoded],
-    codec: CodecConfig,
-    base_checkpoint: bytes,
-    transcript: Transcript,
-    tokens: int,
-    *,
-    ef_after: bytes,
-    ef_source: tuple[int, bytes] | None = None,
-) -> Update:
-    """An :class:`Update` from a miner's round: its encoded pseudo-gradient and inner-loop transcript."""
-    header = make_header(
-        round,
-        miner,
-        modules,
-        tensors,
-        codec,
-        base_checkpoint,
-        transcript.interval,
-        transcript.steps,
-        transcript.parts,
-        tokens,
-        ef_after=ef_after,
-        ef_source=ef_source,
-    )
-    return Update(header, tensors)
+def make_update(fields: HeaderFields, tensors: dict[str, Encoded]) -> Update:
+    """An :class:`Update` from a miner's round: its encoded pseudo-gradient and what it says of it
+    (:class:`protocol.wire.updateheader.HeaderFields`, the transcript's interval, steps and parts among them)."""
+    return Update(make_header(fields, tensors), tensors)
 
 
 def encode_update(update: Update) -> bytes:
@@ -207,11 +120,12 @@ def decode_update(
     expected_shapes: dict[str, tuple[int, ...]] | None = None,
     expected_codec: CodecConfig | None = None,
 ) -> Update:
-    """Parse and check an encoded update; each failure raises its own :class:`UpdateError` subclass.
+    """Parse and check an encoded update; each failure raises its own
+    ``protocol.wire.updateerrors.UpdateError`` subclass.
 
     ``expected_shapes`` (parameter name -> shape of the run's model) and ``expected_codec`` (the run's
     codec) are checked right after the header is parsed, before anything is decoded; then the header's
-    :func:`decode_cost` against ``caps``. Without them only the caps bound a decode.
+    ``protocol.wire.updatecost.decode_cost`` against ``caps``. Without them only the caps bound a decode.
     """
     caps = caps or UpdateCaps()
     header, payload = _split_frame(data, caps)

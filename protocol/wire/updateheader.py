@@ -1,19 +1,36 @@
-"""The update's header: what it says, how it is checked, and the transcript it commits to.
+"""The update's header (wire version 4): what it says, what it derives, how it is checked, and the
+transcript it commits to. One seam: the header's fields, the parameters and steps it derives from them, its
+JSON form and its parse.
 
-The transcript does not travel in the header. Each recorded inner step (61 at H = 60 with k = 1) commits to
-two state digests: of the state's parameters (``param/*``) and of the rest (the AdamW moments and step),
-``training.digest.part_digests``. The header carries ``transcript.root``, the state digest of those pairs
-laid out as one uint8 tensor ``[steps, 2, 32]`` (:func:`transcript_tensors`); the miner serves that blob
-under the root, and each part of each state under its own digest. A validator fetches the transcript once
-(``fetch_blob`` checks the digest), attaches it with :func:`with_transcript`, and then moves only the parts
-a check reads: none for the anchor (theta_r's parameters hash to the step-0 parameter digest), the
-parameters alone for the final state, both parts of a replayed segment's start (issue 13).
+**Parameters.** A Tessera model's parameters are a pure function of its module ids and five dimensions
+(``training.model``), so the header carries the module ids and ``dims`` = ``[vocab, seq_len, d_model, d_ff,
+n_experts]``; the decoder derives every ``(name, shape)`` from them (:func:`derive_params`) before any
+payload byte is read. A dimension no listed module uses is 0 and every used one is positive, so one set of
+parameters has one ``dims`` (:func:`infer_dims`, the encoder's side). ``n_experts`` is the rows of a trunk's
+router: 0 means a trunk with a dense MLP. The recorded steps are ``0, k, 2k, ..., H`` (``training.inner``),
+carried as ``(k, H)`` (:func:`schedule`). A 32-byte digest travels as 43 characters of unpadded base64url
+(:func:`b64`).
+
+**Transcript.** The transcript does not travel in the header. Each recorded inner step (61 at H = 60 with
+k = 1) commits to two state digests: of the state's parameters (``param/*``) and of the rest (the AdamW
+moments and step), ``training.digest.part_digests``. The header carries ``transcript.root``, the state
+digest of those pairs laid out as one uint8 tensor ``[steps, 2, 32]`` (:func:`transcript_tensors`); the
+miner serves that blob under the root, and each part of each state under its own digest. A validator
+fetches the transcript once (``fetch_blob`` checks the digest), attaches it with :func:`with_transcript`,
+and then moves only the parts a check reads: none for the anchor (theta_r's parameters hash to the step-0
+parameter digest), the parameters alone for the final state, both parts of a replayed segment's start
+(issue 13).
+
+**Building one.** :func:`make_header` takes a :class:`HeaderFields` (the miner's raw values, digests as
+bytes) and the encoded tensors.
 """
 
 from __future__ import annotations
 
+import base64
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,8 +46,9 @@ from protocol.wire.updateerrors import (
     TranscriptMismatch,
     UnknownCodec,
     UnsupportedVersion,
+    UpdateTooLarge,
 )
-from protocol.wire.updateparams import b64, check_modules, derive_params, infer_dims, schedule, unb64
+from training.codecregistry import CODECS
 from training.codecs import Encoded
 from training.config import CodecConfig
 from training.digest import state_digest
@@ -39,12 +57,148 @@ from training.errors import ConfigError
 VERSION = 4
 """Wire format version this module reads and writes (2: the ``ef`` chain, F12; 3: the transcript root;
 4: parameters derived from modules and dims, steps from (k, H), base64url digests: issue 14)."""
-KNOWN_CODECS = ("dense", "topk")
 MAX_TRANSCRIPT_STEPS = 100_000
 """Recorded inner steps a header may list."""
 TRANSCRIPT_TENSOR = "transcript/digests"
 """The one tensor of a served transcript: uint8, one row of 32 bytes per recorded step."""
 _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$|^[A-Za-z0-9_.:-]{1,64}$")
+
+
+# -- parameters and steps the header derives ---------------------------------------------------------------
+DIMS = ("vocab", "seq_len", "d_model", "d_ff", "n_experts")
+"""The model dimensions a v4 header carries, in order."""
+MAX_DIM = (1 << 31) - 1
+_B64_32 = re.compile(r"^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$")
+_INDEX = r"(0|[1-9][0-9]{0,5})"
+_MODULE = re.compile(
+    rf"^(embed|head|trunk\.{_INDEX}|path\.{_INDEX}\.{_INDEX}|moe\.{_INDEX}\.expert\.{_INDEX})$"
+)
+
+Dim = tuple[int, str]  # (multiplier, dimension name)
+_BLOCK: tuple[tuple[str, tuple[Dim, ...]], ...] = (
+    ("attn.proj.weight", ((1, "d_model"), (1, "d_model"))),
+    ("attn.qkv.weight", ((3, "d_model"), (1, "d_model"))),
+    ("ln1.bias", ((1, "d_model"),)),
+    ("ln1.weight", ((1, "d_model"),)),
+    ("ln2.bias", ((1, "d_model"),)),
+    ("ln2.weight", ((1, "d_model"),)),
+)
+_MLP: tuple[tuple[str, tuple[Dim, ...]], ...] = (
+    ("fc.weight", ((1, "d_ff"), (1, "d_model"))),
+    ("proj.weight", ((1, "d_model"), (1, "d_ff"))),
+)
+_EMBED = (("pos.weight", ((1, "seq_len"), (1, "d_model"))), ("tok.weight", ((1, "vocab"), (1, "d_model"))))
+_HEAD = (
+    ("ln.bias", ((1, "d_model"),)),
+    ("ln.weight", ((1, "d_model"),)),
+    ("out.weight", ((1, "vocab"), (1, "d_model"))),
+)
+_ROUTER = (("router.weight", ((1, "n_experts"), (1, "d_model"))),)
+
+
+def _template(module: str, routed: bool) -> tuple[tuple[str, tuple[Dim, ...]], ...]:
+    """The (suffix, symbolic shape) of a module's parameters; ``routed``: a trunk has a router."""
+    kind = module.split(".")[0]
+    if kind == "embed":
+        return _EMBED
+    if kind == "head":
+        return _HEAD
+    if kind == "moe":
+        return _MLP
+    mlp = tuple((f"mlp.{s}", shape) for s, shape in _MLP)
+    return _BLOCK + (_ROUTER if kind == "trunk" and routed else mlp)
+
+
+def check_modules(modules: object, cap: int) -> tuple[str, ...]:
+    """A header's ``modules``: a non-empty list of distinct, well-formed module ids (at most ``cap``)."""
+    if not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules):
+        raise MalformedHeader("modules must be a non-empty list of strings")
+    if len(modules) > cap:
+        raise UpdateTooLarge(f"{len(modules)} modules > cap {cap}")
+    if len(set(modules)) != len(modules):
+        raise MalformedHeader("duplicate module ids")
+    for m in modules:
+        if not _MODULE.match(m):
+            raise HeaderMismatch(f"{m!r} is not a module id")
+    return tuple(modules)
+
+
+def used_dims(modules: Iterable[str], routed: bool) -> set[str]:
+    """The names of the dimensions ``modules`` use (``routed``: a trunk has a router)."""
+    return {d for m in modules for _, shape in _template(m, routed) for _, d in shape}
+
+
+def derive_params(
+    modules: Sequence[str], dims: Sequence[int], max_params: int, max_numel: int
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Every (name, shape) of ``modules`` under ``dims``, sorted by name; ``dims`` must give exactly the
+    dimensions the modules use (:class:`MalformedHeader`), within the caps (:class:`UpdateTooLarge`)."""
+    if (
+        not isinstance(dims, list)
+        or len(dims) != len(DIMS)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM for d in dims)
+    ):
+        raise MalformedHeader(f"dims must be {len(DIMS)} integers in [0, {MAX_DIM}]")
+    size = dict(zip(DIMS, dims, strict=True))
+    used = used_dims(modules, size["n_experts"] > 0)
+    for name in DIMS:
+        if (size[name] > 0) != (name in used) and not (name == "n_experts" and size[name] == 0):
+            raise MalformedHeader(
+                f"dims: {name} must be {'positive' if name in used else '0'} for these modules"
+            )
+    params: list[tuple[str, tuple[int, ...]]] = []
+    for m in modules:
+        for suffix, shape in _template(m, size["n_experts"] > 0):
+            params.append((f"{m}.{suffix}", tuple(k * size[d] for k, d in shape)))
+            if len(params) > max_params:
+                raise UpdateTooLarge(f"more than {max_params} params")
+            if math.prod(params[-1][1]) > max_numel:
+                raise UpdateTooLarge(f"param {params[-1][0]!r} has more than {max_numel} values")
+    return tuple(sorted(params))
+
+
+def infer_dims(modules: Sequence[str], params: Sequence[tuple[str, tuple[int, ...]]]) -> list[int]:
+    """The ``dims`` of whole modules' ``params`` (the inverse of :func:`derive_params`), or ValueError
+    when they are not exactly the parameters of ``modules`` of a Tessera model."""
+    shapes = dict(params)
+    routers = [s[0] for n, s in params if n.startswith("trunk.") and n.endswith(".router.weight") and s]
+    size = dict.fromkeys(DIMS, 0)
+    size["n_experts"] = routers[0] if routers else 0
+    for m in modules:
+        if not _MODULE.match(m):
+            raise ValueError(f"{m!r} is not a module id")
+        for suffix, shape in _template(m, bool(routers)):
+            got = shapes.get(f"{m}.{suffix}")
+            if got is None or len(got) != len(shape):
+                raise ValueError(f"{m}.{suffix} is missing or of another rank")
+            for (k, d), v in zip(shape, got, strict=True):
+                size[d] = size[d] or v // k
+    dims = [size[d] for d in DIMS]
+    if derive_params(list(modules), dims, len(params), 1 << 62) != tuple(sorted(params)):
+        raise ValueError("the parameters are not exactly those of the listed modules")
+    return dims
+
+
+def schedule(interval: int, last: int, cap: int) -> tuple[int, ...]:
+    """The recorded steps ``0, k, 2k, ..., H`` (H also when k does not divide it), at most ``cap``."""
+    if -(-last // interval) + 1 > cap:
+        raise MalformedHeader(f"transcript of more than {cap} recorded steps")
+    return tuple(sorted({*range(0, last, interval), last}))
+
+
+def b64(hex_digest: str) -> str:
+    """A hex 32-byte digest as unpadded base64url (43 characters)."""
+    return base64.urlsafe_b64encode(bytes.fromhex(hex_digest)).rstrip(b"=").decode()
+
+
+def unb64(value: object, what: str) -> str:
+    """The hex of a 43-character canonical base64url 32-byte digest, else :class:`MalformedHeader`."""
+    if not isinstance(value, str) or not _B64_32.match(value):
+        raise MalformedHeader(f"{what} must be a 32-byte digest in 43 characters of unpadded base64url")
+    return base64.urlsafe_b64decode(value + "=").hex()
+
+
+# -- the transcript ----------------------------------------------------------------------------------------
 
 
 def transcript_tensors(parts: Sequence[tuple[bytes, bytes]]) -> dict[str, Tensor]:
@@ -140,7 +294,7 @@ class UpdateHeader:
     """Wire format version."""
 
     def to_json(self) -> dict[str, Any]:
-        """The header as a canonical-JSON-ready dict (wire version 4: see :mod:`protocol.wire.updateparams`);
+        """The header as a canonical-JSON-ready dict (wire version 4: see the module doc);
         ValueError if it cannot travel (parameters that are not whole modules, steps off the schedule)."""
         c = self.codec
         interval, steps = self.transcript_interval, self.transcript_steps
@@ -163,36 +317,52 @@ class UpdateHeader:
         }
 
 
-def make_header(
-    round: int,
-    miner: str,
-    modules: tuple[str, ...] | list[str],
-    tensors: dict[str, Encoded],
-    codec: CodecConfig,
-    base_checkpoint: bytes,
-    transcript_interval: int,
-    transcript_steps: list[int],
-    transcript_parts: Sequence[tuple[bytes, bytes]],
-    tokens: int,
-    *,
-    ef_after: bytes,
-    ef_source: tuple[int, bytes] | None = None,
-) -> UpdateHeader:
-    """Build a header from raw values (digests as bytes)."""
+@dataclass(frozen=True)
+class HeaderFields:
+    """What a miner says of its update, as raw values (digests as bytes): :func:`make_header`'s and
+    ``protocol.wire.update.make_update``'s one argument besides the encoded tensors."""
+
+    round: int
+    """Outer round r the update is for."""
+    miner: str
+    """The miner's address."""
+    modules: Sequence[str]
+    """Module ids the update carries pseudo-gradients for."""
+    codec: CodecConfig
+    """The codec the tensors were encoded with."""
+    base_checkpoint: bytes
+    """State digest of theta_r the miner trained from."""
+    transcript_interval: int
+    """k of the transcript."""
+    transcript_steps: Sequence[int]
+    """Recorded inner steps (``0, k, 2k, ..., H``)."""
+    transcript_parts: Sequence[tuple[bytes, bytes]]
+    """(parameters, rest) state digests at those steps."""
+    tokens: int
+    """Training tokens the update consumed."""
+    ef_after: bytes
+    """State digest of the error-feedback residual after this update."""
+    ef_source: tuple[int, bytes] | None = None
+    """(round, update digest) of the miner's earlier update whose residual this one started from."""
+
+
+def make_header(fields: HeaderFields, tensors: dict[str, Encoded]) -> UpdateHeader:
+    """The header of ``tensors`` (encoded pseudo-gradients by parameter name) and the miner's ``fields``."""
+    f = fields
     return UpdateHeader(
-        round=round,
-        miner=miner,
-        modules=tuple(modules),
+        round=f.round,
+        miner=f.miner,
+        modules=tuple(f.modules),
         params=tuple((n, tuple(tensors[n].shape)) for n in sorted(tensors)),
-        codec=codec,
-        base_checkpoint=base_checkpoint.hex(),
-        transcript_interval=transcript_interval,
-        transcript_steps=tuple(transcript_steps),
-        transcript_digests=tuple((p.hex(), r.hex()) for p, r in transcript_parts),
-        transcript_root=transcript_root(transcript_parts),
-        tokens=tokens,
-        ef_after=ef_after.hex(),
-        ef_source=None if ef_source is None else (ef_source[0], ef_source[1].hex()),
+        codec=f.codec,
+        base_checkpoint=f.base_checkpoint.hex(),
+        transcript_interval=f.transcript_interval,
+        transcript_steps=tuple(f.transcript_steps),
+        transcript_digests=tuple((p.hex(), r.hex()) for p, r in f.transcript_parts),
+        transcript_root=transcript_root(f.transcript_parts),
+        tokens=f.tokens,
+        ef_after=f.ef_after.hex(),
+        ef_source=None if f.ef_source is None else (f.ef_source[0], f.ef_source[1].hex()),
     )
 
 
@@ -214,7 +384,7 @@ def _parse_codec(raw: Any) -> CodecConfig:
     if not isinstance(raw, list) or len(raw) != 6:
         raise MalformedHeader("codec must be [name, chunk, topk, bits, transform, index]")
     name, chunk, topk, bits, transform, index = raw
-    if name not in KNOWN_CODECS:
+    if not isinstance(name, str) or name not in CODECS:  # the registry's names (``training.codecregistry``)
         raise UnknownCodec(f"unknown codec {name!r}")
     if index not in ("packed", "elias-fano"):
         raise UnknownCodec(f"unknown index coding {index!r}")

@@ -98,7 +98,8 @@ def _setup(target: str) -> tuple[Any, tuple[type[BaseException], ...], list[byte
     from .targets import TARGETS
 
     if target == "update":
-        from protocol.wire.update import UpdateCaps, decode_update
+        from protocol.wire.update import decode_update
+        from protocol.wire.updatecost import UpdateCaps
 
         t = TARGETS["update"]()
         t.setup()

@@ -35,6 +35,7 @@ def _valid_updates() -> list[bytes]:
     import torch
 
     from protocol.wire import update as wire
+    from protocol.wire import updateheader
     from training.codecs import encode
     from training.config import CodecConfig, ModelConfig
     from training.model import build_model, module_params, param_state
@@ -49,12 +50,13 @@ def _valid_updates() -> list[bytes]:
         CodecConfig(name="dense"),
     ):
         tensors = {n: encode(torch.randn(p.shape, generator=g), codec) for n, p in params.items()}
-        header = wire.make_header(
-            3, "0x" + "ab" * 20, ["moe.0.expert.1", "head"], tensors, codec, b"\x11" * 32, 2, [0, 2],
-            [(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)], 512, ef_after=b"\x03" * 32,
-            ef_source=None if codec.name == "dense" else (2, b"\x04" * 32),
+        fields = updateheader.HeaderFields(
+            round=3, miner="0x" + "ab" * 20, modules=["moe.0.expert.1", "head"], codec=codec,
+            base_checkpoint=b"\x11" * 32, transcript_interval=2, transcript_steps=[0, 2],
+            transcript_parts=[(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)], tokens=512,
+            ef_after=b"\x03" * 32, ef_source=None if codec.name == "dense" else (2, b"\x04" * 32),
         )  # fmt: skip
-        out.append(wire.encode_update(wire.Update(header, tensors)))
+        out.append(wire.encode_update(wire.make_update(fields, tensors)))
     return out
 
 
@@ -163,13 +165,15 @@ class UpdateTarget(Target):
         return _frame(mutate_bytes(header, rng, 2), mutate_bytes(payload, rng, 2))
 
     def check(self, data: bytes) -> None:
-        from protocol.wire.update import UpdateCaps, decode_update
+        from protocol.wire.update import decode_update
+        from protocol.wire.updatecost import UpdateCaps
 
         decode_update(data, UpdateCaps())  # the defaults: what a node without the run's model applies
 
     def _header(self, data: bytes) -> Any:
         from protocol.wire.canonical import loads_canonical
-        from protocol.wire.update import UpdateCaps, parse_header
+        from protocol.wire.updatecost import UpdateCaps
+        from protocol.wire.updateheader import parse_header
 
         try:
             header, _ = _split_update(data)
@@ -178,13 +182,13 @@ class UpdateTarget(Target):
             return None
 
     def declared_bytes(self, data: bytes) -> int | None:
-        from protocol.wire.update import decode_cost
+        from protocol.wire.updatecost import decode_cost
 
         h = self._header(data)
         return None if h is None else decode_cost(h.params, h.codec).decoded_bytes
 
     def describe(self, data: bytes) -> str:
-        from protocol.wire.update import decode_cost
+        from protocol.wire.updatecost import decode_cost
 
         h = self._header(data)
         if h is None:

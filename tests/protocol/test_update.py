@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from protocol.errors import ProtocolError
 from protocol.wire import update as wire
+from protocol.wire import updatecost, updateerrors, updateheader
 from protocol.wire.canonical import CanonicalJSONError, dumps_canonical, loads_canonical
 from training.codecs import Encoded, encode
 from training.config import CodecConfig, ModelConfig
@@ -26,21 +27,20 @@ def _update(codec: CodecConfig = CODEC) -> wire.Update:
     params = module_params(param_state(build_model(cfg)), ["moe.0.expert.1", "head"])
     g = torch.Generator().manual_seed(0)
     tensors = {n: encode(torch.randn(p.shape, generator=g), codec) for n, p in params.items()}
-    header = wire.make_header(
-        3,
-        MINER,
-        ["moe.0.expert.1", "head"],
-        tensors,
-        codec,
-        b"\x11" * 32,
-        2,
-        [0, 2],
-        [(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)],
-        512,
+    fields = updateheader.HeaderFields(
+        round=3,
+        miner=MINER,
+        modules=["moe.0.expert.1", "head"],
+        codec=codec,
+        base_checkpoint=b"\x11" * 32,
+        transcript_interval=2,
+        transcript_steps=[0, 2],
+        transcript_parts=[(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)],
+        tokens=512,
         ef_after=b"\x03" * 32,
         ef_source=(2, b"\x04" * 32),
     )
-    return wire.Update(header, tensors)
+    return wire.make_update(fields, tensors)
 
 
 @functools.cache
@@ -86,38 +86,38 @@ def test_index_coding_has_one_spelling() -> None:
     assert header["c"][5] == "packed"  # every codec parameter in its place, one spelling
     for bad in ("huffman", 1, None):
         header["c"][5] = bad
-        with pytest.raises(wire.UnknownCodec):
+        with pytest.raises(updateerrors.UnknownCodec):
             wire.decode_update(_frame(dumps_canonical(header), payload))
     data = wire.encode_update(_update(CodecConfig(chunk=64, topk=4, bits=2, index="elias-fano")))
-    with pytest.raises(wire.CodecMismatch):
+    with pytest.raises(updateerrors.CodecMismatch):
         wire.decode_update(data, expected_codec=CodecConfig(chunk=64, topk=4, bits=2))
 
 
 def test_truncated() -> None:
     data = wire.encode_update(_update())
     for cut in (4, 20, len(data) // 2, len(data) - 1):
-        with pytest.raises(wire.TruncatedUpdate):
+        with pytest.raises(updateerrors.TruncatedUpdate):
             wire.decode_update(data[:cut])
-    with pytest.raises(wire.TruncatedUpdate):
+    with pytest.raises(updateerrors.TruncatedUpdate):
         wire.decode_update(data + b"\0")
 
 
 def test_oversize_checked_before_decoding() -> None:
     data = wire.encode_update(_update())
-    with pytest.raises(wire.UpdateTooLarge):
-        wire.decode_update(data, wire.UpdateCaps(max_update_bytes=len(data) - 1))
+    with pytest.raises(updateerrors.UpdateTooLarge):
+        wire.decode_update(data, updatecost.UpdateCaps(max_update_bytes=len(data) - 1))
     huge_header = wire.MAGIC + struct.pack("<I", 1 << 30) + b"{}"
-    with pytest.raises(wire.UpdateTooLarge):
+    with pytest.raises(updateerrors.UpdateTooLarge):
         wire.decode_update(huge_header)
     header, payload = _parts(data)
     header["dims"][2] = (1 << 31) - 1  # d_model: the head's output is then over the per-parameter cap
-    with pytest.raises(wire.UpdateTooLarge):
+    with pytest.raises(updateerrors.UpdateTooLarge):
         wire.decode_update(_frame(dumps_canonical(header), payload))
 
 
 def test_bad_magic() -> None:
     data = wire.encode_update(_update())
-    with pytest.raises(wire.BadMagic):
+    with pytest.raises(updateerrors.BadMagic):
         wire.decode_update(b"X" + data[1:])
 
 
@@ -125,18 +125,18 @@ def test_wrong_version() -> None:
     header, payload = _parts(wire.encode_update(_update()))
     for old in (1, 3):  # 1: before the error-feedback chain (F12); 3: parameter names in the header
         header["version"] = old
-        with pytest.raises(wire.UnsupportedVersion):
+        with pytest.raises(updateerrors.UnsupportedVersion):
             wire.decode_update(_frame(dumps_canonical(header), payload))
 
 
 def test_unknown_codec() -> None:
     header, payload = _parts(wire.encode_update(_update()))
     header["c"][0] = "zstd"
-    with pytest.raises(wire.UnknownCodec):
+    with pytest.raises(updateerrors.UnknownCodec):
         wire.decode_update(_frame(dumps_canonical(header), payload))
     header["c"][0] = "topk"
     header["c"][3] = 3
-    with pytest.raises(wire.UnknownCodec):
+    with pytest.raises(updateerrors.UnknownCodec):
         wire.decode_update(_frame(dumps_canonical(header), payload))
 
 
@@ -170,9 +170,9 @@ def test_malformed_header() -> None:
     ):
         h = loads_canonical(dumps_canonical(header))
         mutate(h)
-        with pytest.raises(wire.MalformedHeader):
+        with pytest.raises(updateerrors.MalformedHeader):
             wire.decode_update(_frame(dumps_canonical(h), payload))
-    with pytest.raises(wire.MalformedHeader):  # not canonical JSON (spaces)
+    with pytest.raises(updateerrors.MalformedHeader):  # not canonical JSON (spaces)
         wire.decode_update(_frame(b'{"version": 1}', payload))
 
 
@@ -190,15 +190,15 @@ def test_header_mismatch() -> None:
     header, payload = _parts(wire.encode_update(up))
     h = loads_canonical(dumps_canonical(header))
     h["mods"] = ["moe.0.expert.1", "head", "mystery.0"]
-    with pytest.raises(wire.HeaderMismatch):
+    with pytest.raises(updateerrors.HeaderMismatch):
         wire.decode_update(_frame(dumps_canonical(h), payload))
     h["mods"] = ["moe.0.expert.1", "head", "moe.0.expert.0"]  # more params than the payload holds
-    with pytest.raises(wire.HeaderMismatch):
+    with pytest.raises(updateerrors.HeaderMismatch):
         wire.decode_update(_frame(dumps_canonical(h), payload))
     for other in (payload + b"\0", payload[:-1], b""):  # the header implies the payload's size exactly
-        with pytest.raises(wire.HeaderMismatch):
+        with pytest.raises(updateerrors.HeaderMismatch):
             wire.decode_update(_frame(dumps_canonical(header), other))
-    with pytest.raises(wire.HeaderMismatch):
+    with pytest.raises(updateerrors.HeaderMismatch):
         wire.decode_update(wire.encode_update(up), expected_shapes={})
 
 
@@ -218,18 +218,18 @@ def test_wrong_dtype_shape_and_nan() -> None:
     name = up.header.params[0][0]
     scale = up.tensors[name].fields["scale"]
     # the payload declares no dtypes or shapes: a field of another dtype or size is another payload size
-    with pytest.raises(wire.HeaderMismatch):
+    with pytest.raises(updateerrors.HeaderMismatch):
         wire.decode_update(_with_field(up, name, "scale", scale.double()))
-    with pytest.raises(wire.HeaderMismatch):
+    with pytest.raises(updateerrors.HeaderMismatch):
         wire.decode_update(_with_field(up, name, "scale", torch.cat([scale, scale])))
     bad = scale.clone()
     bad[0] = float("nan")
-    with pytest.raises(wire.NonFiniteValues):
+    with pytest.raises(updateerrors.NonFiniteValues):
         wire.decode_update(_with_field(up, name, "scale", bad))
     bad[0] = float("inf")
-    with pytest.raises(wire.NonFiniteValues):
+    with pytest.raises(updateerrors.NonFiniteValues):
         wire.decode_update(_with_field(up, name, "scale", bad))
-    with pytest.raises(wire.BadTensorShape):
+    with pytest.raises(updateerrors.BadTensorShape):
         wire.decode_update(wire.encode_update(up), expected_shapes={n: (1,) for n, _ in up.header.params})
 
 
@@ -237,10 +237,10 @@ def test_invalid_payload() -> None:
     up = _update()
     name = max(up.header.params, key=lambda p: p[1][0] * (p[1][1] if len(p[1]) > 1 else 1))[0]
     idx = up.tensors[name].fields["idx"]
-    with pytest.raises(wire.InvalidPayload):  # all-equal indices are not strictly increasing
+    with pytest.raises(updateerrors.InvalidPayload):  # all-equal indices are not strictly increasing
         wire.decode_update(_with_field(up, name, "idx", torch.zeros_like(idx)))
     header, payload = _parts(wire.encode_update(up))
-    with pytest.raises(wire.InvalidPayload):  # every index byte set: past the end of its chunk
+    with pytest.raises(updateerrors.InvalidPayload):  # every index byte set: past the end of its chunk
         wire.decode_update(
             _frame(dumps_canonical(header), b"\xff" * (len(payload) // 2) + payload[len(payload) // 2 :])
         )
@@ -248,18 +248,18 @@ def test_invalid_payload() -> None:
 
 def test_errors_are_protocol_errors() -> None:
     for cls in (
-        wire.UpdateTooLarge,
-        wire.TruncatedUpdate,
-        wire.BadMagic,
-        wire.MalformedHeader,
-        wire.UnsupportedVersion,
-        wire.UnknownCodec,
-        wire.HeaderMismatch,
-        wire.BadTensorDtype,
-        wire.BadTensorShape,
-        wire.NonFiniteValues,
-        wire.InvalidPayload,
-        wire.NonCanonicalUpdate,
+        updateerrors.UpdateTooLarge,
+        updateerrors.TruncatedUpdate,
+        updateerrors.BadMagic,
+        updateerrors.MalformedHeader,
+        updateerrors.UnsupportedVersion,
+        updateerrors.UnknownCodec,
+        updateerrors.HeaderMismatch,
+        updateerrors.BadTensorDtype,
+        updateerrors.BadTensorShape,
+        updateerrors.NonFiniteValues,
+        updateerrors.InvalidPayload,
+        updateerrors.NonCanonicalUpdate,
         CanonicalJSONError,
     ):
         assert issubclass(cls, ProtocolError)
@@ -285,5 +285,5 @@ def test_mutated_bytes_raise_only_update_errors(data: st.DataObject) -> None:
     cut = data.draw(st.integers(0, len(raw)))
     try:
         wire.decode_update(bytes(raw[:cut]) if data.draw(st.booleans()) else bytes(raw))
-    except wire.UpdateError:
+    except updateerrors.UpdateError:
         pass

@@ -22,7 +22,7 @@ from safetensors.torch import save as st_save
 from protocol.errors import ProtocolError
 from protocol.rounds.coordinator import update_commitment
 from protocol.wire import update as wire
-from protocol.wire import updatecost
+from protocol.wire import updatecost, updateerrors, updateheader
 from protocol.wire.tensorblob import TensorBlobError, decode_tensors
 from tests.support.bombs import ISSUE_BOMBS, PeakRSS, crafted_update, head
 from training.codecs import encode
@@ -53,32 +53,34 @@ def test_issue_bombs_are_refused_from_the_header(
     if label == "topk-chunk-as-large-as-param":
         assert len(data) < 1000  # the issue's 799 bytes
     header_len = struct.unpack_from("<I", data, 8)[0]
-    header = wire.parse_header(json.loads(data[12 : 12 + header_len]), wire.UpdateCaps())
-    cost = wire.decode_cost(header.params, header.codec)
+    header = updateheader.parse_header(json.loads(data[12 : 12 + header_len]), updatecost.UpdateCaps())
+    cost = updatecost.decode_cost(header.params, header.codec)
     assert cost.decoded_bytes > 0 and cost.peak_bytes >= cost.decoded_bytes
-    _refused_cheaply(lambda: wire.decode_update(data), wire.DecodeTooCostly)
+    _refused_cheaply(lambda: wire.decode_update(data), updateerrors.DecodeTooCostly)
     # with the run's model and codec (what verify_update passes): refused before the cost is even weighed
     model = {"head.out.weight": (256, 64), "head.ln.weight": (64,), "head.ln.bias": (64,)}
     err = _refused_cheaply(
         lambda: wire.decode_update(data, expected_shapes=model, expected_codec=CodecConfig()),
-        wire.UpdateError,
+        updateerrors.UpdateError,
     )
-    assert isinstance(err, wire.CodecMismatch | wire.BadTensorShape | wire.HeaderMismatch)
+    assert isinstance(
+        err, updateerrors.CodecMismatch | updateerrors.BadTensorShape | updateerrors.HeaderMismatch
+    )
 
 
 def test_caps_bound_what_a_header_may_declare() -> None:
     codec = CodecConfig(name="dense", bits=2)
     small = crafted_update(head(1 << 16), codec)
     wire.decode_update(small)
-    with pytest.raises(wire.DecodeTooCostly, match="decodes to"):
-        wire.decode_update(small, wire.UpdateCaps(max_decoded_bytes=1 << 16))
-    with pytest.raises(wire.DecodeTooCostly, match="needs"):
-        wire.decode_update(small, wire.UpdateCaps(max_decode_memory=1 << 18))
-    with pytest.raises(wire.DecodeTooCostly, match="take"):
-        wire.decode_update(small, wire.UpdateCaps(max_decode_work=1000))
+    with pytest.raises(updateerrors.DecodeTooCostly, match="decodes to"):
+        wire.decode_update(small, updatecost.UpdateCaps(max_decoded_bytes=1 << 16))
+    with pytest.raises(updateerrors.DecodeTooCostly, match="needs"):
+        wire.decode_update(small, updatecost.UpdateCaps(max_decode_memory=1 << 18))
+    with pytest.raises(updateerrors.DecodeTooCostly, match="take"):
+        wire.decode_update(small, updatecost.UpdateCaps(max_decode_work=1000))
     # a DCT codec keeping every coefficient: 128x its decoded size in float64 basis rows
     dct = crafted_update(head(1 << 16), CodecConfig(chunk=4096, topk=4096, transform="dct"))
-    with pytest.raises(wire.DecodeTooCostly, match="more than 16x"):
+    with pytest.raises(updateerrors.DecodeTooCostly, match="more than 16x"):
         wire.decode_update(dct)
 
 
@@ -87,19 +89,20 @@ def test_the_runs_own_model_and_codec_pass_whatever_the_caps() -> None:
     g = torch.Generator().manual_seed(0)
     shapes = {"head.out.weight": (256, 64), "head.ln.weight": (64,), "head.ln.bias": (64,)}
     tensors = {n: encode(torch.randn(s, generator=g), codec) for n, s in shapes.items()}
-    header = wire.make_header(
-        1, "0x" + "ab" * 20, ["head"], tensors, codec, b"\x11" * 32, 2, [0, 2], [(b"\x01" * 32, b"\x02" * 32)] * 2, 5,
-        ef_after=b"\x03" * 32,
+    fields = updateheader.HeaderFields(
+        round=1, miner="0x" + "ab" * 20, modules=["head"], codec=codec, base_checkpoint=b"\x11" * 32,
+        transcript_interval=2, transcript_steps=[0, 2], transcript_parts=[(b"\x01" * 32, b"\x02" * 32)] * 2,
+        tokens=5, ef_after=b"\x03" * 32,
     )  # fmt: skip
-    data = wire.encode_update(wire.Update(header, tensors))
-    tiny = wire.UpdateCaps(max_decoded_bytes=1, max_decode_memory=1, max_decode_work=1)
-    with pytest.raises(wire.DecodeTooCostly):
+    data = wire.encode_update(wire.make_update(fields, tensors))
+    tiny = updatecost.UpdateCaps(max_decoded_bytes=1, max_decode_memory=1, max_decode_work=1)
+    with pytest.raises(updateerrors.DecodeTooCostly):
         wire.decode_update(data, tiny)
     up = wire.decode_update(data, tiny, expected_shapes=shapes, expected_codec=codec)
     assert set(up.pseudo_gradient()) == set(shapes)
-    with pytest.raises(wire.CodecMismatch):
+    with pytest.raises(updateerrors.CodecMismatch):
         wire.decode_update(data, expected_shapes=shapes, expected_codec=CodecConfig(chunk=64, topk=8, bits=2))
-    with pytest.raises(wire.HeaderMismatch):
+    with pytest.raises(updateerrors.HeaderMismatch):
         wire.decode_update(data, expected_shapes={"head.out.weight": (256, 64)}, expected_codec=codec)
 
 
@@ -114,8 +117,8 @@ def test_a_module_of_tiny_parameters_under_a_dct_run_codec_is_not_refused(
     data = crafted_update(tiny, codec)
     # the fixed allowance would hide the ratio at this size
     monkeypatch.setattr(updatecost, "MEMORY_SLACK", 0)
-    caps = wire.UpdateCaps(max_decoded_bytes=1 << 20, max_decode_memory=1 << 20, max_memory_ratio=16)
-    with pytest.raises(wire.DecodeTooCostly, match="more than 16x"):
+    caps = updatecost.UpdateCaps(max_decoded_bytes=1 << 20, max_decode_memory=1 << 20, max_memory_ratio=16)
+    with pytest.raises(updateerrors.DecodeTooCostly, match="more than 16x"):
         wire.decode_update(data, caps)
     up = wire.decode_update(data, caps, expected_shapes=model, expected_codec=codec)
     assert set(up.pseudo_gradient()) == set(tiny)
@@ -138,7 +141,7 @@ def test_dtypes_safetensors_torch_cannot_map_are_refused_typed(
     header = data[12 : 12 + header_len]
     payload = _safetensors(dtype, shape, nbytes)
     framed = wire.MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
-    with pytest.raises(wire.HeaderMismatch):
+    with pytest.raises(updateerrors.HeaderMismatch):
         wire.decode_update(framed)
 
 
@@ -176,5 +179,5 @@ def test_verify_update_refuses_the_bomb_at_format_before_decoding() -> None:
 
 
 def test_typed_errors_are_protocol_errors() -> None:
-    for cls in (wire.DecodeTooCostly, wire.CodecMismatch):
-        assert issubclass(cls, wire.UpdateError) and issubclass(cls, ProtocolError)
+    for cls in (updateerrors.DecodeTooCostly, updateerrors.CodecMismatch):
+        assert issubclass(cls, updateerrors.UpdateError) and issubclass(cls, ProtocolError)

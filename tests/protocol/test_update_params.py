@@ -1,6 +1,6 @@
 """Issue 14: a version-4 header derives the parameters from modules and dims; the derivation is the model's.
 
-``protocol.wire.updateparams`` spells out the parameters of each module kind; these tests pin it to
+``protocol.wire.updateheader`` spells out the parameters of each module kind; these tests pin it to
 ``training.model`` for every mode, so a change to the model that the wire format does not follow fails
 here rather than as refused honest updates."""
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from protocol.wire import update as wire
-from protocol.wire.updateparams import DIMS, derive_params, infer_dims, schedule
+from protocol.wire import updateerrors
+from protocol.wire.updateheader import DIMS, HeaderFields, derive_params, infer_dims, schedule
 from training.config import ModelConfig
 from training.model import build_model, module_ids, module_params, param_state
 
@@ -54,7 +55,7 @@ def test_recorded_steps_are_the_inner_loops() -> None:
     assert schedule(1, 3, 10) == (0, 1, 2, 3)
     assert schedule(4, 10, 10) == (0, 4, 8, 10)
     assert schedule(5, 10, 10) == (0, 5, 10)
-    with pytest.raises(wire.MalformedHeader):
+    with pytest.raises(updateerrors.MalformedHeader):
         schedule(1, 10, 10)
 
 
@@ -83,10 +84,12 @@ def test_the_header_of_a_devnet_sized_update_stays_small() -> None:
     tensors = {n: encode(torch.randn(t.shape), codec) for n, t in state.items()}
     steps = list(range(0, 31, 10))
     tr = Transcript(interval=10, steps=steps, parts=[(b"\x01" * 32, b"\x02" * 32)] * len(steps))
-    up = wire.make_update(
-        99, "0x" + "ab" * 20, modules, tensors, codec, b"\x11" * 32, tr, 30720,
+    fields = HeaderFields(
+        round=99, miner="0x" + "ab" * 20, modules=modules, codec=codec, base_checkpoint=b"\x11" * 32,
+        transcript_interval=tr.interval, transcript_steps=tr.steps, transcript_parts=tr.parts, tokens=30720,
         ef_after=b"\x03" * 32, ef_source=(98, b"\x04" * 32),
     )  # fmt: skip
+    up = wire.make_update(fields, tensors)
     data = wire.encode_update(up)
     header_len = int.from_bytes(data[8:12], "little")
     assert header_len <= 500, header_len

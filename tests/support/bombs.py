@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from protocol.wire import update as wire
+from protocol.wire import updatecost, updateheader
 from training.codecs import Encoded, field_specs, index_bits, layout, pack_bits
 from training.config import CodecConfig
 
@@ -51,7 +52,7 @@ def crafted_fields(shape: tuple[int, ...], codec: CodecConfig) -> Encoded:
 def model_params(modules: list[str], **dims: int) -> dict[str, tuple[int, ...]]:
     """The parameters (name -> shape) of ``modules`` with the given dimensions (``vocab``, ``seq_len``,
     ``d_model``, ``d_ff``, ``n_experts``; those the modules do not use are ignored)."""
-    from protocol.wire.updateparams import DIMS, derive_params, used_dims
+    from protocol.wire.updateheader import DIMS, derive_params, used_dims
 
     used = used_dims(modules, dims.get("n_experts", 0) > 0)
     sizes = [dims.get(d, 1) if d in used else 0 for d in DIMS]
@@ -69,11 +70,13 @@ def crafted_update(params: dict[str, tuple[int, ...]], codec: CodecConfig, *, ro
 
     tensors = {n: crafted_fields(s, codec) for n, s in params.items()}
     modules = sorted({module_of(n) for n in params})
-    header = wire.make_header(
-        round, MINER, modules, tensors, codec, b"\x11" * 32, 2, [0, 2], [(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)], 512,
+    fields = updateheader.HeaderFields(
+        round=round, miner=MINER, modules=modules, codec=codec, base_checkpoint=b"\x11" * 32,
+        transcript_interval=2, transcript_steps=[0, 2],
+        transcript_parts=[(b"\x01" * 32, b"\x05" * 32), (b"\x02" * 32, b"\x06" * 32)], tokens=512,
         ef_after=b"\x03" * 32,
     )  # fmt: skip
-    return wire.encode_update(wire.Update(header, tensors))
+    return wire.encode_update(wire.make_update(fields, tensors))
 
 
 #: The issue's reproducers, as (label, params, codec): each decoded to gigabytes before any header check.
@@ -179,22 +182,22 @@ CAP_FAMILIES: list[tuple[str, CodecConfig]] = [
 ]
 
 
-def _admitted(numel: int, codec: CodecConfig, caps: wire.UpdateCaps) -> bool:
+def _admitted(numel: int, codec: CodecConfig, caps: updatecost.UpdateCaps) -> bool:
     if numel > caps.max_param_numel:
         return False
-    cost = wire.decode_cost(tuple(sorted(head(numel).items())), codec)
+    cost = updatecost.decode_cost(tuple(sorted(head(numel).items())), codec)
     return (
         cost.decoded_bytes <= caps.max_decoded_bytes
         and cost.peak_bytes <= caps.max_decode_memory
-        and cost.peak_bytes <= caps.max_memory_ratio * cost.decoded_bytes + wire.MEMORY_SLACK
+        and cost.peak_bytes <= caps.max_memory_ratio * cost.decoded_bytes + updatecost.MEMORY_SLACK
         and cost.work <= caps.max_decode_work
         and cost.payload_bytes + 4096 <= caps.max_update_bytes
     )
 
 
-def largest_admitted(codec: CodecConfig, caps: wire.UpdateCaps | None = None) -> int:
+def largest_admitted(codec: CodecConfig, caps: updatecost.UpdateCaps | None = None) -> int:
     """The most values one parameter may have under ``caps`` with ``codec`` (0 if none): binary search."""
-    caps = caps or wire.UpdateCaps()
+    caps = caps or updatecost.UpdateCaps()
     lo, hi = 0, caps.max_param_numel
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -206,7 +209,7 @@ def largest_admitted(codec: CodecConfig, caps: wire.UpdateCaps | None = None) ->
 
 
 def at_cap_updates(
-    caps: wire.UpdateCaps | None = None, families: list[tuple[str, CodecConfig]] | None = None
+    caps: updatecost.UpdateCaps | None = None, families: list[tuple[str, CodecConfig]] | None = None
 ) -> list[tuple[str, bytes]]:
     """(label, bytes) of the largest update each codec of ``families`` (default :data:`CAP_FAMILIES`) may
     send under ``caps``."""
@@ -219,7 +222,7 @@ def at_cap_updates(
 
 
 def measure_at_cap(
-    caps: wire.UpdateCaps | None = None,
+    caps: updatecost.UpdateCaps | None = None,
     repeat: int = 2,
     families: list[tuple[str, CodecConfig]] | None = None,
 ) -> list[dict[str, Any]]:
@@ -227,15 +230,15 @@ def measure_at_cap(
     also warms its caches); the best-of wall time and worst peak RSS per family, with the declared size."""
     import time
 
-    caps = caps or wire.UpdateCaps()
+    caps = caps or updatecost.UpdateCaps()
     probe = PeakRSS()
     rows = []
     for label, data in at_cap_updates(caps, families):
         header_len = int.from_bytes(data[8:12], "little")
         from protocol.wire.canonical import loads_canonical
 
-        h = wire.parse_header(loads_canonical(data[12 : 12 + header_len]), caps)
-        cost = wire.decode_cost(h.params, h.codec)
+        h = updateheader.parse_header(loads_canonical(data[12 : 12 + header_len]), caps)
+        cost = updatecost.decode_cost(h.params, h.codec)
         times, peaks, outcome = [], [], "accepted"
         for _ in range(repeat):
             t = time.perf_counter()

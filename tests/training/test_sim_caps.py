@@ -18,6 +18,7 @@ from benchmarks.training_runs import CHOSEN, REFERENCE, chosen_variant, run_conf
 from protocol.wire.update import decode_update, encode_update, make_update
 from protocol.wire.updatecost import UpdateCaps, decode_cost
 from protocol.wire.updateerrors import DecodeTooCostly, UpdateTooLarge
+from protocol.wire.updateheader import HeaderFields
 from tessera.simwire import FP32, model_shapes, run_caps, wire_transport
 from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.assignment import assign
@@ -57,17 +58,20 @@ def _update(codec: CodecConfig) -> tuple[bytes, dict[str, tuple[int, ...]]]:
     res = train_inner(cfg, inner, theta, a, batches, 0)
     delta = {n: res.params[n] - t for n, t in module_params(theta, a.module_ids).items()}
     encs = {n: encode(t, codec) for n, t in delta.items()}
-    up = make_update(
-        0,
-        a.miner,
-        list(a.module_ids),
-        encs,
-        codec,
-        b"\0" * 32,
-        res.transcript,
-        res.tokens,
+    tr = res.transcript
+    fields = HeaderFields(
+        round=0,
+        miner=a.miner,
+        modules=list(a.module_ids),
+        codec=codec,
+        base_checkpoint=b"\0" * 32,
+        transcript_interval=tr.interval,
+        transcript_steps=tr.steps,
+        transcript_parts=tr.parts,
+        tokens=res.tokens,
         ef_after=b"\0" * 32,
     )
+    up = make_update(fields, encs)
     return encode_update(up), model_shapes(cfg)
 
 

@@ -15,6 +15,7 @@ import pytest
 from protocol.p2p.transfer import BlobNotFoundError, FetchTimeoutError, PeerUnavailableError
 from protocol.rounds.coordinator import update_commitment
 from protocol.wire import update as wire
+from protocol.wire import updateheader
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 from validator.errors import NotAnnouncedError
 from validator.stages import Stage
@@ -146,16 +147,16 @@ def test_the_anchor_costs_no_fetch_and_the_final_state_only_its_parameters(rnd: 
     )  # fmt: skip
     assert v.accepted, v.reason
     ph = built.transcript_parts[-1][0]
-    root = "0x" + wire.transcript_root(built.transcript_parts)
+    root = "0x" + updateheader.transcript_root(built.transcript_parts)
     assert calls == [root, "0x" + ph.hex()], "the transcript, then the final parameters: nothing else"
 
     other = rnd.build(MINERS[1])  # a transcript that starts elsewhere: MINERS[1]'s, under MINERS[0]'s name
     forged = wire.decode_update(built.update)
     pairs = list(other.transcript_parts)
     pairs[0] = (b"\x01" * 32, pairs[0][1])
-    header = replace(forged.header, transcript_root=wire.transcript_root(pairs))
+    header = replace(forged.header, transcript_root=updateheader.transcript_root(pairs))
     data = wire.encode_update(wire.Update(header, forged.tensors))
-    rnd.published["0x" + header.transcript_root] = wire.transcript_tensors(pairs)
+    rnd.published["0x" + header.transcript_root] = updateheader.transcript_tensors(pairs)
     calls.clear()
     v, _ = verify_update(
         rnd.ctx(), MINERS[0], update_commitment(CHAIN_ID, CONTRACT, rnd.round, MINERS[0], wire.update_digest(data)),

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from protocol.rounds.coordinator import update_commitment
 from protocol.wire import update as wire
+from protocol.wire import updateerrors, updateheader
 from protocol.wire.tensorblob import tensors_digest
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 from validator.verify import Verdict, VerifyPolicy, verify_update
@@ -53,34 +54,34 @@ def test_the_wire_header_carries_the_transcript_root_and_not_its_digests(rnd: Ro
     built = rnd.build(MINERS[0])
     header = wire.decode_update(built.update).header
     assert header.transcript_digests == ()
-    assert header.transcript_root == wire.transcript_root(built.transcript_parts)
+    assert header.transcript_root == updateheader.transcript_root(built.transcript_parts)
     assert built.transcript_parts[0][0].hex() not in built.update.hex()  # no digest travels in the message
-    attached = wire.with_transcript(header, built.transcript())
+    attached = updateheader.with_transcript(header, built.transcript())
     assert attached.transcript_digests == tuple((p.hex(), r.hex()) for p, r in built.transcript_parts)
 
 
 def test_a_transcript_other_than_the_committed_one_is_refused(rnd: Round) -> None:
     built = rnd.build(MINERS[0])
     header = wire.decode_update(built.update).header
-    rows = built.transcript()[wire.TRANSCRIPT_TENSOR]
+    rows = built.transcript()[updateheader.TRANSCRIPT_TENSOR]
     swapped = rows.clone()
     swapped[[0, 1]] = rows[[1, 0]]
     bad = {
-        "reordered": {wire.TRANSCRIPT_TENSOR: swapped},
-        "one step short": {wire.TRANSCRIPT_TENSOR: rows[:-1].clone()},
-        "wrong dtype": {wire.TRANSCRIPT_TENSOR: rows.to(torch.int16)},
+        "reordered": {updateheader.TRANSCRIPT_TENSOR: swapped},
+        "one step short": {updateheader.TRANSCRIPT_TENSOR: rows[:-1].clone()},
+        "wrong dtype": {updateheader.TRANSCRIPT_TENSOR: rows.to(torch.int16)},
         "an extra tensor": {**built.transcript(), "x": torch.zeros(1)},
     }
     for why, tensors in bad.items():
-        with pytest.raises(wire.TranscriptMismatch):
-            wire.with_transcript(header, tensors)
+        with pytest.raises(updateerrors.TranscriptMismatch):
+            updateheader.with_transcript(header, tensors)
         assert why
 
 
 def test_bit_identical_replays_and_residuals_are_not_fetched(rnd: Round) -> None:
     v, calls, kept, built = _run(rnd, MINERS[0])
     assert v.accepted, v.reason
-    root = "0x" + wire.transcript_root(built.transcript_parts)
+    root = "0x" + updateheader.transcript_root(built.transcript_parts)
     assert calls.count(root) == 1, "the transcript is fetched once"
     assert len(calls) == len(set(calls)), "each part is fetched at most once"
     replayed = [built.transcript_steps.index(s) for s in v.evidence["segments"]]
