@@ -45,6 +45,9 @@ from protocol.wire import bls
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+SETTLED_READ_AGE_S = 2.0
+"""Seconds a round reading showing round r still open answers ``settlement(r)`` without a log query."""
+
 
 def bls_key_for(private_key: str) -> bls.BlsKeyPair:
     """The validator's BLS key, derived from its Ethereum private key (IETF KeyGen over a tagged hash)."""
@@ -82,6 +85,15 @@ class ChainCoordinator:
         self._bls_keys: dict[str, bytes] = {}
         self._settled: dict[int, Settlement] = {}
         self._last: tuple[float, RoundState] | None = None
+        # reads of what the chain never changes once written (issue 26: cached, not asked again each step):
+        # a certified checkpoint, a round's registry and opening block, a closed phase's commitments, a
+        # revealed seed share
+        self._checkpoints: dict[int, bytes] = {}
+        self._opened: dict[int, int] = {}
+        self._registry: dict[int, list[str]] = {}
+        self._commitments: dict[int, dict[str, bytes]] = {}
+        self._shares_done: set[int] = set()
+        self._shares_committed: set[int] = set()
 
     # -- reads -----------------------------------------------------------------------------------------
     def current(self, max_age: float = 0.0) -> RoundState:
@@ -104,12 +116,37 @@ class ChainCoordinator:
             )
 
         st = _translate("read round", read)
+        last = self._last
+        if last is not None and (
+            st.block < last[1].block or (st.round, int(st.phase)) < (last[1].round, int(last[1].phase))
+        ):
+            self._forget()  # the chain went back (restarted from an older state, or reorged): read again
         self._last = (time.monotonic(), st)
         return st
 
+    def _forget(self) -> None:
+        """Drop the cached reads (the chain is behind a block this node saw)."""
+        for cache in (self._checkpoints, self._opened, self._registry, self._commitments):
+            cache.clear()
+        self._shares_done.clear()
+        self._shares_committed.clear()
+
+    def _past(self, round: int, phase: Phase) -> bool:
+        """Whether a reading of this node has shown ``round`` past ``phase``: what that phase wrote is then
+        final (rounds and phases only move forward; a reorg deep enough to undo a phase is not handled)."""
+        last = self._last
+        return last is not None and (
+            last[1].round > round or (last[1].round == round and int(last[1].phase) > int(phase))
+        )
+
     def checkpoint(self, round: int) -> bytes | None:
+        if round in self._checkpoints:  # certified once (the contract refuses a second certification)
+            return self._checkpoints[round]
         cp = _translate("read checkpoint", lambda: self.chain.checkpoint(round))
-        return cp if cp != b"\0" * 32 else None
+        if cp == b"\0" * 32:
+            return None
+        self._checkpoints[round] = cp
+        return cp
 
     def _registered(self, role: int, before_block: int | None = None) -> list[str]:
         evs = _translate("read registrations", lambda: self.chain.events("Registered"))
@@ -122,33 +159,59 @@ class ChainCoordinator:
         return out
 
     def _round_open_block(self, round: int) -> int | None:
+        if round in self._opened:
+            return self._opened[round]
         evs = _translate("read phases", lambda: self.chain.events("PhaseAdvanced", round=round))
         starts = [e.block_number for e in evs if int(e.phase) == int(Phase.COMMIT)]
-        return min(starts) if starts else None
+        if not starts:
+            return None
+        self._opened[round] = min(starts)
+        return self._opened[round]
 
     def miners(self, round: int | None = None) -> list[str]:
         if round is None:
             return self._registered(int(Role.MINER))
+        if round in self._registry:  # registrations before the round opened: fixed once it has
+            return list(self._registry[round])
         opened = self._round_open_block(round)
         if opened is None:
             raise CoordinatorError(f"round {round} has not opened")
-        return self._registered(int(Role.MINER), before_block=opened)
+        self._registry[round] = self._registered(int(Role.MINER), before_block=opened)
+        return list(self._registry[round])
 
     def validators(self) -> list[str]:
         return [to_checksum_address(v) for v in _translate("read validators", self.chain.validators)]
 
     def update_commitments(self, round: int) -> dict[str, bytes]:
+        if round in self._commitments:
+            return dict(self._commitments[round])
+        closed = self._past(round, Phase.COMMIT)  # known before the read: no commitment lands after it
         evs = _translate("read commitments", lambda: self.chain.committed_miners(round))
-        return {to_checksum_address(e.miner): bytes(e.commitment) for e in evs}
+        got: dict[str, bytes] = {to_checksum_address(e.miner): bytes(e.commitment) for e in evs}
+        if closed:
+            self._commitments[round] = dict(got)
+        return got
 
     def seed_share_status(self, round: int) -> tuple[bool, bool]:
-        c = _translate(
-            "read seed share", lambda: self.chain.events("SeedCommitted", round=round, validator=self.address)
+        if round in self._shares_done:
+            return True, True
+        # a commitment stays: once seen, only the reveal is asked for (two log queries a step were most of
+        # a validator's eth_getLogs while it waited out the commit phase)
+        c = round in self._shares_committed or bool(
+            _translate(
+                "read seed share",
+                lambda: self.chain.events("SeedCommitted", round=round, validator=self.address),
+            )
         )
+        if not c:
+            return False, False
+        self._shares_committed.add(round)
         r = _translate(
             "read seed share", lambda: self.chain.events("SeedRevealed", round=round, validator=self.address)
         )
-        return bool(c), bool(r)
+        if r:
+            self._shares_done.add(round)
+        return True, bool(r)
 
     def score_status(self, round: int) -> tuple[bool, bool]:
         e = _translate("read score entry", lambda: self.chain.score_entry(round, self.address))
@@ -157,6 +220,9 @@ class ChainCoordinator:
     def settlement(self, round: int) -> Settlement | None:
         if round in self._settled:
             return self._settled[round]
+        last = self._last
+        if last is not None and last[1].round <= round and time.monotonic() - last[0] < SETTLED_READ_AGE_S:
+            return None  # a reading this fresh has the round still open (finalizing it opens the next)
         fin = _translate("read finalization", lambda: self.chain.events("RoundFinalized", round=round))
         if not fin:
             return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
@@ -40,6 +41,13 @@ T = TypeVar("T")
 
 #: Seconds a sent transaction may stay unknown to the node before it counts as dropped.
 DROPPED_AFTER_S = 3.0
+#: Seconds between looks for a sent transaction's receipt (0.2 s asked 5-10 times a block, issue 26).
+RECEIPT_POLL_S = 0.5
+#: Seconds a receipt may be missing before the node is asked whether it still knows the transaction, and
+#: between such questions (it was asked at every receipt poll: a quarter of a validator's requests).
+KNOWN_CHECK_S = 1.0
+#: Seconds the fee fields are reused between transactions (web3 read the tip and the latest block for each).
+FEE_TTL_S = 10.0
 
 
 def retrying(
@@ -135,6 +143,10 @@ class ChainTransport:
         )
         self.chain_id = deployment.chain_id
         self.network_address: str = self.network.address
+        self._next_nonce: int | None = None
+        """The signing account's next nonce, counted here after each sent transaction (None: ask the node)."""
+        self._fees: tuple[float, dict[str, int]] | None = None
+        self._tx_lock = threading.Lock()
 
     @classmethod
     def connect(
@@ -207,19 +219,53 @@ class ChainTransport:
             gas = retrying(lambda: fn.estimate_gas({"from": acct.address}), fn_name)
         except ContractLogicError as exc:
             raise decode_revert(fn_name, exc.data) from None
-        nonce = retrying(lambda: self.w3.eth.get_transaction_count(acct.address, "pending"), "nonce")
-        tx = retrying(
-            lambda: fn.build_transaction(
-                {
-                    "from": acct.address,
-                    "nonce": nonce,
-                    "gas": int(gas * 1.25) + 20_000,
-                    "chainId": self.chain_id,
-                }
-            ),
-            fn_name,
-        )
-        signed = acct.sign_transaction(tx)
+        with self._tx_lock:  # one nonce per transaction, counted here (issue 26: a request per transaction)
+            nonce = self._next_nonce
+            if nonce is None:
+                nonce = retrying(lambda: self.w3.eth.get_transaction_count(acct.address, "pending"), "nonce")
+            fees = self._fee_fields()
+            tx = retrying(
+                lambda: fn.build_transaction(
+                    {
+                        "from": acct.address,
+                        "nonce": nonce,
+                        "gas": int(gas * 1.25) + 20_000,
+                        "chainId": self.chain_id,
+                        **fees,
+                    }
+                ),
+                fn_name,
+            )
+            signed = acct.sign_transaction(tx)
+            self._next_nonce = None  # until this one is sent: a failed send asks the node again
+            tx_hash = self._send(fn_name, signed)
+            self._next_nonce = nonce + 1
+        try:
+            receipt = self._wait_receipt(fn_name, tx_hash)
+        except TransactionDropped:
+            self._next_nonce = None  # the node forgot it: its count is the truth again
+            raise
+        return self._result(fn, fn_name, acct, tx_hash, receipt)
+
+    def _fee_fields(self) -> dict[str, int]:
+        """EIP-1559 fee fields, read at most every :data:`FEE_TTL_S` (web3 read the tip and the latest
+        block before every transaction): the tip the node suggests and 3x the base fee plus it (web3's own
+        rule is 2x; 3x covers the base fee's rise over the reuse). Empty on a chain without a base fee
+        (web3 then picks a gas price)."""
+        now = time.monotonic()
+        if self._fees is not None and now - self._fees[0] < FEE_TTL_S:
+            return self._fees[1]
+        block = retrying(lambda: self.w3.eth.get_block("latest"), "fees")
+        base = block.get("baseFeePerGas")
+        fees: dict[str, int] = {}
+        if base is not None:
+            tip = int(retrying(lambda: self.w3.eth.max_priority_fee, "fees"))
+            fees = {"maxPriorityFeePerGas": tip, "maxFeePerGas": 3 * int(base) + tip}
+        self._fees = (now, fees)
+        return fees
+
+    def _send(self, fn_name: str, signed: Any) -> bytes:
+        """Send a signed transaction (a retried send of one the node already has is fine); its hash."""
 
         def send() -> bytes:
             try:
@@ -229,8 +275,10 @@ class ChainTransport:
                     return bytes(signed.hash)
                 raise ChainError(f"{fn_name}: transaction rejected: {exc}") from exc
 
-        tx_hash = retrying(send, fn_name)
-        receipt = self._wait_receipt(fn_name, tx_hash)
+        return retrying(send, fn_name)
+
+    def _result(self, fn: Any, fn_name: str, acct: LocalAccount, tx_hash: bytes, receipt: Any) -> TxResult:
+        """The mined transaction's result; a reverted one is decoded into its typed error."""
         if receipt["status"] != 1:
             try:
                 fn.call({"from": acct.address}, block_identifier=receipt["blockNumber"])
@@ -252,14 +300,19 @@ class ChainTransport:
         the timeout would only delay the caller, who must re-read the chain and decide again."""
         start = time.monotonic()
         unknown_since: float | None = None
+        checked = 0.0
         while True:
             got = retrying(
                 lambda: self.w3.eth.get_transaction_receipt(HexBytes(tx_hash)), fn_name, not_found=True
             )
             if got is not None:
                 return got
-            known = retrying(lambda: self.w3.eth.get_transaction(HexBytes(tx_hash)), fn_name, not_found=True)
             now = time.monotonic()
+            if now - start < KNOWN_CHECK_S or now - checked < KNOWN_CHECK_S:
+                time.sleep(RECEIPT_POLL_S)
+                continue
+            checked = now
+            known = retrying(lambda: self.w3.eth.get_transaction(HexBytes(tx_hash)), fn_name, not_found=True)
             if known is None:
                 unknown_since = unknown_since or now
                 if now - unknown_since > DROPPED_AFTER_S:
@@ -274,7 +327,7 @@ class ChainTransport:
                 unknown_since = None
             if now - start > timeout:
                 raise ChainError(f"{fn_name}: transaction 0x{tx_hash.hex()} not mined in {timeout:.0f} s")
-            time.sleep(0.2)
+            time.sleep(RECEIPT_POLL_S)
 
     def _receipt_events(self, receipt: Any) -> list[ChainEvent]:
         out: list[ChainEvent] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ def step_forever(
     survive_untyped: bool = True,
     on_recovery: Callable[[], None] | None = None,
     fatal: tuple[type[BaseException], ...] = (),
+    pace: Callable[[], float] | None = None,
 ) -> None:
     """Call ``step`` every ``interval`` seconds until ``stop`` is set or ``done()`` holds.
 
@@ -41,7 +43,8 @@ def step_forever(
     traceback is logged (``survive_untyped=False``: it propagates). ``on_recovery()`` is called after the
     first successful step that follows a failure (the node clears the error it shows in ``/status``).
     An exception of ``fatal`` (a condition no retry can mend, such as another node holding this node's
-    key) ends the loop and propagates, unreported: the caller prints it once and exits."""
+    key) ends the loop and propagates, unreported: the caller prints it once and exits. ``pace()``: the
+    wait after a successful step (:class:`PollPacer`; default ``interval``)."""
     backoff = interval
     failing = False
     while not stop.is_set():
@@ -66,7 +69,52 @@ def step_forever(
             backoff = min(backoff * 2, MAX_BACKOFF)
         if done is not None and done():
             break
-        stop.wait(backoff)
+        stop.wait(pace() if pace is not None and not failing else backoff)
+
+
+IDLE_POLL_MAX_S = 4.0
+"""Seconds: the longest wait between looks at the chain while a node's view of it stays the same."""
+
+
+class PollPacer:
+    """How long a node waits before its next look at the chain (issue 26: a look every 0.5 s was most of a
+    node's JSON-RPC requests, about 1,660 a 220-s round on a chain of 2-s blocks).
+
+    The wait is ``base`` after anything changed (round, phase or what the node says it is doing), and
+    doubles while nothing does, up to ``cap``, and never past half the time left to the phase's deadline
+    (at the block time measured from the readings), so a node that waits for a peer or a deadline asks a
+    few times a phase, and one whose deadline passed (a phase to advance) asks at ``base``."""
+
+    def __init__(self, base: float, cap: float = IDLE_POLL_MAX_S) -> None:
+        self.base = base
+        self.cap = max(cap, base)
+        self._key: object = None
+        self._wait = base
+        self._first: tuple[float, int] | None = None
+        self._latest: tuple[float, int] | None = None
+
+    def block_seconds(self) -> float:
+        """Seconds per block over the readings seen so far (1.0 until two blocks were seen)."""
+        if self._first is None or self._latest is None or self._latest[1] <= self._first[1]:
+            return 1.0
+        return (self._latest[0] - self._first[0]) / (self._latest[1] - self._first[1])
+
+    def next(self, round: int, phase: int, block: int, deadline: int, doing: object = None) -> float:
+        """The wait after a step that read the chain at ``block`` in ``round``'s ``phase`` (deadline block
+        ``deadline``); ``doing``: what the node says it does (a change resets the wait)."""
+        now = time.monotonic()
+        if self._first is None or block < self._first[1]:
+            self._first = (now, block)
+        self._latest = (now, block)
+        key = (round, phase, doing)
+        if key != self._key:
+            self._key, self._wait = key, self.base
+            return self.base
+        self._wait = min(self._wait * 2, self.cap)
+        if block > deadline:
+            return self.base
+        left = (deadline - block) * self.block_seconds()
+        return max(self.base, min(self._wait, left / 2))
 
 
 class _Reporting(Protocol):

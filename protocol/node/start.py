@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from protocol.errors import ProtocolError
 from protocol.node.account import KeyInUseError
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-from protocol.node.loop import failure_reporter, recovery_reporter, step_forever
+from protocol.node.loop import PollPacer, failure_reporter, recovery_reporter, step_forever
 from protocol.node.settings import NodeConfig
 from protocol.node.traffic import TrafficLedger
 from protocol.p2p.blobs import BlobStore
@@ -120,7 +120,19 @@ class ServingNode:
             on_recovery=recovery_reporter(self, self.role, self.node_log),
             done=self._done,
             fatal=(KeyInUseError,),
+            pace=self._pace(),
         )
+
+    def _pace(self) -> Callable[[], float]:
+        """The wait after each step (:class:`protocol.node.loop.PollPacer`: longer while nothing changes,
+        issue 26), from the reading the step made (no extra request)."""
+        pacer = PollPacer(self.cfg.poll_interval)
+
+        def wait() -> float:
+            st = self.coord.current(max_age=float("inf"))
+            return pacer.next(st.round, int(st.phase), st.block, st.deadline, self.phase)
+
+        return wait
 
     def stop(self) -> None:
         """Stop serving."""

@@ -133,3 +133,19 @@ def test_status_stops_showing_an_error_once_the_node_recovers(caplog: pytest.Log
     assert errors_seen == ["", "ProtocolError: rpc down", "ProtocolError: rpc down", ""]
     assert node.last_error == ""
     assert caplog.text.count("miner recovered (last error: ProtocolError: rpc down)") == 1
+
+
+def test_the_poll_wait_doubles_while_nothing_changes_and_resets_on_a_change() -> None:
+    """Issue 26: a look at the chain every 0.5 s was most of a node's requests; the wait grows while the
+    node's view stays the same, up to the cap and half the time left to the deadline."""
+    from protocol.node.loop import PollPacer
+
+    pacer = PollPacer(0.5, cap=4.0)
+    at = {"round": 3, "phase": 1, "block": 100, "deadline": 200}  # 100 blocks (1 s each until measured)
+    assert [pacer.next(**at, doing="serving") for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert pacer.next(**at, doing="verifying") == 0.5  # the node started doing something else
+    assert pacer.next(**{**at, "phase": 2}, doing="verifying") == 0.5  # the phase moved
+    near = {**at, "phase": 2, "deadline": 102}  # 2 blocks left: at most half of them
+    assert [pacer.next(**near, doing="verifying") for _ in range(3)] == [1.0, 1.0, 1.0]
+    late = {**at, "phase": 2, "block": 103, "deadline": 102}  # past the deadline: a phase to advance
+    assert pacer.next(**late, doing="verifying") == 0.5
