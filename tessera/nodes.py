@@ -269,7 +269,8 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     from protocol.p2p.discovery import Discovery
     from protocol.runspec import RunSpec
 
-    spec = RunSpec.load(cfg.run_file)
+    spec = RunSpec.load(cfg.run_file)  # its tokenizer read and checked against the pinned SHA-256
+    spec.load_corpus()  # and its corpus against its digest: before the node registers or bonds (issue 27)
     lock = lock_data_dir(cfg.data_dir)
     traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
     coord = connect(cfg.deployment, cfg.rpc_url, key, traffic)

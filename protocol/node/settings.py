@@ -370,9 +370,14 @@ def resolve_private_key(
         if password is None:
             raise SettingsError(f"keystore {keystore} needs its password in ${password_env}")
         try:
-            key = Account.decrypt(Path(keystore).read_text(), password)
-        except (OSError, ValueError) as exc:
-            raise SettingsError(f"cannot decrypt keystore {keystore}: {exc}") from exc
+            data = Path(keystore).read_text()
+        except OSError as exc:
+            raise SettingsError(f"cannot read keystore {keystore}: {exc}") from exc
+        try:
+            key = Account.decrypt(data, password)
+        except ValueError as exc:  # eth-account says "MAC mismatch" for a wrong password (issue 27)
+            why = "wrong password?" if "MAC mismatch" in str(exc) else str(exc)
+            raise SettingsError(f"cannot decrypt keystore {keystore}: {why}") from exc
         return "0x" + bytes(key).hex()
     value = environ.get(key_env)
     if not value:

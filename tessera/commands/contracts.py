@@ -124,11 +124,11 @@ def _with_genesis(params: Any, run_file: Path | None) -> Any:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from protocol.chain import Chain, deploy_network, http_web3, retrying
+    from protocol.chain import Chain, check_rpc_url, deploy_network, http_web3, retrying
 
     params = _params(args)
     account = load_account(keystore=args.keystore, key_env=args.key_env, password_env=args.password_env)
-    w3 = http_web3(args.rpc_url, 60)
+    w3 = http_web3(check_rpc_url(args.rpc_url), 60)  # a URL without a scheme: one line, not a traceback
     chain_id = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
 
     existing = _existing_deployment(args, w3, chain_id, params)
