@@ -128,8 +128,8 @@ class ValidatorState:
             yield rec
 
     def verdict(self, round: int, miner: str) -> Verdict | None:
-        """A copy of a stored verdict."""
-        return self.round(round).verdicts.get(miner)
+        """A copy of a stored verdict (the round's record created empty on first use, as :meth:`round`)."""
+        return self._store.pick(round, lambda rec: rec.verdicts.get(miner), default=RoundRecord)
 
     def put_verdict(self, round: int, miner: str, verdict: Verdict) -> None:
         """Store a verdict durably (a copy: what the caller changes later is not stored)."""

@@ -13,6 +13,10 @@ indent=1)`` as the nodes always wrote it. Its rules, the same for every node:
 - **atomic writes**: temp file, fsync, rename (:func:`protocol.p2p.blobs.atomic_write`);
 - **bounded reads**: a file over ``max_bytes`` is refused before it is parsed.
 
+A stored record is never changed in place (an edit replaces it with a new object), so a reader on another
+thread (a node's HTTP API) copies a consistent record; changes and the writes they make are serialised by
+one lock.
+
 Errors are :class:`RecordError` (under :class:`protocol.errors.ProtocolError`); a record type's own
 ``from_json`` may raise its node's error, which passes through.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +56,7 @@ class JSONRecord(Protocol):
 
 
 R = TypeVar("R", bound=JSONRecord)
+T = TypeVar("T")
 
 
 class RecordStore(Generic[R]):
@@ -73,6 +79,7 @@ class RecordStore(Generic[R]):
         self._check = check
         self._max_bytes = max_bytes
         self._records: dict[int, R] = {}
+        self._lock = threading.RLock()
         self._sections: dict[str, dict[str, str]] = {name: {} for name in sections}
         if self.path.exists():
             self._load()
@@ -124,13 +131,26 @@ class RecordStore(Generic[R]):
     def setdefault(self, round: int, default: Callable[[], R]) -> R:
         """A copy of the round's record; if there is none, ``default()`` is put in place first (in memory:
         it is written with the next change)."""
-        if round not in self._records:
-            self._records[round] = default()
-        return copy.deepcopy(self._records[round])
+        with self._lock:
+            if round not in self._records:
+                self._records[round] = default()
+            rec = self._records[round]
+        return copy.deepcopy(rec)
+
+    def pick(self, round: int, part: Callable[[R], T], default: Callable[[], R] | None = None) -> T | None:
+        """A copy of ``part(record)`` of the round's record, copying only that part (a node reads one
+        verdict of many this way); None if there is no record, or with ``default`` as :meth:`setdefault`."""
+        if default is not None:
+            with self._lock:
+                if round not in self._records:
+                    self._records[round] = default()
+        rec = self._records.get(round)
+        return copy.deepcopy(part(rec)) if rec is not None else None
 
     def records(self) -> dict[int, R]:
         """Copies of every record by round."""
-        return copy.deepcopy(self._records)
+        snapshot = dict(self._records)  # one C-level copy: safe against a writer on another thread
+        return {r: copy.deepcopy(rec) for r, rec in snapshot.items()}
 
     def put(self, round: int, record: R) -> None:
         """Store ``record`` (a copy) as the round's, replacing any, and write the file."""
@@ -155,21 +175,22 @@ class RecordStore(Generic[R]):
     def _commit(self, round: int, record: R) -> None:
         if self._check is not None:
             self._check(record)
-        before = self._records.get(round)
-        self._records[round] = record
-        try:
-            self._save()
-        except BaseException:
-            if before is None:
-                del self._records[round]
-            else:
-                self._records[round] = before
-            raise
+        with self._lock:
+            before = self._records.get(round)
+            self._records[round] = record
+            try:
+                self._save()
+            except BaseException:
+                if before is None:
+                    del self._records[round]
+                else:
+                    self._records[round] = before
+                raise
 
     # -- sections --------------------------------------------------------------------------------------
     def section(self, name: str) -> dict[str, str]:
         """A copy of the named section."""
-        return dict(self._sections[name])
+        return dict(self._sections[name])  # one C-level copy
 
     def section_value(self, name: str, key: str) -> str | None:
         """One value of the named section, None if absent."""
@@ -177,14 +198,15 @@ class RecordStore(Generic[R]):
 
     def put_section_value(self, name: str, key: str, value: str) -> None:
         """Set one value of the named section and write the file (nothing changed if the write fails)."""
-        section = self._sections[name]
-        before = section.get(key)
-        section[key] = value
-        try:
-            self._save()
-        except BaseException:
-            if before is None:
-                del section[key]
-            else:
-                section[key] = before
-            raise
+        with self._lock:
+            section = self._sections[name]
+            before = section.get(key)
+            section[key] = value
+            try:
+                self._save()
+            except BaseException:
+                if before is None:
+                    del section[key]
+                else:
+                    section[key] = before
+                raise

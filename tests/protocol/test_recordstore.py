@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,42 @@ def test_a_file_over_the_bound_is_refused_before_it_is_parsed(tmp_path: Path) ->
         _store(tmp_path, max_bytes=2048)
     (tmp_path / "state.json").write_text(json.dumps({"version": 1, "rounds": {"1": {}}}))
     assert _store(tmp_path, max_bytes=2048).get(1) == Rec()
+
+
+def test_a_part_is_read_as_a_copy_of_that_part_alone(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    st.put(1, Rec(tags=["a", "b"]))
+    tags = st.pick(1, lambda rec: rec.tags)
+    assert tags == ["a", "b"]
+    tags.append("c")  # a copy
+    assert st.get(1) == Rec(tags=["a", "b"])
+    assert st.pick(2, lambda rec: rec.score) is None and 2 not in st
+    assert (
+        st.pick(2, lambda rec: rec.tags, default=Rec) == [] and st.get(2) == Rec()
+    )  # created, as setdefault
+
+
+def test_a_reader_on_another_thread_copies_while_rounds_are_added(tmp_path: Path) -> None:
+    # a node's HTTP API reads every record while its loop adds rounds: each read is a consistent copy
+    st = RecordStore(tmp_path / "state.json", Rec)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                for r, rec in st.records().items():
+                    assert rec.score == r
+        except BaseException as exc:  # pragma: no cover - the failure this test is for
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for r in range(150):
+            with st.edit(r, default=Rec) as rec:
+                rec.score = r
+    finally:
+        done.set()
+        reader.join()
+    assert not errors and len(st.records()) == 150
