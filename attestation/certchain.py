@@ -276,7 +276,7 @@ def verify_chain(
         )
     for cert in chain:
         check_cert_window(cert, now, what)
-    root = _chain_root(tuple(chain), tuple(roots), what, require_ca)
+    root = chain_root(tuple(chain), tuple(roots), what, require_ca)
     check_cert_window(root, now, what)
     return root
 
@@ -286,7 +286,7 @@ def _args_cost(*args: object, result: object) -> int:
 
 
 @bytes_memo(MEMO_BYTES, _args_cost)
-def _chain_root(
+def chain_root(
     chain: tuple[x509.Certificate, ...], roots: tuple[x509.Certificate, ...], what: str, require_ca: bool
 ) -> x509.Certificate:
     """The signature checks of ``verify_chain`` (time-independent, so memoized per exact chain)."""

@@ -23,7 +23,8 @@ from attestation.errors import (
     MalformedCollateralError,
     MalformedEvidenceError,
 )
-from attestation.intel.quote import Quote, TdReport
+from attestation.intel.layouts import TdReport
+from attestation.intel.quote import Quote
 from attestation.intel.verify import verify_intel
 from attestation.limits import DEFAULT_LIMITS, Limits, check_evidence_size
 from attestation.nvidia.spdm import GpuReport

@@ -41,21 +41,23 @@ from attestation.devpki import (
     raw_signature,
     sgx_extension_der,
 )
+from attestation.intel.layouts import (
+    ATT_KEY_TYPE_ECDSA_P256,
+    TEE_TYPE_TDX,
+    EnclaveReport,
+    QuoteHeader,
+    TdReport,
+)
 from attestation.intel.pck import SGX_EXTENSION_OID
 from attestation.intel.quote import (
-    ATT_KEY_TYPE_ECDSA_P256,
     BODY_TD10,
     BODY_TD15,
     CERT_PCK_CHAIN,
     CERT_QE_REPORT,
     INTEL_QE_VENDOR_ID,
-    TEE_TYPE_TDX,
     CertificationData,
-    EnclaveReport,
     QeReportCertificationData,
     Quote,
-    QuoteHeader,
-    TdReport,
 )
 from attestation.policy import Policy
 

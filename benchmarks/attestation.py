@@ -25,10 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attestation import Binding, CollateralCache, Policy, TcbStatus, certchain, parse_evidence, verify
+from attestation import Binding, CollateralCache, Policy, TcbStatus, parse_evidence, verify
 from attestation.collateral import NvidiaCollateral, SnpCollateral, dumps_collateral, loads_collateral
-from attestation.intel import pck
-from attestation.intel import verify as intel_verify
+from attestation.memo import all_memos
 from attestation.nvidia.spdm import decode_report_text
 from attestation.simulated import SimulatedEnclave
 
@@ -51,14 +50,8 @@ def _times(fn: Callable[[], object], runs: int) -> dict[str, float]:
 
 
 def _clear_memos() -> None:
-    certchain._chain_root.cache_clear()
-    certchain._rfc5280.cache_clear()
-    certchain._spki.cache_clear()
-    certchain.load_der_cert.cache_clear()
-    intel_verify._check_collateral_signatures.cache_clear()
-    intel_verify._crl_signatures.cache_clear()
-    certchain._load_pem_chain.cache_clear()
-    pck.parse_pck_extension.cache_clear()
+    for memo in all_memos():
+        memo.cache_clear()
 
 
 def _case(

@@ -51,19 +51,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.crossplatform_report import command_line, commit, default_tolerances, largest, machine, render
 from benchmarks.crossplatform_settings import (
-    AVX512,
     DEFAULT_SETTINGS,
     ENV_KEYS,
-    METRICS,
     ROOT,
     SETTINGS,
-    SPECS,
     Setting,
     cpu_flags,
     run_spec,
@@ -76,18 +73,9 @@ from validator.stages import Stage
 _kernels, _run_spec, _train, _verify = kernels, run_spec, train, verify
 
 __all__ = [
-    "AVX512",
-    "DEFAULT_SETTINGS",
-    "METRICS",
-    "SETTINGS",
-    "SPECS",
-    "Setting",
     "add_arguments",
-    "cpu_flags",
     "main",
-    "render",
     "run",
-    "unsupported",
 ]
 
 
@@ -174,9 +162,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         replayed = _replay_all(run_settings, active, ok, specs, work, args)
     errors = {f"train {n}": r["error"] for n, r in trained.items() if "error" in r}
     pairs = _pairs(replayed, ok, errors)
-    return _figures(
-        args, flags, specs, genesis, run_settings, trained, skipped, groups, pairs, errors, t_start
-    )
+    outcome = RunOutcome(
+        args=args, flags=flags, specs=specs, genesis=genesis, settings=run_settings, trained=trained,
+        skipped=skipped, groups=groups, pairs=pairs, errors=errors, started=t_start,
+    )  # fmt: skip
+    return _figures(outcome)
 
 
 def _settings_and_specs(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -317,47 +307,63 @@ def _pairs(
     return pairs
 
 
-def _figures(
-    args: argparse.Namespace,
-    flags: set[str],
-    specs: dict[str, dict[str, Any]],
-    genesis: dict[str, str],
-    run_settings: list[Setting],
-    trained: dict[str, dict[str, Any]],
-    skipped: dict[str, str],
-    groups: list[list[str]],
-    pairs: list[dict[str, Any]],
-    errors: dict[str, str],
-    t_start: float,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one run collected, which :func:`_figures` writes as its JSON result."""
+
+    args: argparse.Namespace
+    """The command's arguments (its command line and ``--segments`` are recorded)."""
+    flags: set[str]
+    """This machine's CPU flags (:func:`cpu_flags`)."""
+    specs: dict[str, dict[str, Any]]
+    """Each case's run spec, by case name (``<spec>-<mode>``)."""
+    genesis: dict[str, str]
+    """Each case's genesis checkpoint digest."""
+    settings: list[Setting]
+    """The settings that ran (the unsupported ones left out)."""
+    trained: dict[str, dict[str, Any]]
+    """Each setting's training result (or its ``error``), by setting name."""
+    skipped: dict[str, str]
+    """Settings this machine cannot run, and why."""
+    groups: list[list[str]]
+    """Settings whose trained bits are identical, grouped."""
+    pairs: list[dict[str, Any]]
+    """One row per (trained under, replayed under) pair and case: differences and the verdict's stage."""
+    errors: dict[str, str]
+    """Workers that failed, and their errors."""
+    started: float
+    """``time.perf_counter()`` when the run started."""
+
+
+def _figures(o: RunOutcome) -> dict[str, Any]:
     """The JSON result of a run."""
     tolerances = default_tolerances()
     keys = ("capability", "kernels", "genesis_here", "seconds", "wall_seconds", "error")
     return {
-        "command": command_line(args),
+        "command": command_line(o.args),
         "commit": commit(),
-        "machine": machine(flags),
+        "machine": machine(o.flags),
         "run": {
-            "cases": {c: {"inner": sj["inner"], "mode": sj["model"]["mode"]} for c, sj in specs.items()},
-            "segments": args.segments,
+            "cases": {c: {"inner": sj["inner"], "mode": sj["model"]["mode"]} for c, sj in o.specs.items()},
+            "segments": o.args.segments,
             "round": "round 2 of the miner, carrying round 1's error-feedback residual",
         },
-        "genesis_digest": genesis,
+        "genesis_digest": o.genesis,
         "settings": {
-            s.name: {**asdict(s), **{k: trained[s.name].get(k) for k in keys}} for s in run_settings
+            s.name: {**asdict(s), **{k: o.trained[s.name].get(k) for k in keys}} for s in o.settings
         },
-        "skipped": skipped,
-        "groups": groups,
+        "skipped": o.skipped,
+        "groups": o.groups,
         "tolerances": tolerances,
-        "largest": largest(pairs, tolerances),
+        "largest": largest(o.pairs, tolerances),
         "largest_by_spec": {
-            sp: largest([p for p in pairs if p["case"].startswith(sp + "-")], tolerances)
-            for sp in sorted({c.split("-", 1)[0] for c in specs})
+            sp: largest([p for p in o.pairs if p["case"].startswith(sp + "-")], tolerances)
+            for sp in sorted({c.split("-", 1)[0] for c in o.specs})
         },
-        "refused_honest": sum(1 for p in pairs if p["stage"] == Stage.RECOMPUTE),
-        "errors": errors,
-        "pairs": pairs,
-        "wall_seconds": round(time.perf_counter() - t_start, 1),
+        "refused_honest": sum(1 for p in o.pairs if p["stage"] == Stage.RECOMPUTE),
+        "errors": o.errors,
+        "pairs": o.pairs,
+        "wall_seconds": round(time.perf_counter() - o.started, 1),
     }
 
 

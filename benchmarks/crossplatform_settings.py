@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tessera.devnet.network import DevnetConfig
+from tessera.devnet.config import DevnetConfig
 from training.config import InnerConfig, ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent

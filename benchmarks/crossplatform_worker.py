@@ -201,7 +201,7 @@ def _round_context(spec: Any, ds: Any, meta: dict[str, Any], theta: Any) -> Any:
 
 def verify(spec: Any, ds: Any, meta: dict[str, Any], d: Path, segments: int, device: str) -> dict[str, Any]:
     """Verify the round-2 update in ``d`` as a validator does; the verdict and the differences measured."""
-    from protocol.rounds.coordinator import update_commitment
+    from protocol.wire.commitments import update_commitment
     from protocol.wire.tensorblob import decode_tensors
     from protocol.wire.update import update_digest
     from validator.verify import VerifyPolicy, verify_update

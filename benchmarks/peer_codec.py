@@ -62,7 +62,6 @@ import torch
 
 from benchmarks.peer_codec_templar import (
     TEMPLAR_COMMIT,
-    TEMPLAR_PATH,
     TEMPLAR_REPO,
     SparseLoCo,
     load_templar_compress,
@@ -74,15 +73,9 @@ from training.config import CodecConfig
 __all__ = [
     "SHAPES",
     "SPARSELOCO_PUBLISHED",
-    "TEMPLAR_COMMIT",
-    "TEMPLAR_PATH",
-    "TEMPLAR_REPO",
     "TESSERA_RECIPE",
-    "SparseLoCo",
-    "load_templar_compress",
     "main",
     "parse_args",
-    "read_templar_source",
     "rel_err",
     "time_pair",
 ]

@@ -48,46 +48,23 @@ from benchmarks.training_grids import (
     tradeoff_grid,
 )
 from benchmarks.training_runs import (
-    CACHE_VERSION,
     CHOSEN,
-    NESTEROV,
     REFERENCE,
     RunCache,
     chosen_variant,
     compare,
     print_row,
-    run_config,
-    run_variant,
     scale_of,
 )
-from benchmarks.training_sizes import log_slope, plot_sizes, size_series, sizes
+from benchmarks.training_sizes import plot_sizes, size_series, sizes
 from benchmarks.training_speed import codec_speed, overhead
 from training.corpus import load_bundled_corpus
 
 _plot_sizes = plot_sizes  # the name tests/training/test_bench_sizes.py imports
 
 __all__ = [
-    "CACHE_VERSION",
-    "CHOSEN",
-    "NESTEROV",
-    "REFERENCE",
-    "Grid",
-    "RunCache",
     "add_arguments",
-    "chosen_variant",
-    "codec_speed",
-    "compare",
-    "log_slope",
     "main",
-    "overhead",
-    "plot_sizes",
-    "print_row",
-    "run_config",
-    "run_variant",
-    "screen_grid",
-    "size_series",
-    "sizes",
-    "tradeoff_grid",
 ]
 
 

@@ -27,8 +27,8 @@ import torch
 
 from miner.behaviour import Behaviour
 from miner.work import build_update
-from protocol.rounds.coordinator import update_commitment
 from protocol.runspec import warm_up_torch
+from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from tessera.devnet.config import DevnetConfig
 from tessera.devnet.runfile import devnet_spec

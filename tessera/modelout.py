@@ -22,7 +22,8 @@ from torch import Tensor
 
 from protocol.errors import ProtocolError
 from protocol.node.traffic import OPERATOR_QUERY
-from protocol.p2p.transfer import TransferError, get_capped
+from protocol.p2p.blobs import TransferError
+from protocol.p2p.transfer import get_capped
 from protocol.wire.tensorblob import decode_tensors, split_checkpoint, tensors_digest
 from tessera.errors import TesseraError
 from training.config import ModelConfig, from_dict, to_dict

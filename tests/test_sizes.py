@@ -74,8 +74,8 @@ def test_no_module_over_the_limit_unless_listed() -> None:
     modules, _ = measure()
     extra = {k: v for k, v in _over(modules, MAX_MODULE_LINES).items() if k not in MODULES}
     assert not extra, (
-        f"modules over {MAX_MODULE_LINES} lines: {extra}; split them along their seams (re-export from the "
-        f"old module where callers import names), or list them in MODULES with the reason and in "
+        f"modules over {MAX_MODULE_LINES} lines: {extra}; split them along their seams (callers import from "
+        f"the new modules; nothing but an __init__ re-exports), or list them in MODULES with the reason and in "
         f"docs/architecture.md (Sizes)"
     )
 

@@ -31,7 +31,6 @@ from attestation.collateral import SnpCollateral
 from attestation.der import TAG_INTEGER, TAG_OCTET_STRING, decode_integer, read_one, read_tlvs
 from attestation.errors import (
     BadChainError,
-    CollateralSignatureError,
     DebugError,
     MalformedEvidenceError,
     MeasurementNotAllowedError,
@@ -241,4 +240,8 @@ def _check_guest(report: SnpReport, policy: Policy) -> None:
         )
 
 
-__all__ = ["CollateralSignatureError", "verify_snp", "vcek_tcb", "vcek_hwid"]
+__all__ = [
+    "verify_snp",
+    "vcek_tcb",
+    "vcek_hwid",
+]

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes
 
 from attestation.certchain import (
     MEMO_BYTES,
-    _chain_root,
+    chain_root,
     check_cert_window,
     check_window,
     crl_signed_by,
@@ -108,7 +108,7 @@ def _check_signed_doc(
     signature: bytes,
     what: str,
 ) -> None:
-    root = _chain_root(tuple(chain), tuple(roots), f"{what} issuer chain", True)
+    root = chain_root(tuple(chain), tuple(roots), f"{what} issuer chain", True)
     verify_path_rfc5280(chain[0], chain[1:], root, root.not_valid_before_utc, f"{what} issuer chain")
     if not ecdsa_ok(chain[0].public_key(), signature, text.encode("utf-8"), hashes.SHA256()):
         raise CollateralSignatureError(

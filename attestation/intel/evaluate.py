@@ -17,8 +17,9 @@ from cryptography import x509
 from attestation.collateral import IntelCollateral
 from attestation.errors import TcbMismatchError, TcbNotAcceptableError
 from attestation.intel.collateral_checks import check_collateral, check_revocation
+from attestation.intel.layouts import EnclaveReport, TdReport
 from attestation.intel.pck import PckExtension
-from attestation.intel.quote import EnclaveReport, Quote, TdReport
+from attestation.intel.quote import Quote
 from attestation.intel.tcb import QeIdentity, TcbInfo, converge, masked_equal
 from attestation.policy import Policy, TcbStatus
 

@@ -28,18 +28,13 @@ from dataclasses import dataclass
 from attestation.bytereader import ByteReader
 from attestation.errors import MalformedEvidenceError, UnsupportedVersionError
 from attestation.intel.layouts import (
-    ATT_KEY_TYPE_ECDSA_P256,
-    HEADER_LEN,
     SGX_REPORT_LEN,
-    SUPPORTED_VERSIONS,
     TD10_REPORT_LEN,
     TD15_REPORT_LEN,
     TEE_TYPE_SGX,
-    TEE_TYPE_TDX,
     EnclaveReport,
     QuoteHeader,
     TdReport,
-    field_names,
 )
 
 INTEL_QE_VENDOR_ID = bytes.fromhex("939a7233f79c4ca9940a0db3957f0607")
@@ -50,27 +45,15 @@ CERT_PCK_CHAIN = 5
 CERT_QE_REPORT = 6
 
 __all__ = [
-    "ATT_KEY_TYPE_ECDSA_P256",
     "BODY_SGX",
     "BODY_TD10",
     "BODY_TD15",
     "CERT_PCK_CHAIN",
     "CERT_QE_REPORT",
-    "HEADER_LEN",
     "INTEL_QE_VENDOR_ID",
-    "SGX_REPORT_LEN",
-    "SUPPORTED_VERSIONS",
-    "TD10_REPORT_LEN",
-    "TD15_REPORT_LEN",
-    "TEE_TYPE_SGX",
-    "TEE_TYPE_TDX",
     "CertificationData",
-    "EnclaveReport",
     "QeReportCertificationData",
     "Quote",
-    "QuoteHeader",
-    "TdReport",
-    "field_names",
 ]
 
 

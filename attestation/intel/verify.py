@@ -44,18 +44,14 @@ from attestation.errors import (
     UnknownQeVendorError,
     UnsupportedCertificationDataError,
 )
-from attestation.intel.collateral_checks import check_collateral_signatures, crl_signatures
 from attestation.intel.evaluate import TcbResult, evaluate_tcb
+from attestation.intel.layouts import EnclaveReport, TdReport
 from attestation.intel.pck import PckExtension, parse_pck_extension
-from attestation.intel.quote import CERT_PCK_CHAIN, INTEL_QE_VENDOR_ID, EnclaveReport, Quote, TdReport
+from attestation.intel.quote import CERT_PCK_CHAIN, INTEL_QE_VENDOR_ID, Quote
 from attestation.limits import Limits, check_evidence_size
 from attestation.policy import Policy
 from attestation.signatures import ecdsa_ok, p256_key_from_raw
 from attestation.verdict import AttestationVerdict
-
-# The memoized collateral checks under the names benchmarks/attestation.py clears them by.
-_check_collateral_signatures = check_collateral_signatures
-_crl_signatures = crl_signatures
 
 TCB_UNKNOWN = "Unknown"
 """``AttestationVerdict.tcb_status`` of a quote verified without collateral under ``accept_unknown_tcb``."""

@@ -31,10 +31,11 @@ def artifacts() -> dict[str, Any]:
         raise ChainError(f"cannot read {ARTIFACTS}: {exc} (run `cd contracts && npm run build`)") from exc
 
 
-def _abi_type(inp: Mapping[str, Any]) -> str:
+def abi_type(inp: Mapping[str, Any]) -> str:
+    """The canonical ABI type of one input (tuples spelt out as ``(t1,t2)``), as in a function signature."""
     t = str(inp["type"])
     if t.startswith("tuple"):
-        return "(" + ",".join(_abi_type(c) for c in inp["components"]) + ")" + t[5:]
+        return "(" + ",".join(abi_type(c) for c in inp["components"]) + ")" + t[5:]
     return t
 
 
@@ -49,7 +50,7 @@ def _error_table() -> dict[bytes, tuple[str, list[str], list[str]]]:
     for item in abis:
         if item["type"] != "error":
             continue
-        types = [_abi_type(i) for i in item["inputs"]]
+        types = [abi_type(i) for i in item["inputs"]]
         sel = keccak(text=f"{item['name']}({','.join(types)})")[:4]
         table[sel] = (item["name"], types, [i["name"] for i in item["inputs"]])
     return table

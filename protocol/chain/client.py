@@ -16,13 +16,15 @@ from web3.exceptions import ContractLogicError
 from protocol.chain.abi import decode_revert
 from protocol.chain.errors import ChainError
 from protocol.chain.reads import ChainReads
-from protocol.chain.transport import DROPPED_AFTER_S, _b32, check_rpc_url, http_web3, retrying
+from protocol.chain.transport import b32, retrying
 from protocol.chain.values import Role, TxResult
 from protocol.rounds.consensus import settle
 from protocol.wire import bls
 from protocol.wire.commitments import score_commitment, seed_commitment
 
-__all__ = ["DROPPED_AFTER_S", "Chain", "check_rpc_url", "http_web3", "retrying"]
+__all__ = [
+    "Chain",
+]
 
 
 class Chain(ChainReads):
@@ -86,7 +88,7 @@ class Chain(ChainReads):
 
     def commit_raw(self, round: int, commitment: bytes) -> TxResult:
         """Commits an arbitrary 32-byte commitment (tests: a copied commitment)."""
-        return self._transact(self.network, "commitUpdate", round, _b32(commitment))
+        return self._transact(self.network, "commitUpdate", round, b32(commitment))
 
     def commit_and_claim(self, round: int, update_digest: bytes) -> TxResult:
         """Commits to ``round`` and claims all owed rewards in one transaction (cheapest per round)."""
@@ -103,21 +105,21 @@ class Chain(ChainReads):
     def commit_seed(self, round: int, secret: bytes) -> TxResult:
         """Commits a 32-byte seed share (Commit phase); keep ``secret`` to reveal it."""
         return self._transact(
-            self.network, "commitSeed", round, seed_commitment(_b32(secret), self.address, round)
+            self.network, "commitSeed", round, seed_commitment(b32(secret), self.address, round)
         )
 
     def reveal_seed(self, round: int, secret: bytes) -> TxResult:
         """Reveals the seed share (Reveal phase)."""
-        return self._transact(self.network, "revealSeed", round, _b32(secret))
+        return self._transact(self.network, "revealSeed", round, b32(secret))
 
     def commit_scores(self, round: int, scores: Sequence[int], salt: bytes) -> TxResult:
         """Commits a score vector (one score in [0, 10000] per committed miner, ascending address order)."""
-        c = score_commitment(self.chain_id, self.network_address, round, self.address, scores, _b32(salt))
+        c = score_commitment(self.chain_id, self.network_address, round, self.address, scores, b32(salt))
         return self._transact(self.network, "commitScores", round, c)
 
     def reveal_scores(self, round: int, scores: Sequence[int], salt: bytes) -> TxResult:
         """Reveals the committed score vector with its salt (ScoreReveal phase)."""
-        return self._transact(self.network, "revealScores", round, list(scores), _b32(salt))
+        return self._transact(self.network, "revealScores", round, list(scores), b32(salt))
 
     # ------------------------------------------------------------------ phases and settlement
 
@@ -147,11 +149,11 @@ class Chain(ChainReads):
 
     def propose_slash(self, target: str, evidence: bytes) -> TxResult:
         """Proposes slashing ``target`` on ``evidence`` (a 32-byte hash, usable once) and votes for it."""
-        return self._transact(self.network, "proposeSlash", to_checksum_address(target), _b32(evidence))
+        return self._transact(self.network, "proposeSlash", to_checksum_address(target), b32(evidence))
 
     def vote_slash(self, evidence: bytes) -> TxResult:
         """Votes for the open proposal on ``evidence``; executes at 2/3 of validator stake."""
-        return self._transact(self.network, "voteSlash", _b32(evidence))
+        return self._transact(self.network, "voteSlash", b32(evidence))
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -180,14 +182,14 @@ class Chain(ChainReads):
         (``{validator address: signature}``); signers need 2/3 of the validator stake. The contract
         receives the bitmap of registered validators that did NOT sign."""
         non_signers, sig = self._bls_args(signatures)
-        return self._transact(self.network, "certifyCheckpoint", round, _b32(digest), non_signers, sig)
+        return self._transact(self.network, "certifyCheckpoint", round, b32(digest), non_signers, sig)
 
     def certify_checkpoint_ecdsa(
         self, round: int, digest: bytes, signatures: Mapping[str, bytes]
     ) -> TxResult:
         """Certifies with one ECDSA signature per validator (sorted by address here)."""
         ordered = [signatures[a] for a in sorted(signatures, key=lambda a: int(a, 16))]
-        return self._transact(self.network, "certifyCheckpointEcdsa", round, _b32(digest), ordered)
+        return self._transact(self.network, "certifyCheckpointEcdsa", round, b32(digest), ordered)
 
     def estimate(self, fn_name: str, *args: Any) -> int:
         """Gas estimate of a network call from the signing account (benchmarks)."""

@@ -34,12 +34,12 @@ from protocol.rounds.coordinator import (
     AlreadyDoneError,
     CoordinatorError,
     NotRegisteredError,
-    Phase,
     RoundState,
     SeedNotRevealedError,
     Settlement,
     WrongPhaseError,
 )
+from protocol.rounds.phases import Phase
 from protocol.wire import bls
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,10 @@ def bls_key_for(private_key: str) -> bls.BlsKeyPair:
     )
 
 
-def _translate(what: str, fn: Callable[[], T]) -> T:
+def translate(what: str, fn: Callable[[], T]) -> T:
+    """``fn()``, its contract reverts and chain errors raised as the :class:`~protocol.rounds.coordinator.Coordinator`
+    errors the nodes handle (already done, wrong phase, seed not revealed, not registered, or the root), each
+    message prefixed with ``what``."""
     try:
         return fn()
     except (AlreadyCommitted, AlreadyDone, EvidenceUsed) as exc:
@@ -115,7 +118,7 @@ class ChainCoordinator:
                 seed=s.seed if s.seed != b"\0" * 32 else None,
             )
 
-        st = _translate("read round", read)
+        st = translate("read round", read)
         last = self._last
         if last is not None and (
             st.block < last[1].block or (st.round, int(st.phase)) < (last[1].round, int(last[1].phase))
@@ -142,14 +145,14 @@ class ChainCoordinator:
     def checkpoint(self, round: int) -> bytes | None:
         if round in self._checkpoints:  # certified once (the contract refuses a second certification)
             return self._checkpoints[round]
-        cp = _translate("read checkpoint", lambda: self.chain.checkpoint(round))
+        cp = translate("read checkpoint", lambda: self.chain.checkpoint(round))
         if cp == b"\0" * 32:
             return None
         self._checkpoints[round] = cp
         return cp
 
     def _registered(self, role: int, before_block: int | None = None) -> list[str]:
-        evs = _translate("read registrations", lambda: self.chain.events("Registered"))
+        evs = translate("read registrations", lambda: self.chain.events("Registered"))
         out: list[str] = []
         for e in sorted(evs, key=lambda e: (e.block_number, e.log_index)):
             if before_block is not None and e.block_number >= before_block:
@@ -161,7 +164,7 @@ class ChainCoordinator:
     def _round_open_block(self, round: int) -> int | None:
         if round in self._opened:
             return self._opened[round]
-        evs = _translate("read phases", lambda: self.chain.events("PhaseAdvanced", round=round))
+        evs = translate("read phases", lambda: self.chain.events("PhaseAdvanced", round=round))
         starts = [e.block_number for e in evs if int(e.phase) == int(Phase.COMMIT)]
         if not starts:
             return None
@@ -180,13 +183,13 @@ class ChainCoordinator:
         return list(self._registry[round])
 
     def validators(self) -> list[str]:
-        return [to_checksum_address(v) for v in _translate("read validators", self.chain.validators)]
+        return [to_checksum_address(v) for v in translate("read validators", self.chain.validators)]
 
     def update_commitments(self, round: int) -> dict[str, bytes]:
         if round in self._commitments:
             return dict(self._commitments[round])
         closed = self._past(round, Phase.COMMIT)  # known before the read: no commitment lands after it
-        evs = _translate("read commitments", lambda: self.chain.committed_miners(round))
+        evs = translate("read commitments", lambda: self.chain.committed_miners(round))
         got: dict[str, bytes] = {to_checksum_address(e.miner): bytes(e.commitment) for e in evs}
         if closed:
             self._commitments[round] = dict(got)
@@ -198,7 +201,7 @@ class ChainCoordinator:
         # a commitment stays: once seen, only the reveal is asked for (two log queries a step were most of
         # a validator's eth_getLogs while it waited out the commit phase)
         c = round in self._shares_committed or bool(
-            _translate(
+            translate(
                 "read seed share",
                 lambda: self.chain.events("SeedCommitted", round=round, validator=self.address),
             )
@@ -206,7 +209,7 @@ class ChainCoordinator:
         if not c:
             return False, False
         self._shares_committed.add(round)
-        r = _translate(
+        r = translate(
             "read seed share", lambda: self.chain.events("SeedRevealed", round=round, validator=self.address)
         )
         if r:
@@ -214,7 +217,7 @@ class ChainCoordinator:
         return True, bool(r)
 
     def score_status(self, round: int) -> tuple[bool, bool]:
-        e = _translate("read score entry", lambda: self.chain.score_entry(round, self.address))
+        e = translate("read score entry", lambda: self.chain.score_entry(round, self.address))
         return e.commitment != b"\0" * 32, bool(e.revealed)
 
     def settlement(self, round: int) -> Settlement | None:
@@ -223,11 +226,11 @@ class ChainCoordinator:
         last = self._last
         if last is not None and last[1].round <= round and time.monotonic() - last[0] < SETTLED_READ_AGE_S:
             return None  # a reading this fresh has the round still open (finalizing it opens the next)
-        fin = _translate("read finalization", lambda: self.chain.events("RoundFinalized", round=round))
+        fin = translate("read finalization", lambda: self.chain.events("RoundFinalized", round=round))
         if not fin:
             return None
-        mr = _translate("read rewards", lambda: self.chain.events("MinerRewarded", round=round))
-        vr = _translate("read rewards", lambda: self.chain.events("ValidatorRewarded", round=round))
+        mr = translate("read rewards", lambda: self.chain.events("MinerRewarded", round=round))
+        vr = translate("read rewards", lambda: self.chain.events("ValidatorRewarded", round=round))
         s = Settlement(
             consensus={to_checksum_address(e.miner): int(e.consensus) for e in mr},
             miner_rewards={to_checksum_address(e.miner): int(e.amount) for e in mr},
@@ -237,43 +240,43 @@ class ChainCoordinator:
         return s
 
     def checkpoint_message(self, round: int, digest: bytes) -> bytes:
-        return bytes(_translate("checkpoint message", lambda: self.chain.checkpoint_message(round, digest)))
+        return bytes(translate("checkpoint message", lambda: self.chain.checkpoint_message(round, digest)))
 
     def owed(self) -> int:
-        return int(_translate("read account", lambda: self.chain.account_info(self.address)).owed)
+        return int(translate("read account", lambda: self.chain.account_info(self.address)).owed)
 
     # -- transactions ----------------------------------------------------------------------------------
     def ensure_registered(self, role: str, stake: int) -> bool:
-        info = _translate("read account", lambda: self.chain.account_info(self.address))
+        info = translate("read account", lambda: self.chain.account_info(self.address))
         want = Role.MINER if role == "miner" else Role.VALIDATOR
         if info.role == want:
             return False
         if info.role != Role.NONE:
             raise NotRegisteredError(f"{self.address} is registered as {info.role.name}, not {role}")
         if role == "miner":
-            _translate("register miner", lambda: self.chain.register_miner(stake))
+            translate("register miner", lambda: self.chain.register_miner(stake))
         else:
-            _translate("register validator", lambda: self.chain.register_validator(stake, self._bls))
+            translate("register validator", lambda: self.chain.register_validator(stake, self._bls))
         return True
 
     def commit_update(self, round: int, update_digest: bytes) -> None:
         # One transaction commits and pulls the rewards owed so far: 53k gas instead of 79k for two.
-        _translate("commit update", lambda: self.chain.commit_and_claim(round, update_digest))
+        translate("commit update", lambda: self.chain.commit_and_claim(round, update_digest))
 
     def commit_seed(self, round: int, secret: bytes) -> None:
-        _translate("commit seed", lambda: self.chain.commit_seed(round, secret))
+        translate("commit seed", lambda: self.chain.commit_seed(round, secret))
 
     def reveal_seed(self, round: int, secret: bytes) -> None:
-        _translate("reveal seed", lambda: self.chain.reveal_seed(round, secret))
+        translate("reveal seed", lambda: self.chain.reveal_seed(round, secret))
 
     def commit_scores(self, round: int, scores: Sequence[int], salt: bytes) -> None:
-        _translate("commit scores", lambda: self.chain.commit_scores(round, scores, salt))
+        translate("commit scores", lambda: self.chain.commit_scores(round, scores, salt))
 
     def reveal_scores(self, round: int, scores: Sequence[int], salt: bytes) -> None:
-        _translate("reveal scores", lambda: self.chain.reveal_scores(round, scores, salt))
+        translate("reveal scores", lambda: self.chain.reveal_scores(round, scores, salt))
 
     def finalize(self, round: int) -> None:
-        _translate("finalize", lambda: self.chain.finalize_round(round))
+        translate("finalize", lambda: self.chain.finalize_round(round))
 
     def sign_checkpoint(self, round: int, digest: bytes) -> bytes:
         """This validator's BLS signature of the checkpoint message."""
@@ -282,7 +285,7 @@ class ChainCoordinator:
     def check_checkpoint_signature(self, round: int, digest: bytes, signer: str, signature: bytes) -> bool:
         key = self._bls_keys.get(signer.lower())
         if key is None:
-            key = _translate("read BLS key", lambda: self.chain.bls_key_of(signer))
+            key = translate("read BLS key", lambda: self.chain.bls_key_of(signer))
             self._bls_keys[signer.lower()] = key  # registered keys never change
         try:
             return bls.verify(key, self.checkpoint_message(round, digest), signature)
@@ -290,7 +293,7 @@ class ChainCoordinator:
             return False
 
     def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
-        _translate("certify checkpoint", lambda: self.chain.certify_checkpoint(round, digest, signatures))
+        translate("certify checkpoint", lambda: self.chain.certify_checkpoint(round, digest, signatures))
 
     def slash(self, target: str, evidence: bytes) -> bool:
         def go() -> Any:
@@ -309,14 +312,14 @@ class ChainCoordinator:
                 return None
             return self.chain.vote_slash(evidence)
 
-        return _translate("slash", go) is not None
+        return translate("slash", go) is not None
 
     def advance(self) -> bool:
         s = self.chain.status()
         if int(s.round.phase) == int(Phase.FINALIZE) or s.block <= s.round.deadline:
             return False
         try:
-            _translate("advance", self.chain.advance)
+            translate("advance", self.chain.advance)
         except WrongPhaseError:
             return False
         return True

@@ -9,8 +9,8 @@ from web3 import Web3
 from web3.exceptions import ContractLogicError
 
 from protocol.chain.abi import artifacts, decode_revert
-from protocol.chain.client import retrying
 from protocol.chain.errors import TransactionFailed
+from protocol.chain.transport import retrying
 from protocol.rounds.deployment import NetworkParams
 
 

@@ -47,7 +47,7 @@ _MALFORMED = (Web3Exception, DecodingError, ValueError, TypeError, KeyError, Ind
 
 
 @contextlib.contextmanager
-def _decoding(what: str) -> Iterator[None]:
+def decoding(what: str) -> Iterator[None]:
     """Turn the untyped errors of decoding an RPC result into :class:`MalformedResponseError`."""
     try:
         yield

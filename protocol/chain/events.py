@@ -183,7 +183,8 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def _decode_event(name: str, ev: Any) -> ChainEvent:
+def decode_event(name: str, ev: Any) -> ChainEvent:
+    """The typed :data:`EVENT_TYPES` dataclass of one decoded web3 log of event ``name``."""
     cls = EVENT_TYPES[name]
     kwargs: dict[str, Any] = {
         _snake(k): (tuple(v) if isinstance(v, list) else v) for k, v in ev["args"].items()

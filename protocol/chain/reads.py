@@ -7,9 +7,9 @@ from typing import Any
 
 from eth_utils import to_checksum_address
 
-from protocol.chain.errors import ChainError, MalformedResponseError, _decoding
-from protocol.chain.events import EVENT_TYPES, ScoresRevealed, UpdateCommitted, _decode_event
-from protocol.chain.transport import ChainTransport, _b32, retrying
+from protocol.chain.errors import ChainError, MalformedResponseError, decoding
+from protocol.chain.events import EVENT_TYPES, ScoresRevealed, UpdateCommitted, decode_event
+from protocol.chain.transport import ChainTransport, b32, retrying
 from protocol.chain.values import AccountInfo, ChainStatus, ContractRound, Role, ScoreEntry, UnbondingInfo
 from protocol.rounds.deployment import NetworkParams
 from protocol.rounds.phases import Phase
@@ -36,7 +36,7 @@ class ChainReads(ChainTransport):
         (r, phase, start, commits, seed_reveals, score_reveals), deadline, cp, seed, assign, block = (
             self._call("status")
         )
-        with _decoding("status"):
+        with decoding("status"):
             return ChainStatus(
                 ContractRound(
                     int(r),
@@ -56,7 +56,7 @@ class ChainReads(ChainTransport):
     def account_info(self, address: str) -> AccountInfo:
         """Stake, owed rewards, last committed round, role and validator index of ``address``."""
         stake, owed, last, role, idx = self._call("accountOf", to_checksum_address(address))
-        with _decoding("accountOf"):
+        with decoding("accountOf"):
             return AccountInfo(int(stake), int(owed), int(last), Role(role), int(idx))
 
     def unbonding(self, address: str) -> UnbondingInfo:
@@ -74,7 +74,7 @@ class ChainReads(ChainTransport):
 
     def checkpoint_message(self, round: int, digest: bytes) -> bytes:
         """The 32 bytes validators sign to certify ``digest`` after ``round``."""
-        return bytes(self._call("checkpointMessage", round, _b32(digest)))
+        return bytes(self._call("checkpointMessage", round, b32(digest)))
 
     def validators(self) -> list[str]:
         """Registered validators in index order (the certificate bitmap order)."""
@@ -110,12 +110,12 @@ class ChainReads(ChainTransport):
 
     def slash_proposal(self, evidence: bytes) -> tuple[str, int, bool]:
         """(target, voted stake, executed) of the proposal on ``evidence``."""
-        t, v, e = self._call("slashProposal", _b32(evidence))
+        t, v, e = self._call("slashProposal", b32(evidence))
         return str(t), int(v), bool(e)
 
     def commitment_for(self, round: int, miner: str, update_digest: bytes) -> bytes:
         """The update commitment (computed locally; equals the contract's ``commitmentFor``)."""
-        return update_commitment(self.chain_id, self.network_address, round, miner, _b32(update_digest))
+        return update_commitment(self.chain_id, self.network_address, round, miner, b32(update_digest))
 
     def events(
         self, name: str, from_block: int | None = None, to_block: int | str = "latest", **filters: Any
@@ -125,12 +125,12 @@ class ChainReads(ChainTransport):
             raise ChainError(f"unknown event {name!r}; known: {sorted(EVENT_TYPES)}")
         start = self.deployment.block if from_block is None else from_block
         event = getattr(self.network.events, name)
-        with _decoding(f"{name} logs"):
+        with decoding(f"{name} logs"):
             logs = retrying(
                 lambda: event.get_logs(from_block=start, to_block=to_block, argument_filters=filters or None),
                 name,
             )
-            return [_decode_event(name, ev) for ev in logs]
+            return [decode_event(name, ev) for ev in logs]
 
     def committed_miners(self, round: int) -> list[UpdateCommitted]:
         """Update commitments of ``round``, in ascending miner address order (the score vector order)."""

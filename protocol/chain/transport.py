@@ -20,7 +20,7 @@ from web3 import Web3
 from web3.exceptions import ContractLogicError, TransactionNotFound, Web3RPCError
 from web3.types import RPCEndpoint
 
-from protocol.chain.abi import _abi_type, artifacts, decode_revert
+from protocol.chain.abi import abi_type, artifacts, decode_revert
 from protocol.chain.errors import (
     ChainConnectionError,
     ChainError,
@@ -28,9 +28,9 @@ from protocol.chain.errors import (
     NotDeployedError,
     TransactionDropped,
     TransactionFailed,
-    _decoding,
+    decoding,
 )
-from protocol.chain.events import EVENT_TYPES, ChainEvent, _decode_event
+from protocol.chain.events import EVENT_TYPES, ChainEvent, decode_event
 from protocol.chain.values import TxResult
 from protocol.node.traffic import TrafficLedger, rpc_session
 from protocol.rounds.deployment import Deployment
@@ -76,7 +76,8 @@ def retrying(
     raise AssertionError("unreachable")
 
 
-def _b32(value: bytes | str) -> bytes:
+def b32(value: bytes | str) -> bytes:
+    """``value`` (bytes or 0x-hex) as exactly 32 bytes, the contract's ``bytes32``; any other length is refused."""
     if isinstance(value, str):
         value = bytes.fromhex(value.removeprefix("0x"))
     if len(value) != 32:
@@ -102,7 +103,7 @@ def _function_names() -> dict[str, str]:
     for contract in ("TesseraToken", "TesseraNetwork"):
         for item in arts[contract]["abi"]:
             if item["type"] == "function":
-                sig = f"{item['name']}({','.join(_abi_type(i) for i in item['inputs'])})"
+                sig = f"{item['name']}({','.join(abi_type(i) for i in item['inputs'])})"
                 out["0x" + keccak(text=sig)[:4].hex()] = item["name"]
     return out
 
@@ -162,12 +163,12 @@ class ChainTransport:
         ``BadFunctionCallOutput`` at the first read)."""
         url = check_rpc_url(rpc_url or deployment.rpc_url)
         w3 = http_web3(url, timeout, traffic)
-        with _decoding("eth_chainId"):
+        with decoding("eth_chainId"):
             got = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
         if got != deployment.chain_id:
             raise ChainError(f"{url} is chain {got}, the deployment is on chain {deployment.chain_id}")
         network = to_checksum_address(deployment.network)
-        with _decoding("eth_getCode"):
+        with decoding("eth_getCode"):
             code = retrying(lambda: bytes(w3.eth.get_code(network)), "eth_getCode")
         if not code:
             raise NotDeployedError(
@@ -187,7 +188,7 @@ class ChainTransport:
 
     def block_number(self) -> int:
         """Latest block number."""
-        with _decoding("eth_blockNumber"):
+        with decoding("eth_blockNumber"):
             return retrying(lambda: int(self.w3.eth.block_number), "eth_blockNumber")
 
     def wait_for_block(self, block: int, poll: float = 0.5, timeout: float | None = None) -> int:
@@ -204,7 +205,7 @@ class ChainTransport:
 
     def _call(self, fn_name: str, *args: Any) -> Any:
         fn = getattr(self.network.functions, fn_name)(*args)
-        with _decoding(fn_name):
+        with decoding(fn_name):
             try:
                 return retrying(lambda: fn.call(), fn_name)
             except ContractLogicError as exc:
@@ -339,6 +340,6 @@ class ChainTransport:
                     ev = getattr(self.network.events, name)().process_log(log_)
                 except Exception:  # not this event's signature
                     continue
-                out.append(_decode_event(name, ev))
+                out.append(decode_event(name, ev))
                 break
         return out

@@ -35,7 +35,7 @@ from swagger_ui_bundle import swagger_ui_path
 from protocol.errors import ProtocolError
 from protocol.node.roundreport import RoundReport
 from protocol.node.traffic import SNIFF_BYTES, Kind, TrafficLedger, TrafficMiddleware, blob_kind
-from protocol.p2p.transfer import BadDigestError, BlobStore, check_digest_str
+from protocol.p2p.blobs import BadDigestError, BlobStore, check_digest_str
 
 
 class NodeNotReadyError(ProtocolError):

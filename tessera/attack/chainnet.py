@@ -27,9 +27,10 @@ from eth_utils import to_checksum_address
 from protocol.chain import Chain
 from protocol.chain.coordinator import ChainCoordinator
 from protocol.rounds.anvil import Anvil
-from protocol.rounds.coordinator import Phase, Settlement
+from protocol.rounds.coordinator import Settlement
 from protocol.rounds.deployment import Deployment
-from tessera.devnet.network import anvil_rpc, deploy_contracts, fast_forward_phase
+from protocol.rounds.phases import Phase
+from tessera.devnet.chainops import anvil_rpc, deploy_contracts, fast_forward_phase
 
 WEI = 10**18
 #: Chain rounds before scenario round 1 (the constructor's round 1, which no miner can join).

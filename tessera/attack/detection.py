@@ -22,7 +22,7 @@ import torch
 
 from miner.work import build_update, transcript_state
 from protocol.rounds.consensus import weighted_median
-from protocol.rounds.coordinator import update_commitment
+from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from tessera.attack import economics as ec
 from tessera.attack.harness import tiny_spec

@@ -18,13 +18,7 @@ from typing import Any
 from protocol.runspec import RunSpec
 from protocol.wire.records import decode_record
 from tessera.attack.harness import Fault, Network, NetworkRun, Participant, tiny_spec
-from tessera.attack.report import SAVED, markdown, profit_markdown, profit_rows, table
 from tessera.attack.results import (
-    HONEST_WORK,
-    SLASH_FRACTION,
-    WEI,
-    WITHHOLD_GRACE_S,
-    Row,
     ScenarioResult,
     evaluate,
     rebase,
@@ -34,23 +28,10 @@ from tessera.attack.scenarios import Scenario, get
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "HONEST_WORK",
-    "SAVED",
-    "SLASH_FRACTION",
-    "WEI",
-    "WITHHOLD_GRACE_S",
-    "Row",
-    "ScenarioResult",
-    "evaluate",
-    "markdown",
-    "profit_markdown",
-    "profit_rows",
-    "rebase",
     "reference",
     "reference_key",
     "run_scenario",
     "run_suite",
-    "table",
 ]
 
 

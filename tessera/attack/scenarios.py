@@ -15,9 +15,9 @@ from typing import Any
 
 from miner.behaviour import Behaviour, BehaviourContext
 from miner.node import MinerNode, simulated_evidence
-from protocol.chain.coordinator import ChainCoordinator, _translate
-from protocol.rounds.coordinator import Phase
+from protocol.chain.coordinator import ChainCoordinator, translate
 from protocol.rounds.memcoordinator import MemoryCoordinator
+from protocol.rounds.phases import Phase
 from protocol.wire.update import Update, decode_update, encode_update
 from tessera.attack.errors import UnknownScenarioError
 from tessera.attack.harness import Participant
@@ -119,7 +119,7 @@ def _commitment_copier(victim: Participant) -> Callable[..., Any]:
                     if theirs is None:  # victim has not committed yet: commit honestly
                         super().commit_update(round, update_digest)
                         return
-                    _translate("commit update", lambda: self.chain.commit_raw(round, theirs))
+                    translate("commit update", lambda: self.chain.commit_raw(round, theirs))
 
             coord.__class__ = ChainCopyCommit
             return MinerNode(cfg, spec, coord, disc)

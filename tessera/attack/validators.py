@@ -17,7 +17,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from protocol.rounds.coordinator import SCORE_MAX, RoundState
+from protocol.rounds.consensus import SCORE_MAX
+from protocol.rounds.coordinator import RoundState
 from validator.node import ValidatorNode
 
 

@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.model:
         return _model(args)
     if args.report:
-        from tessera.attack.runner import markdown, profit_markdown
+        from tessera.attack.report import markdown, profit_markdown
 
         try:
             doc = json.loads(args.report.read_text())
@@ -123,7 +123,8 @@ def _run(args: argparse.Namespace) -> int:
 def _run_scenarios(args: argparse.Namespace, names: list[str], rounds: int) -> int:
     """Run the scenarios and print the table; 1 if any check failed."""
     from tessera.attack.errors import AttackError
-    from tessera.attack.runner import run_suite, table
+    from tessera.attack.report import table
+    from tessera.attack.runner import run_suite
 
     def progress(res: Any) -> None:
         verdict = "ok" if all(res.checks.values()) else "FAIL"

@@ -124,7 +124,8 @@ def _with_genesis(params: Any, run_file: Path | None) -> Any:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from protocol.chain import Chain, check_rpc_url, deploy_network, http_web3, retrying
+    from protocol.chain import Chain, deploy_network
+    from protocol.chain.transport import check_rpc_url, http_web3, retrying
 
     params = _params(args)
     account = load_account(keystore=args.keystore, key_env=args.key_env, password_env=args.password_env)
@@ -157,7 +158,7 @@ def _deploy(args: argparse.Namespace) -> int:
 def _existing_deployment(args: argparse.Namespace, w3: Any, chain_id: int, params: Any) -> Any:
     """The deployment in ``--out`` if there is one, checked against the chain (same chain id, code at its
     network address); None when there is no file yet."""
-    from protocol.chain import retrying
+    from protocol.chain.transport import retrying
 
     if not args.out.exists():
         return None

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.cli import LOG_LEVEL_ENV, add_log_level_flag
-from tessera.devnet.network import DevnetConfig
+from tessera.devnet.config import DevnetConfig
 from tessera.errors import TesseraError
 
 _DESCRIPTION = (

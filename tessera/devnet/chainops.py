@@ -43,7 +43,7 @@ def deploy_contracts(
 def fast_forward_phase(chain: Any, rpc_url: str, nv: int, miners: set[str], miners_served: Any) -> bool:
     """Mine the rest of the phase when ``nv`` validators and the live ``miners`` (addresses) have done
     their part; ``miners_served(round)`` counts miners serving their update. True if blocks were mined."""
-    from protocol.chain import Phase
+    from protocol.rounds.phases import Phase
 
     st = chain.round_state()
     block = chain.block_number()

@@ -48,22 +48,12 @@ from tessera.commands.runspec import train_tokenizer_file
 from tessera.devnet.chainops import anvil_rpc, deploy_contracts, fast_forward_phase
 from tessera.devnet.config import DevnetConfig, DevnetError
 from tessera.devnet.procs import NodeProc, NodeProcesses, node_procs, signal_group
-from tessera.devnet.runfile import TOKENIZER_FILE, build_streams, devnet_spec, tokenizer_path
+from tessera.devnet.runfile import build_streams, devnet_spec, tokenizer_path
 from tessera.nodes import DEV_TEE_SEED_ENV
 
 #: What other modules import from here (the devnet's parts live in config, chainops, procs, runfile).
 __all__ = [
-    "TOKENIZER_FILE",
     "Devnet",
-    "DevnetConfig",
-    "DevnetError",
-    "NodeProc",
-    "anvil_rpc",
-    "build_streams",
-    "deploy_contracts",
-    "devnet_spec",
-    "fast_forward_phase",
-    "tokenizer_path",
 ]
 
 log = logging.getLogger(__name__)
@@ -259,14 +249,8 @@ class Devnet(NodeProcesses):
     def _size_phases(self) -> Any:
         """The phase windows: measured and derived (:mod:`tessera.devnet.sizing`), or the floors as they
         are (``size_phases=False``); a resumed devnet keeps the windows it deployed with."""
-        from tessera.devnet.sizing import (
-            PhaseWindows,
-            SizingError,
-            WorkTimes,
-            measure_node_work,
-            phase_windows,
-            slowest,
-        )
+        from tessera.devnet.sizing import PhaseWindows, SizingError, measure_node_work, phase_windows, slowest
+        from tessera.devnet.work import WorkTimes
 
         cfg = self.cfg
         path = cfg.workdir / "phases.json"

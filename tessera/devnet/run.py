@@ -29,7 +29,8 @@ from rich.table import Table
 from protocol.node.traffic import Kind, bits_per_param_step, merge_ledgers
 from protocol.runspec import RunSpec
 from tessera import modelout
-from tessera.devnet.network import Devnet, DevnetConfig, DevnetError
+from tessera.devnet.config import DevnetConfig, DevnetError
+from tessera.devnet.network import Devnet
 from tessera.devnet.progress import printer
 from tessera.errors import TesseraError
 from tessera.modelout import certified_digest, export, model_with, sample, theta_of

@@ -12,7 +12,7 @@ from typing import Any
 
 from miner.behaviour import make_behaviour
 from miner.work import build_update
-from protocol.rounds.coordinator import update_commitment
+from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from protocol.wire.update import decode_update
 from training.data import prepare
@@ -70,9 +70,11 @@ def measure_work(
         registry=registry, ef_state={}, behaviour=make_behaviour("honest"),
     )  # fmt: skip
     train_s = time.perf_counter() - t0
-    verify_s, stage = _time_check(
-        spec, ds, built, miner, validator, registry, vals, theta, digest, assign_seed, segments
-    )
+    check = CheckSetting(
+        spec=spec, dataset=ds, checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
+        registry=tuple(registry), validators=tuple(vals), validator=validator, segments=segments,
+    )  # fmt: skip
+    verify_s, stage = _time_check(check, built, miner)
     t0 = time.perf_counter()
     vv.heldout_loss(spec, ds, theta)
     heldout_s = time.perf_counter() - t0
@@ -86,20 +88,32 @@ def measure_work(
     )
 
 
-def _time_check(
-    spec: Any,
-    ds: Any,
-    built: Any,
-    miner: str,
-    validator: str,
-    registry: list[str],
-    vals: list[str],
-    theta: Any,
-    digest: bytes,
-    assign_seed: bytes,
-    segments: int,
-) -> tuple[float, Any]:
-    """Seconds of ``validator``'s check of ``miner``'s ``built`` update of round 2 (with its segment
+@dataclass(frozen=True)
+class CheckSetting:
+    """The round 2 a timed check runs in (:func:`_time_check`): what a validator's context holds."""
+
+    spec: Any
+    """The run spec (model, inner loop, codec, corpus)."""
+    dataset: Any
+    """``spec``'s corpus, prepared (``training.data.prepare``)."""
+    checkpoint: Any
+    """theta_r, the round's starting parameters (the genesis checkpoint here)."""
+    checkpoint_digest: bytes
+    """The digest of ``checkpoint`` (``tensors_digest`` of its ``param/`` tensors)."""
+    assign_seed: bytes
+    """The seed of the round's module assignment."""
+    registry: tuple[str, ...]
+    """The registered miners, in order."""
+    validators: tuple[str, ...]
+    """The registered validators, ``validator`` first."""
+    validator: str
+    """The address the check runs as (the validators' windows of segments depend on it)."""
+    segments: int
+    """Transcript segments the validator replays per miner."""
+
+
+def _time_check(check: CheckSetting, built: Any, miner: str) -> tuple[float, Any]:
+    """Seconds of ``check.validator``'s check of ``miner``'s ``built`` update of round 2 (with its segment
     replay, states served from ``built``) and the stage its verdict reached, for :func:`measure_work`."""
 
     by_digest = dict(
@@ -112,12 +126,13 @@ def _time_check(
         return {k: v.clone() for k, v in built.states[by_digest[d]].items()}
 
     ctx = vv.RoundContext(
-        spec=spec, dataset=ds, round=2, chain_id=31337, contract="0x" + "c0" * 20, validator=validator,
-        checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
-        seed=hashlib.sha256(b"tessera.sizing.seed").digest(), registry=registry, validators=vals,
+        spec=check.spec, dataset=check.dataset, round=2, chain_id=31337, contract="0x" + "c0" * 20,
+        validator=check.validator, checkpoint=check.checkpoint, checkpoint_digest=check.checkpoint_digest,
+        assign_seed=check.assign_seed, seed=hashlib.sha256(b"tessera.sizing.seed").digest(),
+        registry=list(check.registry), validators=list(check.validators),
     )  # fmt: skip
     commitment = update_commitment(31337, ctx.contract, 2, miner, built.digest)
-    policy = vv.VerifyPolicy(segments_per_miner=segments)
+    policy = vv.VerifyPolicy(segments_per_miner=check.segments)
     t0 = time.perf_counter()
     verdict, _ = vv.verify_update(ctx, miner, commitment, lambda: built.update, fetch_state, policy)
     return time.perf_counter() - t0, verdict.stage

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tessera.attack.chainnet import LedgerSnapshot
-from tessera.attack.runner import run_scenario, run_suite, table
+from tessera.attack.report import table
+from tessera.attack.runner import run_scenario, run_suite
 from tessera.attack.scenarios import get
 from tessera.commands.attack import QUICK
 

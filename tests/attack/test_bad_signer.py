@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from protocol.rounds.memcoordinator import MemoryCoordinator
-from tessera.attack.runner import evaluate, run_scenario
+from tessera.attack.results import evaluate
+from tessera.attack.runner import run_scenario
 from tessera.attack.scenarios import get
 
 

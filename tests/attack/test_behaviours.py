@@ -13,7 +13,7 @@ import pytest
 
 from miner.behaviour import Behaviour, available, make_behaviour
 from miner.work import build_update, transcript_state
-from protocol.rounds.coordinator import update_commitment
+from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from tessera.attack.harness import tiny_spec
 from tessera.attack.miners import (

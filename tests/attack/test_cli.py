@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.attack import runner
+from tessera.attack import report, runner
 from tessera.attack.errors import UnknownScenarioError
 from tessera.attack.scenarios import get, registry
 from tessera.cli import main
@@ -50,7 +50,7 @@ def _row(role: str, label: str, stake: float, reward: float, cheat: float, slash
 def test_report_prints_expected_against_measured_profit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tessera.attack.runner import profit_rows
+    from tessera.attack.report import profit_rows
 
     scenario = {
         "name": "free-rider-zero", "kind": "miner", "description": "", "rounds": 3, "seconds": 1.0,
@@ -109,7 +109,7 @@ def test_a_run_restores_the_node_loggers_it_quiets(monkeypatch: pytest.MonkeyPat
         return []
 
     monkeypatch.setattr(runner, "run_suite", fake_suite)
-    monkeypatch.setattr(runner, "table", lambda results: "")
+    monkeypatch.setattr(report, "table", lambda results: "")
     for name in ("miner", "validator"):
         logging.getLogger(name).setLevel(logging.INFO)
     assert main(["attack", "baseline", "--out", str(tmp_path / "r.json")]) == 0

@@ -10,6 +10,7 @@ import pytest
 
 from protocol.rounds.consensus import weighted_median
 from tessera.attack import economics as ec
+from tessera.attack.errors import ModelInputError
 from validator.sampling import segments_to_check, validator_slot
 
 VALIDATORS = ["0x" + f"{i:040x}" for i in range(1, 6)]
@@ -119,7 +120,7 @@ def test_unprovable_cheats_are_deterred_by_lost_reward_not_slash() -> None:
 
 
 def test_inputs_are_checked() -> None:
-    with pytest.raises(ec.ModelInputError):
+    with pytest.raises(ModelInputError):
         ec.bad_segments(1.5, 3)
-    with pytest.raises(ec.ModelInputError):
+    with pytest.raises(ModelInputError):
         ec.p_weight_catches(0.5, [])

@@ -19,7 +19,8 @@ from attestation.errors import (
     TcbNotAcceptableError,
     UnsupportedVersionError,
 )
-from attestation.intel.quote import BODY_SGX, CERT_QE_REPORT, CertificationData, Quote, QuoteHeader, TdReport
+from attestation.intel.layouts import QuoteHeader, TdReport
+from attestation.intel.quote import BODY_SGX, CERT_QE_REPORT, CertificationData, Quote
 from attestation.nvidia.spdm import GpuReport
 from attestation.simulated import SimulatedEnclave
 from tests.attestation.attest_support import (

@@ -21,7 +21,8 @@ from attestation.errors import (
     ReplayError,
     RevokedError,
 )
-from attestation.intel.quote import Quote, TdReport
+from attestation.intel.layouts import TdReport
+from attestation.intel.quote import Quote
 from attestation.policy import policy_from_dict
 from attestation.simulated import SimulatedEnclave
 from tests.attestation.attest_support import flip, utc

@@ -20,7 +20,8 @@ from attestation.errors import (
     MeasurementNotAllowedError,
     TcbNotAcceptableError,
 )
-from attestation.intel.quote import Quote, TdReport
+from attestation.intel.layouts import TdReport
+from attestation.intel.quote import Quote
 from attestation.nvidia.spdm import GpuReport
 from tests.attestation.attest_support import (
     NVIDIA_NONCE,

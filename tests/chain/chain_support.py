@@ -9,9 +9,10 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from protocol.chain import Chain, Phase, deploy_network
+from protocol.chain import Chain, deploy_network
 from protocol.rounds.anvil import Anvil
 from protocol.rounds.deployment import Deployment, NetworkParams
+from protocol.rounds.phases import Phase
 from protocol.wire.bls import BlsKeyPair
 
 FAST = NetworkParams(

@@ -16,16 +16,8 @@ from typing import Any
 import pytest
 from eth_utils import keccak
 
-from protocol.chain import (
-    EVENT_TYPES,
-    REVERT_TYPES,
-    TOKEN_REVERT_TYPES,
-    ChainEvent,
-    InsufficientBalance,
-    artifacts,
-    decode_revert,
-)
-from protocol.chain.abi import _abi_type
+from protocol.chain import EVENT_TYPES, REVERT_TYPES, TOKEN_REVERT_TYPES, ChainEvent, InsufficientBalance
+from protocol.chain.abi import abi_type, artifacts, decode_revert
 from protocol.chain.events import _snake
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
@@ -65,9 +57,9 @@ def test_every_contract_event_has_a_dataclass_with_its_fields_in_order() -> None
 
 def test_each_error_selector_decodes_to_its_own_class() -> None:
     for name, item in [*_items("error").items(), *_items("error", TOKEN_ABI).items()]:
-        sig = f"{name}({','.join(_abi_type(i) for i in item['inputs'])})"
+        sig = f"{name}({','.join(abi_type(i) for i in item['inputs'])})"
         # all-zero arguments are valid for every static type here (enums decode 0 too)
-        statics = all(not _abi_type(i).endswith("[]") for i in item["inputs"])
+        statics = all(not abi_type(i).endswith("[]") for i in item["inputs"])
         assert statics, sig
         data = keccak(text=sig)[:4] + b"\x00" * 32 * len(item["inputs"])
         exc = decode_revert("f", "0x" + data.hex())
@@ -90,7 +82,7 @@ def test_errors_and_events_are_declared_once_in_the_interface() -> None:
 
 def _signature(item: dict[str, Any]) -> tuple[object, ...]:
     """An ABI error or event as the chain sees it: name, argument names and types, indexing."""
-    inputs = tuple((i["name"], _abi_type(i), i.get("indexed", False)) for i in item["inputs"])
+    inputs = tuple((i["name"], abi_type(i), i.get("indexed", False)) for i in item["inputs"])
     return item["type"], item["name"], inputs, item.get("anonymous", False)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ from web3 import Web3
 from web3._utils.http_session_manager import HTTPSessionManager
 
 from protocol.chain import Chain, ChainConnectionError, CheckpointCertified, Registered, deploy_network
-from protocol.chain import transport as chain_mod
 from protocol.chain.coordinator import ChainCoordinator
 from protocol.rounds import anvil as anvil_mod
 from protocol.rounds.anvil import Anvil, AnvilError, free_port
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.chain
 
 def test_connection_errors_are_retried_then_typed(monkeypatch: pytest.MonkeyPatch) -> None:
     sleeps: list[float] = []
-    monkeypatch.setattr(chain_mod.time, "sleep", sleeps.append)
+    monkeypatch.setattr(time, "sleep", sleeps.append)  # transport backs off with time.sleep
     dep = Deployment(1, "0x" + "11" * 20, "0x" + "22" * 20, 0, "0x" + "33" * 20, NetworkParams())
     with pytest.raises(ChainConnectionError, match="unreachable after 5 attempts"):
         Chain.connect(dep, rpc_url=f"http://127.0.0.1:{free_port()}", timeout=1)

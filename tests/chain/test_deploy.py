@@ -11,7 +11,8 @@ import pytest
 from eth_account import Account
 from web3 import Web3
 
-from protocol.chain import Chain, artifacts
+from protocol.chain import Chain
+from protocol.chain.abi import artifacts
 from protocol.errors import ProtocolError
 from protocol.rounds.anvil import Anvil
 from protocol.rounds.deployment import Deployment, DeploymentError, NetworkParams

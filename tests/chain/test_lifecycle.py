@@ -14,7 +14,6 @@ from protocol.chain import (
     ContractRevert,
     EvidenceUsed,
     MinerRewarded,
-    Phase,
     PhaseClosed,
     QuorumNotReached,
     RevealMismatch,
@@ -26,6 +25,7 @@ from protocol.chain import (
 )
 from protocol.rounds import consensus
 from protocol.rounds.anvil import Anvil
+from protocol.rounds.phases import Phase
 from tests.chain.chain_support import Net, make_net, mine
 
 pytestmark = pytest.mark.chain

@@ -12,8 +12,9 @@ from eth_utils import keccak
 from web3 import Web3
 from web3.providers.base import BaseProvider
 
-from protocol.chain import Chain, ChainError, ContractRevert, MalformedResponseError, Phase
+from protocol.chain import Chain, ChainError, ContractRevert, MalformedResponseError
 from protocol.rounds.deployment import Deployment, NetworkParams
+from protocol.rounds.phases import Phase
 
 NETWORK = "0x" + "11" * 20
 

@@ -30,7 +30,7 @@ def test_export_checks_the_certificate_then_eval_and_sample(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-    from protocol.p2p.transfer import BlobStore
+    from protocol.p2p.blobs import BlobStore
 
     run = tmp_path / "run.json"
     spec = RunSpec(genesis_seed=7)

@@ -18,8 +18,8 @@ from protocol.chain.coordinator import ChainCoordinator
 from protocol.node.api import NodeServer, create_node_app
 from protocol.node.roundreport import UNVERIFIED_STAGES, RoundReport
 from protocol.node.traffic import Kind
+from protocol.p2p.blobs import BlobStore
 from protocol.p2p.discovery import Discovery
-from protocol.p2p.transfer import BlobStore
 from protocol.rounds.anvil import Anvil
 from protocol.runspec import RunSpec
 from tests.chain.chain_support import Net, make_net

@@ -17,7 +17,9 @@ import torch
 
 from protocol.runspec import CorpusDigestError, RunSpec
 from tessera.commands.runspec import train_tokenizer_file
-from tessera.devnet.network import Devnet, DevnetConfig, build_streams, devnet_spec, tokenizer_path
+from tessera.devnet.config import DevnetConfig
+from tessera.devnet.network import Devnet
+from tessera.devnet.runfile import build_streams, devnet_spec, tokenizer_path
 from training.corpus import CorpusError, load_corpus_path
 from training.data import prepare
 

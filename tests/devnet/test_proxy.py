@@ -11,14 +11,8 @@ import pytest
 
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
 from protocol.p2p import transfer
-from protocol.p2p.transfer import (
-    BlobStore,
-    DigestMismatchError,
-    FetchPolicy,
-    FetchTimeoutError,
-    PeerUnavailableError,
-    fetch_blob,
-)
+from protocol.p2p.blobs import BlobStore, DigestMismatchError, FetchTimeoutError, PeerUnavailableError
+from protocol.p2p.transfer import FetchPolicy, fetch_blob
 from tessera.devnet.proxy import FaultProxy, ProxyMode
 
 POLICY = FetchPolicy(timeout=1.0, attempts=2, backoff=0.05)

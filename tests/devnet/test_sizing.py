@@ -6,10 +6,10 @@ from tessera.devnet.sizing import (
     LOAD_SAFETY,
     SCORE_COMMIT_MARGIN_BLOCKS,
     PhaseWindows,
-    WorkTimes,
     phase_windows,
     slowest,
 )
+from tessera.devnet.work import WorkTimes
 
 FLOORS = {"commit": 60, "reveal": 10, "score_commit": 30, "score_reveal": 10}
 

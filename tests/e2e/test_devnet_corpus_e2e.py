@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tessera.cli import main
-from tessera.devnet.network import DevnetConfig
+from tessera.devnet.config import DevnetConfig
 from tessera.devnet.run import run_devnet
 from training.corpus import load_corpus_path
 

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from eth_account import Account
 
-from protocol.chain import Chain, Phase
+from protocol.chain import Chain
 from protocol.p2p.dht import record_key
 from protocol.rounds.deployment import Deployment
-from tessera.devnet.network import Devnet, DevnetConfig
+from protocol.rounds.phases import Phase
+from tessera.devnet.config import DevnetConfig
+from tessera.devnet.network import Devnet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chain, pytest.mark.timeout(600)]
 

@@ -101,7 +101,7 @@ def live_nodes(tmp: Path | None = None) -> Iterator[list[LiveNode]]:
 
 def _seed_validator(v: Any, addr: list[str]) -> dict[str, dict[str, Any]]:
     """One round of a validator's records, written through its own state and blob store."""
-    from protocol.p2p.transfer import sha256_digest
+    from protocol.p2p.blobs import sha256_digest
 
     update = v.public.put(b"TSRUPD\0\0" + bytes(range(256)), digest_fn=sha256_digest)
     from validator.context import Verdict

@@ -298,7 +298,7 @@ class HttpTarget(Target):
         import httpx
 
         from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-        from protocol.p2p.transfer import BlobStore
+        from protocol.p2p.blobs import BlobStore
 
         self.allowed = ()
         self._tmp = tempfile.TemporaryDirectory()
@@ -642,7 +642,7 @@ class ChainTarget(Target):
         return json.dumps({"op": op, "script": script}).encode()
 
     def check(self, data: bytes) -> None:
-        from protocol.chain import decode_revert
+        from protocol.chain.abi import decode_revert
 
         req = json.loads(data)
         op = req["op"]

@@ -23,7 +23,7 @@ import pytest
 from fastapi import HTTPException
 
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-from protocol.p2p.transfer import BlobStore
+from protocol.p2p.blobs import BlobStore
 
 from .apispec import LiveNode, live_nodes, load_schema, run_campaign
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tessera.devnet.network import DevnetConfig
+from tessera.devnet.config import DevnetConfig
 from tessera.devnet.run import _view, write_report
 from tests.support.devnet_view import devnet_stub
 

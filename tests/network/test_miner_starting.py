@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from miner.state import MinerRoundRecord
-from protocol.p2p.transfer import BlobNotFoundError, FetchPolicy, PeerUnavailableError, fetch_blob
+from protocol.p2p.blobs import BlobNotFoundError, PeerUnavailableError
+from protocol.p2p.transfer import FetchPolicy, fetch_blob
 from tests.network.miner_support import start_bare_miner
 from validator.context import unreachable
 

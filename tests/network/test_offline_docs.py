@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-from protocol.p2p.transfer import BlobStore
+from protocol.p2p.blobs import BlobStore
 
 
 def test_docs_page_and_its_assets_are_served_by_the_node(tmp_path: Path) -> None:

@@ -16,15 +16,8 @@ import pytest
 from eth_account import Account
 
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-from protocol.p2p.transfer import (
-    BlobStore,
-    FetchPolicy,
-    PeerUnavailableError,
-    TransferError,
-    fetch_blob,
-    get_capped,
-    peer_failure_counts,
-)
+from protocol.p2p.blobs import BlobStore, PeerUnavailableError, TransferError
+from protocol.p2p.transfer import FetchPolicy, fetch_blob, get_capped, peer_failure_counts
 from protocol.wire.records import (
     BadURLError,
     MalformedRecordError,

@@ -31,12 +31,13 @@ from miner.node import MinerNode
 from protocol.errors import ProtocolError
 from protocol.p2p.dht import DHTConfig, DHTNode
 from protocol.p2p.discovery import Discovery
-from protocol.rounds.coordinator import Phase
 from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.rounds.phases import Phase
 from protocol.runspec import RunSpec
 from protocol.wire.tensorblob import tensors_digest
 from tessera.attack.harness import tiny_spec
-from tessera.devnet.sizing import PhaseWindows, measure_work, phase_windows
+from tessera.devnet.sizing import PhaseWindows, phase_windows
+from tessera.devnet.work import measure_work
 from validator.config import ValidatorConfig
 from validator.errors import ValidatorError
 from validator.node import ValidatorNode

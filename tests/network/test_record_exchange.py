@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p.blobs import BlobStore
 from protocol.p2p.dht import DHTConfig, DHTNode, record_key
 from protocol.p2p.discovery import Discovery
 from protocol.p2p.recordbook import (
@@ -23,7 +24,6 @@ from protocol.p2p.recordbook import (
     RecordBookFullError,
     mount_record_routes,
 )
-from protocol.p2p.transfer import BlobStore
 from protocol.wire.records import BadSignatureError, NodeRecord, make_record
 
 CHAIN = 31337

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-from protocol.chain import http_web3
+from protocol.chain.transport import http_web3
 from protocol.node.api import NodeServer
 from protocol.node.traffic import (
     OPERATOR_QUERY,
@@ -25,7 +25,8 @@ from protocol.node.traffic import (
     rpc_label,
     total_bytes,
 )
-from protocol.p2p.transfer import FetchPolicy, fetch_blob, sha256_digest
+from protocol.p2p.blobs import sha256_digest
+from protocol.p2p.transfer import FetchPolicy, fetch_blob
 from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
 from tests.network.miner_support import start_bare_miner
 from tests.support.rounds import MINERS, Round, make_round

@@ -10,18 +10,17 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-from protocol.p2p.transfer import (
+from protocol.p2p.blobs import (
     BadDigestError,
     BlobNotFoundError,
     BlobStore,
     BlobTooLargeError,
     DigestMismatchError,
-    FetchPolicy,
     FetchTimeoutError,
     PeerUnavailableError,
-    fetch_blob,
     sha256_digest,
 )
+from protocol.p2p.transfer import FetchPolicy, fetch_blob
 
 FAST = FetchPolicy(max_bytes=1 << 20, timeout=2.0, attempts=2, backoff=0.01)
 

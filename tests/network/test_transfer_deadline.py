@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from protocol.p2p.transfer import FetchPolicy, FetchTimeoutError, fetch_blob, stalled_recently
+from protocol.p2p.blobs import FetchTimeoutError
+from protocol.p2p.transfer import FetchPolicy, fetch_blob, stalled_recently
 
 DIGEST = "0x" + "00" * 32
 

@@ -96,7 +96,8 @@ def test_deep_json_is_a_typed_error_not_a_segfault(call: str) -> None:
 
 
 def test_get_capped_refuses_oversize_signature_answers() -> None:
-    from protocol.p2p.transfer import BlobTooLargeError, TransferError, get_capped
+    from protocol.p2p.blobs import BlobTooLargeError, TransferError
+    from protocol.p2p.transfer import get_capped
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/big":

@@ -12,10 +12,12 @@ from eth_abi import encode as abi_encode
 from eth_account import Account
 from eth_utils import keccak
 
-from protocol.chain import SeedNotRevealed, decode_revert
-from protocol.chain.coordinator import _translate
-from protocol.rounds.coordinator import CoordinatorError, Phase, SeedNotRevealedError
+from protocol.chain import SeedNotRevealed
+from protocol.chain.abi import decode_revert
+from protocol.chain.coordinator import translate
+from protocol.rounds.coordinator import CoordinatorError, SeedNotRevealedError
 from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.rounds.phases import Phase
 
 KEYS = ["0x" + f"{i:064x}" for i in range(21, 25)]
 SALT = b"\x07" * 32
@@ -97,5 +99,5 @@ def test_chain_coordinator_maps_the_contract_revert_to_the_same_error() -> None:
         raise revert
 
     with pytest.raises(SeedNotRevealedError) as info:
-        _translate("reveal scores", reveal)
+        translate("reveal scores", reveal)
     assert info.value.__cause__ is revert

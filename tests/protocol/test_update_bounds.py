@@ -20,9 +20,9 @@ import torch
 from safetensors.torch import save as st_save
 
 from protocol.errors import ProtocolError
-from protocol.rounds.coordinator import update_commitment
 from protocol.wire import update as wire
 from protocol.wire import updatecost, updateerrors, updateheader
+from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import TensorBlobError, decode_tensors
 from tests.support.bombs import ISSUE_BOMBS, PeakRSS, crafted_update, head
 from training.codecs import encode

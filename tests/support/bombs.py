@@ -26,7 +26,8 @@ import torch
 
 from protocol.wire import update as wire
 from protocol.wire import updatecost, updateheader
-from training.codecs import Encoded, field_specs, index_bits, layout, pack_bits
+from training.bitpack import pack_bits
+from training.codecs import Encoded, field_specs, index_bits, layout
 from training.config import CodecConfig
 
 MINER = "0x" + "ab" * 20

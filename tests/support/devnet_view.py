@@ -6,8 +6,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from protocol.chain import ContractRound, Phase
-from tessera.devnet.network import NodeProc
+from protocol.chain import ContractRound
+from protocol.rounds.phases import Phase
+from tessera.devnet.procs import NodeProc
 
 MINER_KEY = "0x" + "33" * 32
 

@@ -18,7 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from training.codecs import Encoded, decode, field_specs, index_bits, layout, pack_bits
+from training.bitpack import pack_bits
+from training.codecs import Encoded, decode, field_specs, index_bits, layout
 from training.config import CodecConfig, OuterConfig
 from training.digest import state_digest
 from training.exact import canonical_normal

@@ -9,8 +9,8 @@ from torch import Tensor
 
 from miner.behaviour import Behaviour
 from miner.work import BuiltUpdate, build_update
-from protocol.rounds.coordinator import update_commitment
 from protocol.runspec import RunSpec
+from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from training.config import InnerConfig
 from training.data import Dataset, prepare

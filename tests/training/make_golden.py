@@ -27,8 +27,8 @@ import torch
 from tests.support import merge_case
 from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.assignment import assign
-from training.bitpack import elias_fano_encode
-from training.codecs import Encoded, decode, encode, index_bits, layout, layout_of, pack_bits, tile_grid
+from training.bitpack import elias_fano_encode, pack_bits
+from training.codecs import Encoded, decode, encode, index_bits, layout, layout_of, tile_grid
 from training.config import CodecConfig, InnerConfig, OuterConfig, to_dict
 from training.corpus import load_bundled_corpus
 from training.data import miner_batches, prepare, window_offsets

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.training import RunCache, _plot_sizes, log_slope, size_series, sizes
+from benchmarks.training import _plot_sizes
+from benchmarks.training_runs import RunCache
+from benchmarks.training_sizes import log_slope, size_series, sizes
 
 
 def test_log_slope_is_the_least_squares_fit() -> None:

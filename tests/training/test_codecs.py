@@ -9,16 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from training.bitpack import pack_bits, unpack_bits
 from training.codecbounds import chunk_errors, error_bound
-from training.codecs import (
-    Encoded,
-    decode,
-    encode,
-    encoded_bits,
-    field_specs,
-    pack_bits,
-    unpack_bits,
-)
+from training.codecs import Encoded, decode, encode, encoded_bits, field_specs
 from training.config import CodecConfig
 from training.errors import CodecError, ConfigError
 from training.feedback import ErrorFeedback, same_encoding

@@ -17,7 +17,8 @@ import torch
 from miner.behaviour import Behaviour
 from miner.work import build_update
 from protocol.wire.update import decode_update
-from tessera.devnet.network import DevnetConfig, devnet_spec
+from tessera.devnet.config import DevnetConfig
+from tessera.devnet.runfile import devnet_spec
 from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.config import CodecConfig, InnerConfig, OuterConfig, RunConfig
 from training.corpus import load_bundled_corpus

@@ -14,8 +14,9 @@ import tessera.modelout
 from protocol.runspec import RunSpec
 from protocol.wire.tensorblob import encode_tensors, join_checkpoint, tensors_digest
 from tessera.commands.runspec import train_tokenizer_file
-from tessera.devnet.network import DevnetConfig, devnet_spec, tokenizer_path
+from tessera.devnet.config import DevnetConfig
 from tessera.devnet.run import _view, checkpoint_samples
+from tessera.devnet.runfile import devnet_spec, tokenizer_path
 from training.config import InnerConfig, ModelConfig
 from training.presets import get_preset
 

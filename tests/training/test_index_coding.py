@@ -10,17 +10,8 @@ import torch
 from hypothesis import given, settings
 
 from tests.training.training_fixtures import shaped_tensors
-from training.codecs import (
-    Encoded,
-    decode,
-    elias_fano_bits,
-    encode,
-    encoded_bits,
-    field_specs,
-    index_groups,
-    pack_bits,
-    unpack_bits,
-)
+from training.bitpack import elias_fano_bits, pack_bits, unpack_bits
+from training.codecs import Encoded, decode, encode, encoded_bits, field_specs, index_groups
 from training.config import CodecConfig
 from training.errors import CodecError, ConfigError
 

@@ -14,7 +14,8 @@ import math
 from miner.behaviour import Behaviour
 from miner.work import build_update
 from protocol.wire.update import decode_update
-from tessera.devnet.network import DevnetConfig, devnet_spec
+from tessera.devnet.config import DevnetConfig
+from tessera.devnet.runfile import devnet_spec
 from training.corpus import load_bundled_corpus
 from training.data import prepare
 from training.model import module_of

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from protocol.p2p.transfer import BlobNotFoundError, FetchTimeoutError, PeerUnavailableError
-from protocol.rounds.coordinator import update_commitment
+from protocol.p2p.blobs import BlobNotFoundError, FetchTimeoutError, PeerUnavailableError
 from protocol.wire import update as wire
 from protocol.wire import updateheader
+from protocol.wire.commitments import update_commitment
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 from validator.errors import NotAnnouncedError
 from validator.stages import Stage

@@ -8,19 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.crossplatform import (
-    AVX512,
-    METRICS,
-    SETTINGS,
-    _kernels,
-    _run_spec,
-    _train,
-    _verify,
-    cpu_flags,
-    render,
-    run,
-    unsupported,
-)
+from benchmarks.crossplatform import _kernels, _run_spec, _train, _verify, run
+from benchmarks.crossplatform_report import render
+from benchmarks.crossplatform_settings import AVX512, METRICS, SETTINGS, cpu_flags, unsupported
 
 
 def test_settings_the_cpu_lacks_are_skipped_with_the_reason() -> None:

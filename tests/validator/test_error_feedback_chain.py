@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from miner.work import BuiltUpdate
-from protocol.p2p.transfer import TransferError
+from protocol.p2p.blobs import TransferError
 from protocol.wire.tensorblob import tensors_digest
 from protocol.wire.update import decode_update, encode_update, update_digest
 from tessera.attack.miners import Poisoner

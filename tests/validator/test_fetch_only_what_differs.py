@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from protocol.rounds.coordinator import update_commitment
 from protocol.wire import update as wire
 from protocol.wire import updateerrors, updateheader
+from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
 from validator.verify import Verdict, VerifyPolicy, verify_update

@@ -22,8 +22,9 @@ from miner.node import MinerNode
 from protocol.errors import ProtocolError
 from protocol.p2p.dht import DHTConfig, DHTNode
 from protocol.p2p.discovery import Discovery
-from protocol.rounds.coordinator import Phase, RoundState
+from protocol.rounds.coordinator import RoundState
 from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.rounds.phases import Phase
 from protocol.runspec import RunSpec
 from protocol.wire.tensorblob import tensors_digest
 from training.config import InnerConfig

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from tests.support.merge_case import RUNS, inputs
-from training.codecs import Encoded, index_bits, layout, unpack_bits
+from training.bitpack import unpack_bits
+from training.codecs import Encoded, index_bits, layout
 from training.config import CodecConfig
 from training.digest import state_digest
 from training.exact import dct_basis_fixed, fixed_shift

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.crossplatform import cpu_flags
+from benchmarks.crossplatform_settings import cpu_flags
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = json.loads((HERE.parent / "training" / "golden" / "golden.json").read_text())["merge_case"]

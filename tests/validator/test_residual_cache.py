@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from protocol.p2p.transfer import DigestMismatchError
+from protocol.p2p.blobs import DigestMismatchError
 from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
 from validator.residuals import ResidualCache
 

@@ -24,8 +24,8 @@ from miner.node import MinerNode
 from protocol.errors import ProtocolError
 from protocol.p2p.dht import DHTConfig, DHTNode
 from protocol.p2p.discovery import Discovery
-from protocol.rounds.coordinator import Phase
 from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
+from protocol.rounds.phases import Phase
 from protocol.runspec import RunSpec
 from protocol.wire.tensorblob import tensors_digest
 from tessera.attack.miners import LazyMiner
