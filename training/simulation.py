@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,11 @@ Transport = Callable[
 Merger = Callable[[list[tuple[float, str, dict[str, Tensor]]]], dict[str, Tensor]]
 """``[(weight, miner, delta)] -> merged pseudo-gradient``: how the round's updates combine (default
 :func:`training.diloco.merge`; the bench passes the validators' ``training.merge.robust_merge``)."""
+
+
+_Sent = tuple[dict[str, Tensor], int, float, ErrorFeedback | None]
+"""What :meth:`Simulation._send` returns: (delta received, bytes sent, payload bits per parameter and step,
+the miner's error feedback or None)."""
 
 
 def round_seed(run_seed: int, round: int) -> bytes:
@@ -142,6 +148,9 @@ class Simulation:
         # keeps) or the assignment's modules, so a residual built on one path's data waits for that path
         self.feedback: dict[tuple[str, str], ErrorFeedback] = {}
         self.optimizer_states: dict[str, dict[str, Tensor]] = {}
+        self.overlap = device != "cpu"
+        """Whether a miner's codec and wire run in a helper thread while the next miner trains (default: off
+        the CPU, where the inner loop leaves the host's cores idle)."""
 
     def assignments(self, round: int) -> dict[str, Assignment]:
         """The round's assignments (drawn from the seed of its epoch's first round)."""
@@ -172,6 +181,25 @@ class Simulation:
         encs, sent = ef.compress(delta)
         return encs, sent, ef
 
+    def _send(self, round: int, miner: str, a: Assignment, res: InnerResult, base_digest: bytes) -> _Sent:
+        """A miner's update after its inner loop: the pseudo-gradient, compressed with its error feedback
+        (or fp32), through the transport: what arrives, the bytes sent, the payload bits per parameter
+        and step, and the miner's error feedback (None uncompressed)."""
+        delta = pseudo_gradient(self.params, res.params)
+        encs: dict[str, Encoded] | None = None
+        ef: ErrorFeedback | None = None
+        if self.compress:
+            encs, delta, ef = self._compress(miner, a, delta)
+            payload = sum(encoded_bits(e.shape, self.run.codec) for e in encs.values())
+        else:
+            payload = fp32_bits(delta)
+        numel = sum(t.numel() for t in delta.values())
+        if self.transport is not None:
+            delta, nbytes = self.transport(round, a, encs, delta, res, base_digest)
+        else:
+            nbytes = payload // 8
+        return delta, nbytes, payload / numel / self.run.inner.steps, ef
+
     def step(self, round: int, evaluate_after: bool = True) -> RoundStats:
         """Run one outer round and move ``self.params`` to theta_{r+1}."""
         contributions: list[tuple[float, str, dict[str, Tensor]]] = []
@@ -179,6 +207,11 @@ class Simulation:
         sent_by: dict[str, dict[str, Tensor]] = {}
         ef_of: dict[str, ErrorFeedback] = {}
         sent_bytes, bits, losses, tokens = 0, [], [], 0
+        # on an accelerator a miner's codec and wire (CPU) run in a helper thread while the next miner
+        # trains; each miner's part is the same function of its own inputs, in the same order, so the
+        # round's figures are those of the serial loop (which the CPU keeps: its cores are all in use)
+        pool = ThreadPoolExecutor(max_workers=1) if self.overlap else None
+        pending: list[tuple[str, InnerResult, Future[_Sent] | _Sent]] = []
         for miner, a in sorted(self.assignments(round).items()):
             res = train_inner(
                 self.run.model,
@@ -194,24 +227,20 @@ class Simulation:
             if self.run.inner.carry_optimizer:
                 # what a devnet miner keeps (miner/work.py): the moments of this round's parameters only
                 self.optimizer_states[miner] = res.optimizer_state
-            delta = pseudo_gradient(self.params, res.params)
-            encs: dict[str, Encoded] | None = None
-            if self.compress:
-                encs, delta, ef_of[miner] = self._compress(miner, a, delta)
-                payload = sum(encoded_bits(e.shape, self.run.codec) for e in encs.values())
-            else:
-                payload = fp32_bits(delta)
-            numel = sum(t.numel() for t in delta.values())
-            bits.append(payload / numel / self.run.inner.steps)
-            if self.transport is not None:
-                delta, nbytes = self.transport(round, a, encs, delta, res, base_digest)
-            else:
-                nbytes = payload // 8
+            args = (round, miner, a, res, base_digest)
+            pending.append((miner, res, pool.submit(self._send, *args) if pool else self._send(*args)))
+        for miner, res, job in pending:
+            delta, nbytes, bit, ef = job.result() if isinstance(job, Future) else job
+            if ef is not None:
+                ef_of[miner] = ef
+            bits.append(bit)
             sent_bytes += nbytes
             contributions.append((1.0, miner, delta))
             sent_by[miner] = delta
             losses.extend(res.losses)
             tokens += res.tokens
+        if pool is not None:
+            pool.shutdown()
         old = self.params
         if self.merger is not None:
             merged = self.merger(contributions)

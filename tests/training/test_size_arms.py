@@ -30,3 +30,27 @@ def test_each_arm_reaches_the_sink_before_the_row() -> None:
     assert arms["diloco"]["final_loss"] == row["diloco_loss"]
     assert "partial" not in seen[-1] and seen[-1]["rows"][0]["label"] == "toy"  # the row replaces them
     json.dumps(seen)  # what the sink writes is JSON-safe
+
+
+def test_overlapping_the_codec_with_the_next_miner_changes_no_figure() -> None:
+    """The simulation's helper thread (on by default off the CPU) gives the serial loop's bits."""
+    from tessera.simwire import wire_transport
+    from tests.training.training_fixtures import tiny_inner, tiny_model
+    from training.config import CodecConfig, OuterConfig, RunConfig
+    from training.data import prepare
+    from training.digest import state_digest
+    from training.simulation import Simulation
+
+    run = RunConfig(
+        tiny_model("moe"), tiny_inner(steps=2), OuterConfig(), CodecConfig(chunk=256, topk=8, bits=2)
+    )
+    ds = prepare(load_bundled_corpus(), run.model)
+    got = []
+    for overlap in (False, True):
+        sim = Simulation(
+            run, ds, ["a", "b", "c"], transport=wire_transport(run.codec, run.model), eval_windows=4
+        )
+        sim.overlap = overlap
+        stats = [sim.step(r) for r in range(2)]
+        got.append((state_digest(sim.params), stats))
+    assert got[0] == got[1]
