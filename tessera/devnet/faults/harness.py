@@ -118,6 +118,11 @@ class Harness:
             block_time=sc.block_time,
             fast_forward=sc.fast_forward,
         )
+        if sc.windows is not None:
+            cfg.size_phases = False
+            cfg.commit_blocks, cfg.reveal_blocks, cfg.score_commit_blocks, cfg.score_reveal_blocks = (
+                sc.windows
+            )
         if self.cheats:  # their keys ground to low addresses, kept by a devnet that is not wiped at start
             seed_sybil_keys(cfg.workdir, self.cheats, self.seed)
             cfg.fresh = False
