@@ -35,9 +35,9 @@ from torch import Tensor
 
 from training.assignment import Assignment
 from training.config import InnerConfig, ModelConfig
-from training.digest import part_digests
 from training.errors import ModuleIdError, ReplayError
 from training.model import TesseraModel, build_model, lm_loss, load_params, model_holding, module_params
+from training.snapshots import capture, capture_async, digest_future, on_gpu, restore
 
 #: Where the inner loop computes (a ``torch.device`` or its name: ``cpu``, ``cuda``, ``cuda:N``).
 Device = torch.device | str
@@ -97,11 +97,6 @@ class InnerResult:
     """AdamW's moments and ``adam_step`` after the last step, to carry into the next round."""
 
 
-def _on_gpu(params: dict[str, torch.nn.Parameter]) -> bool:
-    """Whether the trained parameters live on a CUDA device (then the loop takes its GPU paths)."""
-    return any(p.device.type == "cuda" for p in params.values())
-
-
 def _optimizer(cfg: InnerConfig, params: dict[str, torch.nn.Parameter]) -> torch.optim.AdamW:
     decay = [p for n, p in params.items() if p.dim() >= 2]
     no_decay = [p for n, p in params.items() if p.dim() < 2]
@@ -116,82 +111,8 @@ def _optimizer(cfg: InnerConfig, params: dict[str, torch.nn.Parameter]) -> torch
         eps=cfg.eps,
         # the CPU keeps the single-tensor path its golden transcripts were made with; a GPU launches one
         # kernel per op over all tensors instead of one per tensor (the same elementwise math)
-        foreach=_on_gpu(params),
+        foreach=on_gpu(params),
     )
-
-
-def _capture(
-    params: dict[str, torch.nn.Parameter],
-    opt: torch.optim.AdamW,
-    step: int,
-    adam_step: int,
-    copy: bool = True,
-) -> dict[str, Tensor]:
-    """The state (see the module doc) on the CPU; ``copy=False`` returns live views where they are (on the
-    compute device), valid until the next step (for digesting only). On a GPU use :func:`_capture_async`."""
-    state: dict[str, Tensor] = {
-        "step": torch.tensor(step, dtype=torch.int64),
-        "adam_step": torch.tensor(adam_step, dtype=torch.int64),
-    }
-    for name, p in params.items():
-        st = opt.state.get(p)
-        entries = {
-            "param": p.detach(),
-            "exp_avg": st["exp_avg"] if st else torch.zeros_like(p),
-            "exp_avg_sq": st["exp_avg_sq"] if st else torch.zeros_like(p),
-        }
-        for kind, t in entries.items():
-            state[f"{kind}/{name}"] = t.to("cpu", copy=True) if copy else t
-    return state
-
-
-def _capture_async(
-    params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, step: int, adam_step: int
-) -> tuple[dict[str, Tensor], torch.cuda.Event | None]:
-    """:func:`_capture` into pinned host memory without waiting for the copies (GPU parameters): the state
-    and the CUDA event after which its bytes are valid (None where the parameters are on the CPU: a
-    plain copy, valid at once). The copies are queued on the current stream, so the steps that follow
-    cannot overwrite what they read."""
-    if not _on_gpu(params):
-        return _capture(params, opt, step, adam_step), None
-    live = _capture(params, opt, step, adam_step, copy=False)
-    state: dict[str, Tensor] = {}
-    for key, t in live.items():
-        if t.device.type == "cpu":
-            state[key] = t
-        else:
-            state[key] = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            state[key].copy_(t, non_blocking=True)
-    done = torch.cuda.Event()
-    done.record(torch.cuda.current_stream(next(iter(params.values())).device))
-    return state, done
-
-
-def _restore(
-    params: dict[str, torch.nn.Parameter], opt: torch.optim.AdamW, state: Mapping[str, Tensor]
-) -> tuple[int, int]:
-    expected = {"step", "adam_step"} | {
-        f"{k}/{n}" for n in params for k in ("param", "exp_avg", "exp_avg_sq")
-    }
-    if set(state) != expected:
-        raise ReplayError("snapshot names do not match the assignment's parameters")
-    step, adam_step = int(state["step"]), int(state["adam_step"])
-    if step < 0 or adam_step < step:
-        raise ReplayError("snapshot step counters are inconsistent")
-    opt.state.clear()
-    with torch.no_grad():
-        for name, p in params.items():
-            for kind in ("param", "exp_avg", "exp_avg_sq"):
-                if state[f"{kind}/{name}"].shape != p.shape:
-                    raise ReplayError(f"snapshot shape of {kind}/{name} does not match the model")
-            p.copy_(state[f"param/{name}"])
-            if adam_step > 0:
-                opt.state[p] = {  # AdamW keeps a non-capturable step count on the CPU
-                    "step": torch.tensor(float(adam_step)),
-                    "exp_avg": state[f"exp_avg/{name}"].to(p.device, copy=True),
-                    "exp_avg_sq": state[f"exp_avg_sq/{name}"].to(p.device, copy=True),
-                }
-    return step, adam_step
 
 
 def start_state(
@@ -222,7 +143,7 @@ def start_state(
 def _is_capture(
     state: Mapping[str, Tensor], params: dict[str, torch.nn.Parameter], adam_step: int, carried: bool
 ) -> bool:
-    """Whether ``start_state``'s output, once restored, is bit for bit what :func:`_capture` would return
+    """Whether ``start_state``'s output, once restored, is bit for bit what :func:`capture` would return
     at step 0 (so the loop keeps it, not a second copy): the parameters' dtypes are the model's, and its
     moments are the ones restored (only when ``adam_step > 0``; else zeros in the parameters' dtype)."""
     if any(state[f"param/{n}"].dtype != p.dtype for n, p in params.items()):
@@ -257,29 +178,60 @@ def _setup(
     return model, params, _optimizer(inner_cfg, params)
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Inner steps ``first``..``last`` of one miner's round: what :func:`_steps` runs."""
+
+    inner_cfg: InnerConfig
+    """The inner loop's config (H, schedule, clipping, transcript interval)."""
+    assignment: Assignment
+    """The miner's assignment (its DiPaCo path, if any, routes the forward pass)."""
+    batches: Tensor
+    """The round's batches ``[H, B, T+1]`` on the CPU (step ``s`` trains on ``batches[s]``)."""
+    first: int
+    """First inner step run."""
+    last: int
+    """Inner step after the last one run."""
+    round: int
+    """Outer round (with the step, the learning rate's global step)."""
+    adam_offset: int
+    """AdamW's own step count minus the inner step (steps carried from earlier rounds)."""
+
+
+@dataclass
+class Recording:
+    """Where :func:`_steps` records the transcript's states."""
+
+    transcript: Transcript
+    """The transcript the recorded steps and digests are appended to."""
+    keep_states: bool = False
+    """Keep every recorded state (else only the state at H, the loop's result)."""
+    pool: ThreadPoolExecutor | None = None
+    """The helper thread that digests copied states while the next steps run."""
+
+
 def _steps(
     model: TesseraModel,
     params: dict[str, torch.nn.Parameter],
     opt: torch.optim.AdamW,
-    inner_cfg: InnerConfig,
-    assignment: Assignment,
-    batches: Tensor,
-    first: int,
-    last: int,
-    round: int,
-    transcript: Transcript | None,
-    keep_states: bool,
-    adam_offset: int,
-    pool: ThreadPoolExecutor | None = None,
+    seg: Segment,
+    rec: Recording | None = None,
 ) -> list[float]:
-    """Inner steps ``first``..``last``; with a ``transcript``, the recorded states' digests are appended
-    to it (a kept state's in ``pool``, while the next steps run; the rest, views of live tensors, here)."""
+    """The inner steps of ``seg``; with ``rec``, the recorded states' digests are appended to its
+    transcript (a copied state's in its pool, while the next steps run; live views, on the CPU, here)."""
+    inner_cfg, assignment, first, last, round = seg.inner_cfg, seg.assignment, seg.first, seg.last, seg.round
+    transcript, keep_states, pool = (
+        (rec.transcript, rec.keep_states, rec.pool) if rec else (None, False, None)
+    )
+    adam_offset = seg.adam_offset
     losses: list[Tensor] = []
     plist = list(params.values())
     digests: list[Future[tuple[bytes, bytes]]] = []
     dev = next(model.parameters()).device
     gpu = dev.type == "cuda"
-    on_dev = batches[first:last].to(dev)  # one copy up front, not a synchronous one per step (CPU: a view)
+    on_dev = seg.batches[first:last].to(
+        dev
+    )  # one copy up front, not a synchronous one per step (CPU: a view)
     for s in range(first, last):
         lr = lr_at(inner_cfg, round * inner_cfg.steps + s)
         for g in opt.param_groups:
@@ -304,43 +256,16 @@ def _steps(
             copy = keep_states or done == inner_cfg.steps
             transcript.steps.append(done)
             if gpu:  # always a copy (pinned, not waited for): digested in the pool once it has landed
-                state, landed = _capture_async(params, opt, done, adam_offset + done)
-                digests.append(_digest(state, pool, landed))
+                state, landed = capture_async(params, opt, done, adam_offset + done)
+                digests.append(digest_future(state, pool, landed))
             else:
-                state = _capture(params, opt, done, adam_offset + done, copy=copy)
-                digests.append(_digest(state, pool if copy else None))
+                state = capture(params, opt, done, adam_offset + done, copy=copy)
+                digests.append(digest_future(state, pool if copy else None))
             if copy:
                 transcript.states[done] = state
     if transcript is not None:
         transcript.parts.extend(d.result() for d in digests)
     return torch.stack(losses).tolist() if losses else []
-
-
-def _digest(
-    state: dict[str, Tensor], pool: ThreadPoolExecutor | None, landed: torch.cuda.Event | None = None
-) -> Future[tuple[bytes, bytes]]:
-    """``part_digests(state)`` in ``pool`` (SHA-256 releases the GIL), or here and now without one;
-    ``landed``: the event after which ``state``'s bytes are valid (:func:`_capture_async`)."""
-    if pool is not None:
-        if landed is not None:
-            return pool.submit(_digest_landed, state, landed)
-        return pool.submit(part_digests, state)
-    if landed is not None:
-        return _done(_digest_landed(state, landed))
-    return _done(part_digests(state))
-
-
-def _digest_landed(state: dict[str, Tensor], landed: torch.cuda.Event) -> tuple[bytes, bytes]:
-    """``part_digests(state)`` once the copies into ``state`` have landed."""
-    landed.synchronize()
-    return part_digests(state)
-
-
-def _done(parts: tuple[bytes, bytes]) -> Future[tuple[bytes, bytes]]:
-    """A finished future holding ``parts``."""
-    done: Future[tuple[bytes, bytes]] = Future()
-    done.set_result(parts)
-    return done
 
 
 def train_inner(
@@ -366,27 +291,25 @@ def train_inner(
         raise ReplayError(f"need {inner_cfg.steps} batches, got {batches.shape[0]}")
     model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model, device)
     state0 = start_state(checkpoint, list(params), optimizer_state)
-    _, adam_offset = _restore(params, opt, state0)
+    _, adam_offset = restore(params, opt, state0)
     if not _is_capture(state0, params, adam_offset, optimizer_state is not None):
-        state0 = _capture(params, opt, 0, adam_offset)  # a copy: it is digested while the steps run
+        state0 = capture(params, opt, 0, adam_offset)  # a copy: it is digested while the steps run
     transcript = Transcript(inner_cfg.transcript_interval)
     transcript.steps.append(0)
     if keep_states:
         transcript.states[0] = state0
     # state0 and the kept states are copies no step touches: their digests overlap the next steps
     with ThreadPoolExecutor(max_workers=1) as pool:
-        digests0 = _digest(state0, pool)
-        losses = _steps(
-            model, params, opt, inner_cfg, assignment, batches, 0, inner_cfg.steps, round, transcript,
-            keep_states, adam_offset, pool,
-        )  # fmt: skip
+        digests0 = digest_future(state0, pool)
+        seg = Segment(inner_cfg, assignment, batches, 0, inner_cfg.steps, round, adam_offset)
+        losses = _steps(model, params, opt, seg, Recording(transcript, keep_states, pool))
         transcript.parts.insert(0, digests0.result())
     # the state at H was captured as a copy (and digested) by the last step: the result shares its tensors
     final = transcript.states.get(inner_cfg.steps)
     if not keep_states:
         transcript.states.clear()
     if final is None:
-        final = _capture(params, opt, inner_cfg.steps, adam_offset + inner_cfg.steps)
+        final = capture(params, opt, inner_cfg.steps, adam_offset + inner_cfg.steps)
     out = {n: final[f"param/{n}"] for n in params}
     carried = {k: v for k, v in final.items() if not k.startswith("param/") and k != "step"}
     tokens = inner_cfg.steps * batches.shape[1] * (batches.shape[2] - 1)
@@ -413,12 +336,12 @@ def replay_segment(
     ``device`` is where it computes; the result is on the CPU.
     """
     model, params, opt = _setup(model_cfg, inner_cfg, checkpoint, assignment, model, device)
-    start, adam_step = _restore(params, opt, state)
+    start, adam_step = restore(params, opt, state)
     if not 0 <= start < end_step <= inner_cfg.steps:
         raise ReplayError(f"bad segment {start}..{end_step} for H={inner_cfg.steps}")
     offset = adam_step - start
-    _steps(model, params, opt, inner_cfg, assignment, batches, start, end_step, round, None, False, offset)
-    return _capture(params, opt, end_step, offset + end_step)
+    _steps(model, params, opt, Segment(inner_cfg, assignment, batches, start, end_step, round, offset))
+    return capture(params, opt, end_step, offset + end_step)
 
 
 def states_close(a: Mapping[str, Tensor], b: Mapping[str, Tensor], rel_tol: float = REPLAY_REL_TOL) -> bool:

@@ -105,6 +105,7 @@ def test_kept_states_are_what_the_loop_restores_and_returns(corpus) -> None:  # 
     result shares the step-H state's tensors: both must be bit for bit what a capture would hold, with a
     fresh optimizer, with carried moments, and with a carried ``adam_step`` of 0 (moments not restored)."""
     from training import inner as loop
+    from training.snapshots import capture, restore
 
     cfg, inner, theta, a, batches = _setup(corpus, "moe")
     fresh = train_inner(cfg, inner, theta, a, batches, round=0, keep_states=True)
@@ -117,8 +118,8 @@ def test_kept_states_are_what_the_loop_restores_and_returns(corpus) -> None:  # 
         t = res.transcript
         assert [part_digests(t.states[s]) for s in t.steps] == t.parts
         _, params, opt = loop._setup(cfg, inner, theta, a, None, "cpu")
-        loop._restore(params, opt, loop.start_state(theta, list(params), opt_state))
-        want = loop._capture(params, opt, 0, int(t.states[0]["adam_step"]))
+        restore(params, opt, loop.start_state(theta, list(params), opt_state))
+        want = capture(params, opt, 0, int(t.states[0]["adam_step"]))
         assert state_digest(t.states[0]) == state_digest(want)
         final = t.states[inner.steps]
         assert all(res.params[n] is final[f"param/{n}"] for n in res.params)
