@@ -92,7 +92,7 @@ def cpu_model() -> str:
 
 def default_tolerances() -> dict[str, float]:
     """Each metric's tolerance in the validator's default policy."""
-    from validator.verify import VerifyPolicy
+    from validator.policy import VerifyPolicy
 
     policy = VerifyPolicy()
     return {

@@ -31,7 +31,7 @@ from training.data import is_heldout, prepare
 from training.errors import TrainingError
 from training.model import build_model, load_params
 from training.tokenizer import DOC_SEP_ID, BPETokenizer, ByteTokenizer, TokenizerError
-from validator.verify import heldout_loss
+from validator.usefulness import heldout_loss
 
 #: Names of the files ``export`` writes.
 WEIGHTS_FILE = "model.safetensors"

@@ -24,6 +24,11 @@ MAX_FUNCTION_LINES = 60
 
 MODULES: dict[str, str] = {
     "protocol/chain/errors.py": "one typed class per Solidity custom error (51 classes, mostly docstrings)",
+    "validator/recompute.py": (
+        "one stage over one transcript: the transcript states fetched part by part, the anchor, the final "
+        "cosine, the error-feedback recomputation (F12) and the segment replays share one state cache and "
+        "one entry (recompute)"
+    ),
     "protocol/wire/updateheader.py": (
         "the v4 header is one seam: its fields, the parameters and transcript steps it derives from module "
         "ids and dims, the transcript it commits to, its JSON form and its parse (was updateheader + "

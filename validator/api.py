@@ -9,20 +9,34 @@ from fastapi import HTTPException
 from fastapi.responses import HTMLResponse, Response
 
 from protocol.node.account import ChainAccount
-from validator.parts import ValidatorParts
+from validator.checkpoints import Checkpoints
+from validator.connections import Connections
+from validator.intake import Intake
 from validator.web import LIVE_PAGE
 
 
-class ApiMixin(ValidatorParts):
-    """Routes and the documents they serve."""
+class ValidatorApi:
+    """Routes and the documents they serve, read from the state and from what ``intake`` and
+    ``checkpoints`` hold now."""
 
-    def _add_routes(self, app: Any) -> None:
+    def __init__(self, conn: Connections, intake: Intake, checkpoints: Checkpoints) -> None:
+        self.conn = conn
+        self.intake = intake
+        self.checkpoints = checkpoints
+        self.account: ChainAccount | None = None
+        """This validator's account figures (created on first use; None on an in-memory coordinator)."""
+        self._account_read = False
+
+    def add_routes(self, app: Any) -> None:
+        """The validator's routes on the node's app; the account is refreshed before each collection."""
+        state, public, address = self.conn.state, self.conn.public, self.conn.address
+
         @app.get("/signatures/{round}", summary="This validator's signature of theta_{round+1}'s digest")
         def signature(round: int) -> dict[str, Any]:
-            rec = self.state.rounds().get(round)
+            rec = state.rounds().get(round)
             if rec is None or rec.signature is None:
                 raise HTTPException(status_code=404, detail="not signed yet")
-            return {"round": round, "digest": rec.merged, "signer": self.address, "signature": rec.signature}
+            return {"round": round, "digest": rec.merged, "signer": address, "signature": rec.signature}
 
         @app.get(
             "/updates/{round}/{miner}",
@@ -38,15 +52,15 @@ class ApiMixin(ValidatorParts):
         )
         def held_update(round: int, miner: str) -> Any:
             # read without creating: a lookup of an unknown round must not add a record (state.json growth)
-            rec = self.state.rounds().get(round)
+            rec = state.rounds().get(round)
             digest = (rec.updates or {}).get(miner) if rec is not None else None
-            if not digest or not self.public.has(digest):
+            if not digest or not public.has(digest):
                 raise HTTPException(status_code=404, detail="not held")
-            return Response(self.public.get(digest), media_type="application/octet-stream")
+            return Response(public.get(digest), media_type="application/octet-stream")
 
         @app.get("/verdicts/{round}", summary="Verdicts (with evidence) of a round")
         def verdicts(round: int) -> dict[str, Any]:
-            rec = self.state.rounds().get(round)
+            rec = state.rounds().get(round)
             return {m: v.to_json() for m, v in rec.verdicts.items()} if rec is not None else {}
 
         @app.get("/rounds", summary="Per-round summary: scores, consensus, rewards, losses")
@@ -57,14 +71,13 @@ class ApiMixin(ValidatorParts):
         def live() -> str:
             return LIVE_PAGE
 
-        self.metrics.before_collect.append(self._refresh_account)
+        self.conn.metrics.before_collect.append(self._refresh_account)
 
     def _account(self) -> ChainAccount | None:
-        """This validator's account figures (created on first use; None on an in-memory coordinator)."""
-        if "_chain_account" not in self.__dict__:
-            self.__dict__["_chain_account"] = ChainAccount.of(self.coord, self.address, self.metrics)
-        acc: ChainAccount | None = self.__dict__["_chain_account"]
-        return acc
+        if not self._account_read:
+            self.account = ChainAccount.of(self.conn.coord, self.conn.address, self.conn.metrics)
+            self._account_read = True
+        return self.account
 
     def _refresh_account(self) -> None:
         """Read the account from the chain after the first ``/status`` or ``/metrics`` request of a round
@@ -72,12 +85,12 @@ class ApiMixin(ValidatorParts):
         in the background: the request is answered at once with the figures of the block they name."""
         acc = self._account()
         if acc is not None:
-            acc.refresh_soon(self._cache.round)
+            acc.refresh_soon(self.intake.cache.round)
 
     def summary(self) -> list[dict[str, Any]]:
         """Per-round summary for the API and the live page."""
         out = []
-        for r, rec in sorted(self.state.rounds().items()):
+        for r, rec in sorted(self.conn.state.rounds().items()):
             v = rec.verdicts
             out.append(
                 {
@@ -97,18 +110,19 @@ class ApiMixin(ValidatorParts):
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
+        c, theta = self.conn, self.checkpoints.theta
         return {
             "role": "validator",
-            "address": self.address,
-            "url": self.url,
-            "round": self._cache.round,
-            "phase": self.phase,
-            "last_error": self.last_error,
-            "theta_round": self._theta.round if self._theta else None,
+            "address": c.address,
+            "url": c.url,
+            "round": self.intake.cache.round,
+            "phase": c.runtime.phase,
+            "last_error": c.runtime.last_error,
+            "theta_round": theta.round if theta else None,
             "account": self._account_json(),
-            "dht_refused_records": self.discovery.refused,
-            "dht_maddrs": self.discovery.dht.visible_maddrs()
-            if self.discovery.dht is not None and self.discovery.dht.running
+            "dht_refused_records": c.discovery.refused,
+            "dht_maddrs": c.discovery.dht.visible_maddrs()
+            if c.discovery.dht is not None and c.discovery.dht.running
             else [],
         }
 

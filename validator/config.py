@@ -24,7 +24,7 @@ from protocol.errors import ProtocolError
 from protocol.node.settings import NodeConfig, load_settings
 from protocol.wire.canonical import JSONFileError, read_json_file
 from validator.errors import ValidatorConfigError
-from validator.policy import EF_REL_TOL, PARAM_REL_TOL, REPLAY_REL_TOL, VerifyPolicy
+from validator.policy import VerifyPolicy
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ ENV_PREFIX = "TESSERA_VALIDATOR_"
 #: The settings that were the run file's merge section before it was the only one, -> its field.
 RETIRED_MERGE_SETTINGS = {"merge_method": "method", "clip_factor": "clip_factor", "trim": "trim"}
 
-__all__ = ["EF_REL_TOL", "PARAM_REL_TOL", "REPLAY_REL_TOL", "ValidatorConfig", "load_validator_config"]
+__all__ = ["ValidatorConfig", "load_validator_config"]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """What verifying one update works with: the round's fixed inputs (:class:`RoundContext`), the verdict it
-produces (:class:`Verdict`), the fetchers it is given, and the failure a stage raises."""
+produces (:class:`Verdict`), the update as it comes in (:class:`Incoming`, its fetchers), what every check
+of one decoded update reads (:class:`UpdateCheck`), and the failure a stage raises (:class:`StageFailure`).
+``validator.pipeline`` runs the checks over these."""
 
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ from typing import Any
 
 from torch import Tensor
 
-from protocol.p2p.transfer import FetchTimeoutError, PeerUnavailableError
+from protocol.p2p.blobs import FetchTimeoutError, PeerUnavailableError
 from protocol.runspec import RunSpec
+from protocol.wire.update import Update
 from training.assignment import Assignment, assign
 from training.config import CodecConfig
 from training.data import Dataset
 from training.model import TesseraModel, model_holding
-from validator.errors import NotAnnouncedError
+from validator.errors import NotAnnouncedError, ValidatorError
+from validator.policy import VerifyPolicy
 from validator.stages import Stage
 
 FetchBytes = Callable[[str], bytes]
@@ -81,16 +85,19 @@ class RoundContext:
     """The round's registered validators: this validator's slot among them picks its window of segments
     (``validator.sampling``); empty (or not among them): an independent draw."""
     assignments: dict[str, Assignment] = field(default_factory=dict)
-    _heldout: dict[int, tuple[Tensor, float]] = field(default_factory=dict)
-    _models: dict[str, TesseraModel] = field(default_factory=dict)
+    """Each miner's assignment, computed once for the round (:meth:`assignment`)."""
+    heldout: dict[int, tuple[Tensor, float]] = field(default_factory=dict, repr=False)
+    """Held-out windows and theta_r's loss on them, by shard (-1: the shared stream), computed once."""
+    models: dict[str, TesseraModel] = field(default_factory=dict, repr=False)
+    """The round's model by device (:meth:`model`)."""
 
     def model(self, device: str = "cpu") -> TesseraModel:
         """The run's model on ``device``, built once for the round (from theta_r): replays and evaluations
         load the parameters they compute with into it, under the compute lock (building one per check
         was 15% of a verification's CPU at the devnet's size)."""
-        if device not in self._models:
-            self._models[device] = model_holding(self.spec.model, self.checkpoint, device)
-        return self._models[device]
+        if device not in self.models:
+            self.models[device] = model_holding(self.spec.model, self.checkpoint, device)
+        return self.models[device]
 
     def assignment(self, miner: str) -> Assignment:
         """The miner's assignment (computed once for the round)."""
@@ -108,12 +115,77 @@ def unreachable(exc: BaseException) -> bool:
     return isinstance(exc, (PeerUnavailableError, FetchTimeoutError, NotAnnouncedError))
 
 
-class _Fail(Exception):
+class StageFailure(ValidatorError):
+    """A check refused the update: raised by a stage at its first failure, caught by the pipeline, which
+    turns it into the verdict (the stage, the reason, whether it is provable, and its evidence)."""
+
     def __init__(self, stage: Stage, reason: str, provable: bool = False, **evidence: Any) -> None:
         super().__init__(reason)
         self.stage, self.reason, self.provable, self.evidence = stage, reason, provable, evidence
 
 
-def _run_model(ctx: RoundContext) -> tuple[dict[str, tuple[int, ...]], CodecConfig]:
-    """The run's parameter shapes and codec, which an update's header must match before it is decoded."""
-    return {n: tuple(t.shape) for n, t in ctx.checkpoint.items()}, ctx.spec.codec
+def run_model(
+    checkpoint: Mapping[str, Tensor], spec: RunSpec
+) -> tuple[dict[str, tuple[int, ...]], CodecConfig]:
+    """The run's parameter shapes (those of ``checkpoint``, theta_r) and codec, which an update's header
+    must match before it is decoded (``protocol.wire.update.decode_update``'s last two arguments)."""
+    return {n: tuple(t.shape) for n, t in checkpoint.items()}, spec.codec
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One miner's update as it comes into the pipeline: whose, what was committed, and how to fetch
+    what a check reads (the node's intake builds one per miner and round)."""
+
+    miner: str
+    """The miner's address."""
+    commitment: bytes | None
+    """Its on-chain update commitment (None: it committed nothing; refused at ``commit``)."""
+    fetch_update: Callable[[], bytes]
+    """Fetches the update's bytes (raises on failure; an unreachable miner's error is retried)."""
+    fetch_state: FetchState
+    """Fetches a transcript state's part, the transcript or a residual by digest."""
+    evidence: bytes | None = None
+    """The TEE evidence the miner served, if any."""
+    fetch_source: FetchSource | None = None
+    """Fetches the miner's earlier update that ``ef.source`` names; without it such an update is refused
+    (unprovably)."""
+    keep_residual: KeepResidual | None = None
+    """Given the recomputed error-feedback residual when it hashes to the committed one."""
+    out_of_time: Callable[[], bool] | None = None
+    """This miner's time budget: asked before each stage and each replayed segment; once it says yes the
+    verdict is ``budget`` (scored 0, unprovable), so one slow miner cannot make the validator miss a
+    phase (issue 10)."""
+
+
+@dataclass(frozen=True)
+class UpdateCheck:
+    """What every check after ``format`` reads about one decoded update (the recompute and usefulness
+    stages take it whole rather than a dozen arguments)."""
+
+    ctx: RoundContext
+    """The round's fixed inputs."""
+    verdict: Verdict
+    """The verdict being built: checks record their metrics and evidence in it."""
+    assignment: Assignment
+    """The miner's assignment this round."""
+    update: Update
+    """The decoded update."""
+    delta: Mapping[str, Tensor]
+    """Its pseudo-gradient (decoded, fp32)."""
+    incoming: Incoming
+    """How the update came in: its fetchers and its time budget."""
+    policy: VerifyPolicy
+    """The validator's verification policy."""
+    proof: Mapping[str, Any]
+    """Evidence every provable failure carries: the update digest and the on-chain commitment."""
+
+    def fail(self, reason: str, provable: bool = True, **extra: Any) -> StageFailure:
+        """A ``recompute`` failure with this update's proof (provable by default) and ``extra`` evidence."""
+        return StageFailure(
+            Stage.RECOMPUTE, reason, provable, **(dict(self.proof) if provable else {}), **extra
+        )
+
+    def out_of_time(self) -> bool:
+        """Whether this miner's time budget has run out (never, without one)."""
+        return self.incoming.out_of_time is not None and self.incoming.out_of_time()

@@ -4,7 +4,7 @@ Per round r (see ``protocol.rounds.coordinator`` for the phases):
 
 - COMMIT: commit a seed share (its secret stored first);
 - REVEAL: reveal the share; fetch every committed update (cheap checks need no seed);
-- SCORE_COMMIT: the seed is fixed; run every check (``validator.verify``), store each verdict, then
+- SCORE_COMMIT: the seed is fixed; run every check (``validator.pipeline``), store each verdict, then
   store the score vector and salt and commit it; propose/vote slashing on provable failures;
 - SCORE_REVEAL: reveal exactly what was committed (checked against the chain first);
 - FINALIZE: settle the round on-chain (any validator may; a race is harmless);
@@ -15,55 +15,44 @@ Per round r (see ``protocol.rounds.coordinator`` for the phases):
 Every step is idempotent and written to :class:`validator.state.ValidatorState`, so a restart at any point
 resumes without revealing twice or losing a verdict.
 
-This module is the phase machine; the parts it drives live beside it: ``validator.intake`` (fetching and
-holding updates), ``validator.slashing`` (proposals and peers' evidence), ``validator.checkpoints``
-(theta_r, the merge, signatures and the certificate), ``validator.api`` (HTTP routes), over the shared
-attributes of ``validator.parts``; ``validator.verify`` checks one update, ``training.merge`` merges.
+This module is the phase machine. It is given its services (:class:`ValidatorServices`, built by
+:func:`compose` over one ``validator.connections.Connections``) and holds them, it does not inherit
+them: ``intake`` (``validator.intake``: fetching and holding updates), ``pipeline``
+(``validator.pipeline``: one update in, its verdict out), ``slashing`` (``validator.slashing``: proposals
+and peers' evidence), ``checkpoints`` (``validator.checkpoints``: theta_r, the merge, signatures and the
+certificate), ``api`` (``validator.api``: HTTP routes) and the runtime (``protocol.node.start``: start,
+run, stop).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
 
-from attestation import AttestationError, Binding, verify
-from attestation.simulated import SimulatedEnclave
-from protocol.node.api import NodeMetrics, NodeServer
-from protocol.node.start import ServingNode
+from protocol.node.api import NodeMetrics
 from protocol.node.traffic import TrafficLedger
+from protocol.p2p.blobs import BlobStore
 from protocol.p2p.discovery import Discovery
-from protocol.p2p.transfer import BlobStore, FetchPolicy
-from protocol.rounds.coordinator import (
-    SCORE_MAX,
-    Coordinator,
-    CoordinatorError,
-    Phase,
-    RoundState,
-)
+from protocol.rounds.consensus import SCORE_MAX
+from protocol.rounds.coordinator import Coordinator, CoordinatorError, RoundState
+from protocol.rounds.phases import Phase
 from protocol.runspec import COMPUTE_LOCK, RunSpec
-from protocol.wire.tensorblob import (
-    tensor_blob_digest,
-)
-from training.data import Dataset
-from validator.api import ApiMixin
-from validator.checkpoints import CheckpointsMixin
+from validator.api import ValidatorApi
+from validator.checkpoints import Checkpoints
 from validator.config import ValidatorConfig
-from validator.context import RoundContext, Verdict
-from validator.errors import ValidatorError
-from validator.parts import RoundCache, Theta
-from validator.residuals import ResidualCache
-from validator.slashing import SlashingMixin
+from validator.connections import Connections, Theta
+from validator.context import CheckEvidence, RoundContext, Verdict
+from validator.intake import Intake
+from validator.pipeline import VerificationPipeline
+from validator.slashing import Slashing
 from validator.stages import Stage
 from validator.state import ValidatorState
-from validator.verify import (
-    CheckEvidence,
-    heldout_loss,
-    verify_update,
-)
+from validator.usefulness import heldout_loss
 
 log = logging.getLogger(__name__)
 
@@ -71,37 +60,48 @@ log = logging.getLogger(__name__)
 RETRY_MARGIN_BLOCKS = 4
 
 
-def dev_evidence_checker(chain_id: int, seed: bytes) -> CheckEvidence:
-    """Verify evidence against the *development* enclave root of ``attestation.simulated`` (devnet only)."""
-    enclave = SimulatedEnclave.from_seed(seed)
-    policy = enclave.policy()
+@dataclass(frozen=True)
+class ValidatorServices:
+    """The services a validator's phase machine is given."""
 
-    def check(evidence: bytes, round: int, miner: str, digest: bytes) -> str | None:
-        now = dt.datetime.now(dt.UTC)
-        try:
-            verify(
-                evidence,
-                enclave.collateral(now),
-                policy,
-                now,
-                expected=Binding(chain_id, round, bytes.fromhex(miner[2:]), digest),
-            )
-        except AttestationError as exc:
-            return f"{type(exc).__name__}: {exc}"
-        return None
-
-    return check
+    conn: Connections
+    """Configuration and connections, shared read-only (the runtime among them)."""
+    intake: Intake
+    """Fetching and holding updates; the fetchers a verification reads through."""
+    pipeline: VerificationPipeline
+    """One update in, its verdict out."""
+    slashing: Slashing
+    """Proposals, and the re-check of peers' evidence."""
+    checkpoints: Checkpoints
+    """theta_r, the merge, signatures and the certificate."""
+    api: ValidatorApi
+    """The validator's HTTP routes and its ``/status`` document."""
 
 
-class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
-    """A validator: one process, one key, one run; this class is its phase machine (``step``), the other
-    parts are mixins: intake, slashing, checkpoints and the API (``start`` and ``stop``:
-    ``protocol.node.start``)."""
+def compose(
+    cfg: ValidatorConfig,
+    spec: RunSpec,
+    coord: Coordinator,
+    discovery: Discovery,
+    *,
+    check_evidence: CheckEvidence | None = None,
+    traffic: TrafficLedger | None = None,
+    checkpoints: type[Checkpoints] = Checkpoints,
+) -> ValidatorServices:
+    """A validator's services over one set of connections (``checkpoints``: the checkpoints service's
+    class, which a test harness may replace)."""
+    conn = Connections.create(cfg, spec, coord, discovery, traffic)
+    intake = Intake(conn)
+    pipeline = VerificationPipeline(cfg.verify, check_evidence)
+    ckpts = checkpoints(conn, intake)
+    slashing = Slashing(conn, intake, pipeline)
+    return ValidatorServices(conn, intake, pipeline, slashing, ckpts, ValidatorApi(conn, intake, ckpts))
 
-    role = "validator"
-    retried = (ValidatorError,)
-    node_log = log
-    cfg: ValidatorConfig
+
+class ValidatorNode:
+    """A validator: one process, one key, one run; this class is its phase machine (``step``) over the
+    services it is given (:func:`compose` builds the honest ones); ``start``, ``run`` and ``stop`` are its
+    runtime's (``protocol.node.start.NodeRuntime``)."""
 
     def __init__(
         self,
@@ -114,40 +114,101 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         check_evidence: CheckEvidence | None = None,
         entropy: Callable[[str, int], bytes] | None = None,
         traffic: TrafficLedger | None = None,
+        services: ValidatorServices | None = None,
     ) -> None:
-        self.cfg = cfg
-        self.traffic = traffic or TrafficLedger()
+        # the key signs through ``coord``; it is taken here so that every node is built the same way
+        del private_key
+        self.services = services or compose(
+            cfg, spec, coord, discovery, check_evidence=check_evidence, traffic=traffic
+        )
+        s = self.services
+        self.conn, self.intake, self.pipeline = s.conn, s.intake, s.pipeline
+        self.slashing, self.checkpoints, self.api = s.slashing, s.checkpoints, s.api
+        self.runtime = s.conn.runtime
         # 32 fresh bytes per (purpose, round): seed-share secrets and score salts. A test harness may pass a
         # deterministic source so that runs it compares share their round seeds; a node never does.
         self._entropy = entropy or (lambda purpose, round: os.urandom(32))
-        self.spec = spec
-        self.coord = coord
-        self.discovery = discovery
-        self._key = private_key
-        self.address = coord.address
-        self.check_evidence = check_evidence
-        self.state = ValidatorState(cfg.data_dir.expanduser())
-        self.public = BlobStore(self.state.dir / "public", digest_fn=tensor_blob_digest)
-        self._residuals = ResidualCache(self.state.dir / "residuals")
-        self.metrics = NodeMetrics.create("validator")
-        self.fetch_policy = FetchPolicy(
-            max_bytes=cfg.verify.max_update_bytes, timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts
-        )
-        self.policy = cfg.verify
-        self.merge_policy = spec.merge  # the run's: miners rebuild theta_{r+1} with it too
-        self._ds: Dataset | None = None
-        self._theta: Theta | None = None
-        self._cache = RoundCache(0)
-        self.phase = "starting"
-        self.last_error = ""
-        self.server: NodeServer | None = None
-        self.url = ""
-        self.history: list[dict[str, Any]] = []
         self._last_phase: tuple[int, int] = (0, -1)
-        self._pending: set[str] = set()
-        self._first_miss: dict[str, float] = {}
-        """When each pending miner's update or states first failed to arrive this round (monotonic)."""
-        self._rechecked_phases: set[tuple[int, int]] = set()
+
+    # -- what callers read -----------------------------------------------------------------------------
+
+    @property
+    def cfg(self) -> ValidatorConfig:
+        """The node's settings."""
+        return self.conn.cfg
+
+    @property
+    def coord(self) -> Coordinator:
+        """The chain's round view."""
+        return self.conn.coord
+
+    @property
+    def discovery(self) -> Discovery:
+        """Signed node records."""
+        return self.conn.discovery
+
+    @property
+    def state(self) -> ValidatorState:
+        """The durable per-round records."""
+        return self.conn.state
+
+    @property
+    def public(self) -> BlobStore:
+        """The blobs this validator serves."""
+        return self.conn.public
+
+    @property
+    def metrics(self) -> NodeMetrics:
+        """The node's Prometheus metrics."""
+        return self.conn.metrics
+
+    @property
+    def traffic(self) -> TrafficLedger:
+        """What the node sent and received."""
+        return self.runtime.traffic
+
+    @property
+    def address(self) -> str:
+        """This validator's address."""
+        return self.conn.address
+
+    @property
+    def url(self) -> str:
+        """This validator's public URL (once started)."""
+        return self.runtime.url
+
+    @property
+    def phase(self) -> str:
+        """What the node is doing (``/status``)."""
+        return self.runtime.phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self.runtime.phase = value
+
+    @property
+    def last_error(self) -> str:
+        """The last step's error, if it has not recovered since (``/status``)."""
+        return self.runtime.last_error
+
+    def status(self) -> dict[str, Any]:
+        """The /status document."""
+        return self.api.status()
+
+    # -- runtime ---------------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the HTTP API and register on-chain if needed."""
+        self.runtime.start(self.api.status, self.api.add_routes)
+        return self
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Step until ``stop`` is set; errors are retried with backoff."""
+        self.runtime.run(self.step, stop)
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self.runtime.stop()
 
     # -- loop ------------------------------------------------------------------------------------------
 
@@ -157,17 +218,14 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         r = st.round
         self.metrics.round.set(r)
         self.traffic.round = r
-        if self._cache.round != r:
-            self._cache = RoundCache(r)
-            self._pending = set()
-            self._first_miss = {}
+        self.intake.new_round(r)
         if r > 1:
-            self._settle_previous(r - 1)
+            self.checkpoints.settle_previous(r - 1)
         if st.checkpoint is None:
             self.phase = "waiting-certificate"
-            self._maybe_advance(st)
+            self.runtime.maybe_advance(st)
             return
-        theta = self._ensure_theta(r, st.checkpoint)
+        theta = self.checkpoints.ensure_theta(r, st.checkpoint)
         key = (r, int(st.phase))
         if key != self._last_phase:
             log.info("round %d: phase %s (block %d, deadline %d)", r, st.phase.name, st.block, st.deadline)
@@ -180,30 +238,28 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         elif st.phase == Phase.REVEAL:
             self.phase = "reveal"
             self._seed_reveal(r)
-            self._prefetch(r)
+            self.intake.prefetch(r)
         elif st.phase == Phase.SCORE_COMMIT:
             self.phase = "verify"
             complete = self._verify_all(st, theta) is not False
             late = self.coord.current().block >= st.deadline - RETRY_MARGIN_BLOCKS
-            if (complete and not self._pending) or late:
+            if (complete and not self.intake.cache.pending) or late:
                 # near the deadline, commit what was verified (the rest scores 0) rather than miss the phase
                 self._commit_scores(r)
         elif st.phase == Phase.SCORE_REVEAL:
             self.phase = "score-reveal"
             self._reveal_scores(r)
-            self._recheck_peer_slashes(st, theta)
+            self.slashing.recheck_peer_slashes(st, theta)
         elif st.phase == Phase.FINALIZE:
             self.phase = "finalize"
-            self._recheck_peer_slashes(st, theta)
+            self.slashing.recheck_peer_slashes(st, theta)
             try:
                 self.coord.finalize(r)
             except CoordinatorError as exc:
                 if self.coord.current().round == r:
                     raise
                 log.info("round %d finalized by another validator (%s)", r, exc)
-        self._maybe_advance(st)
-
-    # -- checkpoints -----------------------------------------------------------------------------------
+        self.runtime.maybe_advance(st)
 
     # -- seed ------------------------------------------------------------------------------------------
     def _seed_commit(self, round: int) -> None:
@@ -235,11 +291,12 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
             return False
         commits = self.coord.update_commitments(r)
         log.info("round %d: verifying %d committed updates", r, len(commits))
-        ctx = self._round_context(st, theta)
+        ctx = self.conn.round_context(st, theta)
         t0 = time.perf_counter()
         complete = True
         # updates already fetched first: a peer that stalls must not eat the time of the others
-        for miner in sorted(commits, key=lambda a: (a not in self._cache.updates, int(a, 16))):
+        cached = self.intake.cache.updates
+        for miner in sorted(commits, key=lambda a: (a not in cached, int(a, 16))):
             if self.state.verdict(r, miner) is not None:
                 continue
             if self.coord.current().block >= st.deadline - RETRY_MARGIN_BLOCKS:
@@ -250,7 +307,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
                 break
             self._verify_one(st, ctx, miner, commits[miner])
         with COMPUTE_LOCK:
-            before = heldout_loss(self.spec, self.dataset, theta.params, device=self.cfg.device)
+            before = heldout_loss(self.conn.spec, self.conn.dataset, theta.params, device=self.cfg.device)
         with self.state.edit(r) as rec:
             rec.verify_seconds = round(time.perf_counter() - t0, 4)
             rec.heldout_before = round(before, 6)
@@ -259,9 +316,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
     def _verify_one(self, st: RoundState, ctx: RoundContext, miner: str, commitment: bytes) -> None:
         """Verify ``miner``'s update: record the verdict, or leave it pending when the miner could not be
         reached and its grace period has not run out (issue 10)."""
-        r = st.round
-        url = self._miner_url(r, miner)
-        keep = 2 * len(ctx.registry) + 2  # residuals: this round's and the previous, per miner
+        r, cache = st.round, self.intake.cache
 
         # this miner's verification stops where the phase's margin begins (issue 10): the chain is
         # asked between stages and replayed segments, so a slow miner cannot push the commit late
@@ -270,34 +325,23 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
             return self.coord.current(max_age=self.cfg.poll_interval / 2).block >= limit
 
         now_block = self.coord.current().block
-        verdict, _update = verify_update(
-            ctx,
-            miner,
-            commitment,
-            lambda: self._fetch_update(r, miner),
-            self._state_fetcher(url, keep=keep),
-            self.policy,
-            evidence=self._cache.evidence.get(miner),
-            check_evidence=self.check_evidence,
-            fetch_source=self._source_fetcher(miner, url),
-            out_of_time=out_of_time,
-            keep_residual=self._residual_keeper(keep=keep),
-        )
+        incoming = self.intake.incoming(r, miner, commitment, len(ctx.registry), out_of_time)
+        verdict = self.pipeline.verify(incoming, ctx)
         # only a miner that could not be reached is waited for; one that answers without the bytes is
         # final at once, so a withholder costs the others no time (issue 10)
         retryable = Stage(verdict.stage).retryable(verdict.provable) and bool(
             verdict.evidence.get("unreachable")
         )
-        first_miss = self._first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0
+        first_miss = cache.first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0
         in_grace = time.monotonic() - first_miss < self.cfg.withhold_grace_seconds
         if retryable and in_grace and now_block < st.deadline - RETRY_MARGIN_BLOCKS:
             # a peer that is slow or restarting: try again next step, for at most the grace period, so
             # that a miner that withholds costs the others no more than that (issue 10)
-            self._pending.add(miner)
-            self._cache.updates.pop(miner, None)
+            cache.pending.add(miner)
+            cache.updates.pop(miner, None)
             log.info("round %d: %s not verifiable yet (%s); retrying", r, miner[:10], verdict.reason)
             return
-        self._pending.discard(miner)
+        cache.pending.discard(miner)
         self._record_verdict(r, miner, verdict)
 
     def _record_verdict(self, round: int, miner: str, verdict: Verdict) -> None:
@@ -305,8 +349,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         if verdict.digest and Stage(verdict.stage).bytes_matched:
             # keep every update whose bytes matched the commitment, accepted or not: the consensus may
             # accept what this validator refused, and the merge must follow the consensus (F11)
-            if miner in self._cache.updates:
-                self._keep_update(round, miner, self._cache.updates[miner])
+            self.intake.keep_verified(round, miner)
         self.state.put_verdict(round, miner, verdict)
         self.metrics.verifications.labels(outcome=verdict.stage).inc()
         log.info(
@@ -318,7 +361,7 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
             verdict.score,
         )
         if verdict.provable and self.cfg.slash:
-            self._slash(verdict)
+            self.slashing.slash(verdict)
 
     def _round_scores(self, round: int, miners: list[str]) -> list[int]:
         """The score vector to commit for ``miners`` (ascending address order): each one's verdict's score,
@@ -354,5 +397,3 @@ class ValidatorNode(ApiMixin, SlashingMixin, CheckpointsMixin, ServingNode):
         self.coord.reveal_scores(round, rec.scores, bytes.fromhex(rec.salt))
         with self.state.edit(round) as rec:
             rec.score_revealed = True
-
-    # -- settlement, merge, certificate ----------------------------------------------------------------

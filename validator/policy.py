@@ -1,6 +1,6 @@
 """The validator's verification thresholds and budgets: one typed policy, defined once.
 
-``VerifyPolicy`` is what ``validator.verify`` runs with; it is the ``verify`` section of
+``VerifyPolicy`` is what ``validator.pipeline`` runs with; it is the ``verify`` section of
 ``validator.config.ValidatorConfig``, so every threshold here is also a validator setting (TOML key of the
 ``[validator.verify]`` table, ``TESSERA_VALIDATOR_VERIFY_*`` variable, ``--verify.*`` flag) with this
 default and this documentation; ``device`` is the node's. No torch here: the config must load without it.
@@ -43,7 +43,7 @@ class VerifyPolicy:
     replay_rel_tol: float = REPLAY_REL_TOL
     """Relative L2 tolerance, per tensor, of the replayed AdamW moments and counters against the served
     end state (one platform gives 0). The moments are a pure function of the served start state and the
-    batch, so they prove the forward/backward work was done. 1e-3 (``validator.config.REPLAY_REL_TOL``):
+    batch, so they prove the forward/backward work was done. 1e-3 (``validator.policy.REPLAY_REL_TOL``):
     honest replays across CPU instruction sets and thread counts differ by up to 1.4e-5 over a 10-step
     segment (1.6e-6 over one step), a segment with one of its 10 batches swapped by 0.5-0.7
     (``tessera bench crossplatform``, docs/benchmarks.md)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from protocol.p2p.transfer import BlobStore
+from protocol.p2p.blobs import BlobStore
 from protocol.wire.tensorblob import tensor_blob_digest
 
 

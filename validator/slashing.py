@@ -9,7 +9,8 @@ from eth_utils import keccak
 from torch import Tensor
 
 from protocol.errors import ProtocolError
-from protocol.p2p.transfer import TransferError, fetch_blob
+from protocol.p2p.blobs import TransferError
+from protocol.p2p.transfer import fetch_blob
 from protocol.rounds.coordinator import (
     CoordinatorError,
     RoundState,
@@ -20,13 +21,11 @@ from protocol.wire.tensorblob import (
     tensor_blob_digest,
 )
 from protocol.wire.update import decode_update, update_digest
-from validator.intake import IntakeMixin
-from validator.parts import Theta
+from validator.connections import Connections, Theta
+from validator.context import Verdict, run_model
+from validator.intake import Intake
+from validator.pipeline import VerificationPipeline
 from validator.stages import Stage
-from validator.verify import (
-    Verdict,
-    recheck_segment,
-)
 
 log = logging.getLogger(__name__)
 
@@ -34,20 +33,29 @@ log = logging.getLogger(__name__)
 MAX_VERDICTS_RESPONSE_BYTES = 4 * 1024 * 1024
 
 
-class SlashingMixin(IntakeMixin):
-    """Proposing and re-checking slashes."""
+class Slashing:
+    """Proposing and re-checking slashes: peers' evidence is fetched through ``intake`` and re-run by the
+    ``pipeline``."""
 
-    def _slash(self, v: Verdict) -> None:
+    def __init__(self, conn: Connections, intake: Intake, pipeline: VerificationPipeline) -> None:
+        self.conn = conn
+        self.intake = intake
+        self.pipeline = pipeline
+        self.rechecked_phases: set[tuple[int, int]] = set()
+        """(round, phase) in which peers' evidence was re-checked already (once per phase)."""
+
+    def slash(self, v: Verdict) -> None:
+        """Propose (or vote for) slashing ``v.miner`` on the provable verdict ``v``."""
         evidence = keccak(
             dumps_canonical({"round": v.round, "miner": v.miner, "stage": v.stage, "digest": v.digest})
         )
         try:
-            self.coord.slash(v.miner, evidence)
+            self.conn.coord.slash(v.miner, evidence)
             log.warning("round %d: slashing %s on provable %s failure", v.round, v.miner, v.stage)
         except CoordinatorError as exc:
             log.info("slash of %s not counted: %s", v.miner, exc)
 
-    def _recheck_peer_slashes(self, st: RoundState, theta: Theta) -> None:
+    def recheck_peer_slashes(self, st: RoundState, theta: Theta) -> None:
         """Vote on other validators' slashing evidence after re-running it (F8).
 
         Every validator serves its verdicts with their evidence (``/verdicts/{round}``); a provable
@@ -59,17 +67,17 @@ class SlashingMixin(IntakeMixin):
         Deterministic stages (format, header, bounds, the anchor, the cosine) are re-run by every validator
         on the same committed bytes anyway, so only the seed-sampled segment replays need this.
         """
-        r = st.round
-        if not self.cfg.slash or st.seed is None or (r, int(st.phase)) in self._rechecked_phases:
+        c, r = self.conn, st.round
+        if not c.cfg.slash or st.seed is None or (r, int(st.phase)) in self.rechecked_phases:
             return
-        self._rechecked_phases.add((r, int(st.phase)))
-        done: dict[str, bool] = dict(self.state.round(r).rechecked or {})
-        commits = self.coord.update_commitments(r)
-        peers = [x.url for x in self.discovery.find(r) if x.role == "validator" and x.address != self.address]
-        peers += list(self.cfg.peer_urls)
-        for url in [u for u in dict.fromkeys(peers) if u != self.url]:
+        self.rechecked_phases.add((r, int(st.phase)))
+        done: dict[str, bool] = dict(c.state.round(r).rechecked or {})
+        commits = c.coord.update_commitments(r)
+        peers = [x.url for x in c.discovery.find(r) if x.role == "validator" and x.address != c.address]
+        peers += list(c.cfg.peer_urls)
+        for url in [u for u in dict.fromkeys(peers) if u != c.url]:
             try:
-                doc = self._peer_json(url, f"/verdicts/{r}", MAX_VERDICTS_RESPONSE_BYTES)
+                doc = c.peer_json(url, f"/verdicts/{r}", MAX_VERDICTS_RESPONSE_BYTES)
             except (ProtocolError, httpx.HTTPError, ValueError, RecursionError) as exc:
                 log.info("round %d: verdicts of %s unavailable: %s", r, url, exc)
                 continue
@@ -91,20 +99,20 @@ class SlashingMixin(IntakeMixin):
                 ):
                     continue
                 key = f"{miner}:{digest}"
-                own = self.state.verdict(r, miner)
+                own = c.state.verdict(r, miner)
                 if key in done or (own and own.stage == Stage.RECOMPUTE and own.provable):
                     continue  # decided already, or this validator caught it itself and voted then
                 verdict = self._recheck(st, theta, miner, digest, seg[0], commits[miner])
                 if verdict is None:
                     continue  # undecidable now (a state not served): try again in the next phase
                 done[key] = verdict.provable
-                with self.state.edit(r) as rec:
+                with c.state.edit(r) as rec:
                     rec.rechecked = dict(done)
                 if verdict.provable:
                     log.warning(
                         "round %d: %s's evidence against %s re-checked: %s", r, url, miner, verdict.reason
                     )
-                    self._slash(verdict)
+                    self.slash(verdict)
 
     def _recheck(
         self, st: RoundState, theta: Theta, miner: str, digest: str, segment: int, commitment: bytes
@@ -113,7 +121,7 @@ class SlashingMixin(IntakeMixin):
         unprovable one if it replays or the evidence is not about the committed bytes, None if undecided."""
         r = st.round
         v = Verdict(miner=miner, round=r, accepted=False, stage=Stage.RECOMPUTE, reason="", digest=digest)
-        data = self._held_update(r, miner, commitment) or self._fetch_missing_update(
+        data = self.intake.held_update(r, miner, commitment) or self.intake.fetch_missing_update(
             r, miner, commitment, digest="0x" + digest
         )
         if data is None:
@@ -122,19 +130,19 @@ class SlashingMixin(IntakeMixin):
             v.reason = "the evidence is not about the committed update"
             return v
         try:
-            update = decode_update(data, None, *self._run_model(theta))
+            update = decode_update(data, None, *run_model(theta.params, self.conn.spec))
         except ProtocolError:
             return v  # a format failure is re-checked by every validator's own verification
-        url = self._miner_url(r, miner)
+        url = self.intake.miner_url(r, miner)
+        policy = self.conn.fetch_policy
 
         def fetch_state(d: str) -> dict[str, Tensor]:
             if url is None:
                 raise TransferError("miner has no URL")
-            return decode_tensors(fetch_blob(url, d, policy=self.fetch_policy, digest_fn=tensor_blob_digest))
+            return decode_tensors(fetch_blob(url, d, policy=policy, digest_fn=tensor_blob_digest))
 
-        failed, reason = recheck_segment(
-            self._round_context(st, theta), miner, update, fetch_state, self.policy, segment
-        )
+        ctx = self.conn.round_context(st, theta)
+        failed, reason = self.pipeline.recheck_segment(ctx, miner, update, fetch_state, segment)
         if failed is None:
             return None
         v.provable, v.reason = failed, reason

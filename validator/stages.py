@@ -1,4 +1,4 @@
-"""The stages of an update's verification, in the order ``validator.verify.verify_update`` runs them.
+"""The stages of an update's verification, in the order ``validator.pipeline`` runs them.
 
 A verdict names the stage that decided it (``ok`` when every stage passed). The values are the strings
 stored in state files, served at ``/verdicts`` and hashed into slashing evidence, so they never change;

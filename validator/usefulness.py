@@ -58,9 +58,12 @@ def _normalised(
     return {k: (d.double() * factor).to(d.dtype) for k, d in delta.items()}
 
 
-def _usefulness(
+def score_usefulness(
     ctx: RoundContext, v: Verdict, a: Assignment, delta: Mapping[str, Tensor], policy: VerifyPolicy
 ) -> None:
+    """The stage: ``v``'s score from the relative loss drop of ``delta`` (rescaled, F9) on the miner's own
+    seed-chosen windows, scaled down when the held-out gain exceeds it by more than ``max_heldout_excess``;
+    its losses and gains go to ``v.metrics``."""
     spec = ctx.spec
     t0 = time.perf_counter()
     model = ctx.model(policy.device)
@@ -82,11 +85,11 @@ def _usefulness(
     own_before = _loss(model, ctx.checkpoint, own, a.path)
     own_after = _loss(model, after, own, a.path)
     key = a.shard if a.path is not None else -1
-    if key not in ctx._heldout:
+    if key not in ctx.heldout:
         stream = ctx.dataset.path_heldout[a.shard] if a.path is not None else ctx.dataset.heldout
         windows = eval_windows(stream, spec.model.seq_len, policy.heldout_windows).unsqueeze(0)
-        ctx._heldout[key] = (windows, _loss(model, ctx.checkpoint, windows, a.path))
-    held, held_before = ctx._heldout[key]
+        ctx.heldout[key] = (windows, _loss(model, ctx.checkpoint, windows, a.path))
+    held, held_before = ctx.heldout[key]
     held_after = _loss(model, after, held, a.path)
     g_own = (own_before - own_after) / max(own_before, 1e-9)
     g_held = (held_before - held_after) / max(held_before, 1e-9)

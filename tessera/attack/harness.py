@@ -45,7 +45,7 @@ from training.errors import TrainingError
 from validator.config import ValidatorConfig
 from validator.errors import ValidatorError
 from validator.node import ValidatorNode
-from validator.verify import heldout_loss
+from validator.usefulness import heldout_loss
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class Network:
                 params, _ = split_checkpoint(decode_tensors(ref.public.get(hexd)))
             else:
                 continue
-            heldout.append(heldout_loss(self.spec, ref.dataset, params))
+            heldout.append(heldout_loss(self.spec, ref.conn.dataset, params))
         verdicts: dict[str, list[dict[str, Any]]] = {}
         for p in honest_v:
             for cr, rec in p.node.state.rounds().items():

@@ -43,7 +43,8 @@ from tessera.attack.validators import (
     RandomValidator,
     SilentValidator,
 )
-from validator.node import ValidatorNode, dev_evidence_checker
+from validator.devtee import dev_evidence_checker
+from validator.node import ValidatorNode
 
 MINER_STAKE = 100
 VALIDATOR_STAKE = 1000

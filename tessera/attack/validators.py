@@ -19,7 +19,8 @@ from typing import Any
 
 from protocol.rounds.consensus import SCORE_MAX
 from protocol.rounds.coordinator import RoundState
-from validator.node import ValidatorNode
+from validator.checkpoints import Checkpoints
+from validator.node import ValidatorNode, compose
 
 
 class _ScoringValidator(ValidatorNode):
@@ -95,8 +96,27 @@ class SilentValidator(ValidatorNode):
         return None
 
 
-class BadSignerValidator(ValidatorNode):
-    """Signs (and serves) the certificate of a digest other than the one it merged."""
+class _BadSigningCheckpoints(Checkpoints):
+    """Signs the certificate of the bit-flipped digest."""
 
-    def _sign_checkpoint(self, round: int, digest: bytes) -> bytes:
-        return self.coord.sign_checkpoint(round, bytes(x ^ 0xFF for x in digest))
+    def sign_checkpoint(self, round: int, digest: bytes) -> bytes:
+        return self.conn.coord.sign_checkpoint(round, bytes(x ^ 0xFF for x in digest))
+
+
+class BadSignerValidator(ValidatorNode):
+    """Signs (and serves) the certificate of a digest other than the one it merged: the honest node
+    composed with a checkpoints service that signs the wrong digest."""
+
+    def __init__(
+        self, cfg: Any, spec: Any, coord: Any, discovery: Any, private_key: str, **kwargs: Any
+    ) -> None:
+        kwargs["services"] = compose(
+            cfg,
+            spec,
+            coord,
+            discovery,
+            check_evidence=kwargs.get("check_evidence"),
+            traffic=kwargs.get("traffic"),
+            checkpoints=_BadSigningCheckpoints,
+        )
+        super().__init__(cfg, spec, coord, discovery, private_key, **kwargs)

@@ -21,7 +21,8 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from validator.node import ValidatorNode, dev_evidence_checker
+    from validator.devtee import dev_evidence_checker
+    from validator.node import ValidatorNode
 
     cfg = load_validator_config(args.config, overrides_from_args(args, ValidatorConfig))
     key = load_validator_key(cfg)

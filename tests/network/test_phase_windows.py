@@ -23,8 +23,7 @@ import pytest
 import torch
 from eth_account import Account
 
-import validator.node as vnode
-import validator.verify as vverify
+import validator.pipeline as vpipeline
 from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.node import MinerNode
@@ -81,18 +80,17 @@ def dht() -> Iterator[DHTNode]:
 
 @pytest.fixture
 def slow_validator(monkeypatch: pytest.MonkeyPatch) -> str:
-    """The slow validator's address: every ``verify_update`` it runs takes ``SLOW_S`` longer."""
+    """The slow validator's address: every verification it runs takes ``SLOW_S`` longer."""
     slow = Account.from_key("0x" + f"{0x51:064x}").address
-    real = vverify.verify_update
+    real = vpipeline.VerificationPipeline.verify
 
-    def verify_update(ctx: vverify.RoundContext, *args: Any, **kwargs: Any) -> Any:
-        out = real(ctx, *args, **kwargs)
+    def verify(self: vpipeline.VerificationPipeline, incoming: Any, ctx: Any) -> Any:
+        out = real(self, incoming, ctx)
         if ctx.validator == slow:
             time.sleep(SLOW_S)
         return out
 
-    monkeypatch.setattr(vverify, "verify_update", verify_update)
-    monkeypatch.setattr(vnode, "verify_update", verify_update)
+    monkeypatch.setattr(vpipeline.VerificationPipeline, "verify", verify)
     return slow
 
 

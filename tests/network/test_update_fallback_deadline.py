@@ -2,7 +2,7 @@
 
 It used ``httpx.stream`` with only a per-read timeout: a peer that drips one byte every 0.2 s held the
 validator for as long as it liked. Now it goes through ``protocol.p2p.transfer.get_capped``.
-The validator here is the real method on a stand-in ``self`` holding only what the method reads.
+The validator here is the intake's real method on a stand-in ``self`` holding only what the method reads.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from validator.node import ValidatorNode
+from validator.intake import Intake
 
 MINER = "0x" + "ab" * 20
 UPDATE = b"u" * 1000
@@ -87,7 +87,7 @@ def honest() -> Iterator[str]:
 
 
 def _validator(peers: list[str], kept: list[bytes]) -> Any:
-    return SimpleNamespace(
+    conn = SimpleNamespace(
         state=SimpleNamespace(verdict=lambda _p, _m: None),
         discovery=SimpleNamespace(find=lambda _r, fresh=False: []),
         cfg=SimpleNamespace(
@@ -96,15 +96,18 @@ def _validator(peers: list[str], kept: list[bytes]) -> Any:
         url="http://127.0.0.1:1",
         address="0x" + "cd" * 20,
         fetch_policy=None,
-        _matches_commitment=lambda _p, _m, _c, data: data == UPDATE,
-        _keep_update=lambda _p, _m, data: kept.append(data),
+    )
+    return SimpleNamespace(
+        conn=conn,
+        matches_commitment=lambda _p, _m, _c, data: data == UPDATE,
+        keep_update=lambda _p, _m, data: kept.append(data),
     )
 
 
 def test_dripping_peer_is_cut_off_and_the_next_peer_serves(dripper: str, honest: str) -> None:
     kept: list[bytes] = []
     t0 = time.monotonic()
-    got = ValidatorNode._fetch_missing_update(_validator([dripper, honest], kept), 5, MINER, b"c" * 32)
+    got = Intake.fetch_missing_update(_validator([dripper, honest], kept), 5, MINER, b"c" * 32)
     took = time.monotonic() - t0
     assert got == UPDATE and kept == [UPDATE]
     assert took < 5.0, f"the dripping peer held the validator {took:.1f}s"
@@ -113,6 +116,6 @@ def test_dripping_peer_is_cut_off_and_the_next_peer_serves(dripper: str, honest:
 def test_oversize_update_refused(honest: str) -> None:
     kept: list[bytes] = []
     v = _validator([honest], kept)
-    v.cfg.verify.max_update_bytes = len(UPDATE) - 1
-    assert ValidatorNode._fetch_missing_update(v, 5, MINER, b"c" * 32) is None
+    v.conn.cfg.verify.max_update_bytes = len(UPDATE) - 1
+    assert Intake.fetch_missing_update(v, 5, MINER, b"c" * 32) is None
     assert kept == []

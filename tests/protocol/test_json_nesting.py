@@ -115,10 +115,9 @@ def test_get_capped_refuses_oversize_signature_answers() -> None:
 
 
 def test_certify_skips_deep_and_oversize_peer_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``ValidatorNode._certify`` reads peers' signatures through the size cap and the depth guard."""
+    """``Checkpoints.certify`` reads peers' signatures through the size cap and the depth guard."""
     from validator import checkpoints as vcert
-    from validator import node as vnode
-    from validator import parts as vparts
+    from validator import connections as vconn
 
     seen: list[str] = []
 
@@ -127,7 +126,7 @@ def test_certify_skips_deep_and_oversize_peer_answers(monkeypatch: pytest.Monkey
         assert max_bytes == vcert.MAX_SIGNATURE_RESPONSE_BYTES
         return DEEP
 
-    monkeypatch.setattr(vparts, "get_capped", fake_get_capped)
+    monkeypatch.setattr(vconn, "get_capped", fake_get_capped)
 
     class _Rec:
         url = "http://peer"
@@ -138,10 +137,6 @@ def test_certify_skips_deep_and_oversize_peer_answers(monkeypatch: pytest.Monkey
         def find(self, *a: object, **k: object) -> list[_Rec]:
             return [_Rec()]
 
-    class _Coord:
-        def validators(self) -> list[str]:
-            return ["0x" + "11" * 20, "0x" + "22" * 20, "0x" + "33" * 20]
-
     class _State:
         def round(self, p: int) -> RoundRecord:
             return RoundRecord(signature="0x" + "00" * 96)
@@ -150,16 +145,29 @@ def test_certify_skips_deep_and_oversize_peer_answers(monkeypatch: pytest.Monkey
         peer_urls: tuple[str, ...] = ()
         fetch_timeout = 1.0
 
-    node = object.__new__(vnode.ValidatorNode)
-    node.address = "0x" + "11" * 20  # type: ignore[misc]
-    node.url = "http://me"  # type: ignore[misc]
-    node.discovery = _Disc()  # type: ignore[assignment]
-    node.coord = _Coord()  # type: ignore[assignment]
-    node.state = _State()  # type: ignore[assignment]
-    node.cfg = _Cfg()  # type: ignore[assignment]
-    node._certify(1, "0x" + "ab" * 32)
+    class _Coord:
+        address = "0x" + "11" * 20
+
+        def validators(self) -> list[str]:
+            return ["0x" + "11" * 20, "0x" + "22" * 20, "0x" + "33" * 20]
+
+    from types import SimpleNamespace
+
+    runtime = SimpleNamespace(url="http://me", phase="")
+    conn = vconn.Connections(
+        _Cfg(),
+        None,
+        _Coord(),
+        _Disc(),
+        _State(),
+        None,
+        None,
+        runtime,
+        None,  # type: ignore[arg-type]
+    )
+    vcert.Checkpoints(conn, None).certify(1, "0x" + "ab" * 32)  # type: ignore[arg-type]
     assert seen == ["http://peer/signatures/1"]
-    assert "1/3" in node.phase
+    assert "1/3" in runtime.phase
 
 
 def test_guard_is_linear_time() -> None:

@@ -57,7 +57,7 @@ def test_issue_bombs_are_refused_from_the_header(
     cost = updatecost.decode_cost(header.params, header.codec)
     assert cost.decoded_bytes > 0 and cost.peak_bytes >= cost.decoded_bytes
     _refused_cheaply(lambda: wire.decode_update(data), updateerrors.DecodeTooCostly)
-    # with the run's model and codec (what verify_update passes): refused before the cost is even weighed
+    # with the run's model and codec (what the pipeline passes): refused before the cost is even weighed
     model = {"head.out.weight": (256, 64), "head.ln.weight": (64,), "head.ln.bias": (64,)}
     err = _refused_cheaply(
         lambda: wire.decode_update(data, expected_shapes=model, expected_codec=CodecConfig()),
@@ -153,7 +153,9 @@ def test_allowed_tensor_blob_dtypes_still_load() -> None:
 def test_verify_update_refuses_the_bomb_at_format_before_decoding() -> None:
     """``verify_update`` used to decode the 799-byte update (2 GiB, 3.3 s) before refusing it at "header"."""
     from tessera.attack.harness import tiny_spec
-    from validator.verify import RoundContext, VerifyPolicy, verify_update
+    from validator.context import Incoming, RoundContext
+    from validator.pipeline import VerificationPipeline
+    from validator.policy import VerifyPolicy
 
     spec = tiny_spec()
     theta = spec.genesis_params()
@@ -167,7 +169,9 @@ def test_verify_update_refuses_the_bomb_at_format_before_decoding() -> None:
     commitment = update_commitment(31337, contract, 1, miner, wire.update_digest(data))
 
     def run() -> Any:
-        return verify_update(ctx, miner, commitment, lambda: data, lambda d: {}, VerifyPolicy())[0]
+        return VerificationPipeline(VerifyPolicy()).verify(
+            Incoming(miner, commitment, lambda: data, lambda d: {}), ctx
+        )
 
     probe = PeakRSS()
     t = time.perf_counter()

@@ -102,7 +102,8 @@ def test_cpu_device_and_deterministic_mode_change_no_bits(mode: str, torch_flags
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
 def test_cuda_round_trip_stays_on_the_cpu(torch_flags: None) -> None:  # pragma: no cover - no GPU in CI
     """On a GPU: the loop runs there, returns CPU fp32, and a CPU replay is within the tolerances."""
-    from validator.verify import VerifyPolicy, replay_differences
+    from validator.policy import VerifyPolicy
+    from validator.recompute import replay_differences
 
     cfg, inner, theta, a, batches = _round("moe")
     use_deterministic("cuda")

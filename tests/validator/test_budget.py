@@ -1,6 +1,6 @@
 """Issue 10: one slow, restarted or withholding miner must not make a validator miss a phase deadline.
 
-The node passes ``out_of_time`` (has the chain reached the phase's margin?) to ``verify_update``, which
+The node passes ``out_of_time`` (has the chain reached the phase's margin?) to the pipeline (``Incoming.out_of_time``), which
 asks it before each stage and each replayed segment. Issue 11: an error no stage anticipated stays with
 the miner whose input raised it."""
 
@@ -17,9 +17,11 @@ from protocol.wire import update as wire
 from protocol.wire import updateheader
 from protocol.wire.commitments import update_commitment
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
+from validator.context import Incoming, Verdict
 from validator.errors import NotAnnouncedError
+from validator.pipeline import VerificationPipeline
+from validator.policy import VerifyPolicy
 from validator.stages import Stage
-from validator.verify import Verdict, VerifyPolicy, verify_update
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +46,15 @@ def _verify(
             calls.append(digest)
         return states[digest]
 
-    verdict, _ = verify_update(
-        rnd.ctx(), miner, commitment, lambda: built.update, fetch_state, VerifyPolicy(),
-        fetch_source=rnd.fetch_source, out_of_time=out_of_time,
-    )  # fmt: skip
-    return verdict
+    incoming = Incoming(
+        miner,
+        commitment,
+        lambda: built.update,
+        fetch_state,
+        fetch_source=rnd.fetch_source,
+        out_of_time=out_of_time,
+    )
+    return VerificationPipeline(VerifyPolicy()).verify(incoming, rnd.ctx())
 
 
 def test_a_passed_budget_stops_verification_with_an_unprovable_zero(rnd: Round) -> None:
@@ -74,12 +80,12 @@ def test_the_budget_is_asked_between_stages_and_segments(rnd: Round) -> None:
 
 
 def test_an_unanticipated_error_scores_that_miner_zero(rnd: Round, monkeypatch: pytest.MonkeyPatch) -> None:
-    import validator.verify as verify
+    import validator.pipeline as pipeline
 
     def boom(*_: object, **__: object) -> None:
         raise KeyError("something no stage anticipated")
 
-    monkeypatch.setattr(verify, "_usefulness", boom)
+    monkeypatch.setattr(pipeline, "score_usefulness", boom)
     v = _verify(rnd, MINERS[0])
     assert (v.stage, v.accepted, v.score, v.provable) == ("error", False, 0, False)
     assert "KeyError" in v.reason
@@ -113,16 +119,16 @@ def test_only_an_unreachable_miner_is_marked_for_a_retry(
     def fetch_update() -> bytes:
         raise error
 
-    v, _ = verify_update(
-        rnd.ctx(), MINERS[1], commitment, lambda: built.update, fetch_state, VerifyPolicy(),
-        fetch_source=rnd.fetch_source,
-    )  # fmt: skip
+    pipeline = VerificationPipeline(VerifyPolicy())
+    v = pipeline.verify(
+        Incoming(MINERS[1], commitment, lambda: built.update, fetch_state, fetch_source=rnd.fetch_source),
+        rnd.ctx(),
+    )
     assert (v.stage, v.accepted, v.provable) == ("recompute", False, False), v.reason
     assert v.evidence.get("unreachable") is unreachable
-    v, _ = verify_update(
-        rnd.ctx(), MINERS[1], commitment, fetch_update, fetch_state, VerifyPolicy(),
-        fetch_source=rnd.fetch_source,
-    )  # fmt: skip
+    v = pipeline.verify(
+        Incoming(MINERS[1], commitment, fetch_update, fetch_state, fetch_source=rnd.fetch_source), rnd.ctx()
+    )
     assert (v.stage, v.accepted, v.provable) == ("fetch", False, False), v.reason
     assert v.evidence.get("unreachable") is unreachable
     assert Stage(v.stage).retryable(v.provable)
@@ -141,10 +147,10 @@ def test_the_anchor_costs_no_fetch_and_the_final_state_only_its_parameters(rnd: 
         calls.append(digest)
         return rnd.published[digest]
 
-    v, _ = verify_update(
-        rnd.ctx(), MINERS[0], commitment, lambda: built.update, fetch_state, policy,
-        fetch_source=rnd.fetch_source,
-    )  # fmt: skip
+    v = VerificationPipeline(policy).verify(
+        Incoming(MINERS[0], commitment, lambda: built.update, fetch_state, fetch_source=rnd.fetch_source),
+        rnd.ctx(),
+    )
     assert v.accepted, v.reason
     ph = built.transcript_parts[-1][0]
     root = "0x" + updateheader.transcript_root(built.transcript_parts)
@@ -158,10 +164,11 @@ def test_the_anchor_costs_no_fetch_and_the_final_state_only_its_parameters(rnd: 
     data = wire.encode_update(wire.Update(header, forged.tensors))
     rnd.published["0x" + header.transcript_root] = updateheader.transcript_tensors(pairs)
     calls.clear()
-    v, _ = verify_update(
-        rnd.ctx(), MINERS[0], update_commitment(CHAIN_ID, CONTRACT, rnd.round, MINERS[0], wire.update_digest(data)),
-        lambda: data, fetch_state, policy, fetch_source=rnd.fetch_source,
-    )  # fmt: skip
+    forged_commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, MINERS[0], wire.update_digest(data))
+    v = VerificationPipeline(policy).verify(
+        Incoming(MINERS[0], forged_commitment, lambda: data, fetch_state, fetch_source=rnd.fetch_source),
+        rnd.ctx(),
+    )
     assert (v.accepted, v.provable) == (False, True)
     assert "does not start at the checkpoint" in v.reason
     assert calls == ["0x" + header.transcript_root]

@@ -13,7 +13,7 @@ from protocol.wire.tensorblob import tensors_digest
 from protocol.wire.update import decode_update, encode_update, update_digest
 from tessera.attack.miners import Poisoner
 from tests.support.rounds import MINERS, Round, make_round
-from validator.verify import VerifyPolicy
+from validator.policy import VerifyPolicy
 
 POLICY = VerifyPolicy()
 

@@ -19,7 +19,9 @@ from protocol.wire import updateerrors, updateheader
 from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, Round, make_round
-from validator.verify import Verdict, VerifyPolicy, verify_update
+from validator.context import Incoming, Verdict
+from validator.pipeline import VerificationPipeline
+from validator.policy import VerifyPolicy
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +45,11 @@ def _run(
         return {k: v.clone() for k, v in states[digest].items()}
 
     commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, miner, built.digest)
-    verdict, _ = verify_update(
-        rnd.ctx(), miner, commitment, lambda: built.update, fetch_state, VerifyPolicy(),
+    incoming = Incoming(
+        miner, commitment, lambda: built.update, fetch_state,
         fetch_source=rnd.fetch_source, keep_residual=kept.__setitem__,
     )  # fmt: skip
+    verdict = VerificationPipeline(VerifyPolicy()).verify(incoming, rnd.ctx())
     return verdict, calls, kept, built
 
 
@@ -102,7 +105,7 @@ def test_bit_identical_replays_and_residuals_are_not_fetched(rnd: Round) -> None
 def test_a_replay_that_differs_in_rounding_fetches_the_end_state_and_passes(
     rnd: Round, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import validator.replay as replay
+    import validator.recompute as replay
 
     real = replay.replay_segment
 

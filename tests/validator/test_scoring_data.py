@@ -18,7 +18,9 @@ from training.data import Dataset, batch_offsets, miner_batches, scoring_batches
 from training.errors import DataError
 from training.feedback import ErrorFeedback
 from training.model import build_model, lm_loss
-from validator.verify import Verdict, VerifyPolicy, _usefulness
+from validator.context import Verdict
+from validator.policy import VerifyPolicy
+from validator.usefulness import score_usefulness
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def _score(rnd: Round, miner: str, delta: dict[str, Tensor], seed: bytes | None 
     if seed is not None:
         ctx.seed = seed
     v = Verdict(miner=miner, round=rnd.round, accepted=False, stage="", reason="")
-    _usefulness(ctx, v, ctx.assignment(miner), delta, VerifyPolicy())
+    score_usefulness(ctx, v, ctx.assignment(miner), delta, VerifyPolicy())
     return v
 
 

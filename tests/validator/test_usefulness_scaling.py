@@ -9,7 +9,9 @@ import pytest
 
 from protocol.wire.update import decode_update
 from tests.support.rounds import MINERS, Round, make_round
-from validator.verify import Verdict, VerifyPolicy, _usefulness
+from validator.context import Verdict
+from validator.policy import VerifyPolicy
+from validator.usefulness import score_usefulness
 
 
 @pytest.fixture(scope="module")
@@ -26,5 +28,5 @@ def test_scaled_update_never_scores_above_the_original(rnd: Round, factor: float
         assert honest.accepted and honest.score > 0, honest.reason
         delta = decode_update(rnd.build(miner).update).pseudo_gradient()
         v = Verdict(miner=miner, round=rnd.round, accepted=False, stage="", reason="")
-        _usefulness(ctx, v, ctx.assignment(miner), {k: t * factor for k, t in delta.items()}, policy)
+        score_usefulness(ctx, v, ctx.assignment(miner), {k: t * factor for k, t in delta.items()}, policy)
         assert 0 < v.score <= honest.score, (factor, v.score, honest.score)
