@@ -198,7 +198,7 @@ class Segment:
     """AdamW's own step count minus the inner step (steps carried from earlier rounds)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recording:
     """Where :func:`_steps` records the transcript's states."""
 
