@@ -15,8 +15,14 @@ from protocol.node.api import NodeMetrics, NodeServer, create_node_app
 from protocol.p2p.blobs import BlobStore, FetchTimeoutError
 from protocol.p2p.transfer import FetchPolicy, fetch_blob
 from protocol.wire.tensorblob import encode_tensors
-from tessera.devnet.faults import SCENARIOS
-from tessera.devnet.faults.slowpeers import LOW_PREFIX, grind_key, seed_sybil_keys, sybil_names
+from tessera.devnet.faults import SCENARIOS, table
+from tessera.devnet.faults.slowpeers import (
+    LOW_PREFIX,
+    grind_key,
+    seed_sybil_keys,
+    slowest_honest,
+    sybil_names,
+)
 from tessera.devnet.proxy import FaultProxy, ProxyMode
 
 
@@ -37,15 +43,15 @@ def served(tmp_path: Path) -> Iterator[tuple[FaultProxy, str, str]]:
 
 def test_drip_holds_back_states_only(served: tuple[FaultProxy, str, str]) -> None:
     proxy, state, other = served
-    proxy.drip_s = 1.5
+    proxy.drip_s = 4.0
     proxy.set_mode(ProxyMode.DRIP)
     policy = FetchPolicy(timeout=5.0, attempts=1)
     t0 = time.monotonic()
     assert fetch_blob(proxy.url, other, policy=policy).startswith(b"TSRUPD")
-    assert time.monotonic() - t0 < 1.0  # an update goes straight through
+    assert time.monotonic() - t0 < 3.0  # an update goes straight through (a loaded machine: seconds)
     t0 = time.monotonic()
     assert len(fetch_blob(proxy.url, state, policy=policy)) > 64
-    assert time.monotonic() - t0 >= 1.4 and proxy.stats.dripped == 1
+    assert time.monotonic() - t0 >= 3.9 and proxy.stats.dripped == 1
     with pytest.raises(FetchTimeoutError):  # a fetch bounded below the delay gives up
         fetch_blob(proxy.url, state, policy=FetchPolicy(timeout=0.5, attempts=1))
 
@@ -64,3 +70,22 @@ def test_issue_27_scenarios_shape() -> None:
         sc = SCENARIOS[name]
         assert (sc.validators, sc.honest_miners, sc.block_time, sc.fast_forward) == (3, 4, 2.0, False)
     assert sybil_names(SCENARIOS["drip-sybils"], 4) == ["miner4", "miner5"]
+
+
+def test_slowest_honest_and_the_table() -> None:
+    times = {
+        2: {
+            "validator0/miner0": {"stage": "ok", "seconds": 9.5, "budget_s": 40.0},
+            "validator0/miner4": {"stage": "budget", "seconds": 40.0, "budget_s": 40.0},
+        },
+        3: {"validator1/miner2": {"stage": "ok", "seconds": 12.0, "budget_s": 60.0}},
+    }
+    slow = slowest_honest(times, {"miner4"})
+    assert slow == {"round": 3, "who": "validator1/miner2", "stage": "ok", "seconds": 12.0, "budget_s": 60.0}
+    report = {
+        "scenarios": [
+            {"scenario": "drip-sybils", "ok": True, "checks": [], "wall_seconds": 1.0,
+             "figures": {"rounds_lost": [], "slowest_honest_verification": slow}}
+        ]
+    }  # fmt: skip
+    assert "rounds lost none; slowest honest verification 12.0s of a 60.0s budget" in table(report)

@@ -35,6 +35,7 @@ from tessera.devnet.faults.slowpeers import (
     miner_served,
     rounds_lost,
     seed_sybil_keys,
+    slowest_honest,
     stop_twin,
     sybil_names,
     verification_times,
@@ -362,10 +363,11 @@ class Harness:
         checks = check_run(self.net, self.sc, self.fault_round, self.last_round, cheats=self.cheats)
         paid = read_payouts(self.net)
         checks += extra_checks(self, paid)
+        times = {r: verification_times(self.net, r) for r in range(self.fault_round, self.last_round + 1)}
+        exclude = {*self.cheats, self.sc.target}
         self.figures = {
             "rounds_lost": rounds_lost(self.net, paid, self.fault_round, self.last_round),
-            "verification": {
-                r: verification_times(self.net, r) for r in range(self.fault_round, self.last_round + 1)
-            },
+            "slowest_honest_verification": slowest_honest(times, exclude),
+            "verification": times,
         }
         return checks

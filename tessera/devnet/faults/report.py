@@ -79,7 +79,14 @@ def table(report: dict[str, Any]) -> str:
         if r.get("poison"):
             notes.append(f"  {r['scenario']}: {json.dumps(r['poison'], sort_keys=True)}")
         fig = r.get("figures")
-        if fig:
+        if fig and "rounds_lost" in fig:  # issue 27's scenarios
+            slow = fig.get("slowest_honest_verification") or {}
+            notes.append(
+                f"  {r['scenario']}: rounds lost {fig['rounds_lost'] or 'none'}; slowest honest verification "
+                f"{slow.get('seconds', '-')}s of a {slow.get('budget_s', '-')}s budget "
+                f"({slow.get('who', '-')} in round {slow.get('round', '-')}, {slow.get('stage', '-')})"
+            )
+        elif fig:
             notes.append(
                 f"  {r['scenario']}: rounds certified {fig['rounds_certified']}/{fig['rounds_run']}, "
                 f"honest miners refused {fig['honest_refused']}, slashed {fig['slashed']}; "
