@@ -229,9 +229,8 @@ def _steps(
     digests: list[Future[tuple[bytes, bytes]]] = []
     dev = next(model.parameters()).device
     gpu = dev.type == "cuda"
-    on_dev = seg.batches[first:last].to(
-        dev
-    )  # one copy up front, not a synchronous one per step (CPU: a view)
+    # one copy up front, not a synchronous one per step (on the CPU: a view)
+    on_dev = seg.batches[first:last].to(dev)
     for s in range(first, last):
         lr = lr_at(inner_cfg, round * inner_cfg.steps + s)
         for g in opt.param_groups:
