@@ -120,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--bars", type=Path, help="a quality JSON whose per-seed diloco_loss are the bars")
     p.add_argument("--table", type=Path, help="write the rows of the cached runs here")
+    p.add_argument("--plot", type=Path, help="with --table: the gap against wire bits as a PNG here")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     corpus, cache = load_bundled_corpus(), RunCache(args.cache)
@@ -130,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     rows = table(corpus, cache, args.rounds, _bars(args.bars, corpus, cache, args.rounds))
     args.table.write_text(json.dumps(rows, indent=1) + "\n")
+    if args.plot is not None:
+        plot(rows, args.plot)
     return 0
 
 
@@ -179,6 +182,23 @@ def table(
                         continue
                 if runs:
                     rows.append(row(mode, budget, arm, runs, {s: bars[(mode, s)] for s in runs}))
+    return _against_sparseloco(rows)
+
+
+def _against_sparseloco(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each Tessera row gains ``vs_sparseloco_pct``: its mean final loss against SparseLoCo's at the same
+    mode and budget, over the seeds both have (negative: Tessera lower)."""
+    slc = {(r["mode"], r["budget_wire_bits"]): r for r in rows if r["arm"] == "sparseloco"}
+    for r in rows:
+        other = slc.get((r["mode"], r["budget_wire_bits"]))
+        if r["arm"] != "tessera" or other is None:
+            continue
+        theirs = {s["seed"]: s["final_loss"] for s in other["seeds"]}
+        both = [(s["final_loss"], theirs[s["seed"]]) for s in r["seeds"] if s["seed"] in theirs]
+        if both:
+            mine, ref = sum(a for a, _ in both) / len(both), sum(b for _, b in both) / len(both)
+            r["vs_sparseloco_pct"] = 100.0 * (mine - ref) / ref
+            r["vs_sparseloco_seeds"] = sorted(s["seed"] for s in r["seeds"] if s["seed"] in theirs)
     return rows
 
 
@@ -216,6 +236,40 @@ def _cached(
     if hit is None:
         raise LookupError(mode, variant, seed)
     return hit
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Gap to uncompressed DiLoCo against wire bits, one panel per mode, one line per arm (seed means)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = sorted({r["mode"] for r in rows})
+    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4), squeeze=False)
+    for ax, mode in zip(axes[0], modes, strict=True):
+        for arm in ("tessera", "sparseloco"):
+            pts = sorted(
+                (r["wire_bits_per_param_step"], r["gap_diloco_pct"])
+                for r in rows
+                if r["mode"] == mode and r["arm"] == arm
+            )
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(
+                    xs, ys, marker="o", label="Tessera recipe" if arm == "tessera" else "SparseLoCo (Templar)"
+                )
+        ax.axhline(3.0, color="grey", linestyle="--", label="target: +3%")
+        ax.set_xscale("log")
+        ax.set_xlim(0.003, 0.07)  # the budgets 0.005 to 0.05
+        ax.set_title(f"{mode}: 50 rounds of H = 30, 4 miners")
+        ax.set_xlabel("wire bits per trained parameter per inner step (header included)")
+        ax.set_ylabel("held-out loss above uncompressed DiLoCo (%)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
