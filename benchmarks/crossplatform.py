@@ -11,7 +11,7 @@ default run spec (``run``, ``RunSpec()``: H = 30, a state every 10 steps, so a r
 steps), each in MoE and DiPaCo mode. The transcript states, the residuals, the checkpoint and the encoded
 updates go to a temporary directory (safetensors, update bytes). Then, in a process per setting, a
 validator verifies the round-2 update of every *other* setting with the validator's own
-``validator.verify.verify_update`` (its default policy, ``--segments`` replayed segments per update), which
+``validator.pipeline.VerificationPipeline.verify`` (its default policy, ``--segments`` replayed segments per update), which
 records the largest differences it measured: ``replay_param_rel_diff`` against ``param_rel_tol``,
 ``replay_moment_rel_diff`` (AdamW moments and counters) against ``replay_rel_tol``, ``ef_rel_err`` and
 ``ef_after_rel_err`` (the recomputed update and residual) against ``ef_rel_tol``. When a tolerance refuses

@@ -136,4 +136,4 @@ def case_seed(case: str, setting: str) -> bytes:
 
 
 METRICS = ("replay_param_rel_diff", "replay_moment_rel_diff", "ef_rel_err", "ef_after_rel_err")
-"""What ``validator.verify`` records of an honest update's differences (see :mod:`benchmarks.crossplatform`)."""
+"""What ``validator.pipeline`` records of an honest update's differences (see :mod:`benchmarks.crossplatform`)."""

@@ -1,6 +1,6 @@
 """The workers of ``tessera bench crossplatform``, one process per setting: an honest miner training two
 rounds of every case with the miner's own code, or a validator replaying the other settings' round-2
-updates with the validator's own ``verify_update``. The parent starts them as
+updates with the validator's own pipeline (``validator.pipeline``). The parent starts them as
 ``python -m benchmarks.crossplatform --worker JOB`` and reads what the kernel probe printed with
 :func:`kernels`."""
 
@@ -118,39 +118,42 @@ def _two_rounds(spec: Any, ds: Any, theta1: Any, device: str) -> tuple[Any, Any,
     """The miner's rounds 1 and 2 (``miner.work.build_update``), the second from theta_1 minus the first's
     pseudo-gradient and carrying its error-feedback residual; the two builds and theta_2."""
     from miner.behaviour import Behaviour
-    from miner.work import build_update
+    from miner.work import RoundInputs, build_update
     from protocol.wire.update import decode_update
     from protocol.wire.updatecost import UpdateCaps
     from training.digest import state_digest
 
-    common: dict[str, Any] = {
-        "miner": MINERS[0],
-        "registry": MINERS,
-        "behaviour": Behaviour(),
-        "device": device,
-    }
     b1 = build_update(
         spec,
         ds,
-        round=1,
-        checkpoint=theta1,
-        checkpoint_digest=state_digest(theta1),
-        assign_seed=hashlib.sha256(b"assign-1").digest(),
-        ef_state={},
-        **common,
+        RoundInputs(
+            round=1,
+            miner=MINERS[0],
+            checkpoint=theta1,
+            checkpoint_digest=state_digest(theta1),
+            assign_seed=hashlib.sha256(b"assign-1").digest(),
+            registry=MINERS,
+        ),
+        Behaviour(),
+        device=device,
     )
     delta = decode_update(b1.update, UpdateCaps()).pseudo_gradient()
     theta2 = {k: (v - delta[k]) if k in delta else v for k, v in theta1.items()}
     b2 = build_update(
         spec,
         ds,
-        round=2,
-        checkpoint=theta2,
-        checkpoint_digest=state_digest(theta2),
-        assign_seed=hashlib.sha256(b"assign-2").digest(),
-        ef_state=b1.ef_state,
-        ef_source=(1, b1.digest),
-        **common,
+        RoundInputs(
+            round=2,
+            miner=MINERS[0],
+            checkpoint=theta2,
+            checkpoint_digest=state_digest(theta2),
+            assign_seed=hashlib.sha256(b"assign-2").digest(),
+            registry=MINERS,
+            ef_state=b1.ef_state,
+            ef_source=(1, b1.digest),
+        ),
+        Behaviour(),
+        device=device,
     )
     return b1, b2, theta2
 
@@ -181,7 +184,7 @@ def _publish(d: Path, b1: Any, b2: Any, theta2: Any, segs: list[int]) -> None:
 def _round_context(spec: Any, ds: Any, meta: dict[str, Any], theta: Any) -> Any:
     """The validator's view of round 2 of a trained case."""
     from training.digest import state_digest
-    from validator.verify import RoundContext
+    from validator.context import RoundContext
 
     return RoundContext(
         spec=spec,
@@ -204,7 +207,9 @@ def verify(spec: Any, ds: Any, meta: dict[str, Any], d: Path, segments: int, dev
     from protocol.wire.commitments import update_commitment
     from protocol.wire.tensorblob import decode_tensors
     from protocol.wire.update import update_digest
-    from validator.verify import VerifyPolicy, verify_update
+    from validator.context import Incoming
+    from validator.pipeline import VerificationPipeline
+    from validator.policy import VerifyPolicy
 
     theta = decode_tensors((d / "checkpoint.safetensors").read_bytes())
     data = (d / "update-2.bin").read_bytes()
@@ -224,9 +229,8 @@ def verify(spec: Any, ds: Any, meta: dict[str, Any], d: Path, segments: int, dev
     t0 = time.perf_counter()
 
     def check(policy: Any) -> Any:
-        return verify_update(
-            ctx, MINERS[0], commitment, lambda: data, fetch_state, policy, fetch_source=fetch_source
-        )[0]
+        incoming = Incoming(MINERS[0], commitment, lambda: data, fetch_state, fetch_source=fetch_source)
+        return VerificationPipeline(policy).verify(incoming, ctx)
 
     v = check(VerifyPolicy(segments_per_miner=segments, device=device))
     row: dict[str, Any] = {"stage": v.stage, "reason": v.reason, "accepted": v.accepted}

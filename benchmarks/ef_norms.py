@@ -10,7 +10,7 @@ the transcript's result ``t = theta_r - final state``:
 
 The ratios grow with the rounds because the residual accumulates, so no fixed norm bound separates an
 honest update from a scaled one; the validator recomputes ``d`` from ``t`` and the committed residual instead
-(``validator.verify``, docs/security.md F12). Run with
+(``validator.pipeline``, docs/security.md F12). Run with
 ``python -m benchmarks.ef_norms [--mode moe|dipaco] [--rounds 12] [--miners 4] [--out reports/ef-norms.json]``.
 """
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from miner.behaviour import Behaviour
-from miner.work import build_update
+from miner.work import RoundInputs, build_update
 from protocol.runspec import RunSpec
 from protocol.wire.tensorblob import tensors_digest
 from protocol.wire.update import decode_update
@@ -117,10 +117,20 @@ def _round(
     for m in miners:
         prev = last[m]
         b = build_update(
-            spec, ds, round=round, miner=m, checkpoint=params, checkpoint_digest=digest, assign_seed=seed,
-            registry=miners, ef_state=prev.ef_state if prev else {},
-            ef_source=(prev.round, prev.digest) if prev else None, behaviour=Behaviour(),
-        )  # fmt: skip
+            spec,
+            ds,
+            RoundInputs(
+                round=round,
+                miner=m,
+                checkpoint=params,
+                checkpoint_digest=digest,
+                assign_seed=seed,
+                registry=miners,
+                ef_state=prev.ef_state if prev else {},
+                ef_source=(prev.round, prev.digest) if prev else None,
+            ),
+            Behaviour(),
+        )
         last[m] = b
         d = decode_update(b.update).pseudo_gradient()
         final = b.states[b.transcript_steps[-1]]

@@ -2,7 +2,7 @@
 
 For each preset and mode, one miner trains a devnet round (``miner.work.build_update`` on the devnet's run:
 H inner steps, transcript every step, the recipe's codec) and one validator verifies the update
-(``validator.verify.verify_update``: every stage, one replayed segment as for an attested miner, or
+(``validator.pipeline.VerificationPipeline.verify``: every stage, one replayed segment as for an attested miner, or
 ``--segments``), the states served from memory. Both are timed as this thread's CPU seconds
 (``time.thread_time``), which a loaded machine does not inflate the way it inflates wall time; the
 verification is repeated in one round's context (as a validator verifies a round's miners: the round's
@@ -26,16 +26,16 @@ from typing import Any
 import torch
 
 from miner.behaviour import Behaviour
-from miner.work import build_update
+from miner.work import RoundInputs, build_update
 from protocol.runspec import warm_up_torch
 from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from tessera.devnet.config import DevnetConfig
 from tessera.devnet.runfile import devnet_spec
 from training.data import prepare
-from validator.context import RoundContext
+from validator.context import Incoming, RoundContext
+from validator.pipeline import VerificationPipeline
 from validator.policy import VerifyPolicy
-from validator.verify import verify_update
 
 CHAIN_ID = 31337
 CONTRACT = "0x" + "11" * 20
@@ -53,10 +53,7 @@ def measure(preset: str, mode: str, steps: int, segments: int, repeats: int) -> 
     seeds = (b"\x01" * 32, b"\x02" * 32)
     warm_up_torch()  # the first optimizer step's one-time imports, as a node pays them before round 1
     cpu0 = time.thread_time()
-    built = build_update(
-        spec, ds, round=2, miner=MINERS[0], checkpoint=theta, checkpoint_digest=digest, assign_seed=seeds[0],
-        registry=MINERS, ef_state={}, behaviour=Behaviour(),
-    )  # fmt: skip
+    built = build_update(spec, ds, RoundInputs(2, MINERS[0], theta, digest, seeds[0], MINERS), Behaviour())
     build_cpu = time.thread_time() - cpu0
     served = {
         "0x" + d.hex(): built.states[s]
@@ -73,11 +70,10 @@ def measure(preset: str, mode: str, steps: int, segments: int, repeats: int) -> 
     # one round's context for every verification, as a validator verifies a round's miners: the round's
     # own work (its model, the held-out loss before) falls on the first, the median is a miner's share
     ctx = RoundContext(**ctx_args)  # type: ignore[arg-type]
+    fetch_state = lambda d: {k: v.clone() for k, v in served[d].items()}  # noqa: E731
+    incoming = Incoming(MINERS[0], commitment, lambda: built.update, fetch_state)
     for _ in range(repeats):
-        verdict, _ = verify_update(
-            ctx, MINERS[0], commitment, lambda: built.update,
-            lambda d: {k: v.clone() for k, v in served[d].items()}, policy,
-        )  # fmt: skip
+        verdict = VerificationPipeline(policy).verify(incoming, ctx)
         if not verdict.accepted:
             raise RuntimeError(f"{preset}/{mode}: the honest update was refused at {verdict.stage}")
         runs.append((verdict.metrics["verify_cpu_seconds"], verdict.timings))

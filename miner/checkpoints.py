@@ -16,10 +16,12 @@ from miner.errors import CheckpointUnavailableError
 from miner.rebuild import accepted, rebuild_checkpoint
 from miner.state import MinerState
 from protocol.node.api import NodeMetrics
+from protocol.p2p.blobs import TransferError
 from protocol.p2p.discovery import Discovery
-from protocol.p2p.transfer import FetchPolicy, TransferError, fetch_blob
-from protocol.rounds.coordinator import Coordinator, update_commitment
+from protocol.p2p.transfer import FetchPolicy, fetch_blob
+from protocol.rounds.coordinator import Coordinator
 from protocol.runspec import RunSpec
+from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest, tensors_digest
 
 log = logging.getLogger(__name__)

@@ -7,130 +7,127 @@ from __future__ import annotations
 import logging
 import time
 
-from torch import Tensor
-
 from miner.behaviour import BehaviourContext
+from miner.connections import MinerConnections, RoundMaterial, part_index
 from miner.errors import MinerError, MinerStateError
-from miner.parts import MinerParts, part_index
 from miner.state import ABANDONED, COMMITTED, MinerRoundRecord
-from miner.work import BuiltUpdate, build_update
-from protocol.rounds.coordinator import CoordinatorError, Phase, RoundState
+from miner.work import BuiltUpdate, RoundInputs, build_update
+from protocol.rounds.coordinator import CoordinatorError, RoundState
+from protocol.rounds.phases import Phase
 from protocol.runspec import COMPUTE_LOCK
 from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
 
 log = logging.getLogger(__name__)
 
 
-class CommitMixin(MinerParts):
-    """Train, record and commit one round's update."""
+class Committer:
+    """Train, record and commit one round's update; the round's material goes to ``material``, which the
+    publish service serves from."""
 
-    def _work(self, st: RoundState) -> None:
+    def __init__(self, conn: MinerConnections, material: RoundMaterial) -> None:
+        self.conn = conn
+        self.material = material
+
+    def _phase(self, phase: str) -> None:
+        self.conn.runtime.phase = phase
+
+    def work(self, st: RoundState) -> None:
+        """Round ``st``'s work: fetch theta_r, train, keep everything needed to resume, commit."""
         assert st.checkpoint is not None
-        r = st.round
-        self.phase = "fetching"
+        c, r = self.conn, st.round
+        self._phase("fetching")
         t0 = time.perf_counter()
-        ckpt = self._checkpoint(r, st.checkpoint)
-        self.metrics.phase_seconds.labels(phase="fetch").observe(time.perf_counter() - t0)
-        registry = self.coord.miners(r)
+        ckpt = self.material.checkpoint(r, st.checkpoint)
+        c.metrics.phase_seconds.labels(phase="fetch").observe(time.perf_counter() - t0)
+        registry = c.coord.miners(r)
         if self._sits_out(r, registry):
             return
-        self.phase = "training"
-        ef_state, ef_source = self.state.ef_carry_for(r)
-        built = self._train(st, ckpt, registry, ef_state, ef_source)
-        self.metrics.phase_seconds.labels(phase="train").observe(built.train_seconds)
-        self.state.blobs.put(built.update)
+        self._phase("training")
+        ef_state, ef_source = c.state.ef_carry_for(r)
+        inputs = RoundInputs(r, c.address, ckpt, st.checkpoint, st.assign_seed, registry, ef_state, ef_source)
+        built = self._train(inputs)
+        c.metrics.phase_seconds.labels(phase="train").observe(built.train_seconds)
+        c.state.blobs.put(built.update)
         snaps = {}
         for step, tensors in built.snapshots.items():
-            snaps[str(step)] = self.state.blobs.put(encode_tensors(tensors), digest_fn=tensor_blob_digest)
-        record = _round_record(st, built, registry, snaps, ef_source, self.spec.inner.steps)
-        self.state.prepare(r, record, built.ef_state)
-        self._live.built = built
-        self._live.snapshots = dict(built.states)
-        self._live.parts = part_index(
+            snaps[str(step)] = c.state.blobs.put(encode_tensors(tensors), digest_fn=tensor_blob_digest)
+        record = _round_record(st, built, registry, snaps, ef_source, c.spec.inner.steps)
+        c.state.prepare(r, record, built.ef_state)
+        live = self.material.live
+        live.built = built
+        live.snapshots = dict(built.states)
+        live.parts = part_index(
             built.transcript_steps, [(p.hex(), q.hex()) for p, q in built.transcript_parts]
         )
-        self._commit(r, built.digest)
+        self.commit(r, built.digest)
 
     def _sits_out(self, round: int, registry: list[str]) -> bool:
         """Whether this miner skips ``round`` (recorded as abandoned): registered after it opened, or
         its behaviour chose not to commit."""
-        if self.address not in registry:
-            self.phase = f"joining: registered after round {round} opened, works from round {round + 1}"
-            self.state.prepare(
-                round, MinerRoundRecord(skipped=True, reason="not in the round's registry"), {}
-            )
+        c = self.conn
+        if c.address not in registry:
+            self._phase(f"joining: registered after round {round} opened, works from round {round + 1}")
+            c.state.prepare(round, MinerRoundRecord(skipped=True, reason="not in the round's registry"), {})
             self._abandon(round, "not in the round's registry")
             return True
-        if not self.behaviour.should_commit(BehaviourContext(round, self.address, (), self.spec.inner.steps)):
-            self.phase = "skipping (behaviour)"
-            self.state.prepare(round, MinerRoundRecord(skipped=True), {})
+        if not c.behaviour.should_commit(BehaviourContext(round, c.address, (), c.spec.inner.steps)):
+            self._phase("skipping (behaviour)")
+            c.state.prepare(round, MinerRoundRecord(skipped=True), {})
             self._abandon(round, "behaviour chose not to commit")
             return True
         return False
 
-    def _train(
-        self,
-        st: RoundState,
-        ckpt: dict[str, Tensor],
-        registry: list[str],
-        ef_state: dict[str, Tensor],
-        ef_source: tuple[int, bytes] | None,
-    ) -> BuiltUpdate:
+    def _train(self, inputs: RoundInputs) -> BuiltUpdate:
         """The round's update (``miner.work.build_update``), under the process's compute lock."""
-        assert st.checkpoint is not None
+        c = self.conn
         with COMPUTE_LOCK:
             return build_update(
-                self.spec,
-                self.dataset,
-                round=st.round,
-                miner=self.address,
-                checkpoint=ckpt,
-                checkpoint_digest=st.checkpoint,
-                assign_seed=st.assign_seed,
-                registry=registry,
-                ef_state=ef_state,
-                ef_source=ef_source,
-                behaviour=self.behaviour,
-                snapshot_every=self.cfg.snapshot_every,
-                device=self.cfg.device,
+                c.spec,
+                c.dataset,
+                inputs,
+                c.behaviour,
+                snapshot_every=c.cfg.snapshot_every,
+                device=c.cfg.device,
             )
 
-    def _commit(self, round: int, digest: bytes) -> None:
-        self.phase = "committing"
-        st = self.coord.current()
+    def commit(self, round: int, digest: bytes) -> None:
+        """Commit the update ``digest`` for ``round`` while the commit phase is open (else abandon it)."""
+        c = self.conn
+        self._phase("committing")
+        st = c.coord.current()
         if st.round != round or st.phase != Phase.COMMIT or st.block > st.deadline:
             self._abandon(round, "commit phase closed before the update was ready")
             log.warning("round %d: update ready after the commit deadline; abandoned", round)
             return
         try:
-            self.coord.commit_update(round, digest)
+            c.coord.commit_update(round, digest)
         except CoordinatorError as exc:
-            if self._chain_has_commit(round, digest):
+            if c.chain_has_commit(round, digest):
                 log.info("round %d: commitment already on-chain", round)
             else:
                 raise MinerError(f"commit for round {round} failed: {exc}") from exc
-        with self.state.edit(round) as rec:
+        with c.state.edit(round) as rec:
             rec.status, rec.committed_at = COMMITTED, time.time()
-        self.phase = "committed"
+        self._phase("committed")
         log.info("round %d: committed %s", round, digest.hex()[:16])
 
-    def _reconcile(self, st: RoundState, rec: MinerRoundRecord) -> None:
+    def reconcile(self, st: RoundState, rec: MinerRoundRecord) -> None:
         """A ``prepared`` round after a restart: committed on-chain, commit now, or abandon."""
         r = st.round
         if rec.update_digest is None:
             raise MinerStateError(f"round {r} is prepared without an update digest")
         digest = bytes.fromhex(rec.update_digest)
-        if self._chain_has_commit(r, digest):
-            with self.state.edit(r) as stored:
+        if self.conn.chain_has_commit(r, digest):
+            with self.conn.state.edit(r) as stored:
                 stored.status, stored.reconciled = COMMITTED, True
         elif st.phase == Phase.COMMIT and st.block <= st.deadline:
-            self._commit(r, digest)
+            self.commit(r, digest)
         else:
             self._abandon(r, "not committed before the deadline")
 
     def _abandon(self, round: int, reason: str) -> None:
         """Mark ``round`` abandoned, saying why; its residual is never used."""
-        with self.state.edit(round) as rec:
+        with self.conn.state.edit(round) as rec:
             rec.status, rec.reason = ABANDONED, reason
 
 

@@ -5,43 +5,40 @@ is due. Every action is idempotent and recorded in :class:`miner.state.MinerStat
 transaction as described there, so killing the process at any point and starting it again resumes the
 round (or joins the next one) without committing twice or losing error feedback.
 
-Its actions are mixins over the attributes of ``miner.parts``:
-``miner.commit`` (train, record, commit), ``miner.publish`` (serve the round's update, transcript and
-error feedback) and ``miner.rewards`` (rewards and the account); start, run and stop are
-``protocol.node.start``'s, shared with the validator.
+It is given its services (:class:`MinerServices`, built by :func:`compose` over one
+``miner.connections.MinerConnections``) and holds them, it does not inherit them: ``committer``
+(``miner.commit``: train, record, commit), ``publisher`` (``miner.publish``: serve the round's update,
+transcript and error feedback) and ``rewards`` (``miner.rewards``: rewards and the account); start, run and
+stop are its runtime's (``protocol.node.start.NodeRuntime``), as for the validator.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
 
 from attestation import report_data
 from attestation.simulated import SimulatedEnclave
 from miner.behaviour import Behaviour, make_behaviour
 from miner.checkpoints import CheckpointSource
-from miner.commit import CommitMixin
+from miner.commit import Committer
 from miner.config import MinerConfig
-from miner.errors import MinerError
+from miner.connections import EvidenceFn, MinerConnections, RoundMaterial
 from miner.livepage import mount_live_page
-from miner.parts import EvidenceFn, LiveRound
-from miner.publish import PublishMixin
-from miner.rewards import RewardsMixin
+from miner.publish import Publisher
+from miner.rewards import Rewards
 from miner.state import COMMITTED, PREPARED, SERVED, MinerState
-from protocol.node.api import NodeMetrics, NodeServer
-from protocol.node.start import ServingNode
+from protocol.node.api import NodeMetrics
 from protocol.node.traffic import TrafficLedger
+from protocol.p2p.blobs import BlobStore
 from protocol.p2p.discovery import Discovery
-from protocol.p2p.transfer import BlobStore, FetchPolicy
-from protocol.rounds.coordinator import Coordinator, Phase, RoundState
+from protocol.rounds.coordinator import Coordinator, RoundState
+from protocol.rounds.phases import Phase
 from protocol.runspec import RunSpec
-from training.data import Dataset
 
 log = logging.getLogger(__name__)
-
-__all__ = ["EvidenceFn", "MinerNode", "simulated_evidence"]
 
 
 def simulated_evidence(chain_id: int, seed: bytes) -> EvidenceFn:
@@ -55,14 +52,46 @@ def simulated_evidence(chain_id: int, seed: bytes) -> EvidenceFn:
     return make
 
 
-class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
-    """A miner: one process, one key, one run; this class is its phase machine (``step``), the actions
-    are the mixins' (``start``, ``run`` and ``stop``: ``protocol.node.start``)."""
+@dataclass(frozen=True)
+class MinerServices:
+    """The services a miner's phase machine is given."""
 
-    role = "miner"
-    retried = (MinerError,)
-    node_log = log
-    cfg: MinerConfig
+    conn: MinerConnections
+    """Configuration and connections, shared read-only (the runtime among them)."""
+    material: RoundMaterial
+    """The current round's material: made by ``committer``, served by ``publisher``."""
+    committer: Committer
+    """Train, record and commit the round's update."""
+    publisher: Publisher
+    """Serve what the round's validators fetch."""
+    rewards: Rewards
+    """Record rewards and watch the account."""
+
+
+def compose(
+    cfg: MinerConfig,
+    spec: RunSpec,
+    coord: Coordinator,
+    discovery: Discovery,
+    *,
+    behaviour: Behaviour | None = None,
+    evidence_fn: EvidenceFn | None = None,
+    traffic: TrafficLedger | None = None,
+) -> MinerServices:
+    """A miner's services over one set of connections (``behaviour``: ``cfg.behaviour``'s by default)."""
+    conn = MinerConnections.create(
+        cfg, spec, coord, discovery, behaviour or make_behaviour(cfg.behaviour), traffic
+    )
+    material = RoundMaterial(conn.checkpoints)
+    return MinerServices(
+        conn, material, Committer(conn, material), Publisher(conn, material, evidence_fn), Rewards(conn)
+    )
+
+
+class MinerNode:
+    """A miner: one process, one key, one run; this class is its phase machine (``step``) over the
+    services it is given (:func:`compose` builds them); ``start``, ``run`` and ``stop`` are its runtime's
+    (``protocol.node.start.NodeRuntime``)."""
 
     def __init__(
         self,
@@ -74,36 +103,101 @@ class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
         behaviour: Behaviour | None = None,
         evidence_fn: EvidenceFn | None = None,
         traffic: TrafficLedger | None = None,
+        services: MinerServices | None = None,
     ) -> None:
-        self.cfg = cfg
-        self.traffic = traffic or TrafficLedger()
-        self.spec = spec
-        self.coord = coord
-        self.discovery = discovery
-        self.behaviour = behaviour or make_behaviour(cfg.behaviour)
-        self.evidence_fn = evidence_fn
-        self.address = coord.address
-        self.state = MinerState(cfg.data_dir.expanduser())
-        self.public = BlobStore(self.state.dir / "public")
-        self.metrics = NodeMetrics.create("miner")
-        self.fetch_policy = FetchPolicy(timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts)
-        self.checkpoints = CheckpointSource(
-            spec, coord, discovery, self.state, self.fetch_policy, self.metrics
+        self.services = services or compose(
+            cfg, spec, coord, discovery, behaviour=behaviour, evidence_fn=evidence_fn, traffic=traffic
         )
-        self._ds: Dataset | None = None
-        self._live = LiveRound()
-        self._lock = threading.RLock()
-        self.phase = "starting"
-        self.last_error = ""
-        self.rounds_done = sum(1 for rec in self.state.rounds().values() if rec.reward is not None)
-        self.server: NodeServer | None = None
-        self.url = ""
-        self._announced: set[int] = set()
-        self._synced = False
+        s = self.services
+        self.conn, self.committer, self.publisher, self.rewards = s.conn, s.committer, s.publisher, s.rewards
+        self.runtime = s.conn.runtime
 
-    # -- lifecycle -------------------------------------------------------------------------------------
-    def _blob_fallback(self) -> Callable[[str], bytes | None]:
-        return self.serve_transcript_state
+    # -- what callers read -----------------------------------------------------------------------------
+
+    @property
+    def cfg(self) -> MinerConfig:
+        """The node's settings."""
+        return self.conn.cfg
+
+    @property
+    def coord(self) -> Coordinator:
+        """The chain's round view."""
+        return self.conn.coord
+
+    @property
+    def discovery(self) -> Discovery:
+        """Signed node records."""
+        return self.conn.discovery
+
+    @property
+    def state(self) -> MinerState:
+        """The durable per-round records."""
+        return self.conn.state
+
+    @property
+    def public(self) -> BlobStore:
+        """The blobs this miner serves."""
+        return self.conn.public
+
+    @property
+    def metrics(self) -> NodeMetrics:
+        """The node's Prometheus metrics."""
+        return self.conn.metrics
+
+    @property
+    def traffic(self) -> TrafficLedger:
+        """What the node sent and received."""
+        return self.runtime.traffic
+
+    @property
+    def behaviour(self) -> Behaviour:
+        """How this miner trains and serves."""
+        return self.conn.behaviour
+
+    @property
+    def checkpoints(self) -> CheckpointSource:
+        """Where theta_r comes from."""
+        return self.conn.checkpoints
+
+    @property
+    def address(self) -> str:
+        """This miner's address."""
+        return self.conn.address
+
+    @property
+    def url(self) -> str:
+        """This miner's public URL (once started)."""
+        return self.runtime.url
+
+    @property
+    def phase(self) -> str:
+        """What the node is doing (``/status``)."""
+        return self.runtime.phase
+
+    @property
+    def last_error(self) -> str:
+        """The last step's error, if it has not recovered since (``/status``)."""
+        return self.runtime.last_error
+
+    @property
+    def rounds_done(self) -> int:
+        """Rounds settled with a reward recorded."""
+        return self.rewards.rounds_done
+
+    # -- runtime ---------------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the HTTP API and register on-chain if needed."""
+        self.runtime.start(self.status, self._add_routes, self.publisher.serve_transcript_state)
+        return self
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Step until ``stop`` is set (or ``max_rounds`` rounds are done); errors are retried with backoff."""
+        self.runtime.run(self.step, stop, self._done)
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self.runtime.stop()
 
     def _add_routes(self, app: Any) -> None:
         @app.get("/rounds", summary="This miner's round records")
@@ -120,14 +214,14 @@ class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
         """The /status document."""
         recs = self.state.rounds()
         last = max(recs) if recs else None
-        acc = self.__dict__.get("_account")
+        acc = self.rewards.account
         dht = self.discovery.dht
         return {
             "role": "miner",
             "address": self.address,
             "behaviour": self.behaviour.name,
             "url": self.url,
-            "round": self._live.round,
+            "round": self.services.material.live.round,
             "phase": self.phase,
             "rounds_done": self.rounds_done,
             "last_error": self.last_error,
@@ -146,43 +240,43 @@ class MinerNode(CommitMixin, PublishMixin, RewardsMixin, ServingNode):
         """Take whatever action the chain's current state calls for."""
         st = self.coord.current()
         self._act(st)
-        self._synced = True
-        self._maybe_advance(st)
+        self.publisher.synced = True
+        self.runtime.maybe_advance(st)
 
     def _act(self, st: RoundState) -> None:
         self.metrics.round.set(st.round)
         self.traffic.round = st.round
-        self._collect_rewards(st.round)
+        self.rewards.collect(st.round)
         rec = self.state.record(st.round)
         if st.phase == Phase.COMMIT and st.block <= st.deadline:
             if rec is None:
                 if st.checkpoint is None:
-                    self.phase = "waiting-checkpoint"
+                    self.runtime.phase = "waiting-checkpoint"
                     return
-                self._work(st)
+                self.committer.work(st)
             elif rec.status == PREPARED:
-                self._reconcile(st, rec)
+                self.committer.reconcile(st, rec)
             elif rec.status in (COMMITTED, SERVED) and rec.update_digest is not None:
                 digest = bytes.fromhex(rec.update_digest)
-                if not self._chain_has_commit(st.round, digest):
+                if not self.conn.chain_has_commit(st.round, digest):
                     # the chain lost the commitment (restarted from an older state): send it again
                     log.warning(
                         "round %d: commitment missing on-chain (chain rolled back); re-sending", st.round
                     )
-                    self._commit(st.round, digest)
+                    self.committer.commit(st.round, digest)
         else:
             if rec is not None and rec.status == PREPARED:
-                self._reconcile(st, rec)
+                self.committer.reconcile(st, rec)
                 rec = self.state.record(st.round)
             if rec is not None and rec.status == COMMITTED:
-                self._serve(st)
+                self.publisher.serve(st)
             elif rec is not None and rec.status == SERVED:
-                self._ensure_live(st.round)
-                if st.round not in self._announced:
+                self.publisher.ensure_live(st.round)
+                if st.round not in self.publisher.announced:
                     # served before a restart: the old record may name a dead URL (issue 10), so the
                     # update, its evidence and this process's URL are published again
-                    self._publish(st.round, self.state.record(st.round) or rec)
+                    self.publisher.publish(st.round, self.state.record(st.round) or rec)
                     log.info("round %d: serving again after a restart at %s", st.round, self.url)
-                self.phase = "serving"
+                self.runtime.phase = "serving"
             else:
-                self.phase = "idle (not committed this round)"
+                self.runtime.phase = "idle (not committed this round)"

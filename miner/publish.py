@@ -10,10 +10,10 @@ import time
 from torch import Tensor
 
 from miner.behaviour import BehaviourContext
+from miner.connections import EvidenceFn, MinerConnections, RoundMaterial, part_index
 from miner.errors import MinerStateError
-from miner.parts import MinerParts, part_index
 from miner.state import SERVED, MinerRoundRecord
-from miner.work import assignment_for, transcript_state
+from miner.work import KeptTranscript, assignment_for, transcript_state
 from protocol.node.api import NodeNotReadyError
 from protocol.rounds.coordinator import RoundState
 from protocol.runspec import COMPUTE_LOCK
@@ -25,76 +25,92 @@ from training.digest import split_state
 log = logging.getLogger(__name__)
 
 
-class PublishMixin(MinerParts):
-    """Serve what a committed round's validators fetch."""
+class Publisher:
+    """Serve what a committed round's validators fetch, from the round's ``material``."""
 
-    def _ensure_live(self, round: int) -> None:
+    def __init__(
+        self, conn: MinerConnections, material: RoundMaterial, evidence_fn: EvidenceFn | None
+    ) -> None:
+        self.conn = conn
+        self.material = material
+        self.evidence_fn = evidence_fn
+        """Produces the round's TEE evidence (None: this miner serves none)."""
+        self.announced: set[int] = set()
+        """Rounds this process has announced its update for (a restarted process announces again)."""
+        self.synced = False
+        """Set after the first step since start: until then a missing transcript state may only mean this
+        process has not restored its round yet, so it is answered 503 (retry), not 404 (not served)."""
+
+    def ensure_live(self, round: int) -> None:
         """Reload the round's serving material from disk (after a restart)."""
-        if self._live.round == round and self._live.snapshots:
+        live = self.material.live
+        if live.round == round and live.snapshots:
             return
-        rec = self.state.record(round)
+        state = self.conn.state
+        rec = state.record(round)
         if rec is None or rec.snapshots is None or rec.checkpoint is None:
             return
-        params = self._checkpoint(round, bytes.fromhex(rec.checkpoint))
-        self._live.snapshots = {
-            int(s): decode_tensors(self.state.blobs.get(d)) for s, d in rec.snapshots.items()
-        }
+        params = self.material.checkpoint(round, bytes.fromhex(rec.checkpoint))
+        live = self.material.live
+        live.snapshots = {int(s): decode_tensors(state.blobs.get(d)) for s, d in rec.snapshots.items()}
         # a record written before the transcript had parts serves none (its round is long settled)
-        self._live.parts = part_index(rec.transcript_steps or [], rec.transcript_parts or [])
-        self._live.checkpoint = params
+        live.parts = part_index(rec.transcript_steps or [], rec.transcript_parts or [])
+        live.checkpoint = params
 
-    def _serve(self, st: RoundState) -> None:
+    def serve(self, st: RoundState) -> None:
         """After the commit deadline: publish the update (+ evidence) and announce it."""
-        r = st.round
-        rec = self.state.record(r)
+        c, r = self.conn, st.round
+        rec = c.state.record(r)
         assert rec is not None
-        self._ensure_live(r)
-        self._publish(r, rec)
-        with self.state.edit(r) as stored:
+        self.ensure_live(r)
+        self.publish(r, rec)
+        with c.state.edit(r) as stored:
             stored.status, stored.served_at = SERVED, time.time()
-        self.metrics.rounds.inc()
-        self.phase = "serving"
-        log.info("round %d: serving update at %s", r, self.url)
+        c.metrics.rounds.inc()
+        c.runtime.phase = "serving"
+        log.info("round %d: serving update at %s", r, c.url)
 
-    def _publish(self, round: int, rec: MinerRoundRecord) -> None:
+    def publish(self, round: int, rec: MinerRoundRecord) -> None:
         """Put the round's update, error-feedback states and evidence in the public store and announce
         them with this process's URL (idempotent: the store is content-addressed)."""
+        c = self.conn
         if rec.update_digest is None:
             raise MinerStateError(f"round {round} is {rec.status} without an update to serve")
         digest = rec.update_digest
-        extra = {"update_digest": bytes.fromhex(digest), "chain_id": self.coord.chain_id}
-        ctx = BehaviourContext(round, self.address, tuple(rec.modules or ()), self.spec.inner.steps, extra)
-        data = self.behaviour.served_update(ctx, self.state.blobs.get("0x" + digest))
+        extra = {"update_digest": bytes.fromhex(digest), "chain_id": c.coord.chain_id}
+        ctx = BehaviourContext(round, c.address, tuple(rec.modules or ()), c.spec.inner.steps, extra)
+        data = c.behaviour.served_update(ctx, c.state.blobs.get("0x" + digest))
         served = [Served("update", "0x" + digest, len(data))]
-        self.public.put(data, "0x" + digest) if data else None
+        c.public.put(data, "0x" + digest) if data else None
         # the transcript, which the header commits to by its root only (issue 13)
         parts = [(bytes.fromhex(p), bytes.fromhex(q)) for p, q in rec.transcript_parts or []]
-        self.public.put(encode_tensors(transcript_tensors(parts)), digest_fn=tensor_blob_digest)
+        c.public.put(encode_tensors(transcript_tensors(parts)), digest_fn=tensor_blob_digest)
         self._publish_error_feedback(round, rec)
-        evidence = self.evidence_fn(round, self.address, bytes.fromhex(digest)) if self.evidence_fn else None
-        evidence = self.behaviour.evidence(ctx, evidence)
+        evidence = self.evidence_fn(round, c.address, bytes.fromhex(digest)) if self.evidence_fn else None
+        evidence = c.behaviour.evidence(ctx, evidence)
         if evidence:
-            ed = self.public.put(evidence)
+            ed = c.public.put(evidence)
             served.append(Served("evidence", ed, len(evidence)))
-        self.discovery.announce(round, "miner", self.url, served)
-        self._announced.add(round)
+        c.discovery.announce(round, "miner", c.url, served)
+        self.announced.add(round)
 
     def _publish_error_feedback(self, round: int, rec: MinerRoundRecord) -> None:
         """Serve what a validator needs to recompute the compressed update (F12): the residual after this
         round and, if the update started from an earlier one, that round's update and residual."""
+        state, public = self.conn.state, self.conn.public
         rounds = [round]
         src = rec.ef_source
         if src:
             rounds.append(int(src[0]))
-            if self.state.blobs.has(f"0x{src[1]}"):
-                self.public.put(self.state.blobs.get(f"0x{src[1]}"), f"0x{src[1]}")
+            if state.blobs.has(f"0x{src[1]}"):
+                public.put(state.blobs.get(f"0x{src[1]}"), f"0x{src[1]}")
         for q in rounds:
             try:
-                after = {k: v for k, v in self.state.ef_state(q).items() if k.startswith("ef/")}
+                after = {k: v for k, v in state.ef_state(q).items() if k.startswith("ef/")}
             except MinerStateError as exc:
                 log.warning("round %d: error-feedback residual of round %d not served: %s", round, q, exc)
                 continue
-            self.public.put(encode_tensors(after), digest_fn=tensor_blob_digest)
+            public.put(encode_tensors(after), digest_fn=tensor_blob_digest)
 
     def serve_transcript_state(self, digest: str) -> bytes | None:
         """Bytes of a transcript state of the current served round (replayed from a snapshot if needed)."""
@@ -105,27 +121,21 @@ class PublishMixin(MinerParts):
         """A part of a transcript state of the current served round (its parameters or the rest) by its
         digest (``0x`` + hex), None if this process does not serve it; :class:`NodeNotReadyError` until
         the first step since start."""
-        if not self._synced:
+        if not self.synced:
             raise NodeNotReadyError("restoring the round after a start")
-        with self._lock:
-            live = self._live
-            rec = self.state.record(live.round)
+        c = self.conn
+        with self.material.lock:
+            live = self.material.live
+            rec = c.state.record(live.round)
             if rec is None or rec.status != SERVED or digest not in live.parts or live.checkpoint is None:
                 return None
             if rec.assign_seed is None or rec.registry is None:
                 return None
             step, is_params = live.parts[digest]
-            a = assignment_for(self.spec, bytes.fromhex(rec.assign_seed), rec.registry, self.address)
+            a = assignment_for(c.spec, bytes.fromhex(rec.assign_seed), rec.registry, c.address)
             with COMPUTE_LOCK:
-                tensors = transcript_state(
-                    self.spec,
-                    self.dataset,
-                    round=live.round,
-                    checkpoint=live.checkpoint,
-                    assign_seed=bytes.fromhex(rec.assign_seed),
-                    assignment=a,
-                    snapshots=live.snapshots,
-                    step=step,
-                    device=self.cfg.device,
+                kept = KeptTranscript(
+                    live.round, live.checkpoint, bytes.fromhex(rec.assign_seed), a, live.snapshots
                 )
+                tensors = transcript_state(c.spec, c.dataset, kept, step, device=c.cfg.device)
             return split_state(tensors)[0 if is_params else 1]

@@ -6,46 +6,56 @@ from __future__ import annotations
 
 import logging
 
-from miner.parts import MinerParts
+from miner.connections import MinerConnections
 from miner.state import COMMITTED, SERVED
 from protocol.node.account import ChainAccount
 
 log = logging.getLogger(__name__)
 
 
-class RewardsMixin(MinerParts):
+class Rewards:
     """Record rewards and watch the account."""
 
-    def _collect_rewards(self, current_round: int) -> None:
+    def __init__(self, conn: MinerConnections) -> None:
+        self.conn = conn
+        self.rounds_done = sum(1 for rec in conn.state.rounds().values() if rec.reward is not None)
+        """Rounds settled with a reward recorded (``max_rounds`` counts them)."""
+        self.account: ChainAccount | None = None
+        """This key's account figures (None until first read, or on an in-memory coordinator)."""
+        self._account_read = False
+
+    def collect(self, current_round: int) -> None:
         """Record each settled round's reward, then read this key's account from the chain when the round,
         its record or the settled count changed (``/status`` ``account``, ``account_tokens`` gauges), and
         refuse a commitment of this key that this node did not make (:class:`KeyInUseError`)."""
-        for r, rec in self.state.rounds().items():
+        c = self.conn
+        for r, rec in c.state.rounds().items():
             if r >= current_round or rec.reward is not None or rec.status not in (SERVED, COMMITTED):
                 continue
-            s = self.coord.settlement(r)
+            s = c.coord.settlement(r)
             if s is None:
                 continue
-            reward = s.miner_rewards.get(self.address, 0)
-            with self.state.edit(r) as stored:
-                stored.reward, stored.consensus_score = str(reward), s.consensus.get(self.address, 0)
+            reward = s.miner_rewards.get(c.address, 0)
+            with c.state.edit(r) as stored:
+                stored.reward, stored.consensus_score = str(reward), s.consensus.get(c.address, 0)
             self.rounds_done += 1
-            self.metrics.round_report.miner(r, rec, s, self.address, self.traffic)  # the round's INFO line
-        if "_account" not in self.__dict__:
-            self.__dict__["_account"] = ChainAccount.of(self.coord, self.address, self.metrics)
-        acc: ChainAccount | None = self.__dict__["_account"]
-        now = self.state.record(current_round)
+            c.metrics.round_report.miner(r, rec, s, c.address, c.runtime.traffic)  # the round's INFO line
+        if not self._account_read:
+            self.account = ChainAccount.of(c.coord, c.address, c.metrics)
+            self._account_read = True
+        acc = self.account
+        now = c.state.record(current_round)
         if acc is None or not acc.try_refresh((current_round, now and now.status, self.rounds_done)):
             return
 
         def own(round: int) -> bool:
-            rec = self.state.record(round)
+            rec = c.state.record(round)
             return (
                 rec is not None
                 and rec.update_digest is not None
                 and (
                     rec.status in (COMMITTED, SERVED)
-                    or self._chain_has_commit(round, bytes.fromhex(rec.update_digest))
+                    or c.chain_has_commit(round, bytes.fromhex(rec.update_digest))
                 )
             )
 

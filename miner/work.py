@@ -1,7 +1,7 @@
 """One round of a miner's work, with no I/O: assignment, batches, inner loop, pseudo-gradient, codec, update.
 
-:func:`build_update` is called by the node with the checkpoint it fetched and the residual it stored; it
-returns the encoded update, its digest and what the miner must keep to serve (transcript snapshots) and
+:func:`build_update` is called by the node with the round's inputs (:class:`RoundInputs`: the checkpoint it
+fetched, the residual it stored); it returns the encoded update, its digest and what the miner must keep to serve (transcript snapshots) and
 to persist (the new error-feedback residual). :func:`transcript_state` regenerates any transcript state
 from the nearest kept snapshot, so a miner need not store every step's state to answer a validator.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from torch import Tensor
@@ -27,6 +27,30 @@ from training.digest import split_state, state_digest
 from training.diloco import pseudo_gradient
 from training.feedback import ErrorFeedback
 from training.inner import Device, InnerResult, Transcript, replay_segment, train_inner
+
+
+@dataclass(frozen=True)
+class RoundInputs:
+    """What one miner's update of one round is built from (the chain's round and the miner's own carry)."""
+
+    round: int
+    """The round the update is for."""
+    miner: str
+    """The miner's address (its assignment and the update's header)."""
+    checkpoint: Mapping[str, Tensor]
+    """theta_r's parameters, which the inner loop starts from."""
+    checkpoint_digest: bytes
+    """theta_r's certified digest (the header's ``base_checkpoint``)."""
+    assign_seed: bytes
+    """The round's assignment seed: the miner's modules and batches."""
+    registry: Sequence[str]
+    """The round's registered miners, among whom the modules are assigned."""
+    ef_state: Mapping[str, Tensor] = field(default_factory=dict)
+    """What an earlier round's :attr:`BuiltUpdate.ef_state` held: its residual (``ef/*``, used only with
+    ``ef_source``) and the AdamW state (``opt/*``) carried into this round."""
+    ef_source: tuple[int, bytes] | None = None
+    """(round, update digest) of the earlier update whose residual ``ef_state`` holds; named in the header
+    so that a validator fetches the same residual (F12)."""
 
 
 @dataclass
@@ -113,28 +137,23 @@ def round_batches(spec: RunSpec, ds: Dataset, assign_seed: bytes, a: Assignment)
 def build_update(
     spec: RunSpec,
     ds: Dataset,
-    *,
-    round: int,
-    miner: str,
-    checkpoint: Mapping[str, Tensor],
-    checkpoint_digest: bytes,
-    assign_seed: bytes,
-    registry: Sequence[str],
-    ef_state: Mapping[str, Tensor],
+    inputs: RoundInputs,
     behaviour: Behaviour,
-    ef_source: tuple[int, bytes] | None = None,
+    *,
     snapshot_every: int = 10,
     device: Device = "cpu",
 ) -> BuiltUpdate:
     """Train the round's assignment and package the compressed update.
 
-    ``ef_state`` is what an earlier round's :attr:`BuiltUpdate.ef_state` held; its residual (``ef/*``) is
-    used only with ``ef_source``, that round's (round, update digest), which the header names so that a
-    validator can fetch the same residual and recompute the compressed update (F12). Only the residual of
-    parameters assigned again is carried; the rest is dropped. The inner loop computes on ``device``
-    (``training.device``); the pseudo-gradient, the codec and everything returned are on the CPU in fp32.
+    The residual of ``inputs.ef_state`` is used only with ``inputs.ef_source`` (F12), and only that of
+    parameters assigned again is carried; the rest is dropped. ``behaviour`` may alter what the miner
+    trains on and sends (the attack suite's miners). The inner loop computes on ``device``
+    (``training.device``); the pseudo-gradient, the codec and everything returned are on the CPU in fp32;
+    every ``snapshot_every``-th transcript state is kept for serving after a restart.
     """
-    a = assignment_for(spec, assign_seed, registry, miner)
+    round, miner, checkpoint = inputs.round, inputs.miner, inputs.checkpoint
+    assign_seed, ef_state, ef_source = inputs.assign_seed, inputs.ef_state, inputs.ef_source
+    a = assignment_for(spec, assign_seed, inputs.registry, miner)
     ctx = BehaviourContext(round, miner, a.module_ids, spec.inner.steps)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
     t0, cpu0 = time.perf_counter(), time.thread_time()
@@ -145,7 +164,7 @@ def build_update(
     encs, ef_after = _compress(spec.codec, delta, ef_state, ef_source)
     ef_after_digest = state_digest(ef_after)
     fields = HeaderFields(
-        round=round, miner=miner, modules=a.module_ids, codec=spec.codec, base_checkpoint=checkpoint_digest,
+        round=round, miner=miner, modules=a.module_ids, codec=spec.codec, base_checkpoint=inputs.checkpoint_digest,
         transcript_interval=tr.interval, transcript_steps=tr.steps, transcript_parts=tr.parts,
         tokens=res.tokens, ef_after=ef_after_digest, ef_source=ef_source,
     )  # fmt: skip
@@ -216,26 +235,35 @@ def _compress(
     return encs, ef.state_dict()
 
 
+@dataclass(frozen=True)
+class KeptTranscript:
+    """What a miner regenerates its round's transcript states from."""
+
+    round: int
+    """The round trained."""
+    checkpoint: Mapping[str, Tensor]
+    """theta_r's parameters, which the round started from."""
+    assign_seed: bytes
+    """The round's assignment seed (the miner's batches)."""
+    assignment: Assignment
+    """The miner's assignment that round."""
+    snapshots: Mapping[int, Mapping[str, Tensor]]
+    """The kept transcript states by inner step (:attr:`BuiltUpdate.snapshots`)."""
+
+
 def transcript_state(
-    spec: RunSpec,
-    ds: Dataset,
-    *,
-    round: int,
-    checkpoint: Mapping[str, Tensor],
-    assign_seed: bytes,
-    assignment: Assignment,
-    snapshots: Mapping[int, Mapping[str, Tensor]],
-    step: int,
-    device: Device = "cpu",
+    spec: RunSpec, ds: Dataset, kept: KeptTranscript, step: int, device: Device = "cpu"
 ) -> dict[str, Tensor]:
     """The transcript state at ``step``: a kept snapshot, or a replay (on ``device``) from the nearest
     earlier one; on the CPU either way."""
+    snapshots = kept.snapshots
     if step in snapshots:
         return {k: v.clone() for k, v in snapshots[step].items()}
     base = max((s for s in snapshots if s < step), default=None)
     if base is None:
         raise KeyError(step)
-    batches = round_batches(spec, ds, assign_seed, assignment)
+    a = kept.assignment
+    batches = round_batches(spec, ds, kept.assign_seed, a)
     return replay_segment(
-        spec.model, spec.inner, checkpoint, assignment, batches, round, snapshots[base], step, device=device
+        spec.model, spec.inner, kept.checkpoint, a, batches, kept.round, snapshots[base], step, device=device
     )

@@ -3,7 +3,7 @@
 ``tessera simulate`` and ``tessera bench training`` both use it; it lives here, beside neither, so that
 ``benchmarks`` need not import ``tessera.commands`` (which imports ``benchmarks``: an import cycle).
 
-Each update is decoded with the run's caps, as a validator decodes it (``validator.verify``): the header
+Each update is decoded with the run's caps, as a validator decodes it (``validator.pipeline``): the header
 must match the run's parameter shapes and the codec it was sent with, and the decode's memory and time
 caps are lifted to what decoding the whole model costs (``UpdateCaps.covering``), so an honest update of
 a model larger than the default caps assume is never refused. The size cap is lifted the same way, to the

@@ -1,4 +1,4 @@
-"""The node runtime both roles share: ``settings``, ``start`` (``ServingNode``), ``api`` (the HTTP app and
+"""The node runtime both roles share: ``settings``, ``start`` (``NodeRuntime``), ``api`` (the HTTP app and
 metrics), ``account`` (stake and rewards read from the chain), ``loop`` (the step loop), ``jsonrecord``
 (persisted records as dataclasses) and ``traffic``. No re-exports: import the module that defines a
 name."""

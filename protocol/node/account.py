@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 class KeyInUseError(ProtocolError):
     """The chain shows an action of this node's key that this node did not take: another instance runs
-    with the same key. Fatal to the node that raises it (``protocol.node.start.ServingNode.run``)."""
+    with the same key. Fatal to the node that raises it (``protocol.node.start.NodeRuntime.run``)."""
 
 
 WEI_PER_TOKEN = 10**18

@@ -1,6 +1,5 @@
 """How a node process starts and stops serving, the same for both roles: :class:`NodeRuntime`, a component
-``miner.node.MinerNode`` and ``validator.node.ValidatorNode`` hold (``ServingNode``, the same as a base
-class, is kept until every role holds a runtime).
+``miner.node.MinerNode`` and ``validator.node.ValidatorNode`` hold (not a base class they inherit).
 
 Start: torch's threads and deterministic settings for the node's device (``training.device``) and a
 warm-up; the common HTTP API (``protocol.node.api``) with the role's own routes and the signed node
@@ -15,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any
 
 import torch
 from fastapi import FastAPI
@@ -35,109 +34,6 @@ from protocol.runspec import compute_platform, warm_up_torch
 from training.device import use_deterministic
 
 log = logging.getLogger(__name__)
-
-
-class ServingNode:
-    """``start``, ``run`` and ``stop`` of a node; the node's ``__init__`` sets the attributes declared here."""
-
-    role: ClassVar[str]
-    """``miner`` or ``validator``: the API's role and the role registered on chain."""
-    retried: ClassVar[tuple[type[Exception], ...]] = ()
-    """The role's own errors that ``run`` retries (besides :class:`ProtocolError`)."""
-    node_log: ClassVar[logging.Logger] = log
-    """Where ``run`` reports failures and recoveries (the role's module logger)."""
-    cfg: NodeConfig
-    coord: Coordinator
-    discovery: Discovery
-    address: str
-    public: BlobStore
-    metrics: NodeMetrics
-    traffic: TrafficLedger
-    server: NodeServer | None
-    url: str
-    phase: str
-    last_error: str
-
-    def status(self) -> dict[str, Any]:
-        """The /status document."""
-        raise NotImplementedError
-
-    def step(self) -> None:
-        """One look at the chain and the actions it calls for."""
-        raise NotImplementedError
-
-    def _done(self) -> bool:
-        """Whether ``run`` should return (a miner's ``max_rounds``)."""
-        return False
-
-    def _add_routes(self, app: FastAPI) -> None:
-        """The role's own routes, added to the common API."""
-
-    def _blob_fallback(self) -> Callable[[str], bytes | None] | None:
-        """Blobs not in ``public`` that the node produces on demand (``protocol.node.api.create_node_app``)."""
-        return None
-
-    def start(self) -> Self:
-        """Start the HTTP API and register on-chain if needed."""
-        torch.set_num_threads(max(1, self.cfg.threads))
-        use_deterministic(self.cfg.device)
-        log.info("torch warm-up took %.2fs (%s)", warm_up_torch(), compute_platform())
-        app = create_node_app(
-            role=self.role,
-            status=self.status,
-            store=self.public,
-            metrics=self.metrics,
-            fallback=self._blob_fallback(),
-            traffic=self.traffic,
-        )
-        self._add_routes(app)
-        mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
-        self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
-        self.url = self.cfg.public_url or self.server.url
-        if self.coord.ensure_registered(self.role, self.cfg.stake):
-            log.info("registered %s as a %s with stake %d", self.address, self.role, self.cfg.stake)
-        self.phase = "ready"
-        return self
-
-    def _maybe_advance(self, st: RoundState) -> None:
-        """Advance a phase whose deadline has passed (any node may; one that loses the race to another
-        is refused, which is fine)."""
-        if st.phase != Phase.FINALIZE and st.block > st.deadline:
-            try:
-                self.coord.advance()
-            except CoordinatorError:
-                pass
-
-    def run(self, stop: threading.Event | None = None) -> None:
-        """Step until ``stop`` is set (or ``_done``); errors are retried with backoff, except
-        :class:`KeyInUseError` (another node holds this key), which stops the node with one error."""
-        step_forever(
-            self.step,
-            stop=stop or threading.Event(),
-            interval=self.cfg.poll_interval,
-            retry_on=(ProtocolError, *self.retried),
-            on_error=failure_reporter(self, self.role, self.node_log),
-            on_recovery=recovery_reporter(self, self.role, self.node_log),
-            done=self._done,
-            fatal=(KeyInUseError,),
-            pace=self._pace(),
-        )
-
-    def _pace(self) -> Callable[[], float]:
-        """The wait after each step (:class:`protocol.node.loop.PollPacer`: longer while nothing changes,
-        issue 26), from the reading the step made (no extra request)."""
-        pacer = PollPacer(self.cfg.poll_interval)
-
-        def wait() -> float:
-            st = self.coord.current(max_age=float("inf"))
-            return pacer.next(st.round, int(st.phase), st.block, st.deadline, self.phase)
-
-        return wait
-
-    def stop(self) -> None:
-        """Stop serving."""
-        if self.server is not None:
-            self.server.stop()
 
 
 @dataclass
@@ -215,8 +111,9 @@ class NodeRuntime:
         stop: threading.Event | None = None,
         done: Callable[[], bool] | None = None,
     ) -> None:
-        """Call ``step`` every poll interval until ``stop`` is set (or ``done()``); errors are retried
-        with backoff."""
+        """Call ``step`` until ``stop`` is set (or ``done()``), waiting what :meth:`pace` says between
+        steps; errors are retried with backoff, except :class:`KeyInUseError` (another node holds this
+        key), which ends the run with that one error (issue 27)."""
         step_forever(
             step,
             stop=stop or threading.Event(),
@@ -225,7 +122,20 @@ class NodeRuntime:
             on_error=failure_reporter(self, self.role, self.node_log),
             on_recovery=recovery_reporter(self, self.role, self.node_log),
             done=done,
+            fatal=(KeyInUseError,),
+            pace=self.pace(),
         )
+
+    def pace(self) -> Callable[[], float]:
+        """The wait after each step (:class:`protocol.node.loop.PollPacer`: longer while nothing changes,
+        issue 26), from the reading the step made (no extra request)."""
+        pacer = PollPacer(self.cfg.poll_interval)
+
+        def wait() -> float:
+            st = self.coord.current(max_age=float("inf"))
+            return pacer.next(st.round, int(st.phase), st.block, st.deadline, self.phase)
+
+        return wait
 
     def stop(self) -> None:
         """Stop serving."""

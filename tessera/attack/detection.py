@@ -1,7 +1,7 @@
 """Measured detection of lazy miners with the real verification code, against the model.
 
 One lazy update is built with the miner's own code (``miner.work.build_update`` with
-:class:`tessera.attack.miners.LazyMiner`), then verified with ``validator.verify.verify_update`` under
+:class:`tessera.attack.miners.LazyMiner`), then verified with ``validator.pipeline.VerificationPipeline.verify`` under
 many round seeds (the seed only chooses the replayed segments, so the update need not be rebuilt) by
 ``validators`` validator addresses. The measured per-validator catch rate and the rate at which the
 round's lower median would be 0 are compared with :mod:`tessera.attack.economics`.
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from miner.work import build_update, transcript_state
+from miner.work import KeptTranscript, RoundInputs, build_update, transcript_state
 from protocol.rounds.consensus import weighted_median
 from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
@@ -28,8 +28,10 @@ from tessera.attack import economics as ec
 from tessera.attack.harness import tiny_spec
 from tessera.attack.miners import LazyMiner
 from training.data import prepare
+from validator.context import Incoming, RoundContext
+from validator.pipeline import VerificationPipeline
+from validator.policy import VerifyPolicy
 from validator.stages import Stage
-from validator.verify import RoundContext, VerifyPolicy, verify_update
 
 
 @dataclass
@@ -148,9 +150,20 @@ class _LazyUpdate:
         assign_seed = hashlib.sha256(b"detection").digest()
         n_segments = len(sorted({*range(0, steps, interval), steps})) - 1
         built = build_update(
-            spec, ds, round=1, miner=miner, checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
-            registry=registry, ef_state={}, behaviour=LazyMiner(fraction, n_segments), snapshot_every=1,
-        )  # fmt: skip
+            spec,
+            ds,
+            RoundInputs(
+                round=1,
+                miner=miner,
+                checkpoint=theta,
+                checkpoint_digest=digest,
+                assign_seed=assign_seed,
+                registry=registry,
+                ef_state={},
+            ),
+            LazyMiner(fraction, n_segments),
+            snapshot_every=1,
+        )
         return cls(spec, ds, theta, digest, miner, registry, assign_seed, n_segments, built)
 
     @functools.cached_property
@@ -166,10 +179,8 @@ class _LazyUpdate:
         built = self.built
         if d in built.published():
             return built.published()[d]
-        return transcript_state(
-            self.spec, self.dataset, round=1, checkpoint=self.theta, assign_seed=self.assign_seed,
-            assignment=built.assignment, snapshots=built.snapshots, step=self.steps_by_digest[d],
-        )  # fmt: skip
+        kept = KeptTranscript(1, self.theta, self.assign_seed, built.assignment, built.snapshots)
+        return transcript_state(self.spec, self.dataset, kept, self.steps_by_digest[d])
 
     def caught_by(self, validator: str, validators: list[str], seed: bytes, policy: Any) -> bool:
         """Whether ``validator`` refuses the update at the recomputation stage under round seed ``seed``."""
@@ -179,9 +190,8 @@ class _LazyUpdate:
             assign_seed=self.assign_seed, seed=seed, registry=self.registry, validators=validators,
         )  # fmt: skip
         commitment = update_commitment(31337, ctx.contract, 1, self.miner, self.built.digest)
-        verdict, _ = verify_update(
-            ctx, self.miner, commitment, lambda: self.built.update, self.fetch_state, policy
-        )
+        incoming = Incoming(self.miner, commitment, lambda: self.built.update, self.fetch_state)
+        verdict = VerificationPipeline(policy).verify(incoming, ctx)
         return bool(verdict.stage == Stage.RECOMPUTE)
 
 

@@ -21,7 +21,7 @@ wins), and derives each window from it:
 
 ``start`` is a node process from launch to ready (imports, torch warm-up, a DHT peer), ``train`` one
 miner's round (``miner.work.build_update``), ``verify`` one validator's full check of one update
-(``validator.verify.verify_update`` with the segment replay), ``heldout`` one held-out evaluation and
+(``validator.pipeline.VerificationPipeline.verify`` with the segment replay), ``heldout`` one held-out evaluation and
 ``merge`` the merge of ``miners`` updates. ``safety`` (:data:`LOAD_SAFETY`) covers load that arrives after
 the measurement; the floors are the windows the devnet had before it measured anything. The devnet
 fast-forwards a phase once every node has done its part, so a generous window costs nothing unless a node

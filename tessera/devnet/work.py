@@ -11,13 +11,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from miner.behaviour import make_behaviour
-from miner.work import build_update
+from miner.work import RoundInputs, build_update
 from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from protocol.wire.update import decode_update
 from training.data import prepare
 from training.merge import MergePolicy, next_checkpoint
-from validator import verify as vv
+from validator.context import Incoming, RoundContext
+from validator.pipeline import VerificationPipeline
+from validator.policy import VerifyPolicy
+from validator.usefulness import heldout_loss
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ class WorkTimes:
     train_s: float
     """One miner's round: H inner steps, compression, encoding (``miner.work.build_update``)."""
     verify_s: float
-    """One validator's full check of one update, with the segment replay (``verify_update``)."""
+    """One validator's full check of one update, with the segment replay (``validator.pipeline.VerificationPipeline.verify``)."""
     heldout_s: float
     """One held-out loss evaluation (before the score commit; after the merge)."""
     merge_s: float
@@ -66,9 +69,19 @@ def measure_work(
     assign_seed = hashlib.sha256(b"tessera.sizing.assign").digest()
     t0 = time.perf_counter()
     built = build_update(
-        spec, ds, round=2, miner=miner, checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
-        registry=registry, ef_state={}, behaviour=make_behaviour("honest"),
-    )  # fmt: skip
+        spec,
+        ds,
+        RoundInputs(
+            round=2,
+            miner=miner,
+            checkpoint=theta,
+            checkpoint_digest=digest,
+            assign_seed=assign_seed,
+            registry=registry,
+            ef_state={},
+        ),
+        make_behaviour("honest"),
+    )
     train_s = time.perf_counter() - t0
     check = CheckSetting(
         spec=spec, dataset=ds, checkpoint=theta, checkpoint_digest=digest, assign_seed=assign_seed,
@@ -76,7 +89,7 @@ def measure_work(
     )  # fmt: skip
     verify_s, stage = _time_check(check, built, miner)
     t0 = time.perf_counter()
-    vv.heldout_loss(spec, ds, theta)
+    heldout_loss(spec, ds, theta)
     heldout_s = time.perf_counter() - t0
     delta = decode_update(built.update).pseudo_gradient()
     contributions = [(1.0, registry[i], delta) for i in range(len(registry))]
@@ -125,14 +138,16 @@ def _time_check(check: CheckSetting, built: Any, miner: str) -> tuple[float, Any
             return built.published()[d]
         return {k: v.clone() for k, v in built.states[by_digest[d]].items()}
 
-    ctx = vv.RoundContext(
+    ctx = RoundContext(
         spec=check.spec, dataset=check.dataset, round=2, chain_id=31337, contract="0x" + "c0" * 20,
         validator=check.validator, checkpoint=check.checkpoint, checkpoint_digest=check.checkpoint_digest,
         assign_seed=check.assign_seed, seed=hashlib.sha256(b"tessera.sizing.seed").digest(),
         registry=list(check.registry), validators=list(check.validators),
     )  # fmt: skip
     commitment = update_commitment(31337, ctx.contract, 2, miner, built.digest)
-    policy = vv.VerifyPolicy(segments_per_miner=check.segments)
+    policy = VerifyPolicy(segments_per_miner=check.segments)
     t0 = time.perf_counter()
-    verdict, _ = vv.verify_update(ctx, miner, commitment, lambda: built.update, fetch_state, policy)
+    verdict = VerificationPipeline(policy).verify(
+        Incoming(miner, commitment, lambda: built.update, fetch_state), ctx
+    )
     return time.perf_counter() - t0, verdict.stage

@@ -1,7 +1,7 @@
 """Each adversarial miner mode, built with the miner's own code and checked with the validator's.
 
 Fast (no network): one tiny round; the update each behaviour produces goes through
-``validator.verify.verify_update`` and must be refused (score 0) at the expected stage.
+``validator.pipeline.VerificationPipeline.verify`` and must be refused (score 0) at the expected stage.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from miner.behaviour import Behaviour, available, make_behaviour
-from miner.work import build_update, transcript_state
+from miner.work import KeptTranscript, RoundInputs, build_update, transcript_state
 from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from tessera.attack.harness import tiny_spec
@@ -26,7 +26,9 @@ from tessera.attack.miners import (
     register_all,
 )
 from training.data import prepare
-from validator.verify import RoundContext, VerifyPolicy, verify_update
+from validator.context import Incoming, RoundContext
+from validator.pipeline import VerificationPipeline
+from validator.policy import VerifyPolicy
 
 MINER = "0x" + "ab" * 20
 OTHER = "0x" + "cd" * 20
@@ -44,10 +46,20 @@ def world() -> dict[str, Any]:
 
 def _build(world: dict[str, Any], behaviour: Behaviour, miner: str = MINER, round: int = 1) -> Any:
     return build_update(
-        world["spec"], world["ds"], round=round, miner=miner, checkpoint=world["theta"],
-        checkpoint_digest=world["digest"], assign_seed=world["seed"], registry=[MINER, OTHER], ef_state={},
-        behaviour=behaviour, snapshot_every=1,
-    )  # fmt: skip
+        world["spec"],
+        world["ds"],
+        RoundInputs(
+            round=round,
+            miner=miner,
+            checkpoint=world["theta"],
+            checkpoint_digest=world["digest"],
+            assign_seed=world["seed"],
+            registry=[MINER, OTHER],
+            ef_state={},
+        ),
+        behaviour,
+        snapshot_every=1,
+    )
 
 
 def _verify(world: dict[str, Any], built: Any, data: bytes | None = None, round: int = 1) -> Any:
@@ -58,10 +70,8 @@ def _verify(world: dict[str, Any], built: Any, data: bytes | None = None, round:
     def fetch_state(d: str) -> Any:
         if d in built.published():
             return built.published()[d]
-        return transcript_state(
-            spec, ds, round=round, checkpoint=world["theta"], assign_seed=world["seed"],
-            assignment=built.assignment, snapshots=built.snapshots, step=steps[d],
-        )  # fmt: skip
+        kept = KeptTranscript(round, world["theta"], world["seed"], built.assignment, built.snapshots)
+        return transcript_state(spec, ds, kept, steps[d])
 
     ctx = RoundContext(
         spec=spec, dataset=ds, round=round, chain_id=31337, contract=CONTRACT, validator="0x" + "01" * 20,
@@ -71,10 +81,8 @@ def _verify(world: dict[str, Any], built: Any, data: bytes | None = None, round:
     from protocol.wire.update import update_digest
 
     commitment = update_commitment(31337, CONTRACT, round, MINER, update_digest(data))
-    verdict, _ = verify_update(
-        ctx, MINER, commitment, lambda: data, fetch_state, VerifyPolicy(segments_per_miner=3)
-    )
-    return verdict
+    incoming = Incoming(MINER, commitment, lambda: data, fetch_state)
+    return VerificationPipeline(VerifyPolicy(segments_per_miner=3)).verify(incoming, ctx)
 
 
 def test_honest_is_accepted(world: dict[str, Any]) -> None:

@@ -63,14 +63,14 @@ def test_the_original_keeps_running_and_shows_the_conflict(
     net1.fresh_round()
     r = net1.fresh_round()
     original = _node(net1, tmp_path / "original")
-    original._collect_rewards(r)  # started: nothing committed recently
+    original.rewards.collect(r)  # started: nothing committed recently
     _commit_as_original(net1, original, r, b"\x41" * 32)
-    original._collect_rewards(r)  # its own commitment: it has committed here
+    original.rewards.collect(r)  # its own commitment: it has committed here
     assert original.status()["key_in_use"] == ""
     r2 = net1.fresh_round()
     net1.miners[0].commit_update(r2, b"\x42" * 32)  # a second node with the key got in first this time
     with caplog.at_level(logging.ERROR):
-        original._collect_rewards(r2)  # no exception: the original goes on
+        original.rewards.collect(r2)  # no exception: the original goes on
     assert original.status()["key_in_use"].startswith(f"round {r2}: key {original.address} committed")
     assert any("key in use" in m for m in caplog.messages)
 
@@ -79,10 +79,10 @@ def test_a_restarted_node_with_its_records_is_not_a_conflict(net1: Net, tmp_path
     net1.fresh_round()
     r = net1.fresh_round()
     first = _node(net1, tmp_path / "same")
-    first._collect_rewards(r)
+    first.rewards.collect(r)
     _commit_as_original(net1, first, r, b"\x51" * 32)
     again = _node(net1, tmp_path / "same")  # the same data dir after a restart
-    again._collect_rewards(r)
+    again.rewards.collect(r)
     assert again.status()["key_in_use"] == ""
 
 

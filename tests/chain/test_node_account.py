@@ -142,7 +142,7 @@ def test_dht_listens_on_the_http_host() -> None:
 
 
 def test_a_miner_node_reports_a_commitment_of_its_key_it_did_not_make(net1: Net, tmp_path: Path) -> None:
-    """The wiring in ``MinerNode._collect_rewards``: a round this node has no commit record of, committed on
+    """The wiring in ``miner.rewards.Rewards.collect``: a round this node has no commit record of, committed on
     chain by its key (another instance), is a one-line KeyInUseError, once, kept in ``/status``."""
     from miner.config import MinerConfig
     from miner.node import MinerNode
@@ -156,15 +156,15 @@ def test_a_miner_node_reports_a_commitment_of_its_key_it_did_not_make(net1: Net,
     node = MinerNode(MinerConfig(data_dir=tmp_path / "m"), RunSpec(), coord, Discovery(coord.chain_id, key))
     net1.fresh_round()  # the key's last commitment two rounds back: not a sign at start
     r = net1.fresh_round()
-    node._collect_rewards(r)  # the first read: nothing committed since it started
+    node.rewards.collect(r)  # the first read: nothing committed since it started
     assert node.status()["account"]["role"] == "miner" and node.status()["key_in_use"] == ""
     chain.commit_update(r, b"\x22" * 32)  # the same key, from elsewhere
     r2 = net1.fresh_round()
     with pytest.raises(
         KeyInUseError, match=f"^round {r}: key {chain.address} committed an update this node did"
     ):
-        node._collect_rewards(r2)
-    node._collect_rewards(r2)  # once
+        node.rewards.collect(r2)
+    node.rewards.collect(r2)  # once
     assert node.status()["key_in_use"].startswith(f"round {r}: key {chain.address}")
 
 

@@ -71,8 +71,8 @@ def test_a_miner_logs_one_line_per_settled_round_and_shows_it(
     _settle(net1, r, digest)
     reward = coord.settlement(r).miner_rewards[chain.address]  # type: ignore[union-attr]
     with caplog.at_level(logging.INFO, logger="miner"):
-        node._collect_rewards(r + 1)
-        node._collect_rewards(r + 1)  # once a round
+        node.rewards.collect(r + 1)
+        node.rewards.collect(r + 1)  # once a round
     lines = [x.getMessage() for x in caplog.records if x.name == "miner"]
     assert lines == [
         f"round {r}: committed, served 1200 bytes, consensus 5000, reward {reward / 10**18:.6f} tokens"

@@ -8,14 +8,16 @@ import torch
 from torch import Tensor
 
 from miner.behaviour import Behaviour
-from miner.work import BuiltUpdate, build_update
+from miner.work import BuiltUpdate, RoundInputs, build_update
 from protocol.runspec import RunSpec
 from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import tensors_digest
 from training.config import InnerConfig
 from training.data import Dataset, prepare
+from validator.context import Incoming, RoundContext, Verdict
 from validator.errors import SourceMismatchError
-from validator.verify import RoundContext, Verdict, VerifyPolicy, verify_update
+from validator.pipeline import VerificationPipeline
+from validator.policy import VerifyPolicy
 
 CHAIN_ID = 31337
 CONTRACT = "0x" + "11" * 20
@@ -59,15 +61,17 @@ class Round:
         built = build_update(
             self.spec,
             self.ds,
-            round=self.round,
-            miner=miner,
-            checkpoint=self.checkpoint,
-            checkpoint_digest=self.digest,
-            assign_seed=self.assign_seed,
-            registry=MINERS,
-            ef_state=after.ef_state if after else {},
-            ef_source=(after.round, after.digest) if after else None,
-            behaviour=behaviour or Behaviour(),
+            RoundInputs(
+                round=self.round,
+                miner=miner,
+                checkpoint=self.checkpoint,
+                checkpoint_digest=self.digest,
+                assign_seed=self.assign_seed,
+                registry=MINERS,
+                ef_state=after.ef_state if after else {},
+                ef_source=(after.round, after.digest) if after else None,
+            ),
+            behaviour or Behaviour(),
         )
         self.published.update(built.published())
         self.updates[(built.round, built.digest.hex())] = built.update
@@ -87,16 +91,14 @@ class Round:
             for s, d in zip(built.transcript_steps, built.transcript_digests, strict=True)
         }
         by_digest.update(self.published)
-        verdict, _ = verify_update(
-            self.ctx(validator),
+        incoming = Incoming(
             miner,
             commitment,
             lambda: built.update,
             lambda d: {k: v.clone() for k, v in by_digest[d].items()},
-            policy,
             fetch_source=self.fetch_source,
         )
-        return verdict
+        return VerificationPipeline(policy).verify(incoming, self.ctx(validator))
 
 
 def make_round(steps: int = 6) -> Round:

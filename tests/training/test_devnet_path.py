@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from miner.behaviour import Behaviour
-from miner.work import build_update
+from miner.work import RoundInputs, build_update
 from protocol.wire.update import decode_update
 from tessera.devnet.config import DevnetConfig
 from tessera.devnet.runfile import devnet_spec
@@ -63,15 +63,17 @@ def test_simulation_is_the_devnet_path(mode: str) -> None:
             built = build_update(
                 spec,
                 ds,
-                round=r,
-                miner=m,
-                checkpoint=theta,
-                checkpoint_digest=state_digest(theta),
-                assign_seed=seed,
-                registry=MINERS,
-                ef_state=ef_state,
-                behaviour=Behaviour(),
-                ef_source=ef_source,
+                RoundInputs(
+                    round=r,
+                    miner=m,
+                    checkpoint=theta,
+                    checkpoint_digest=state_digest(theta),
+                    assign_seed=seed,
+                    registry=MINERS,
+                    ef_state=ef_state,
+                    ef_source=ef_source,
+                ),
+                Behaviour(),
             )
             kept[m] = (built.ef_state, (r, built.digest))
             if r > 0:  # carried moments: the transcript starts from them, and a validator's replay matches

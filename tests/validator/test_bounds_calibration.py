@@ -12,15 +12,15 @@ import hashlib
 import math
 
 from miner.behaviour import Behaviour
-from miner.work import build_update
+from miner.work import RoundInputs, build_update
 from protocol.wire.update import decode_update
 from tessera.devnet.config import DevnetConfig
 from tessera.devnet.runfile import devnet_spec
 from training.corpus import load_bundled_corpus
 from training.data import prepare
 from training.model import module_of
+from validator.pipeline import stage_bounds  # the stage itself, not a copy of its rule
 from validator.policy import VerifyPolicy
-from validator.verify import _stage_bounds  # the stage itself, not a copy of its rule
 
 MINERS = [f"0x{i:040x}" for i in range(1, 5)]
 #: The largest honest relative norm must stay below this share of the bound.
@@ -38,15 +38,17 @@ def test_honest_first_round_updates_of_the_devnet_run_pass_bounds_with_margin() 
         built = build_update(
             spec,
             ds,
-            round=2,
-            miner=m,
-            checkpoint=theta,
-            checkpoint_digest=b"\0" * 32,
-            assign_seed=seed,
-            registry=MINERS,
-            ef_state={},
-            ef_source=None,
-            behaviour=Behaviour(),
+            RoundInputs(
+                round=2,
+                miner=m,
+                checkpoint=theta,
+                checkpoint_digest=b"\0" * 32,
+                assign_seed=seed,
+                registry=MINERS,
+                ef_state={},
+                ef_source=None,
+            ),
+            Behaviour(),
         )
         delta = decode_update(built.update).pseudo_gradient()
         by: dict[str, list[float]] = {}
@@ -59,5 +61,5 @@ def test_honest_first_round_updates_of_the_devnet_run_pass_bounds_with_margin() 
         class _Ctx:
             checkpoint = theta
 
-        _stage_bounds(_Ctx(), delta, policy, {})  # type: ignore[arg-type]  # raises if refused
+        stage_bounds(_Ctx(), delta, policy, {})  # type: ignore[arg-type]  # raises if refused
     assert 0.3 < worst < MARGIN * policy.max_rel_norm, worst

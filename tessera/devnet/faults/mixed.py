@@ -13,7 +13,7 @@ from tessera.devnet.network import Devnet
 from validator.policy import VerifyPolicy
 from validator.stages import Stage
 
-#: Verdict metrics of the largest honest differences a validator measured (``validator.verify``).
+#: Verdict metrics of the largest honest differences a validator measured (``validator.pipeline``).
 REPLAY_METRICS = ("replay_param_rel_diff", "replay_moment_rel_diff", "ef_rel_err", "ef_after_rel_err")
 
 

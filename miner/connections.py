@@ -1,0 +1,162 @@
+"""What every service of a miner node is given: its configuration and connections
+(:class:`MinerConnections`: the chain, discovery, durable state, the blob store it serves, metrics, its
+behaviour, where its checkpoints come from, and the runtime), and the current round's material that the
+commit service makes and the publish service serves (:class:`RoundMaterial`).
+
+The node (``miner.node``) composes its services over one :class:`MinerConnections`, as
+``validator.connections`` does for the validator.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from torch import Tensor
+
+from miner.behaviour import Behaviour
+from miner.checkpoints import CheckpointSource
+from miner.config import MinerConfig
+from miner.errors import MinerError
+from miner.state import MinerState
+from miner.work import BuiltUpdate
+from protocol.node.api import NodeMetrics
+from protocol.node.start import NodeRuntime
+from protocol.node.traffic import TrafficLedger
+from protocol.p2p.blobs import BlobStore
+from protocol.p2p.discovery import Discovery
+from protocol.p2p.transfer import FetchPolicy
+from protocol.rounds.coordinator import Coordinator
+from protocol.runspec import RunSpec
+from protocol.wire.commitments import update_commitment
+from protocol.wire.tensorblob import split_checkpoint
+from training.data import Dataset, prepare
+
+#: Produces TEE evidence for (round, miner, update digest); None when the node runs without a TEE.
+EvidenceFn = Callable[[int, str, bytes], bytes | None]
+
+
+@dataclass
+class LiveRound:
+    """The current round's in-memory material (re-derived from disk after a restart)."""
+
+    round: int = 0
+    checkpoint: dict[str, Tensor] | None = None
+    checkpoint_digest: bytes = b""
+    built: BuiltUpdate | None = None
+    snapshots: dict[int, dict[str, Tensor]] = field(default_factory=dict)
+    parts: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    """Digest (0x-hex) of a transcript state's part -> (step, whether it is the parameters), for serving
+    on demand."""
+
+
+def part_index(
+    steps: list[int], parts: list[tuple[str, str]] | list[list[str]]
+) -> dict[str, tuple[int, bool]]:
+    """Digest (``0x`` + hex) of each recorded state's parameters and rest -> (step, is the parameters)."""
+    out: dict[str, tuple[int, bool]] = {}
+    for step, (p, q) in zip(steps, parts, strict=bool(parts)):
+        out["0x" + p] = (step, True)
+        out["0x" + q] = (step, False)
+    return out
+
+
+@dataclass(frozen=True)
+class MinerConnections:
+    """A miner's configuration and connections, shared read-only by its services."""
+
+    cfg: MinerConfig
+    """The node's settings."""
+    spec: RunSpec
+    """The run: model, codec, inner and outer loop, corpus."""
+    coord: Coordinator
+    """The chain's round view; its ``address`` is this miner's."""
+    discovery: Discovery
+    """Signed node records: where this miner announces what it serves."""
+    state: MinerState
+    """The durable per-round records (``state.json``), residuals and kept blobs."""
+    public: BlobStore
+    """The blobs this miner serves."""
+    metrics: NodeMetrics
+    """The node's Prometheus metrics."""
+    runtime: NodeRuntime
+    """Start, run and stop, and what ``/status`` shows (phase, last error, URL)."""
+    behaviour: Behaviour
+    """How this miner trains and serves (honest, or an attack suite's mode)."""
+    checkpoints: CheckpointSource
+    """Where theta_r comes from: held, rebuilt or fetched."""
+
+    @classmethod
+    def create(
+        cls,
+        cfg: MinerConfig,
+        spec: RunSpec,
+        coord: Coordinator,
+        discovery: Discovery,
+        behaviour: Behaviour,
+        traffic: TrafficLedger | None = None,
+    ) -> MinerConnections:
+        """A miner's connections: its state opened in ``cfg.data_dir``, its blob store beside it."""
+        state = MinerState(cfg.data_dir.expanduser())
+        public = BlobStore(state.dir / "public")
+        metrics = NodeMetrics.create("miner")
+        runtime = NodeRuntime(
+            role="miner",
+            cfg=cfg,
+            coord=coord,
+            discovery=discovery,
+            public=public,
+            metrics=metrics,
+            traffic=traffic or TrafficLedger(),
+            node_log=logging.getLogger("miner.node"),
+            retried=(MinerError,),
+        )
+        policy = FetchPolicy(timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts)
+        checkpoints = CheckpointSource(spec, coord, discovery, state, policy, metrics)
+        return cls(cfg, spec, coord, discovery, state, public, metrics, runtime, behaviour, checkpoints)
+
+    @property
+    def address(self) -> str:
+        """This miner's address."""
+        return self.coord.address
+
+    @property
+    def url(self) -> str:
+        """This miner's public URL (empty until the runtime started)."""
+        return self.runtime.url
+
+    @cached_property
+    def dataset(self) -> Dataset:
+        """The run's prepared corpus (loaded on first use)."""
+        return prepare(self.spec.load_corpus(), self.spec.model)
+
+    def chain_has_commit(self, round: int, digest: bytes) -> bool:
+        """Whether the chain holds this miner's commitment to the update ``digest`` in ``round``."""
+        got = self.coord.update_commitments(round).get(self.address)
+        return got is not None and got == update_commitment(
+            self.coord.chain_id, self.coord.contract, round, self.address, digest
+        )
+
+
+class RoundMaterial:
+    """The current round's material in memory (:class:`LiveRound`), made by the commit service and served
+    by the publish service, under one lock (requests read it while the step loop replaces it)."""
+
+    def __init__(self, checkpoints: CheckpointSource) -> None:
+        self.checkpoints = checkpoints
+        self.live = LiveRound()
+        """The round's checkpoint, built update and transcript snapshots."""
+        self.lock = threading.RLock()
+        """Held while a request reads :attr:`live`."""
+
+    def checkpoint(self, round: int, digest: bytes) -> dict[str, Tensor]:
+        """theta_round's parameters (``miner.checkpoints``), kept in memory for the round."""
+        live = self.live
+        if live.round == round and live.checkpoint is not None and live.checkpoint_digest == digest:
+            return live.checkpoint
+        params, _momentum = split_checkpoint(self.checkpoints.get(round, "0x" + digest.hex()))
+        self.live = LiveRound(round=round, checkpoint=params, checkpoint_digest=digest)
+        return params
