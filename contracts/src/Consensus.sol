@@ -82,4 +82,48 @@ library Consensus {
             pay[i] = budget * (weights[i] * closenesses[i]) / sum;
         }
     }
+
+    /// @notice Tag of the audit coin in {auditDraw}.
+    bytes32 internal constant AUDIT_TAG = "audit";
+
+    /// @notice The audit draw of `miner` under the round seed `seed` (protocol/rounds/audits.py mirrors it):
+    ///         audited when `keccak(seed, miner, "audit") % BPS < rateBps` (always when rateBps >= BPS);
+    ///         an audited miner's committee is `size` distinct validator indices below `n`, the k-th try
+    ///         being `keccak(seed, miner, k) % n` (k = 0, 1, ...; repeats skipped), as a bitmap (bit i =
+    ///         validators[i]). `size` 0 or >= n: every validator. Not audited: committee 0.
+    function auditDraw(bytes32 seed, address miner, uint256 n, uint256 rateBps, uint256 size)
+        internal
+        pure
+        returns (bool audited, uint256 committee)
+    {
+        audited = rateBps >= BPS || uint256(keccak256(abi.encode(seed, miner, AUDIT_TAG))) % BPS < rateBps;
+        if (!audited || n == 0) return (audited, 0);
+        if (size == 0 || size >= n) return (true, n >= 256 ? type(uint256).max : (uint256(1) << n) - 1);
+        for (uint256 k; size != 0; ++k) {
+            uint256 bit = uint256(1) << (uint256(keccak256(abi.encode(seed, miner, k))) % n);
+            if (committee & bit == 0) {
+                committee |= bit;
+                --size;
+            }
+        }
+    }
+
+    /// @notice The weights of an audited miner's column: a revealer counts only if its validator index
+    ///         (`indices[i]`) is in `committee`; when no committee member revealed (restricted weight 0),
+    ///         every revealer counts, so an honest miner is never left unsettled by absent auditors.
+    function restrict(uint256[] memory weights, uint256[] memory indices, uint256 committee)
+        internal
+        pure
+        returns (uint256[] memory out)
+    {
+        out = new uint256[](weights.length);
+        uint256 total;
+        for (uint256 i; i < weights.length; ++i) {
+            if ((committee >> indices[i]) & 1 == 1) {
+                out[i] = weights[i];
+                total += weights[i];
+            }
+        }
+        if (total == 0) return weights;
+    }
 }

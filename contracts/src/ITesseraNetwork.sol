@@ -95,6 +95,14 @@ interface ITesseraNetwork {
     error InvalidSignature();
     /// @notice A constructor parameter is out of range.
     error InvalidParam(bytes32 name);
+    /// @notice `round` is not yet open (the current round is `current`).
+    error RoundNotReached(uint256 round, uint256 current);
+    /// @notice The seed of `round` is not fixed yet, so its audit draw is not known.
+    error SeedNotFixed(uint256 round);
+    /// @notice `miner` was not drawn for an audit in `round`.
+    error NotAudited(address miner, uint256 round);
+    /// @notice `validator` is not on the audit committee of `miner` in `round`.
+    error NotInCommittee(address validator, address miner, uint256 round);
 
     // ------------------------------------------------------------------ events
 
@@ -128,8 +136,23 @@ interface ITesseraNetwork {
     event RoundFinalized(uint256 indexed round, uint256 budget, uint256 minersPaid, uint256 validatorsPaid);
     /// @notice `account` claimed `amount` of rewards.
     event Claimed(address indexed account, uint256 amount);
-    /// @notice `proposer` proposed slashing `target` on `evidence`.
-    event SlashProposed(bytes32 indexed evidence, address indexed target, address indexed proposer);
+    /// @notice `proposer` proposed slashing `target` on `evidence` about `round` (a fraud proof, or an
+    ///         audit left unanswered: `unansweredEvidence(target, round)`).
+    event SlashProposed(bytes32 indexed evidence, address indexed target, address indexed proposer, uint256 round);
+    /// @notice The pay of `miner` for `round` is frozen by `evidence`; `amount` is held now (0 while the
+    ///         round is not settled: `finalize` holds it then, see `MinerRewarded`).
+    event PayFrozen(bytes32 indexed evidence, address indexed miner, uint256 indexed round, uint256 amount);
+    /// @notice `voter` voted against the proposal on `evidence`; `rejectedStake` of `totalStake` has.
+    event SlashRejectVoted(bytes32 indexed evidence, address indexed voter, uint256 rejectedStake, uint256 totalStake);
+    /// @notice The proposal on `evidence` was rejected: `released` of held pay went to `target`, the
+    ///         proposer lost `penalty` (burned).
+    event SlashRejected(
+        bytes32 indexed evidence, address indexed target, address indexed proposer, uint256 released, uint256 penalty
+    );
+    /// @notice `miner` forfeited `amount` of unvested and held rewards (back to the pool) on `evidence`.
+    event Forfeited(bytes32 indexed evidence, address indexed miner, uint256 amount);
+    /// @notice `amount` of `account`'s rewards vested on a claim (they are now owed).
+    event Vested(address indexed account, uint256 amount);
     /// @notice `voter` voted for the slash; `votedStake` of `totalStake` has voted.
     event SlashVoted(bytes32 indexed evidence, address indexed voter, uint256 votedStake, uint256 totalStake);
     /// @notice `target` lost `amount` (burned) on `evidence`.

@@ -5,6 +5,7 @@ import {BLS} from "solady/utils/ext/ithaca/BLS.sol";
 import {ECDSA} from "solady/utils/ECDSA.sol";
 import {TesseraToken} from "./TesseraToken.sol";
 import {Consensus} from "./Consensus.sol";
+import {NetworkMath} from "./NetworkMath.sol";
 import {ITesseraNetwork} from "./ITesseraNetwork.sol";
 
 /// @title TesseraNetwork
@@ -53,11 +54,26 @@ contract TesseraNetwork is ITesseraNetwork {
         bool revealed;
     }
 
-    /// @notice A slashing proposal, keyed by its evidence hash.
+    /// @notice A slashing proposal, keyed by its evidence hash: a fraud proof about (target, round), or
+    ///         an audit of (target, round) left unanswered. Open until the electorate (all validators;
+    ///         for an unanswered audit the miner's committee) confirms it or rejects it with 2/3 of its
+    ///         stake.
     struct SlashProposal {
         address target;
-        uint96 votedStake;
-        bool executed;
+        uint96 votedStake; // stake that voted to confirm
+        bool executed; // confirmed: slashed, unvested and held pay forfeited
+        bool rejected; // rejected: held pay released, the proposer penalised
+        bool unanswered; // an unanswered audit (electorate: the committee), not a fraud proof
+        uint64 round; // the round the evidence is about
+        uint96 held; // the target's pay for `round` held while open
+        address proposer;
+        uint96 rejectedStake; // stake that voted to reject
+    }
+
+    /// @notice A round's miner pay while it vests (one of `vestingRounds` slots per miner: round % K).
+    struct Vesting {
+        uint128 amount;
+        uint64 round;
     }
 
     /// @notice Constructor parameters (all immutable once deployed).
@@ -75,6 +91,9 @@ contract TesseraNetwork is ITesseraNetwork {
         uint256 poolSupply; // tokens minted to this contract as the reward pool
         uint256 genesisSupply; // tokens minted to the deployer
         bytes32 genesisCheckpoint; // digest of theta_1
+        uint16 auditRateBps; // q: probability that a (miner, round) is audited (10000: every one)
+        uint16 committeeSize; // c: validators per audit committee (0: all validators)
+        uint16 vestingRounds; // K: a round's miner pay vests when round + K is finalized (0: at once)
     }
 
     // ------------------------------------------------------------------ constants and immutables
@@ -90,6 +109,8 @@ contract TesseraNetwork is ITesseraNetwork {
 
     /// @notice The reward and staking token (created by this contract).
     TesseraToken public immutable token;
+    /// @notice The settlement math (created by this contract; see {NetworkMath}).
+    NetworkMath public immutable math;
     /// @notice Minimum active stake to commit updates.
     uint256 public immutable minMinerStake;
     /// @notice Minimum active stake to act as a validator.
@@ -108,8 +129,14 @@ contract TesseraNetwork is ITesseraNetwork {
     uint256 public immutable emissionPerRound;
     /// @notice Share of the emission for validators, in basis points.
     uint256 public immutable validatorShareBps;
-    /// @notice Fraction of stake taken by one slash, in basis points.
+    /// @notice Fraction of stake taken by one slash, in basis points (sized by protocol/rounds/economics.py).
     uint256 public immutable slashBps;
+    /// @notice q: probability, in basis points, that a (miner, round) is audited (drawn from the seed).
+    uint256 public immutable auditRateBps;
+    /// @notice c: validators on each audit committee (0: all).
+    uint256 public immutable committeeSize;
+    /// @notice K: a round's miner pay vests once round + K is finalized (0: it is owed at once).
+    uint256 public immutable vestingRounds;
 
     // ------------------------------------------------------------------ storage
 
@@ -142,9 +169,19 @@ contract TesseraNetwork is ITesseraNetwork {
     mapping(uint256 => bytes32) public checkpoints;
     mapping(bytes32 => SlashProposal) internal _slashes;
     mapping(bytes32 => mapping(address => bool)) internal _slashVoted;
+    /// @notice Unvested miner pay plus pay held by open proposals (counted in the balance invariant).
+    uint256 public totalUnvested;
+    /// @notice Number of validators registered when the seed of each round was fixed (its draw's `n`).
+    mapping(uint256 => uint256) public drawSize;
+    mapping(address => mapping(uint256 => Vesting)) internal _vesting;
+    /// @dev round => miner => the evidence that froze its pay for that round (first proposal wins).
+    mapping(uint256 => mapping(address => bytes32)) internal _frozen;
+    /// @dev round => number of pairs frozen before it was settled (finalize looks them up only if > 0).
+    mapping(uint256 => uint256) internal _frozenIn;
 
     bytes32 internal constant _SEED = "seed";
     bytes32 internal constant _SCORES = "scores";
+    bytes32 internal constant _UNANSWERED = "tessera.unanswered.v1";
 
     // ------------------------------------------------------------------ constructor
 
@@ -153,6 +190,8 @@ contract TesseraNetwork is ITesseraNetwork {
     constructor(Params memory p) {
         if (p.validatorShareBps > Consensus.BPS) revert InvalidParam("validatorShareBps");
         if (p.slashBps > Consensus.BPS) revert InvalidParam("slashBps");
+        if (p.auditRateBps > Consensus.BPS) revert InvalidParam("auditRateBps");
+        if (p.committeeSize > MAX_VALIDATORS) revert InvalidParam("committeeSize");
         if (p.poolSupply + p.genesisSupply > type(uint96).max) revert InvalidParam("supply");
         if (p.minMinerStake == 0 || p.minValidatorStake == 0) revert InvalidParam("minStake");
         if (p.commitBlocks == 0 || p.revealBlocks == 0 || p.scoreCommitBlocks == 0 || p.scoreRevealBlocks == 0) {
@@ -168,6 +207,10 @@ contract TesseraNetwork is ITesseraNetwork {
         emissionPerRound = p.emissionPerRound;
         validatorShareBps = p.validatorShareBps;
         slashBps = p.slashBps;
+        auditRateBps = p.auditRateBps;
+        committeeSize = p.committeeSize;
+        vestingRounds = p.vestingRounds;
+        math = new NetworkMath();
         token = new TesseraToken(address(this), p.poolSupply, msg.sender, p.genesisSupply);
         pool = p.poolSupply;
         checkpoints[1] = p.genesisCheckpoint;
@@ -286,8 +329,10 @@ contract TesseraNetwork is ITesseraNetwork {
         }
     }
 
-    /// @notice Pays the caller all rewards credited to it (pull payment).
+    /// @notice Pays the caller all rewards credited to it (pull payment), vested pay included; pay that
+    ///         has not vested yet (see `vestingRounds`) stays.
     function claim() external {
+        _vest(msg.sender);
         uint256 owed = _accounts[msg.sender].owed;
         if (owed == 0) revert NothingToWithdraw(msg.sender);
         _accounts[msg.sender].owed = 0;
@@ -406,12 +451,12 @@ contract TesseraNetwork is ITesseraNetwork {
     ) external {
         _checkFinalizable(round, miners.length, revealers.length, scores.length, medians.length);
         uint256[] memory weights = _checkParticipants(round, miners, revealers, scores);
-        uint256[] memory m = _checkMedians(scores, medians, weights);
-        uint256[] memory closeness = _closeness(scores, m);
         uint256 budget = emissionPerRound < pool ? emissionPerRound : pool;
         uint256 vBudget = budget * validatorShareBps / Consensus.BPS;
-        uint256 paid = _payMiners(round, miners, m, budget - vBudget);
-        uint256 validatorsPaid = _payValidators(round, revealers, weights, closeness, vBudget);
+        (uint256[] memory m, uint256[] memory minerPay, uint256[] memory validatorPay) =
+            math.settle(_settlementInput(round, miners, revealers, weights, budget - vBudget, vBudget), scores, medians);
+        uint256 paid = _payMiners(round, miners, m, minerPay);
+        uint256 validatorsPaid = _payValidators(round, revealers, validatorPay);
         pool -= paid + validatorsPaid;
         state = RoundState({
             round: uint64(round + 1),
@@ -447,35 +492,80 @@ contract TesseraNetwork is ITesseraNetwork {
         }
     }
 
-    /// @dev Verifies each submitted median in O(validators); returns them widened.
-    function _checkMedians(uint16[][] calldata scores, uint16[] calldata medians, uint256[] memory weights)
-        internal
-        pure
-        returns (uint256[] memory m)
-    {
-        m = new uint256[](medians.length);
-        uint256[] memory column = new uint256[](scores.length);
-        for (uint256 j; j < medians.length; ++j) {
-            for (uint256 i; i < scores.length; ++i) {
-                column[i] = scores[i][j];
+    /// @dev The input of `math.settle`: an audited miner with a committee smaller than all validators is
+    ///      settled on its committee's scores only (the revealers' validator indices are passed then).
+    function _settlementInput(
+        uint256 round,
+        address[] calldata miners,
+        address[] calldata revealers,
+        uint256[] memory weights,
+        uint256 minerBudget,
+        uint256 validatorBudget
+    ) internal view returns (NetworkMath.Round memory r) {
+        uint256 n = drawSize[round];
+        uint256 c = committeeSize;
+        uint256[] memory indices;
+        if (c != 0 && c < n && auditRateBps != 0) {
+            indices = new uint256[](revealers.length);
+            for (uint256 i; i < revealers.length; ++i) {
+                indices[i] = _accounts[revealers[i]].validatorIndex;
             }
-            m[j] = medians[j];
-            if (!Consensus.isWeightedMedian(column, weights, m[j])) revert BadMedian(j, m[j]);
         }
+        r = NetworkMath.Round(
+            seeds[round], n, auditRateBps, c, miners, indices, weights, minerBudget, validatorBudget
+        );
     }
 
-    function _payMiners(uint256 round, address[] calldata miners, uint256[] memory m, uint256 budget)
+    /// @dev Credits each miner's pay: held by an open proposal that froze it, kept in the pool if a
+    ///      confirmed one did, else owed at once (K = 0) or put in the miner's vesting slot round % K,
+    ///      whose previous entry (round - K or older) vests now. Returns what left the pool.
+    function _payMiners(uint256 round, address[] calldata miners, uint256[] memory m, uint256[] memory pay)
         internal
         returns (uint256 paid)
     {
-        uint256[] memory pay = Consensus.minerPayouts(m, budget);
+        bool anyFrozen = _frozenIn[round] != 0;
+        uint256 k = vestingRounds;
+        uint256 locked;
+        uint256 vested;
         for (uint256 j; j < miners.length; ++j) {
-            if (pay[j] != 0) {
-                _accounts[miners[j]].owed += uint96(pay[j]);
-                paid += pay[j];
+            address miner = miners[j];
+            uint256 credit = pay[j];
+            if (anyFrozen && credit != 0) {
+                uint256 held;
+                (credit, held) = _holdIfFrozen(round, miner, credit);
+                paid += held;
+                locked += held;
             }
-            emit MinerRewarded(round, miners[j], m[j], pay[j]);
+            if (credit != 0) {
+                paid += credit;
+                if (k == 0) {
+                    _accounts[miner].owed += uint96(credit);
+                } else {
+                    Vesting memory v = _vesting[miner][round % k];
+                    _vesting[miner][round % k] = Vesting(uint128(credit), uint64(round));
+                    if (v.amount != 0) _accounts[miner].owed += uint96(v.amount);
+                    vested += v.amount;
+                    locked += credit;
+                }
+            }
+            emit MinerRewarded(round, miner, m[j], credit);
         }
+        if (locked != vested) totalUnvested = totalUnvested + locked - vested;
+    }
+
+    /// @dev Pay of a frozen miner: held by the open proposal (credit 0), kept in the pool if it was
+    ///      confirmed (credit 0, held 0), paid as usual if it was rejected.
+    function _holdIfFrozen(uint256 round, address miner, uint256 amount)
+        internal
+        returns (uint256 credit, uint256 held)
+    {
+        bytes32 evidence = _frozen[round][miner];
+        if (evidence == bytes32(0)) return (amount, 0);
+        SlashProposal storage p = _slashes[evidence];
+        if (p.executed) return (0, 0);
+        p.held += uint96(amount);
+        emit PayFrozen(evidence, miner, round, amount);
+        return (0, amount);
     }
 
     function _checkFinalizable(uint256 round, uint256 nMiners, uint256 nRevealers, uint256 nScores, uint256 nMedians)
@@ -495,29 +585,10 @@ contract TesseraNetwork is ITesseraNetwork {
         if (nMedians != nMiners) revert LengthMismatch(nMiners, nMedians);
     }
 
-    function _closeness(uint16[][] calldata scores, uint256[] memory m)
+    function _payValidators(uint256 round, address[] calldata revealers, uint256[] memory pay)
         internal
-        pure
-        returns (uint256[] memory closeness)
+        returns (uint256 paid)
     {
-        closeness = new uint256[](scores.length);
-        uint256[] memory row = new uint256[](m.length);
-        for (uint256 i; i < scores.length; ++i) {
-            for (uint256 j; j < m.length; ++j) {
-                row[j] = scores[i][j];
-            }
-            closeness[i] = Consensus.closeness(row, m);
-        }
-    }
-
-    function _payValidators(
-        uint256 round,
-        address[] calldata revealers,
-        uint256[] memory weights,
-        uint256[] memory closeness,
-        uint256 budget
-    ) internal returns (uint256 paid) {
-        uint256[] memory pay = Consensus.validatorPayouts(weights, closeness, budget);
         for (uint256 i; i < revealers.length; ++i) {
             if (pay[i] != 0) {
                 _accounts[revealers[i]].owed += uint96(pay[i]);
@@ -529,38 +600,191 @@ contract TesseraNetwork is ITesseraNetwork {
 
     // ------------------------------------------------------------------ slashing
 
-    /// @notice Proposes to slash `target` on `evidence` (a hash of the off-chain evidence; usable once)
-    ///         and counts the caller's vote. Only active validators may propose. A proposal of evidence
-    ///         that is already open against the same target counts as a vote for it: validators that
-    ///         saw the same cheat in the same block are all counted, whatever the order of their
-    ///         transactions.
+    /// @notice Proposes to slash `target` for a fraud proven in `round` (`evidence`: the hash of the
+    ///         off-chain evidence, which the other validators re-check; usable once) and counts the
+    ///         caller's vote. One proof freezes the target's pay for `round` at once, whatever the median:
+    ///         held at settlement if `round` is not settled yet, else clawed back from its unvested pay.
+    ///         Confirmed by 2/3 of the validator stake: slash and forfeit; rejected by 2/3: the pay is
+    ///         released and the proposer is slashed instead. A proposal of evidence already open against
+    ///         the same (target, round) counts as a vote for it: validators that saw the same cheat in
+    ///         the same block are all counted, whatever the order of their transactions.
     /// @param target The miner or validator to slash.
+    /// @param round The round the evidence is about (at most the current round).
     /// @param evidence The evidence hash.
-    function proposeSlash(address target, bytes32 evidence) external {
+    function proposeSlash(address target, uint256 round, bytes32 evidence) external {
         _requireActiveValidator(msg.sender);
         SlashProposal memory p = _slashes[evidence];
         if (p.target == address(0)) {
-            Account memory t = _accounts[target];
-            if (t.role == Role.None || uint256(t.stake) + _unbonding[target].amount == 0) {
-                revert NothingToSlash(target);
-            }
-            _slashes[evidence].target = target;
-            emit SlashProposed(evidence, target, msg.sender);
-        } else if (p.target != target || p.executed) {
+            _openProposal(target, round, evidence, false);
+        } else if (p.target != target || p.round != round || p.executed || p.rejected) {
             revert EvidenceUsed(evidence);
         }
-        _vote(evidence, target);
+        _vote(evidence, target, true);
     }
 
-    /// @notice Votes for the slash proposed on `evidence`; the slash executes when the voters hold at
-    ///         least 2/3 of the active validator stake. Votes count the voter's stake at vote time.
+    /// @notice Reports that `miner`, audited in `round`, did not answer its audit (the caller must be on
+    ///         its committee). Like a fraud proof it freezes the round's pay at once; when committee
+    ///         members holding 2/3 of the committee's stake report it, the miner is slashed and forfeits
+    ///         its unvested pay exactly like a caught fake, so withholding is never the cheap way out.
+    ///         Its evidence hash is `unansweredEvidence(miner, round)`; `voteSlash` and `voteSlash(evidence, false)` on it
+    ///         are open to the committee only.
+    /// @param miner The audited miner.
+    /// @param round The round of the audit.
+    function reportUnanswered(address miner, uint256 round) external {
+        _requireActiveValidator(msg.sender);
+        bytes32 evidence = unansweredEvidence(miner, round);
+        SlashProposal memory p = _slashes[evidence];
+        if (p.target == address(0)) {
+            if (_accounts[miner].role != Role.Miner) revert NotRole(miner, Role.Miner);
+            (bool audited,) = auditDraw(round, miner);
+            if (!audited) revert NotAudited(miner, round);
+            _openProposal(miner, round, evidence, true);
+        } else if (p.executed || p.rejected) {
+            revert EvidenceUsed(evidence);
+        }
+        _vote(evidence, miner, true);
+    }
+
+    /// @notice Votes on the proposal on `evidence`: for it (`support`), or against it (its evidence does
+    ///         not check out). With 2/3 of the electorate's active stake (all validators; the committee for
+    ///         an unanswered audit) for it, the slash executes; against it, the frozen pay is released to
+    ///         the target and the proposer is slashed `slashBps` of its stake: a lying proof costs its
+    ///         author. Votes count the voter's stake at vote time.
     /// @param evidence The evidence hash of an open proposal.
-    function voteSlash(bytes32 evidence) external {
+    /// @param support True to confirm, false to reject.
+    function voteSlash(bytes32 evidence, bool support) external {
         _requireActiveValidator(msg.sender);
         SlashProposal memory p = _slashes[evidence];
         if (p.target == address(0)) revert UnknownEvidence(evidence);
-        if (p.executed) revert EvidenceUsed(evidence);
-        _vote(evidence, p.target);
+        if (p.executed || p.rejected) revert EvidenceUsed(evidence);
+        _vote(evidence, p.target, support);
+    }
+
+    function _openProposal(address target, uint256 round, bytes32 evidence, bool unanswered) internal {
+        uint256 current = state.round;
+        if (round == 0 || round > current) revert RoundNotReached(round, current);
+        Account memory t = _accounts[target];
+        if (t.role == Role.None || uint256(t.stake) + _unbonding[target].amount == 0) {
+            revert NothingToSlash(target);
+        }
+        SlashProposal storage p = _slashes[evidence];
+        p.target = target;
+        p.round = uint64(round);
+        p.proposer = msg.sender;
+        p.unanswered = unanswered;
+        bool freeze = t.role == Role.Miner && _frozen[round][target] == bytes32(0);
+        uint256 held;
+        if (freeze) {
+            _frozen[round][target] = evidence;
+            if (round == current) ++_frozenIn[round];
+            else held = _clawBack(target, round);
+            p.held = uint96(held);
+        }
+        emit SlashProposed(evidence, target, msg.sender, round);
+        if (freeze) emit PayFrozen(evidence, target, round, held);
+    }
+
+    /// @dev Takes the unvested pay of `miner` for settled `round` out of its vesting slot (it stays in
+    ///      totalUnvested, now held by the proposal); 0 if it vested or was never credited.
+    function _clawBack(address miner, uint256 round) internal returns (uint256 amount) {
+        uint256 k = vestingRounds;
+        if (k == 0) return 0;
+        Vesting storage v = _vesting[miner][round % k];
+        if (v.round != round || round + k < state.round) return 0;
+        amount = v.amount;
+        v.amount = 0;
+    }
+
+    /// @dev The stake that decides a proposal; for an unanswered audit the voter must be on the committee.
+    function _electorate(SlashProposal storage p, address voter) internal view returns (uint256 total) {
+        if (!p.unanswered) return totalValidatorStake;
+        address target = p.target;
+        uint256 round = p.round;
+        (, uint256 committee) = auditDraw(round, target);
+        if ((committee >> _accounts[voter].validatorIndex) & 1 == 0) revert NotInCommittee(voter, target, round);
+        for (uint256 i; committee >> i != 0; ++i) {
+            if ((committee >> i) & 1 == 1) total += _accounts[validators[i]].stake;
+        }
+    }
+
+    function _vote(bytes32 evidence, address target, bool support) internal {
+        if (msg.sender == target) revert TargetCannotVote(evidence, target);
+        if (_slashVoted[evidence][msg.sender]) revert AlreadyVoted(evidence, msg.sender);
+        SlashProposal storage p = _slashes[evidence];
+        uint256 electorate = _electorate(p, msg.sender);
+        _slashVoted[evidence][msg.sender] = true;
+        uint256 stake = _accounts[msg.sender].stake;
+        if (support) {
+            uint256 voted = p.votedStake + stake;
+            p.votedStake = uint96(voted);
+            emit SlashVoted(evidence, msg.sender, voted, electorate);
+            if (3 * voted >= 2 * electorate) _executeSlash(evidence, target);
+        } else {
+            uint256 rejected = p.rejectedStake + stake;
+            p.rejectedStake = uint96(rejected);
+            emit SlashRejectVoted(evidence, msg.sender, rejected, electorate);
+            if (3 * rejected >= 2 * electorate) _rejectSlash(evidence);
+        }
+    }
+
+    /// @dev Confirmed: `slashBps` of the target's stake + unbonding burned; its held and unvested pay
+    ///      forfeited to the pool.
+    function _executeSlash(bytes32 evidence, address target) internal {
+        SlashProposal storage p = _slashes[evidence];
+        p.executed = true;
+        uint256 forfeited = p.held + _sweep(target, false);
+        p.held = 0;
+        if (forfeited != 0) {
+            totalUnvested -= forfeited;
+            pool += forfeited;
+        }
+        uint256 amount = _takeStake(target);
+        emit Slashed(evidence, target, amount);
+        if (forfeited != 0) emit Forfeited(evidence, target, forfeited);
+        if (amount != 0) token.burn(amount);
+    }
+
+    /// @dev Rejected: the held pay is owed to the target (and a not yet settled round pays it as usual);
+    ///      `slashBps` of the proposer's stake + unbonding is burned.
+    function _rejectSlash(bytes32 evidence) internal {
+        SlashProposal storage p = _slashes[evidence];
+        p.rejected = true;
+        address target = p.target;
+        uint256 round = p.round;
+        uint256 released = p.held;
+        p.held = 0;
+        if (_frozen[round][target] == evidence) delete _frozen[round][target];
+        if (released != 0) {
+            _accounts[target].owed += uint96(released);
+            totalUnvested -= released;
+        }
+        address proposer = p.proposer;
+        uint256 penalty = _takeStake(proposer);
+        emit SlashRejected(evidence, target, proposer, released, penalty);
+        if (penalty != 0) token.burn(penalty);
+    }
+
+    /// @dev Empties the vesting slots of `account` that have vested (`vested`) or not (a forfeit) and
+    ///      returns their sum (a slot of round r vests once r + K is finalized).
+    function _sweep(address account, bool vested) internal returns (uint256 amount) {
+        uint256 k = vestingRounds;
+        uint256 current = state.round;
+        for (uint256 i; i < k; ++i) {
+            Vesting storage v = _vesting[account][i];
+            if (v.amount != 0 && (v.round + k < current) == vested) {
+                amount += v.amount;
+                v.amount = 0;
+            }
+        }
+    }
+
+    /// @dev Moves the caller's vested slots to `owed`.
+    function _vest(address account) internal {
+        uint256 amount = _sweep(account, true);
+        if (amount == 0) return;
+        _accounts[account].owed += uint96(amount);
+        totalUnvested -= amount;
+        emit Vested(account, amount);
     }
 
     // ------------------------------------------------------------------ checkpoint certificates
@@ -721,6 +945,40 @@ contract TesseraNetwork is ITesseraNetwork {
         return _slashVoted[evidence][voter];
     }
 
+    /// @notice The audit draw of `miner` in `round` (see `Consensus.auditDraw`; protocol/rounds/audits.py
+    ///         recomputes it off-chain): whether it is audited and its committee as a bitmap of validator
+    ///         indices (bit i = validators[i]; 0 when not audited). Known once the round's seed is fixed,
+    ///         after the update commits; `n` is the number of validators registered at that moment.
+    /// @param round A round whose seed is fixed.
+    /// @param miner Any address.
+    /// @return audited Whether (miner, round) is audited.
+    /// @return committee The committee bitmap.
+    function auditDraw(uint256 round, address miner) public view returns (bool audited, uint256 committee) {
+        bytes32 seed = seeds[round];
+        if (round == 0 || seed == bytes32(0)) revert SeedNotFixed(round);
+        return math.auditDraw(seed, miner, drawSize[round], auditRateBps, committeeSize);
+    }
+
+    /// @notice The evidence hash of "`miner` did not answer its audit in `round`" (see {reportUnanswered}).
+    /// @param miner The miner.
+    /// @param round The round.
+    /// @return keccak256(abi.encode("tessera.unanswered.v1", chainid, this, miner, round)).
+    function unansweredEvidence(address miner, uint256 round) public view returns (bytes32) {
+        return keccak256(abi.encode(_UNANSWERED, block.chainid, address(this), miner, round));
+    }
+
+    /// @notice Miner pay of `account` that has not vested yet (held pay of open proposals excluded).
+    /// @param account Any address.
+    /// @return amount The sum of its vesting slots whose round + K is not finalized yet.
+    function unvestedOf(address account) external view returns (uint256 amount) {
+        uint256 k = vestingRounds;
+        uint256 current = state.round;
+        for (uint256 i; i < k; ++i) {
+            Vesting memory v = _vesting[account][i];
+            if (v.round + k >= current) amount += v.amount;
+        }
+    }
+
     /// @notice Last block (inclusive) of the current phase; type(uint256).max in Finalize.
     /// @return The deadline block.
     function phaseDeadline() public view returns (uint256) {
@@ -770,30 +1028,18 @@ contract TesseraNetwork is ITesseraNetwork {
         _pull(msg.sender, amount);
     }
 
-    function _vote(bytes32 evidence, address target) internal {
-        if (msg.sender == target) revert TargetCannotVote(evidence, target);
-        if (_slashVoted[evidence][msg.sender]) revert AlreadyVoted(evidence, msg.sender);
-        _slashVoted[evidence][msg.sender] = true;
-        uint256 voted = _slashes[evidence].votedStake + _accounts[msg.sender].stake;
-        _slashes[evidence].votedStake = uint96(voted);
-        emit SlashVoted(evidence, msg.sender, voted, totalValidatorStake);
-        if (3 * voted >= 2 * totalValidatorStake) _executeSlash(evidence, target);
-    }
-
-    function _executeSlash(bytes32 evidence, address target) internal {
+    /// @dev Burns `slashBps` of `target`'s stake + unbonding (active stake first); returns the amount.
+    function _takeStake(address target) internal returns (uint256 amount) {
         Account memory t = _accounts[target];
         Unbonding memory u = _unbonding[target];
-        uint256 amount = (uint256(t.stake) + u.amount) * slashBps / Consensus.BPS;
+        amount = (uint256(t.stake) + u.amount) * slashBps / Consensus.BPS;
         uint256 fromStake = amount < t.stake ? amount : t.stake;
         uint256 fromUnbonding = amount - fromStake;
-        _slashes[evidence].executed = true;
         _accounts[target].stake = t.stake - uint96(fromStake);
         _unbonding[target].amount = u.amount - uint128(fromUnbonding);
         totalStake -= fromStake;
         totalUnbonding -= fromUnbonding;
         if (t.role == Role.Validator) totalValidatorStake -= fromStake;
-        emit Slashed(evidence, target, amount);
-        if (amount != 0) token.burn(amount);
     }
 
     function _fixSeed(RoundState memory s) internal {
@@ -802,6 +1048,7 @@ contract TesseraNetwork is ITesseraNetwork {
         if (fallbackUsed) mix = blockhash(block.number - 1);
         bytes32 seed = keccak256(abi.encode(seeds[s.round - 1], s.round, mix));
         seeds[s.round] = seed;
+        drawSize[s.round] = validators.length;
         emit SeedFixed(s.round, seed, fallbackUsed);
     }
 
@@ -835,13 +1082,7 @@ contract TesseraNetwork is ITesseraNetwork {
         view
         returns (bool)
     {
-        BLS.G1Point[] memory g1 = new BLS.G1Point[](2);
-        BLS.G2Point[] memory g2 = new BLS.G2Point[](2);
-        g1[0] = _negG1Generator();
-        g1[1] = pk;
-        g2[0] = sig;
-        g2[1] = BLS.hashToG2(message);
-        return BLS.pairing(g1, g2);
+        return math.blsVerify(pk, message, sig);
     }
 
     /// @dev -P for a G1 point: (x, p - y); the point at infinity (all zero) is its own negation.
@@ -862,15 +1103,6 @@ contract TesseraNetwork is ITesseraNetwork {
 
     function _isInfinity(BLS.G1Point memory pt) internal pure returns (bool) {
         return pt.x_a == 0 && pt.x_b == 0 && pt.y_a == 0 && pt.y_b == 0;
-    }
-
-    function _negG1Generator() internal pure returns (BLS.G1Point memory) {
-        return BLS.G1Point(
-            0x0000000000000000000000000000000017f1d3a73197d7942695638c4fa9ac0f,
-            0xc3688c4f9774b905a14e3a3f171bac586c55e83ff97a1aeffb3af00adb22c6bb,
-            0x00000000000000000000000000000000114d1d6855d545a8aa7d76c8cf2e21f2,
-            0x67816aef1db507c96655b9d5caac42364e6f38ba0ecb751bad54dcd6b939c2ca
-        );
     }
 
     function _pull(address from, uint256 amount) internal {

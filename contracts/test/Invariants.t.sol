@@ -25,8 +25,16 @@ contract Handler is Fixture {
     uint256 public lastKey; // round * 8 + phase
     uint256 internal salt;
 
+    bytes32 internal lastEvidence;
+
     constructor() {
-        _deploy();
+        // audits of half the pairs by committees of 2 of the 4 validators, pay vesting over 2 rounds:
+        // the invariants hold over the committee median, vesting, freezing and forfeits
+        TesseraNetwork.Params memory p = _params();
+        p.auditRateBps = 5_000;
+        p.committeeSize = 2;
+        p.vestingRounds = 2;
+        _deployWith(p);
         for (uint256 i; i < 4; ++i) {
             miners.push(_miner(i));
             vals.push(_validator(i));
@@ -123,6 +131,8 @@ contract Handler is Fixture {
         uint256 before = net.accountOf(t).stake + net.unbondingOf(t).amount;
         if (before == 0) return;
         bytes32 ev = keccak256(abi.encode("ev", ++salt));
+        lastEvidence = ev;
+        uint256 round = _round(); // read before any prank (a view call would take it)
         uint256[] memory others = new uint256[](actors.length);
         for (uint256 i; i < actors.length; ++i) {
             others[i] = net.accountOf(actors[i]).stake + net.unbondingOf(actors[i]).amount;
@@ -135,10 +145,10 @@ contract Handler is Fixture {
             if (net.slashProposal(ev).executed) break;
             vm.prank(vals[i]);
             if (!proposed) {
-                net.proposeSlash(t, ev);
+                net.proposeSlash(t, round, ev);
                 proposed = true;
             } else {
-                net.voteSlash(ev);
+                net.voteSlash(ev, true);
             }
         }
         burned += supply - token.totalSupply();
@@ -152,6 +162,22 @@ contract Handler is Fixture {
                 slashUnbounded = true;
             }
         }
+    }
+
+    /// @notice Validators reject the last proposal (if still open): held pay released, proposer slashed.
+    function reject(uint256 voters) external {
+        bytes32 ev = lastEvidence;
+        TesseraNetwork.SlashProposal memory p = net.slashProposal(ev);
+        if (p.target == address(0) || p.executed || p.rejected) return;
+        uint256 supply = token.totalSupply();
+        for (uint256 i; i < vals.length; ++i) {
+            if ((voters >> i) & 1 == 0 || vals[i] == p.target || net.hasVoted(ev, vals[i])) continue;
+            if (net.accountOf(vals[i]).stake < MIN_VALIDATOR) continue;
+            if (net.slashProposal(ev).rejected) break;
+            vm.prank(vals[i]);
+            net.voteSlash(ev, false);
+        }
+        burned += supply - token.totalSupply();
     }
 
     /// @notice Drives the current round to the end with random scores and reveals, then finalizes.
@@ -236,15 +262,7 @@ contract Handler is Fixture {
                 (w[b - 1], w[b]) = (w[b], w[b - 1]);
             }
         }
-        uint16[] memory med = new uint16[](ms.length);
-        uint256[] memory col = new uint256[](n);
-        for (uint256 j; j < ms.length; ++j) {
-            for (uint256 i; i < n; ++i) {
-                col[i] = rs[i][j];
-            }
-            med[j] = uint16(_refMedian(col, w));
-        }
-        net.finalize(r, ms, rvAddr, rs, med);
+        net.finalize(r, ms, rvAddr, rs, _medians(r, ms, rvAddr, rs, w));
     }
 }
 
@@ -271,7 +289,7 @@ contract InvariantsTest is TestBase {
 
     /// @dev Only the actions (not the views, nor the self-call helper).
     function targetSelectors() public view returns (FuzzSelector[] memory s) {
-        bytes4[] memory sel = new bytes4[](8);
+        bytes4[] memory sel = new bytes4[](9);
         sel[0] = Handler.commit.selector;
         sel[1] = Handler.addStake.selector;
         sel[2] = Handler.unbond.selector;
@@ -280,6 +298,7 @@ contract InvariantsTest is TestBase {
         sel[5] = Handler.advance.selector;
         sel[6] = Handler.slash.selector;
         sel[7] = Handler.finalizeNow.selector;
+        sel[8] = Handler.reject.selector;
         s = new FuzzSelector[](1);
         s[0] = FuzzSelector(address(h), sel);
     }
@@ -309,7 +328,7 @@ contract InvariantsTest is TestBase {
     function invariant_tokenConservation() public view {
         assertEq(
             token.balanceOf(address(net)),
-            net.totalStake() + net.totalUnbonding() + _sumOwed() + net.pool(),
+            net.totalStake() + net.totalUnbonding() + _sumOwed() + net.pool() + net.totalUnvested(),
             "conservation"
         );
     }
@@ -323,7 +342,10 @@ contract InvariantsTest is TestBase {
             TesseraNetwork.Account memory acc = net.accountOf(a);
             held += token.balanceOf(a) + acc.stake + acc.owed + net.unbondingOf(a).amount;
         }
-        assertEq(held + h.burned(), h.initialActorTokens() + (h.initialPool() - net.pool()), "value");
+        // pool outflow is owed, unvested or held pay; forfeits flow back into the pool
+        assertEq(
+            held + h.burned() + net.totalUnvested(), h.initialActorTokens() + (h.initialPool() - net.pool()), "value"
+        );
     }
 
     function invariant_flags() public view {

@@ -207,9 +207,9 @@ contract TesseraNetworkTest is Fixture {
         vm.prank(m1);
         net.requestUnbond(MIN_MINER);
         vm.prank(v1);
-        net.proposeSlash(m1, "ev");
+        net.proposeSlash(m1, 1, "ev");
         vm.prank(v2);
-        net.voteSlash("ev");
+        net.voteSlash("ev", true);
         assertEq(net.unbondingOf(m1).amount, MIN_MINER - MIN_MINER / 10, "slashed from unbonding");
     }
 
@@ -552,65 +552,65 @@ contract TesseraNetworkTest is Fixture {
     function test_slash_quorumBurnsFraction() public {
         uint256 supply = token.totalSupply();
         vm.prank(v1);
-        net.proposeSlash(m1, "evidence");
+        net.proposeSlash(m1, 1, "evidence");
         assertEq(net.accountOf(m1).stake, MIN_MINER, "not yet");
         uint256 otherBefore = net.accountOf(m2).stake;
         vm.prank(v2);
-        net.voteSlash("evidence");
+        net.voteSlash("evidence", true);
         assertEq(net.accountOf(m1).stake, MIN_MINER - MIN_MINER / 10, "slashed");
         assertEq(token.totalSupply(), supply - MIN_MINER / 10, "burned");
         assertEq(net.accountOf(m2).stake, otherBefore, "others untouched");
         vm.prank(v3);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("evidence")));
-        net.voteSlash("evidence");
+        net.voteSlash("evidence", true);
         vm.prank(v3);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("evidence")));
-        net.proposeSlash(m2, "evidence");
+        net.proposeSlash(m2, 1, "evidence");
     }
 
     function test_slash_secondProposalOfSameEvidenceCountsAsVote() public {
         // two validators that saw the same cheat both call proposeSlash (same block, any order)
         vm.prank(v1);
-        net.proposeSlash(m1, "same");
+        net.proposeSlash(m1, 1, "same");
         vm.prank(v2);
-        net.proposeSlash(m1, "same");
+        net.proposeSlash(m1, 1, "same");
         assertEq(net.accountOf(m1).stake, MIN_MINER - MIN_MINER / 10, "both counted: slashed");
         assertTrue(net.slashProposal("same").executed, "executed");
         // a different target on the same evidence is refused, as is a proposal after execution
         vm.prank(v3);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("same")));
-        net.proposeSlash(m1, "same");
+        net.proposeSlash(m1, 1, "same");
         vm.prank(v1);
-        net.proposeSlash(m2, "other");
+        net.proposeSlash(m2, 1, "other");
         vm.prank(v2);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("other")));
-        net.proposeSlash(m1, "other");
+        net.proposeSlash(m1, 1, "other");
         vm.prank(v1);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyVoted.selector, bytes32("other"), v1));
-        net.proposeSlash(m2, "other");
+        net.proposeSlash(m2, 1, "other");
     }
 
     function test_slash_reverts() public {
         vm.prank(m1);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, m1, ITesseraNetwork.Role.Validator));
-        net.proposeSlash(m2, "e");
+        net.proposeSlash(m2, 1, "e");
         vm.prank(v1);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingToSlash.selector, address(0xBEEF)));
-        net.proposeSlash(address(0xBEEF), "e");
+        net.proposeSlash(address(0xBEEF), 1, "e");
         vm.prank(v1);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.UnknownEvidence.selector, bytes32("nope")));
-        net.voteSlash("nope");
+        net.voteSlash("nope", true);
         vm.prank(v1);
-        net.proposeSlash(v2, "e");
+        net.proposeSlash(v2, 1, "e");
         vm.prank(v1);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyVoted.selector, bytes32("e"), v1));
-        net.voteSlash("e");
+        net.voteSlash("e", true);
         vm.prank(v2);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.TargetCannotVote.selector, bytes32("e"), v2));
-        net.voteSlash("e");
+        net.voteSlash("e", true);
         vm.prank(v1);
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.TargetCannotVote.selector, bytes32("e2"), v1));
-        net.proposeSlash(v1, "e2");
+        net.proposeSlash(v1, 1, "e2");
     }
 
     function testFuzz_slash_bounded(uint256 stake, uint256 unbond) public {
@@ -627,9 +627,9 @@ contract TesseraNetworkTest is Fixture {
         }
         uint256 totalBefore = net.totalStake() + net.totalUnbonding();
         vm.prank(v1);
-        net.proposeSlash(x, "fz");
+        net.proposeSlash(x, 1, "fz");
         vm.prank(v2);
-        net.voteSlash("fz");
+        net.voteSlash("fz", true);
         uint256 after_ = net.accountOf(x).stake + net.unbondingOf(x).amount;
         assertEq(after_, stake - stake / 10, "fraction");
         assertEq(net.totalStake() + net.totalUnbonding(), totalBefore - stake / 10, "totals");
@@ -644,9 +644,9 @@ contract TesseraNetworkTest is Fixture {
         vm.prank(x);
         net.requestUnbond(300 ether);
         vm.prank(v1);
-        net.proposeSlash(x, "fz");
+        net.proposeSlash(x, 1, "fz");
         vm.prank(v2);
-        net.voteSlash("fz");
+        net.voteSlash("fz", true);
         assertEq(net.accountOf(x).stake, 150 ether, "from stake first");
         assertEq(net.unbondingOf(x).amount, 300 ether, "unbonding untouched");
     }
@@ -823,7 +823,7 @@ contract TesseraNetworkTest is Fixture {
         net.commitSeed(1, c);
         assertEq(net.seedCommitment(1, v1), c, "seed commitment");
         vm.prank(v1);
-        net.proposeSlash(m1, "e");
+        net.proposeSlash(m1, 1, "e");
         assertTrue(net.hasVoted("e", v1), "voted");
         assertTrue(!net.hasVoted("e", v2), "not voted");
         vm.prank(m1);

@@ -25,14 +25,20 @@ contract VectorsTest is TestBase {
             uint256[] memory valPay = vm.parseJsonUintArray(json, _key(c, "validator_pay"));
             uint256 budget = vm.parseJsonUint(json, _key(c, "budget"));
             uint256 bps = vm.parseJsonUint(json, _key(c, "validator_share_bps"));
+            uint256[] memory committees = vm.parseJsonUintArray(json, _key(c, "committees"));
             assertEq(flat.length, nv * nm, "shape");
             uint256[] memory col = new uint256[](nv);
+            uint256[] memory positions = new uint256[](nv);
+            for (uint256 i; i < nv; ++i) {
+                positions[i] = i;
+            }
             for (uint256 j; j < nm; ++j) {
                 for (uint256 i; i < nv; ++i) {
                     col[i] = flat[i * nm + j];
                 }
-                assertTrue(Consensus.isWeightedMedian(col, weights, medians[j]), "median rejected");
-                if (medians[j] > 0) assertTrue(!Consensus.isWeightedMedian(col, weights, medians[j] - 1), "lower");
+                uint256[] memory w = Consensus.restrict(weights, positions, committees[j]);
+                assertTrue(Consensus.isWeightedMedian(col, w, medians[j]), "median rejected");
+                if (medians[j] > 0) assertTrue(!Consensus.isWeightedMedian(col, w, medians[j] - 1), "lower");
             }
             uint256 vBudget = budget * bps / Consensus.BPS;
             uint256[] memory mp = Consensus.minerPayouts(medians, budget - vBudget);
@@ -51,6 +57,24 @@ contract VectorsTest is TestBase {
             for (uint256 i; i < nv; ++i) {
                 assertEq(vp[i], valPay[i], "validator pay");
             }
+        }
+    }
+
+    /// The audit draw of protocol/rounds/audits.py and `Consensus.auditDraw` agree on every vector.
+    function test_auditDrawVectors_agree() public view {
+        string memory json = vm.readFile("test/vectors/audits.json");
+        uint256 count = vm.parseJsonUint(json, ".count");
+        assertTrue(count >= 60, "too few vectors");
+        for (uint256 c; c < count; ++c) {
+            (bool audited, uint256 committee) = Consensus.auditDraw(
+                vm.parseJsonBytes32(json, _key(c, "seed")),
+                vm.parseJsonAddress(json, _key(c, "miner")),
+                vm.parseJsonUint(json, _key(c, "n")),
+                vm.parseJsonUint(json, _key(c, "rate_bps")),
+                vm.parseJsonUint(json, _key(c, "size"))
+            );
+            assertEq(audited ? 1 : 0, vm.parseJsonUint(json, _key(c, "audited")), "audited");
+            assertEq(committee, vm.parseJsonUint(json, _key(c, "committee")), "committee");
         }
     }
 }

@@ -18,6 +18,7 @@ from protocol.chain.errors import ChainError
 from protocol.chain.reads import ChainReads
 from protocol.chain.transport import b32, retrying
 from protocol.chain.values import Role, TxResult
+from protocol.rounds.audits import counted_matrix
 from protocol.rounds.consensus import settle
 from protocol.wire import bls
 from protocol.wire.commitments import score_commitment, seed_commitment
@@ -132,8 +133,20 @@ class Chain(ChainReads):
         :func:`protocol.rounds.consensus.settle` and submits them (the contract checks them)."""
         miners = [e.miner for e in self.committed_miners(round)]
         reveals = self.revealed_scores(round)
+        counted = None
+        p = self.params()
+        if p.audit_rate_bps and p.committee_size:  # committees smaller than everyone: audited miners
+            index = {v.lower(): i for i, v in enumerate(self.validators())}
+            counted = counted_matrix(
+                self.round_draws(round, miners), [index[r.validator.lower()] for r in reveals]
+            )
         st = settle(
-            [list(r.scores) for r in reveals], [r.weight for r in reveals], 0, 0, n_miners=len(miners)
+            [list(r.scores) for r in reveals],
+            [r.weight for r in reveals],
+            0,
+            0,
+            n_miners=len(miners),
+            counted=counted,
         )
         return self._transact(
             self.network,
@@ -147,13 +160,24 @@ class Chain(ChainReads):
 
     # ------------------------------------------------------------------ slashing
 
-    def propose_slash(self, target: str, evidence: bytes) -> TxResult:
-        """Proposes slashing ``target`` on ``evidence`` (a 32-byte hash, usable once) and votes for it."""
-        return self._transact(self.network, "proposeSlash", to_checksum_address(target), b32(evidence))
+    def propose_slash(self, target: str, round: int, evidence: bytes) -> TxResult:
+        """Proposes slashing ``target`` for a fraud proven in ``round`` on ``evidence`` (a 32-byte hash,
+        usable once) and votes for it; the target's pay for ``round`` is frozen at once."""
+        return self._transact(self.network, "proposeSlash", to_checksum_address(target), round, b32(evidence))
 
-    def vote_slash(self, evidence: bytes) -> TxResult:
-        """Votes for the open proposal on ``evidence``; executes at 2/3 of validator stake."""
-        return self._transact(self.network, "voteSlash", b32(evidence))
+    def report_unanswered(self, miner: str, round: int) -> TxResult:
+        """Reports (as a committee member) that ``miner`` did not answer its audit in ``round``."""
+        return self._transact(self.network, "reportUnanswered", to_checksum_address(miner), round)
+
+    def reject_slash(self, evidence: bytes) -> TxResult:
+        """Votes against the open proposal on ``evidence`` (its evidence does not check out)."""
+        return self.vote_slash(evidence, support=False)
+
+    def vote_slash(self, evidence: bytes, support: bool = True) -> TxResult:
+        """Votes for (``support``) or against the open proposal on ``evidence``; 2/3 of the electorate's
+        stake either way decides it (confirmed: slash and forfeit; rejected: pay released, proposer
+        slashed)."""
+        return self._transact(self.network, "voteSlash", b32(evidence), support)
 
     # ------------------------------------------------------------------ checkpoints
 

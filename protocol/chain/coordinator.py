@@ -295,12 +295,14 @@ class ChainCoordinator:
     def certify(self, round: int, digest: bytes, signatures: dict[str, bytes]) -> None:
         translate("certify checkpoint", lambda: self.chain.certify_checkpoint(round, digest, signatures))
 
-    def slash(self, target: str, evidence: bytes) -> bool:
+    def slash(self, target: str, evidence: bytes, round: int | None = None) -> bool:
+        at = self.current().round if round is None else round
+
         def go() -> Any:
             owner, _stake, executed = self.chain.slash_proposal(evidence)
             if int(owner, 16) == 0:
                 try:
-                    return self.chain.propose_slash(target, evidence)
+                    return self.chain.propose_slash(target, at, evidence)
                 except EvidenceUsed:
                     # another validator's proposal landed first (a contract before the same-evidence
                     # rule reverts here): read it again and vote for it instead of dropping the vote

@@ -297,6 +297,30 @@ class InvalidParam(ContractRevert):
     name = "InvalidParam"
 
 
+class RoundNotReached(ContractRevert):
+    """Solidity: `round` is not yet open (the current round is `current`)."""
+
+    name = "RoundNotReached"
+
+
+class SeedNotFixed(ContractRevert):
+    """Solidity: The seed of `round` is not fixed yet, so its audit draw is not known."""
+
+    name = "SeedNotFixed"
+
+
+class NotAudited(ContractRevert):
+    """Solidity: `miner` was not drawn for an audit in `round`."""
+
+    name = "NotAudited"
+
+
+class NotInCommittee(ContractRevert):
+    """Solidity: `validator` is not on the audit committee of `miner` in `round`."""
+
+    name = "NotInCommittee"
+
+
 REVERT_TYPES: dict[str, type[ContractRevert]] = {
     c.name: c
     for c in (
@@ -334,6 +358,10 @@ REVERT_TYPES: dict[str, type[ContractRevert]] = {
         QuorumNotReached,
         InvalidSignature,
         InvalidParam,
+        RoundNotReached,
+        SeedNotFixed,
+        NotAudited,
+        NotInCommittee,
     )
 }
 

@@ -128,6 +128,45 @@ class SlashProposed(ChainEvent):
     evidence: bytes
     target: str
     proposer: str
+    round: int
+
+
+@dataclass(frozen=True)
+class PayFrozen(ChainEvent):
+    evidence: bytes
+    miner: str
+    round: int
+    amount: int
+
+
+@dataclass(frozen=True)
+class SlashRejectVoted(ChainEvent):
+    evidence: bytes
+    voter: str
+    rejected_stake: int
+    total_stake: int
+
+
+@dataclass(frozen=True)
+class SlashRejected(ChainEvent):
+    evidence: bytes
+    target: str
+    proposer: str
+    released: int
+    penalty: int
+
+
+@dataclass(frozen=True)
+class Forfeited(ChainEvent):
+    evidence: bytes
+    miner: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class Vested(ChainEvent):
+    account: str
+    amount: int
 
 
 @dataclass(frozen=True)
@@ -175,6 +214,11 @@ EVENT_TYPES: dict[str, type[ChainEvent]] = {
         SlashVoted,
         Slashed,
         CheckpointCertified,
+        PayFrozen,
+        SlashRejectVoted,
+        SlashRejected,
+        Forfeited,
+        Vested,
     )
 }
 

@@ -11,6 +11,7 @@ from protocol.chain.errors import ChainError, MalformedResponseError, decoding
 from protocol.chain.events import EVENT_TYPES, ScoresRevealed, UpdateCommitted, decode_event
 from protocol.chain.transport import ChainTransport, b32, retrying
 from protocol.chain.values import AccountInfo, ChainStatus, ContractRound, Role, ScoreEntry, UnbondingInfo
+from protocol.rounds.audits import AuditDraw, audit_draw
 from protocol.rounds.deployment import NetworkParams
 from protocol.rounds.phases import Phase
 from protocol.wire import bls
@@ -110,8 +111,25 @@ class ChainReads(ChainTransport):
 
     def slash_proposal(self, evidence: bytes) -> tuple[str, int, bool]:
         """(target, voted stake, executed) of the proposal on ``evidence``."""
-        t, v, e = self._call("slashProposal", b32(evidence))
+        t, v, e, *_rest = self._call("slashProposal", b32(evidence))
         return str(t), int(v), bool(e)
+
+    def audit_draw(self, round: int, miner: str) -> AuditDraw:
+        """The contract's ``auditDraw(round, miner)`` (``protocol.rounds.audits.audit_draw`` recomputes it
+        locally from the seed, ``drawSize(round)`` and the run's q and c)."""
+        audited, committee = self._call("auditDraw", round, to_checksum_address(miner))
+        return AuditDraw(bool(audited), int(committee))
+
+    def round_draws(self, round: int, miners: list[str]) -> list[AuditDraw]:
+        """Every miner's audit draw of ``round``, computed locally from three reads (seed, draw size, q/c)."""
+        seed = self.seed(round)
+        n = int(self._call("drawSize", round))
+        p = self.params()
+        return [audit_draw(seed, m, n, p.audit_rate_bps, p.committee_size) for m in miners]
+
+    def unvested_of(self, address: str) -> int:
+        """Miner pay of ``address`` that has not vested yet."""
+        return int(self._call("unvestedOf", to_checksum_address(address)))
 
     def commitment_for(self, round: int, miner: str, update_digest: bytes) -> bytes:
         """The update commitment (computed locally; equals the contract's ``commitmentFor``)."""

@@ -60,6 +60,13 @@ def is_weighted_median(column: Sequence[int], weights: Sequence[int], m: int) ->
     return 2 * below < total <= 2 * at_or_below
 
 
+def restrict(weights: Sequence[int], counted: Sequence[bool]) -> list[int]:
+    """``Consensus.restrict``: the weights of the revealers that count for an audited miner (its
+    committee); every revealer's when none of those holds any weight."""
+    out = [w if c else 0 for w, c in zip(weights, counted, strict=True)]
+    return out if sum(out) else list(weights)
+
+
 def miner_payouts(medians: Sequence[int], budget: int) -> list[int]:
     """Splits ``budget`` in proportion to the consensus scores (floor); all zero if every score is 0."""
     total = sum(medians)
@@ -105,12 +112,14 @@ def settle(
     budget: int,
     validator_share_bps: int,
     n_miners: int | None = None,
+    counted: Sequence[Sequence[bool]] | None = None,
 ) -> Payouts:
     """Computes a round's settlement exactly like ``TesseraNetwork.finalize``.
 
     ``scores[i][j]`` is revealer i's score of miner j (revealers and miners in ascending address order),
     ``weights[i]`` the revealer's weight (stake at reveal). ``n_miners`` is needed only when nobody
-    revealed.
+    revealed. ``counted[j][i]``: whether revealer i scores miner j (an audited miner is settled on its
+    committee only: ``protocol.rounds.audits.counted_matrix``); None: everyone counts everywhere.
     """
     if len(scores) != len(weights):
         raise ConsensusError(f"{len(scores)} score vectors but {len(weights)} weights")
@@ -121,11 +130,41 @@ def settle(
         for j, s in enumerate(row):
             if not 0 <= s <= SCORE_MAX:
                 raise ConsensusError(f"score [{i}][{j}] = {s} outside [0, {SCORE_MAX}]")
-    medians = [weighted_median([row[j] for row in scores], weights) for j in range(n)]
+    if counted is not None and len(counted) != n:
+        raise ConsensusError(f"{len(counted)} committee masks for {n} miners")
+    medians = [
+        weighted_median(
+            [row[j] for row in scores], weights if counted is None else restrict(weights, counted[j])
+        )
+        for j in range(n)
+    ]
     v_budget = budget * validator_share_bps // BPS
     miner_pay = miner_payouts(medians, budget - v_budget)
     validator_pay = validator_payouts(weights, [closeness(row, medians) for row in scores], v_budget)
     return Payouts(medians=medians, miner_pay=miner_pay, validator_pay=validator_pay, budget=budget)
+
+
+def vector_case(
+    scores: list[list[int]], weights: list[int], budget: int, bps: int, n: int, masks: list[int] | None = None
+) -> dict[str, object]:
+    """One cross-language case: the inputs and what :func:`settle` makes of them. ``masks[j]`` is miner
+    j's committee as a bitmap over revealer positions (None: every revealer counts for every miner)."""
+    full = (1 << len(weights)) - 1
+    masks = masks if masks is not None else [full] * n
+    counted = [[bool(m >> i & 1) for i in range(len(weights))] for m in masks]
+    st = settle(scores, weights, budget, bps, n_miners=n, counted=counted)
+    return {
+        "n_validators": len(weights),
+        "n_miners": n,
+        "scores": [s for row in scores for s in row],  # row-major
+        "weights": [str(w) for w in weights],
+        "budget": str(budget),
+        "validator_share_bps": bps,
+        "committees": [str(m) for m in masks],
+        "medians": st.medians,
+        "miner_pay": [str(p) for p in st.miner_pay],
+        "validator_pay": [str(p) for p in st.validator_pay],
+    }
 
 
 def make_vectors(count: int = 40, seed: int = 20261122) -> dict[str, object]:
@@ -133,26 +172,22 @@ def make_vectors(count: int = 40, seed: int = 20261122) -> dict[str, object]:
     rng = random.Random(seed)
     cases: list[dict[str, object]] = []
 
-    def add(scores: list[list[int]], weights: list[int], budget: int, bps: int, n: int) -> None:
-        st = settle(scores, weights, budget, bps, n_miners=n)
-        cases.append(
-            {
-                "n_validators": len(weights),
-                "n_miners": n,
-                "scores": [s for row in scores for s in row],  # row-major
-                "weights": [str(w) for w in weights],
-                "budget": str(budget),
-                "validator_share_bps": bps,
-                "medians": st.medians,
-                "miner_pay": [str(p) for p in st.miner_pay],
-                "validator_pay": [str(p) for p in st.validator_pay],
-            }
-        )
+    def add(
+        scores: list[list[int]],
+        weights: list[int],
+        budget: int,
+        bps: int,
+        n: int,
+        masks: list[int] | None = None,
+    ) -> None:
+        cases.append(vector_case(scores, weights, budget, bps, n, masks))
 
     add([], [], 10**21, 2000, 3)  # nobody revealed
     add([[0, 0], [0, 0]], [5, 7], 10**21, 2000, 2)  # all zero
     add([[10_000, 1], [0, 2], [5_000, 3]], [1, 1, 1], 999, 5000, 2)  # dust
     add([[7, 7, 7]], [10**24], 10**21 + 7, 0, 3)  # single validator, no validator share
+    # committees: miner 0 settled on revealer 2 alone (it proved a fake), miner 1 on nobody (fall back)
+    add([[9_000, 5_000], [9_000, 5_000], [0, 4_000]], [1, 1, 1], 10**21, 2000, 2, [0b100, 0])
     for _ in range(count):
         nv = rng.randint(1, 8)
         nm = rng.randint(0, 12)
@@ -168,8 +203,14 @@ def make_vectors(count: int = 40, seed: int = 20261122) -> dict[str, object]:
             ]
             for _ in range(nv)
         ]
+        masks = [rng.choice([(1 << nv) - 1, rng.randint(0, (1 << nv) - 1)]) for _ in range(nm)]
         add(
-            scores, weights, rng.choice([10**21, 10**18 + 1, rng.randint(1, 10**24)]), rng.randint(0, BPS), nm
+            scores,
+            weights,
+            rng.choice([10**21, 10**18 + 1, rng.randint(1, 10**24)]),
+            rng.randint(0, BPS),
+            nm,
+            masks,
         )
     return {
         "description": "generated by protocol/rounds/consensus.py; replayed by contracts/test/Vectors.t.sol",

@@ -200,8 +200,9 @@ class Coordinator(Protocol):
         (by validator address; the chain implementation sorts and submits them)."""
         ...
 
-    def slash(self, target: str, evidence: bytes) -> bool:
-        """Propose (or vote for) slashing ``target`` on a 32-byte evidence hash; True if counted."""
+    def slash(self, target: str, evidence: bytes, round: int | None = None) -> bool:
+        """Propose (or vote for) slashing ``target`` for a fraud in ``round`` (None: the current round) on
+        a 32-byte evidence hash; True if counted. The first proof freezes the target's pay for ``round``."""
         ...
 
     def advance(self) -> bool:

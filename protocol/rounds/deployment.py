@@ -62,14 +62,22 @@ class NetworkParams:
     """Tokens paid per finalized round while the pool lasts."""
     validator_share_bps: int = 2_000
     """Share of the emission paid to validators (basis points)."""
-    slash_bps: int = 1_000
-    """Fraction of (stake + unbonding) burned by one slash (basis points)."""
+    slash_bps: int = 5_000
+    """Fraction of (stake + unbonding) burned by one confirmed proof, and of a proposer's by a rejected one
+    (basis points). With the defaults below, ``protocol.rounds.economics`` gives q* = 0.89 <= q = 1 (the
+    deterrence margin is 2.25 at the minimum stake; docs/threat-model.md)."""
     pool_supply: int = 1_000_000 * 10**18
     """Tokens minted to the network as the reward pool."""
     genesis_supply: int = 10_000_000 * 10**18
     """Tokens minted to the deployer (stake to hand out)."""
     genesis_checkpoint: str = "0x" + "00" * 32
     """Digest of theta_1 (hex, 32 bytes)."""
+    audit_rate_bps: int = 10_000
+    """q: probability (basis points) that a (miner, round) is audited, drawn from the round seed."""
+    committee_size: int = 0
+    """c: validators on each audit committee (0: every validator, as the nodes verify today)."""
+    vesting_rounds: int = 2
+    """K: a round's miner pay vests when round + K is finalized; forfeited if a proof is confirmed first."""
 
     def as_tuple(self) -> tuple[Any, ...]:
         """The ``Params`` struct for the constructor."""
@@ -87,6 +95,9 @@ class NetworkParams:
             self.pool_supply,
             self.genesis_supply,
             bytes.fromhex(self.genesis_checkpoint[2:]),
+            self.audit_rate_bps,
+            self.committee_size,
+            self.vesting_rounds,
         )
 
     def validate(self) -> None:
@@ -98,8 +109,12 @@ class NetworkParams:
                     raise DeploymentError(f"params.genesis_checkpoint must be 0x + 64 hex digits, got {v!r}")
             elif not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise DeploymentError(f"params.{f.name} must be a non-negative integer, got {v!r}")
-        if self.validator_share_bps > 10_000 or self.slash_bps > 10_000:
-            raise DeploymentError("params.validator_share_bps and params.slash_bps must be <= 10000")
+        if max(self.validator_share_bps, self.slash_bps, self.audit_rate_bps) > 10_000:
+            raise DeploymentError(
+                "params.validator_share_bps, params.slash_bps and params.audit_rate_bps must be <= 10000"
+            )
+        if self.committee_size > 256 or self.vesting_rounds >= 2**16:
+            raise DeploymentError("params.committee_size must be <= 256 and vesting_rounds < 65536")
         if (
             min(self.commit_blocks, self.reveal_blocks, self.score_commit_blocks, self.score_reveal_blocks)
             == 0
@@ -162,6 +177,9 @@ class Deployment:
         if not isinstance(p, dict):
             raise DeploymentError(f"{source}: params must be an object")
         pknown = {f.name for f in fields(NetworkParams)}
+        # files written before issue 26 lack the audit and vesting parameters: their contract had none,
+        # which is q = 1, every validator and no vesting
+        p = {"audit_rate_bps": 10_000, "committee_size": 0, "vesting_rounds": 0, **p}
         if set(p) != pknown:
             missing, extra = pknown - set(p), set(p) - pknown
             raise DeploymentError(f"{source}: params missing {sorted(missing)}, unknown {sorted(extra)}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from eth_utils import keccak, to_checksum_address
 
+from protocol.rounds.audits import AuditDraw, audit_draw, counted_matrix
 from protocol.rounds.consensus import SCORE_MAX, settle
 from protocol.rounds.coordinator import (
     AlreadyDoneError,
@@ -48,9 +49,14 @@ class MemoryLedger:
         emission: int = 1000 * 10**18,
         validator_share_bps: int = 1000,
         chain_id: int = 31337,
+        audit_rate_bps: int = 10_000,
+        committee_size: int = 0,
+        vesting_rounds: int = 0,
     ) -> None:
         """``phase_blocks``: blocks of every phase, or of COMMIT, REVEAL, SCORE_COMMIT and SCORE_REVEAL
-        each (the contract's ``commit_blocks`` ... ``score_reveal_blocks``)."""
+        each (the contract's ``commit_blocks`` ... ``score_reveal_blocks``). ``audit_rate_bps``,
+        ``committee_size`` and ``vesting_rounds`` are the contract's q, c and K (defaults: every pair
+        audited by every validator, pay owed at once)."""
         lengths = (
             (phase_blocks,) * 4 if isinstance(phase_blocks, int) else tuple(int(b) for b in phase_blocks)
         )
@@ -77,6 +83,17 @@ class MemoryLedger:
         self.reg_block: dict[str, int] = {}
         self.round_open: dict[int, int] = {1: self.block}
         self.slashed: dict[str, int] = {}
+        self.audit_rate_bps = audit_rate_bps
+        self.committee_size = committee_size
+        self.vesting_rounds = vesting_rounds
+        self.draw_size: dict[int, int] = {}
+        self.vesting: dict[tuple[str, int], int] = {}
+        """(miner, round) -> pay not vested yet."""
+        self.frozen: dict[tuple[int, str], bytes] = {}
+        """(round, miner) -> the evidence that froze its pay (first proof wins)."""
+        self.held: dict[bytes, int] = {}
+        self.executed: set[bytes] = set()
+        self.forfeited: dict[str, int] = {}
 
     def mine(self, n: int = 1) -> None:
         """Advance the block number."""
@@ -134,6 +151,12 @@ class MemoryCoordinator:
 
     def validators(self) -> list[str]:
         return list(self.ledger.validators)
+
+    def audit_draws(self, round: int, miners: Sequence[str]) -> dict[str, AuditDraw]:
+        """Each miner's audit draw of ``round`` (``Consensus.auditDraw``), once its seed is fixed."""
+        led = self.ledger
+        n = led.draw_size.get(round, len(led.validators))
+        return {m: audit_draw(led.seeds[round], m, n, led.audit_rate_bps, led.committee_size) for m in miners}
 
     def ensure_registered(self, role: str, stake: int) -> bool:
         group = self.ledger.miners if role == "miner" else self.ledger.validators
@@ -225,6 +248,13 @@ class MemoryCoordinator:
         miners = sorted(rd.commits, key=lambda a: int(a, 16))
         revealers = sorted(rd.reveals, key=lambda a: int(a, 16))
         weights = [led.stakes[v] for v in revealers]
+        n = led.draw_size.get(round, len(led.validators))
+        counted = None
+        if led.audit_rate_bps and 0 < led.committee_size < n:
+            draws = [
+                audit_draw(led.seeds[round], m, n, led.audit_rate_bps, led.committee_size) for m in miners
+            ]
+            counted = counted_matrix(draws, [led.validators.index(v) for v in revealers])
         # the one settlement the Solidity vectors check (contracts/test/Vectors.t.sol), not a copy of it
         split = settle(
             [rd.reveals[v] for v in revealers],
@@ -232,11 +262,12 @@ class MemoryCoordinator:
             led.emission,
             led.validator_share_bps,
             n_miners=len(miners),
+            counted=counted,
         )
         medians = split.medians
-        mpay = dict(zip(miners, split.miner_pay, strict=True))
+        mpay = {m: self._credit_miner(round, m, amt) for m, amt in zip(miners, split.miner_pay, strict=True)}
         vpay = dict(zip(revealers, split.validator_pay, strict=True))
-        for a, amt in [*mpay.items(), *vpay.items()]:
+        for a, amt in vpay.items():
             led.owed[a] = led.owed.get(a, 0) + amt
         rd.settlement = Settlement(dict(zip(miners, medians, strict=True)), mpay, vpay)
         led.round += 1
@@ -245,6 +276,31 @@ class MemoryCoordinator:
         led.round_open[led.round] = led.block
         led.rounds[led.round] = _MemRound()
         self._tx()
+
+    def _credit_miner(self, round: int, miner: str, amount: int) -> int:
+        """As ``_payMiners``: held by an open proof, kept in the pool by a confirmed one, else owed at once
+        (K = 0) or vesting until round + K, when the older pay of the miner vests. Returns the credit."""
+        led = self.ledger
+        ev = led.frozen.get((round, miner))
+        if ev is not None and amount:
+            if ev not in led.executed:
+                led.held[ev] = led.held.get(ev, 0) + amount
+            return 0
+        k = led.vesting_rounds
+        if k == 0:
+            led.owed[miner] = led.owed.get(miner, 0) + amount
+            return amount
+        for key in [key for key in led.vesting if key[0] == miner and key[1] + k <= round]:
+            led.owed[miner] = led.owed.get(miner, 0) + led.vesting.pop(key)
+        if amount:
+            led.vesting[(miner, round)] = amount
+        return amount
+
+    def unvested(self, address: str | None = None) -> int:
+        """Pay of ``address`` (default: this participant) not vested yet."""
+        a = self.address if address is None else to_checksum_address(address)
+        k, current = self.ledger.vesting_rounds, self.ledger.round
+        return sum(v for (m, r), v in self.ledger.vesting.items() if m == a and r + k >= current)
 
     def settlement(self, round: int) -> Settlement | None:
         rd = self.ledger.rounds.get(round)
@@ -277,13 +333,28 @@ class MemoryCoordinator:
         led.checkpoints[round + 1] = digest
         self._tx()
 
-    def slash(self, target: str, evidence: bytes) -> bool:
-        votes = self.ledger.slash_votes.setdefault(evidence, set())
-        if self.address in votes:
+    def slash(self, target: str, evidence: bytes, round: int | None = None) -> bool:
+        led = self.ledger
+        at = led.round if round is None else round
+        votes = led.slash_votes.setdefault(evidence, set())
+        if self.address in votes or evidence in led.executed:
             return False
+        if not votes and target in led.miners and (at, target) not in led.frozen:
+            # the first proof freezes the round's pay: held at settlement, or clawed back while unvested
+            led.frozen[(at, target)] = evidence
+            if at < led.round and at + led.vesting_rounds >= led.round:
+                led.held[evidence] = led.vesting.pop((target, at), 0)
         votes.add(self.address)
-        if 3 * len(votes) >= 2 * len(self.ledger.validators):
-            self.ledger.slashed[target] = self.ledger.slashed.get(target, 0) + 1
+        if 3 * len(votes) >= 2 * len(led.validators):
+            led.slashed[target] = led.slashed.get(target, 0) + 1
+            led.executed.add(evidence)
+            k = led.vesting_rounds
+            lost = led.held.pop(evidence, 0) + sum(
+                led.vesting.pop(key)
+                for key in list(led.vesting)
+                if key[0] == target and key[1] + k >= led.round
+            )
+            led.forfeited[target] = led.forfeited.get(target, 0) + lost
         self._tx()
         return True
 
@@ -295,6 +366,7 @@ class MemoryCoordinator:
             rd = led.rounds[led.round]
             mix = hashlib.sha256(b"".join(sorted(rd.seed_reveals.values()))).digest()
             led.seeds[led.round] = keccak(led.seeds[led.round - 1] + led.round.to_bytes(32, "big") + mix)
+            led.draw_size[led.round] = len(led.validators)
         led.phase = Phase(led.phase + 1)
         led.phase_start = led.block
         self._tx()

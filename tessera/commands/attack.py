@@ -51,14 +51,69 @@ def register(subparsers: Any) -> None:
         help="print a finished run's report (--out) as Markdown tables, with the expected against the "
         "measured profit of each cheat, and exit",
     )
-    p.add_argument("--model", action="store_true", help="print the detection/profit model table and exit")
+    p.add_argument(
+        "--model",
+        action="store_true",
+        help="print the expected-value table (audit rate q*, each strategy's gain and loss) and exit",
+    )
     p.add_argument("--segments", type=int, default=3, help="--model: transcript segments per update")
     p.add_argument("--checked", type=int, default=2, help="--model: segments each validator replays")
     p.add_argument("--validators", type=int, default=2, help="--model: equal-stake validators")
+    p.add_argument("--miners", type=int, default=4, help="--model: miners sharing the emission (default 4)")
+    p.add_argument(
+        "--compute-cost",
+        type=float,
+        default=None,
+        help="--model: an honest round's compute in tokens (measured seconds x price; default: the reward)",
+    )
+    p.add_argument("--committee", type=int, default=None, help="--model: committee size c (default: run's)")
+    p.add_argument("--vesting", type=int, default=None, help="--model: vesting rounds K (default: run's)")
+    p.add_argument("--slash-bps", type=int, default=None, help="--model: slash fraction (default: run's)")
+    p.add_argument("--stake", type=float, default=None, help="--model: miner stake in tokens (default: min)")
     p.set_defaults(handler=_run)
 
 
 def _model(args: argparse.Namespace) -> int:
+    """The expected-value table of issue 26 at the deploy defaults (``NetworkParams``), then the older
+    per-segment detection table."""
+    from protocol.rounds import economics as ev
+    from protocol.rounds.deployment import NetworkParams
+
+    p = NetworkParams()
+    reward = p.emission_per_round * (10_000 - p.validator_share_bps) / 10_000 / args.miners / 10**18
+    run = ev.RunEconomics(
+        stake=args.stake if args.stake is not None else p.min_miner_stake / 10**18,
+        slash_fraction=(args.slash_bps if args.slash_bps is not None else p.slash_bps) / 10_000,
+        reward=reward,
+        compute_cost=args.compute_cost if args.compute_cost is not None else reward,
+        vesting_rounds=args.vesting if args.vesting is not None else p.vesting_rounds,
+        committee_size=args.committee if args.committee is not None else p.committee_size,
+        validators=args.validators,
+    )
+    q_star = ev.audit_rate(run)
+    q = p.audit_rate_bps / 10_000  # the run's audit rate; the table holds when q >= q*
+    print(
+        f"stake S {run.stake:g}, slash s {run.slash_fraction:.0%}, reward R {run.reward:g}/round, compute C "
+        f"{run.compute_cost:g}/round, vesting K {run.vesting_rounds}, committee c {run.committee_size or 'all'} "
+        f"of V {run.validators}"
+    )
+    print(
+        f"L = sS + max(K,1)R = {run.loss_when_caught():g}; eta = {run.committee_catch():.3f}; "
+        f"q* = 2 max(C,R) / (eta L) = {q_star:.3f}"
+        + (
+            ""
+            if q_star <= 1
+            else f" > 1: not deterred at this stake; min stake at q=1: {ev.min_stake(run):g}"
+        )
+    )
+    print(f"at q = {q:.3f}:")
+    print(f"{'strategy':28} {'gain':>9} {'loss':>9} {'margin':>7} {'E[profit]':>10}  caught by")
+    for row in ev.strategy_rows(run, q):
+        print(
+            f"{row.name:28} {row.gain:9.2f} {row.loss:9.2f} {row.margin:7.2f} {row.expected_profit:10.2f}  "
+            + row.how
+        )
+    print()
     from tessera.attack import economics as ec
 
     e = ec.Economy(reward=300.0, compute_cost=150.0, stake=100.0, slash_fraction=0.1)

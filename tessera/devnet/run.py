@@ -31,6 +31,7 @@ from protocol.runspec import RunSpec
 from tessera import modelout
 from tessera.devnet.config import DevnetConfig, DevnetError
 from tessera.devnet.network import Devnet
+from tessera.devnet.payouts import chain_payouts
 from tessera.devnet.progress import printer
 from tessera.errors import TesseraError
 from tessera.modelout import certified_digest, export, model_with, sample, theta_of
@@ -244,6 +245,7 @@ def build_report(
         v = vsum.get(r, {})
         present = [m[str(r)] for m in mrec.values() if str(r) in m]
         figures = _round_figures(v, verdicts.get(r, {}), present, miners, wall)
+        figures |= chain_payouts(net.chain, r, miners)  # what the chain paid, not a node's view of it
         certified = net.chain.checkpoint(r + 1) != b"\0" * 32
         traffic_r = traffic_figures(traffic.get(r, {}), [m.get(str(r), {}) for m in mrec.values()])
         per_round.append(

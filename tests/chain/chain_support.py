@@ -21,6 +21,8 @@ FAST = NetworkParams(
     reveal_blocks=8,
     score_commit_blocks=8,
     score_reveal_blocks=8,
+    # today's lifecycle (pay owed at once); vesting and committees: tests/chain/test_settlement_rules.py
+    vesting_rounds=0,
 )
 
 

@@ -161,7 +161,7 @@ def test_slash_quorum(net: Net) -> None:
     total_before = r.account_info(target.address).stake + r.unbonding(target.address).amount
     other_before = r.account_info(net.miners[0].address).stake
     evidence = b"\xee" * 32
-    net.validators[0].propose_slash(target.address, evidence)
+    net.validators[0].propose_slash(target.address, r.round_state().round, evidence)
     assert r.slash_proposal(evidence)[2] is False
     net.validators[1].vote_slash(evidence)
     assert r.slash_proposal(evidence)[2] is True
@@ -169,7 +169,7 @@ def test_slash_quorum(net: Net) -> None:
     assert after == total_before - total_before * p.slash_bps // 10_000
     assert r.account_info(net.miners[0].address).stake == other_before
     with pytest.raises(EvidenceUsed):
-        net.validators[2].propose_slash(net.miners[0].address, evidence)
+        net.validators[2].propose_slash(net.miners[0].address, r.round_state().round, evidence)
 
 
 def test_slash_proposals_in_the_same_block_all_count(net: Net) -> None:
@@ -187,7 +187,8 @@ def test_slash_proposals_in_the_same_block_all_count(net: Net) -> None:
     w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
     try:
         with ThreadPoolExecutor(2) as pool:
-            futures = [pool.submit(v.propose_slash, target.address, evidence) for v in net.validators[:2]]
+            at = r.round_state().round
+            futures = [pool.submit(v.propose_slash, target.address, at, evidence) for v in net.validators[:2]]
             deadline = time.monotonic() + 30
             while w3.provider.make_request("txpool_status", [])["result"]["pending"] != "0x2":  # type: ignore[arg-type]
                 assert time.monotonic() < deadline, "both proposals should reach the pool"

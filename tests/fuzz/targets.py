@@ -588,7 +588,10 @@ class ChainTarget(Target):
             ],
             "account_info": [{"result": "0x" + "".join(_word(v) for v in (10**20, 5, 3, 1, 0))}],
             "seed": [{"result": "0x" + "ab" * 32}],
-            "slash_proposal": [{"result": "0x" + _word(0x33) + _word(7) + _word(1)}],
+            # SlashProposal: target, votedStake, executed, rejected, unanswered, round, held, proposer, rejected
+            "slash_proposal": [
+                {"result": "0x" + "".join(_word(v) for v in (0x33, 7, 1, 0, 0, 2, 0, 0x44, 0))}
+            ],
             "block_number": [{"result": "0x10"}],
             "events": [
                 {

@@ -32,13 +32,20 @@ abstract contract Fixture is TestBase {
             slashBps: 1_000,
             poolSupply: 1_000_000 ether,
             genesisSupply: 10_000_000 ether,
-            genesisCheckpoint: keccak256("theta_1")
+            genesisCheckpoint: keccak256("theta_1"),
+            auditRateBps: 10_000,
+            committeeSize: 0,
+            vestingRounds: 0
         });
     }
 
     function _deploy() internal {
+        _deployWith(_params());
+    }
+
+    function _deployWith(TesseraNetwork.Params memory p) internal {
         vm.roll(100);
-        net = new TesseraNetwork(_params());
+        net = new TesseraNetwork(p);
         token = net.token();
     }
 
@@ -211,14 +218,32 @@ abstract contract Fixture is TestBase {
                 (w[b - 1], w[b]) = (w[b], w[b - 1]);
             }
         }
-        medians = new uint16[](miners.length);
-        uint256[] memory col = new uint256[](nRev);
-        for (uint256 j; j < miners.length; ++j) {
-            for (uint256 i; i < nRev; ++i) {
-                col[i] = rs[i][j];
-            }
-            medians[j] = uint16(_refMedian(col, w));
-        }
+        medians = _medians(r, miners, rv, rs, w);
         net.finalize(r, miners, rv, rs, medians);
+    }
+
+    /// @dev The consensus of each miner by sorting, on its committee's revealers where it is audited
+    ///      (read from `auditDraw`, with the contract's fall-back to everyone when none of them revealed).
+    function _medians(uint256 r, address[] memory miners, address[] memory rv, uint16[][] memory rs, uint256[] memory w)
+        internal
+        view
+        returns (uint16[] memory medians)
+    {
+        medians = new uint16[](miners.length);
+        uint256[] memory col = new uint256[](rv.length);
+        for (uint256 j; j < miners.length; ++j) {
+            (bool audited, uint256 committee) = net.auditDraw(r, miners[j]);
+            uint256[] memory wj = new uint256[](rv.length);
+            uint256 total;
+            for (uint256 i; i < rv.length; ++i) {
+                col[i] = rs[i][j];
+                uint256 idx = net.accountOf(rv[i]).validatorIndex;
+                if (!audited || (committee >> idx) & 1 == 1) {
+                    wj[i] = w[i];
+                    total += w[i];
+                }
+            }
+            medians[j] = uint16(_refMedian(col, total == 0 ? w : wj));
+        }
     }
 }

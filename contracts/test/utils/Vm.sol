@@ -17,6 +17,8 @@ interface Vm {
     function readFile(string calldata path) external view returns (string memory);
     function parseJsonUint(string calldata json, string calldata key) external pure returns (uint256);
     function parseJsonUintArray(string calldata json, string calldata key) external pure returns (uint256[] memory);
+    function parseJsonBytes32(string calldata json, string calldata key) external pure returns (bytes32);
+    function parseJsonAddress(string calldata json, string calldata key) external pure returns (address);
     function label(address account, string calldata newLabel) external;
     function store(address target, bytes32 slot, bytes32 value) external;
     function toString(uint256 value) external pure returns (string memory);

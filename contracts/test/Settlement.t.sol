@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.30;
+
+import {ITesseraNetwork} from "../src/ITesseraNetwork.sol";
+import {TesseraNetwork} from "../src/TesseraNetwork.sol";
+import {Consensus} from "../src/Consensus.sol";
+import {Fixture} from "./utils/Fixture.sol";
+
+/// @notice The settlement rules of issue 26: vesting, fraud proofs that override the median, unanswered
+///         audits, committees drawn from the seed, and the cost of a rejected proof.
+contract SettlementTest is Fixture {
+    address internal m1;
+    address internal m2;
+    address internal v1;
+    address internal v2;
+    address internal v3;
+
+    function _setUp(uint16 rateBps, uint16 committee, uint16 vesting) internal {
+        TesseraNetwork.Params memory p = _params();
+        p.auditRateBps = rateBps;
+        p.committeeSize = committee;
+        p.vestingRounds = vesting;
+        _deployWith(p);
+        m1 = _miner(1);
+        m2 = _miner(2);
+        v1 = _validator(1);
+        v2 = _validator(2);
+        v3 = _validator(3);
+    }
+
+    function _ms() internal view returns (address[] memory ms) {
+        ms = new address[](2);
+        ms[0] = m1;
+        ms[1] = m2;
+        ms = _sortAddrs(ms);
+    }
+
+    function _vs() internal view returns (address[] memory vs) {
+        vs = new address[](3);
+        vs[0] = v1;
+        vs[1] = v2;
+        vs[2] = v3;
+    }
+
+    /// rows[i] = (a_i, b) for validator i over the two sorted miners
+    function _rows(uint16 a1, uint16 a2, uint16 a3, uint16 b) internal pure returns (uint16[][] memory rows) {
+        rows = new uint16[][](3);
+        uint16[3] memory a = [a1, a2, a3];
+        for (uint256 i; i < 3; ++i) {
+            rows[i] = new uint16[](2);
+            rows[i][0] = a[i];
+            rows[i][1] = b;
+        }
+    }
+
+    function _all() internal pure returns (bool[] memory r) {
+        r = new bool[](3);
+        r[0] = true;
+        r[1] = true;
+        r[2] = true;
+    }
+
+    /// Both miners commit and every validator scores (a, b): a round paying both equally.
+    function _payingRound(uint16 a) internal returns (address[] memory ms) {
+        uint256 r = _round();
+        ms = _ms();
+        _commit(ms[0], r, keccak256(abi.encode("u", r, 0)));
+        _commit(ms[1], r, keccak256(abi.encode("u", r, 1)));
+        _scoreAndFinalize(ms, _vs(), _rows(a, a, a, 5_000), _all());
+    }
+
+    function _emptyRound() internal {
+        uint256 r = _round();
+        _advancePast();
+        _advancePast();
+        _advancePast();
+        vm.roll(net.phaseDeadline() + 1);
+        net.finalize(r, new address[](0), new address[](0), new uint16[][](0), new uint16[](0));
+    }
+
+    function _paid(address[] memory) internal pure returns (uint256) {
+        return (EMISSION - EMISSION / 5) / 2; // two miners scored equally
+    }
+
+    // ------------------------------------------------------------ vesting
+
+    function test_vesting_paysOnlyAfterKRounds() public {
+        _setUp(10_000, 0, 2);
+        address[] memory ms = _payingRound(5_000);
+        uint256 pay = _paid(ms);
+        assertEq(net.accountOf(ms[0]).owed, 0, "nothing owed at once");
+        assertEq(net.unvestedOf(ms[0]), pay, "unvested");
+        assertEq(net.totalUnvested(), 2 * pay, "total unvested");
+        vm.prank(ms[0]);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingToWithdraw.selector, ms[0]));
+        net.claim();
+        _emptyRound(); // round 2
+        vm.prank(ms[0]);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingToWithdraw.selector, ms[0]));
+        net.claim();
+        _emptyRound(); // round 3 = 1 + K finalized: round 1's pay vests
+        uint256 before = token.balanceOf(ms[0]);
+        vm.prank(ms[0]);
+        net.claim();
+        assertEq(token.balanceOf(ms[0]) - before, pay, "claimed after K rounds");
+        assertEq(net.unvestedOf(ms[0]), 0, "none left");
+        assertEq(net.totalUnvested(), pay, "the other miner's stays");
+    }
+
+    function test_vesting_rollsOverWhileMining() public {
+        _setUp(10_000, 0, 2);
+        address[] memory ms = _payingRound(5_000); // round 1
+        uint256 pay = _paid(ms);
+        _payingRound(5_000); // round 2
+        assertEq(net.accountOf(ms[0]).owed, 0, "round 1 not vested after round 2");
+        _payingRound(5_000); // round 3: round 1's slot is reused, its pay vests into owed
+        assertEq(net.accountOf(ms[0]).owed, pay, "round 1 vested");
+        assertEq(net.unvestedOf(ms[0]), 2 * pay, "rounds 2 and 3 unvested");
+        // commitAndClaim pays exactly the vested part
+        uint256 before = token.balanceOf(ms[0]);
+        bytes32 c = net.commitmentFor(4, ms[0], "x");
+        vm.prank(ms[0]);
+        net.commitAndClaim(4, c);
+        assertEq(token.balanceOf(ms[0]) - before, pay, "vested only");
+    }
+
+    // ------------------------------------------------------------ fraud proofs override the median
+
+    function test_fraudProof_beforeSettlement_zeroesPayWhateverTheMedian() public {
+        _setUp(10_000, 0, 0);
+        address[] memory ms = _ms();
+        _commit(ms[0], 1, "a");
+        _commit(ms[1], 1, "b");
+        _advancePast();
+        _advancePast();
+        // v1 proves ms[0] faked; v2 and v3 (who replayed other segments) still score it high
+        vm.prank(v1);
+        net.proposeSlash(ms[0], 1, "proof");
+        _scoreAndFinalize(ms, _vs(), _rows(0, 9_000, 9_000, 5_000), _all());
+        assertEq(net.accountOf(ms[0]).owed, 0, "paid nothing despite median 9000");
+        uint256 held = net.slashProposal("proof").held;
+        assertTrue(held > 0, "pay held");
+        assertEq(net.totalUnvested(), held, "held counted");
+        uint256 poolBefore = net.pool();
+        vm.prank(v2);
+        net.voteSlash("proof", true); // v1 + v2 hold 2/3
+        assertTrue(net.slashProposal("proof").executed, "confirmed");
+        assertEq(net.pool(), poolBefore + held, "held pay forfeited to the pool");
+        assertEq(net.accountOf(ms[0]).stake, MIN_MINER - MIN_MINER / 10, "slashed slashBps");
+        assertEq(net.totalUnvested(), 0, "nothing held");
+    }
+
+    function test_fraudProof_confirmedBeforeSettlement_keepsPayInPool() public {
+        _setUp(10_000, 0, 0);
+        address[] memory ms = _ms();
+        _commit(ms[0], 1, "a");
+        _commit(ms[1], 1, "b");
+        vm.prank(v1);
+        net.proposeSlash(ms[0], 1, "proof");
+        vm.prank(v2);
+        net.voteSlash("proof", true);
+        assertTrue(net.slashProposal("proof").executed, "confirmed");
+        _scoreAndFinalize(ms, _vs(), _rows(9_000, 9_000, 9_000, 5_000), _all());
+        assertEq(net.accountOf(ms[0]).owed, 0, "not paid");
+        assertEq(net.totalUnvested(), 0, "nothing held");
+        assertEq(net.accountOf(ms[1]).owed, (EMISSION - EMISSION / 5) * 5_000 / 14_000, "the other is paid");
+    }
+
+    function test_fraudProof_afterSettlement_clawsBackUnvested() public {
+        _setUp(10_000, 0, 3);
+        address[] memory ms = _payingRound(5_000); // round 1
+        _payingRound(5_000); // round 2
+        uint256 pay = _paid(ms);
+        assertEq(net.unvestedOf(ms[0]), 2 * pay, "two rounds unvested");
+        vm.prank(v1);
+        net.proposeSlash(ms[0], 1, "late");
+        assertEq(net.slashProposal("late").held, pay, "round 1 held");
+        assertEq(net.unvestedOf(ms[0]), pay, "round 2 still vesting");
+        uint256 poolBefore = net.pool();
+        vm.prank(v2);
+        net.voteSlash("late", true);
+        assertTrue(net.slashProposal("late").executed, "confirmed");
+        assertEq(net.pool(), poolBefore + 2 * pay, "held and unvested forfeited");
+        assertEq(net.unvestedOf(ms[0]), 0, "nothing left to vest");
+    }
+
+    function test_fraudProof_rejected_releasesPayAndCostsProposer() public {
+        _setUp(10_000, 0, 3);
+        address[] memory ms = _payingRound(5_000);
+        uint256 pay = _paid(ms);
+        vm.prank(v1);
+        net.proposeSlash(ms[0], 1, "lie");
+        vm.prank(v2);
+        net.voteSlash("lie", false);
+        assertTrue(!net.slashProposal("lie").rejected, "one third is not enough");
+        vm.prank(v1);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.AlreadyVoted.selector, bytes32("lie"), v1));
+        net.voteSlash("lie", false);
+        vm.prank(v3);
+        net.voteSlash("lie", false);
+        TesseraNetwork.SlashProposal memory p = net.slashProposal("lie");
+        assertTrue(p.rejected && !p.executed, "rejected");
+        assertEq(net.accountOf(ms[0]).owed, pay, "held pay released");
+        assertEq(net.accountOf(ms[0]).stake, MIN_MINER, "miner untouched");
+        assertEq(net.accountOf(v1).stake, MIN_VALIDATOR - MIN_VALIDATOR / 10, "the liar pays");
+        vm.prank(v2);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("lie")));
+        net.voteSlash("lie", true);
+    }
+
+    function test_fraudProof_reverts() public {
+        _setUp(10_000, 0, 0);
+        vm.prank(v1);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.RoundNotReached.selector, 2, 1));
+        net.proposeSlash(m1, 2, "e");
+        vm.prank(v1);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.RoundNotReached.selector, 0, 1));
+        net.proposeSlash(m1, 0, "e");
+        vm.prank(v1);
+        net.proposeSlash(m1, 1, "e");
+        vm.prank(v2);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, bytes32("e")));
+        net.proposeSlash(m2, 1, "e");
+        vm.prank(v2);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.UnknownEvidence.selector, bytes32("none")));
+        net.voteSlash("none", false);
+        vm.prank(m1);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, m1, ITesseraNetwork.Role.Validator));
+        net.voteSlash("e", false);
+    }
+
+    // ------------------------------------------------------------ committees and unanswered audits
+
+    function test_committee_settlesAuditedMinerOnItsCommitteeOnly() public {
+        _setUp(10_000, 1, 0);
+        address[] memory ms = _ms();
+        _commit(ms[0], 1, "a");
+        _commit(ms[1], 1, "b");
+        _advancePast();
+        _advancePast();
+        (bool audited, uint256 committee) = net.auditDraw(1, ms[0]);
+        assertTrue(audited, "q = 1");
+        assertEq(_popcount(committee), 1, "c = 1");
+        // the committee member scores 0, the two others 9000: the median is the committee's 0
+        address[] memory vs = _vs();
+        uint16[3] memory a;
+        for (uint256 i; i < 3; ++i) {
+            a[i] = (committee >> net.accountOf(vs[i]).validatorIndex) & 1 == 1 ? 0 : 9_000;
+        }
+        uint16[] memory med = _scoreAndFinalize(ms, vs, _rows(a[0], a[1], a[2], 5_000), _all());
+        assertEq(med[0], 0, "committee's score");
+        assertEq(net.accountOf(ms[0]).owed, 0, "unpaid");
+    }
+
+    function test_committee_allValidatorsByDefault() public {
+        _setUp(10_000, 0, 0);
+        _commit(m1, 1, "a");
+        _advancePast();
+        _advancePast();
+        (bool audited, uint256 committee) = net.auditDraw(1, m1);
+        assertTrue(audited, "audited");
+        assertEq(committee, 7, "all three");
+        assertEq(net.drawSize(1), 3, "n at the seed");
+    }
+
+    function test_auditDraw_revertsBeforeSeed() public {
+        _setUp(10_000, 1, 0);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.SeedNotFixed.selector, 1));
+        net.auditDraw(1, m1);
+    }
+
+    function test_unanswered_committeeQuorumSlashesLikeAFake() public {
+        _setUp(10_000, 2, 2);
+        address[] memory ms = _payingRound(5_000); // round 1 paid, unvested
+        uint256 pay = _paid(ms);
+        (, uint256 committee) = net.auditDraw(1, ms[0]);
+        address[] memory vs = _vs();
+        address outsider;
+        address[2] memory members;
+        uint256 k;
+        for (uint256 i; i < 3; ++i) {
+            if ((committee >> net.accountOf(vs[i]).validatorIndex) & 1 == 1) members[k++] = vs[i];
+            else outsider = vs[i];
+        }
+        assertEq(k, 2, "c = 2");
+        vm.prank(outsider);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotInCommittee.selector, outsider, ms[0], 1));
+        net.reportUnanswered(ms[0], 1);
+        vm.prank(members[0]);
+        net.reportUnanswered(ms[0], 1);
+        bytes32 ev = net.unansweredEvidence(ms[0], 1);
+        assertEq(net.slashProposal(ev).held, pay, "round 1 held");
+        assertTrue(!net.slashProposal(ev).executed, "one of two is not 2/3");
+        vm.prank(members[1]);
+        net.reportUnanswered(ms[0], 1);
+        assertTrue(net.slashProposal(ev).executed, "committee quorum");
+        assertEq(net.accountOf(ms[0]).stake, MIN_MINER - MIN_MINER / 10, "slashed like a fake");
+        assertEq(net.unvestedOf(ms[0]), 0, "forfeited");
+        vm.prank(outsider);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, ev));
+        net.reportUnanswered(ms[0], 1);
+    }
+
+    function test_unanswered_revertsWhenNotAudited() public {
+        _setUp(0, 1, 0);
+        _commit(m1, 1, "a");
+        _advancePast();
+        _advancePast();
+        vm.prank(v1);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotAudited.selector, m1, 1));
+        net.reportUnanswered(m1, 1);
+        vm.prank(v1);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotRole.selector, v2, ITesseraNetwork.Role.Miner));
+        net.reportUnanswered(v2, 1);
+    }
+
+    // ------------------------------------------------------------ the draw itself
+
+    function _popcount(uint256 x) internal pure returns (uint256 c) {
+        for (; x != 0; x &= x - 1) {
+            ++c;
+        }
+    }
+
+    function _checkDraw(bytes32 seed, address miner, uint256 n, uint256 rate, uint256 size) internal pure {
+        (bool audited, uint256 committee) = Consensus.auditDraw(seed, miner, n, rate, size);
+        if (rate >= 10_000) assertTrue(audited, "q = 1 audits all");
+        if (rate == 0) assertTrue(!audited, "q = 0 audits none");
+        if (!audited || n == 0) {
+            assertEq(committee, 0, "no committee");
+            return;
+        }
+        uint256 want = size == 0 || size >= n ? n : size;
+        assertEq(_popcount(committee), want, "committee size");
+        if (n < 256) assertEq(committee >> n, 0, "indices below n");
+    }
+
+    function testFuzz_auditDraw_sizeAndRange(bytes32 seed, address miner, uint256 n, uint256 rate, uint256 size)
+        public
+        pure
+    {
+        _checkDraw(seed, miner, bound(n, 0, 256), bound(rate, 0, 10_000), bound(size, 0, 40));
+    }
+
+    function test_auditDraw_sizeAndRange_concrete() public pure {
+        _checkDraw(keccak256("s"), address(0xBEEF), 3, 10_000, 1);
+        _checkDraw(keccak256("s"), address(0xBEEF), 256, 5_000, 7);
+        _checkDraw(keccak256("s"), address(0xBEEF), 256, 10_000, 0);
+        _checkDraw(keccak256("s"), address(0xBEEF), 0, 10_000, 3);
+        _checkDraw(keccak256("t"), address(0xCAFE), 5, 0, 2);
+    }
+}
