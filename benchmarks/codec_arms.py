@@ -167,9 +167,9 @@ def arm_simulation(
             )
             self.arm_feedback: dict[str, ArmFeedback] = {}
             self.headers: dict[tuple[str, ...], int] = {}
-            self.transport = self._send
+            self.transport = self._arm_transport
 
-        def _send(self, round, a, encs, delta, res, base_digest):  # type: ignore[no-untyped-def]
+        def _arm_transport(self, round, a, encs, delta, res, base_digest):  # type: ignore[no-untyped-def]
             ef = self.arm_feedback.setdefault(a.miner, ArmFeedback(arm, beta))
             sent, bits = ef.compress(delta, round)
             if a.module_ids not in self.headers:
