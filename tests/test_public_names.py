@@ -43,8 +43,6 @@ IMPORTERS = (*PACKAGES, "tests")
 IN_PROGRESS = "being removed by the issue 25 composition (in progress)"
 
 ALLOWED: dict[str, str] = {
-    "protocol/p2p/transfer.py: keeps unused imports for others to reach: BlobStore": IN_PROGRESS,
-    "protocol/rounds/coordinator.py: keeps unused imports for others to reach: update_commitment": IN_PROGRESS,
     "tests/validator/test_fetch_only_what_differs.py: reaches replay_segment through validator.recompute": IN_PROGRESS,
 }
 """Violations (as :func:`violations` spells them) tolerated for now, and why."""

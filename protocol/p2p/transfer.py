@@ -23,11 +23,8 @@ from typing import Any
 
 import httpx
 
-# BlobStore is unused here: kept until validator/ and miner/ import it from protocol.p2p.blobs (issue 25;
-# both sides are allowlisted in tests/test_public_names.py, which fails once they are gone).
 from protocol.p2p.blobs import (
     BlobNotFoundError,
-    BlobStore,  # noqa: F401
     BlobTooLargeError,
     DigestFn,
     DigestMismatchError,

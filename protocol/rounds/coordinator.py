@@ -28,10 +28,6 @@ from protocol.errors import ProtocolError
 from protocol.rounds.consensus import SCORE_MAX
 from protocol.rounds.phases import Phase
 
-# Unused here: kept until validator/ and miner/ import it from protocol.wire.commitments (issue 25; both
-# sides are allowlisted in tests/test_public_names.py, which fails once they are gone).
-from protocol.wire.commitments import update_commitment  # noqa: F401
-
 __all__ = [
     "CHECKPOINT_TAG",
     "SCORE_SCALE",
