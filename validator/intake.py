@@ -5,13 +5,16 @@ verification reads through (:meth:`Intake.incoming` hands the pipeline one miner
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
 from torch import Tensor
 
-from protocol.p2p.blobs import TransferError, sha256_digest
-from protocol.p2p.transfer import fetch_blob, get_capped
+from protocol.p2p.blobs import FetchTimeoutError, TransferError, sha256_digest
+from protocol.p2p.transfer import FetchPolicy, fetch_blob, get_capped
 from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import decode_tensors, encode_tensors, tensor_blob_digest
 from protocol.wire.update import update_digest
@@ -21,6 +24,12 @@ from validator.errors import NotAnnouncedError, SourceMismatchError
 from validator.residuals import ResidualCache
 
 log = logging.getLogger(__name__)
+
+PREFETCH_WORKERS = 2
+"""Threads that fetch committed updates in REVEAL (a frozen miner holds one of them, not the node)."""
+
+Remaining = Callable[[], float]
+"""Seconds left of a miner's verification budget (``validator.schedule.Slot.remaining``)."""
 
 
 class Intake:
@@ -33,6 +42,9 @@ class Intake:
         """The current round's fetched updates and evidence, and its unreachable miners."""
         self.residuals = ResidualCache(conn.state.dir / "residuals")
         """Error-feedback residuals fetched or recomputed, kept for the next round's source."""
+        self._lookups = threading.Lock()  # discovery (the DHT client) is asked from one thread at a time
+        self._prefetch = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="prefetch")
+        self._prefetching: dict[tuple[int, str], Future[None]] = {}
 
     def new_round(self, round: int) -> None:
         """Forget the previous round's fetched material once the chain is in ``round``."""
@@ -41,7 +53,20 @@ class Intake:
 
     def miner_url(self, round: int, miner: str) -> str | None:
         """Where ``miner`` serves its round-``round`` material (None: it announced nothing)."""
-        return self.conn.discovery.url_of(round, miner)
+        with self._lookups:
+            return self.conn.discovery.url_of(round, miner)
+
+    def policy(self, remaining: Remaining | None = None) -> FetchPolicy:
+        """The fetch policy bounded by what is left of a miner's budget (issue 27: not a fixed timeout):
+        the whole fetch, every attempt, ends when the budget does; :class:`FetchTimeoutError` (the miner
+        did not serve in time) when nothing is left."""
+        pol = self.conn.fetch_policy
+        if remaining is None:
+            return pol
+        left = remaining()
+        if left <= 0:
+            raise FetchTimeoutError("the miner's verification budget is spent")
+        return replace(pol, deadline=min(pol.budget(), left), timeout=min(pol.timeout, left))
 
     def incoming(
         self,
@@ -50,51 +75,60 @@ class Intake:
         commitment: bytes | None,
         registry_size: int,
         out_of_time: Callable[[], bool] | None = None,
+        remaining: Remaining | None = None,
     ) -> Incoming:
         """``miner``'s update of ``round`` as the pipeline takes it: fetched (and its evidence) by this
-        intake, its states and earlier updates too, within ``out_of_time``."""
+        intake, its states and earlier updates too, within ``out_of_time``; every fetch bounded by
+        ``remaining`` (what is left of the miner's budget)."""
         url = self.miner_url(round, miner)
         keep = 2 * registry_size + 2  # residuals: this round's and the previous, per miner
         return Incoming(
             miner=miner,
             commitment=commitment,
-            fetch_update=lambda: self.fetch_update(round, miner),
-            fetch_state=self._state_fetcher(url, keep=keep),
+            fetch_update=lambda: self.fetch_update(round, miner, remaining),
+            fetch_state=self._state_fetcher(url, keep=keep, remaining=remaining),
             evidence=self.cache.evidence.get(miner),
-            fetch_source=self._source_fetcher(miner, url),
+            fetch_source=self._source_fetcher(miner, url, remaining),
             keep_residual=self._residual_keeper(keep=keep),
             out_of_time=out_of_time,
         )
 
-    def fetch_update(self, round: int, miner: str) -> bytes:
+    def fetch_update(self, round: int, miner: str, remaining: Remaining | None = None) -> bytes:
         """``miner``'s announced update of ``round`` (and its evidence, if announced), kept for the round;
-        raises :class:`NotAnnouncedError` or a transfer error."""
-        if miner in self.cache.updates:
-            return self.cache.updates[miner]
+        raises :class:`NotAnnouncedError` or a transfer error (a timeout past ``remaining``)."""
+        cache = self.cache
+        if miner in cache.updates:
+            return cache.updates[miner]
         discovery = self.conn.discovery
-        rec = next((x for x in discovery.find(round) if x.address == miner and x.role == "miner"), None)
-        if rec is None:
-            rec = next(
-                (x for x in discovery.find(round, fresh=True) if x.address == miner and x.role == "miner"),
-                None,
-            )
+        with self._lookups:
+            rec = next((x for x in discovery.find(round) if x.address == miner and x.role == "miner"), None)
+            if rec is None:
+                rec = next(
+                    (
+                        x
+                        for x in discovery.find(round, fresh=True)
+                        if x.address == miner and x.role == "miner"
+                    ),
+                    None,
+                )
         if rec is None:
             raise NotAnnouncedError(f"{miner} announced nothing for round {round}")
         digest = rec.digest_of("update")
         if digest is None:
             raise TransferError(f"{miner} does not announce an update")
-        data = fetch_blob(rec.url, digest, policy=self.conn.fetch_policy)
+        data = fetch_blob(rec.url, digest, policy=self.policy(remaining))
         self.conn.metrics.bytes_received.labels(kind="update").inc(len(data))
-        self.cache.updates[miner] = data
+        if cache.round == round:  # a fetch that outlived its round keeps nothing
+            cache.updates[miner] = data
         ev = rec.digest_of("evidence")
         if ev is not None:
             try:
-                self.cache.evidence[miner] = fetch_blob(rec.url, ev, policy=self.conn.fetch_policy)
+                cache.evidence[miner] = fetch_blob(rec.url, ev, policy=self.policy(remaining))
             except TransferError as exc:
                 log.info("evidence of %s unavailable: %s", miner, exc)
         return data
 
-    def _state_fetcher(self, url: str | None, keep: int) -> FetchState:
+    def _state_fetcher(self, url: str | None, keep: int, remaining: Remaining | None = None) -> FetchState:
         """Fetches a transcript state, residual or transcript from the miner at ``url`` by digest, checked
         against it; a residual is looked up in, and kept in, the residual cache (next round's source)."""
 
@@ -104,7 +138,7 @@ class Intake:
                 return decode_tensors(kept)
             if url is None:
                 raise NotAnnouncedError("miner has no URL")
-            data = fetch_blob(url, digest, policy=self.conn.fetch_policy, digest_fn=tensor_blob_digest)
+            data = fetch_blob(url, digest, policy=self.policy(remaining), digest_fn=tensor_blob_digest)
             self.conn.metrics.bytes_received.labels(kind="transcript").inc(len(data))
             tensors = decode_tensors(data)
             self.residuals.offer(digest, data, tensors, keep=keep)
@@ -120,7 +154,7 @@ class Intake:
 
         return keep_residual
 
-    def _source_fetcher(self, miner: str, url: str | None) -> FetchSource:
+    def _source_fetcher(self, miner: str, url: str | None, remaining: Remaining | None = None) -> FetchSource:
         """Fetches ``miner``'s own earlier update named by an ``ef.source`` (F12): the digest must be its
         on-chain commitment of that round; the bytes come from this validator's store, the miner or peers."""
 
@@ -137,19 +171,32 @@ class Intake:
             if held is not None:
                 return held
             urls = [u for u in (url, *self.conn.cfg.peer_urls) if u and u != self.conn.url]
-            return fetch_blob(urls, "0x" + digest_hex, policy=self.conn.fetch_policy)
+            return fetch_blob(urls, "0x" + digest_hex, policy=self.policy(remaining))
 
         return fetch
 
     def prefetch(self, round: int) -> None:
-        """Fetch committed updates during REVEAL. A miss starts that miner's withholding grace here, not in
-        SCORE_COMMIT, so the grace runs while the phase runs anyway and a withholder holds nobody later."""
+        """Start fetching the committed updates not held yet, in :data:`PREFETCH_WORKERS` threads, during
+        REVEAL; returns at once (issue 27: a miner frozen after announcing holds a thread, not the node).
+        A miss starts that miner's withholding grace here, not in SCORE_COMMIT, so the grace runs while
+        the phase runs anyway and a withholder holds nobody later."""
         for miner in sorted(self.conn.coord.update_commitments(round)):
-            if miner not in self.cache.updates:
-                try:
-                    self.fetch_update(round, miner)
-                except (TransferError, NotAnnouncedError):
-                    self.cache.first_miss.setdefault(miner, time.monotonic())
+            key = (round, miner)
+            running = self._prefetching.get(key)
+            if miner in self.cache.updates or (running is not None and not running.done()):
+                continue
+            self._prefetching[key] = self._prefetch.submit(self._prefetch_one, round, miner)
+        for key in [k for k, f in self._prefetching.items() if k[0] != round and f.done()]:
+            del self._prefetching[key]
+
+    def _prefetch_one(self, round: int, miner: str) -> None:
+        cache = self.cache
+        try:
+            self.fetch_update(round, miner)
+        except (TransferError, NotAnnouncedError):
+            cache.first_miss.setdefault(miner, time.monotonic())
+        except Exception:  # a prefetch is an optimisation: verification fetches again and judges
+            log.exception("round %d: prefetch of %s failed", round, miner[:10])
 
     def matches_commitment(self, round: int, miner: str, commitment: bytes | None, data: bytes) -> bool:
         """Whether ``data`` is what ``miner`` committed to in ``round``."""

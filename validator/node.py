@@ -43,21 +43,20 @@ from protocol.rounds.coordinator import Coordinator, CoordinatorError, RoundStat
 from protocol.rounds.phases import Phase
 from protocol.runspec import COMPUTE_LOCK, RunSpec
 from validator.api import ValidatorApi
+from validator.audits import round_audits
 from validator.checkpoints import Checkpoints
 from validator.config import ValidatorConfig
 from validator.connections import Connections, Theta
-from validator.context import CheckEvidence, RoundContext, Verdict
+from validator.context import CheckEvidence, Verdict
 from validator.intake import Intake
 from validator.pipeline import VerificationPipeline
+from validator.schedule import RETRY_MARGIN_BLOCKS, VerifyScheduler
 from validator.slashing import Slashing
 from validator.stages import Stage
 from validator.state import ValidatorState
 from validator.usefulness import heldout_loss
 
 log = logging.getLogger(__name__)
-
-#: Blocks before the SCORE_COMMIT deadline after which an unreachable miner's verdict becomes final.
-RETRY_MARGIN_BLOCKS = 4
 
 
 @dataclass(frozen=True)
@@ -129,6 +128,8 @@ class ValidatorNode:
         # deterministic source so that runs it compares share their round seeds; a node never does.
         self._entropy = entropy or (lambda purpose, round: os.urandom(32))
         self._last_phase: tuple[int, int] = (0, -1)
+        self.scheduler = VerifyScheduler(s.conn, s.intake, s.pipeline)
+        """Runs each round's verification against the score-commit deadline (issue 27)."""
 
     # -- what callers read -----------------------------------------------------------------------------
 
@@ -216,6 +217,7 @@ class ValidatorNode:
         """Take whatever action the chain's current state calls for."""
         st = self.coord.current()
         r = st.round
+        self.scheduler.blocks.observe(st.block)
         self.metrics.round.set(r)
         self.traffic.round = r
         self.intake.new_round(r)
@@ -281,68 +283,26 @@ class ValidatorNode:
     # -- verification ----------------------------------------------------------------------------------
 
     def _verify_all(self, st: RoundState, theta: Theta) -> bool | None:
-        """Verify every committed update not judged yet; False if the deadline cut it short (None, from
-        subclasses that do not say, counts as complete)."""
+        """Verify every committed update not judged yet, on the deadline's schedule
+        (``validator.schedule.VerifyScheduler``): until each has a final verdict or the score-commit
+        point has come, the unfinished then recorded as unverified (issue 27); None, from subclasses that
+        do not say, counts as complete."""
         r = st.round
         if self.state.round(r).scores is not None:
             return True
         if st.seed is None:
             log.warning("round %d: in SCORE_COMMIT without a seed", r)
             return False
-        commits = self.coord.update_commitments(r)
-        log.info("round %d: verifying %d committed updates", r, len(commits))
-        ctx = self.conn.round_context(st, theta)
         t0 = time.perf_counter()
-        complete = True
-        # updates already fetched first: a peer that stalls must not eat the time of the others
-        cached = self.intake.cache.updates
-        for miner in sorted(commits, key=lambda a: (a not in cached, int(a, 16))):
-            if self.state.verdict(r, miner) is not None:
-                continue
-            if self.coord.current().block >= st.deadline - RETRY_MARGIN_BLOCKS:
-                log.warning(
-                    "round %d: score-commit deadline near; %s left unverified (scored 0)", r, miner[:10]
-                )
-                complete = False
-                break
-            self._verify_one(st, ctx, miner, commits[miner])
+        ctx = self.conn.round_context(st, theta)
+        round_audits(self.coord, ctx, list(self.coord.update_commitments(r)))  # whom it audits (issue 26)
+        self.scheduler.run(st, ctx, lambda miner, v: self._record_verdict(r, miner, v))
         with COMPUTE_LOCK:
             before = heldout_loss(self.conn.spec, self.conn.dataset, theta.params, device=self.cfg.device)
         with self.state.edit(r) as rec:
             rec.verify_seconds = round(time.perf_counter() - t0, 4)
             rec.heldout_before = round(before, 6)
-        return complete
-
-    def _verify_one(self, st: RoundState, ctx: RoundContext, miner: str, commitment: bytes) -> None:
-        """Verify ``miner``'s update: record the verdict, or leave it pending when the miner could not be
-        reached and its grace period has not run out (issue 10)."""
-        r, cache = st.round, self.intake.cache
-
-        # this miner's verification stops where the phase's margin begins (issue 10): the chain is
-        # asked between stages and replayed segments, so a slow miner cannot push the commit late
-        def out_of_time(limit: int = st.deadline - RETRY_MARGIN_BLOCKS) -> bool:
-            # asked between stages and segments: a reading younger than half a poll is recent enough
-            return self.coord.current(max_age=self.cfg.poll_interval / 2).block >= limit
-
-        now_block = self.coord.current().block
-        incoming = self.intake.incoming(r, miner, commitment, len(ctx.registry), out_of_time)
-        verdict = self.pipeline.verify(incoming, ctx)
-        # only a miner that could not be reached is waited for; one that answers without the bytes is
-        # final at once, so a withholder costs the others no time (issue 10)
-        retryable = Stage(verdict.stage).retryable(verdict.provable) and bool(
-            verdict.evidence.get("unreachable")
-        )
-        first_miss = cache.first_miss.setdefault(miner, time.monotonic()) if retryable else 0.0
-        in_grace = time.monotonic() - first_miss < self.cfg.withhold_grace_seconds
-        if retryable and in_grace and now_block < st.deadline - RETRY_MARGIN_BLOCKS:
-            # a peer that is slow or restarting: try again next step, for at most the grace period, so
-            # that a miner that withholds costs the others no more than that (issue 10)
-            cache.pending.add(miner)
-            cache.updates.pop(miner, None)
-            log.info("round %d: %s not verifiable yet (%s); retrying", r, miner[:10], verdict.reason)
-            return
-        cache.pending.discard(miner)
-        self._record_verdict(r, miner, verdict)
+        return True
 
     def _record_verdict(self, round: int, miner: str, verdict: Verdict) -> None:
         """Persist a final verdict, keep the update whose bytes matched, and slash what is provable."""
@@ -360,7 +320,7 @@ class ValidatorNode:
             verdict.reason,
             verdict.score,
         )
-        if verdict.provable and self.cfg.slash:
+        if self.cfg.slash:  # a fraud proof, or an audit left unanswered (issue 26)
             self.slashing.slash(verdict)
 
     def _round_scores(self, round: int, miners: list[str]) -> list[int]:

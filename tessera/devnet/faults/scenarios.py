@@ -84,7 +84,7 @@ SLOW_PEER_SCENARIOS = (
         f"two identities with keys ground to low addresses serve their transcript states {DRIP_S:.0f}s late",
         "sybils",
         ("commit",),
-        ("validator*", r"over its budget|not served in time|stalled|timed out"),
+        ("validator*", r"over its budget|not served in time|stall|timed out"),
         sybils=2,
     ),
     _slow_peer(

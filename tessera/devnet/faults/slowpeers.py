@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from eth_account import Account
 
+from protocol.rounds.anvil import free_port
 from tessera.devnet.faults.checks import Check, Payouts, make_check
 from tessera.devnet.faults.scenarios import FREEZE_S, Scenario
 from tessera.devnet.network import Devnet
@@ -64,8 +66,6 @@ def seed_sybil_keys(workdir: Path, names: list[str], seed: int) -> None:
     """Start ``workdir`` (emptied) with a keys file holding the sybils' ground keys: the devnet keeps
     the keys it finds and draws the others (``tessera.devnet.network.Devnet`` with ``fresh=False``)."""
     if workdir.exists():
-        import shutil
-
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     path = workdir / "devnet-keys.json"
@@ -122,8 +122,6 @@ def inject_rpc_outage(h: Harness, round: int, point: str, block: int) -> None:
 
 def inject_twin(h: Harness, round: int, point: str, block: int) -> None:
     """Start a second ``tessera miner run`` with miner1's key, its own data directory, port and log."""
-    from protocol.rounds.anvil import free_port
-
     src = h.net.nodes["miner1"]
     wd = h.cfg.workdir
     args = list(src.args)

@@ -1,0 +1,331 @@
+"""Verification scheduled against the score-commit deadline (issue 27; docs/decisions/deadline-scheduling.md).
+
+:class:`VerifyScheduler` is the validator's service that runs a round's verification; :class:`RoundSchedule`
+(pure, on an injected clock) decides *when* and *for how long* each miner of a round is verified, never *what*
+is checked (that is ``validator.pipeline``'s plan):
+
+- the order is drawn from the round's seed (:func:`seeded_order`), not the addresses, so a key ground to a
+  low address buys no place in the queue;
+- up to ``workers`` miners are verified at once (their fetches overlap; the pipeline serializes the compute
+  under ``COMPUTE_LOCK``), so one miner's I/O wait holds up nobody else's checks;
+- each miner gets a budget when it starts: its share of the time left to the commit point,
+  ``left / ceil(unfinished / workers)`` (what a fast miner leaves goes to the later ones), and every fetch
+  it makes is bounded by what is left of it (:meth:`Slot.remaining`);
+- at the commit point the node commits with what is finished; the unfinished are scored as unverified.
+
+The clock is injected (``time.monotonic`` by default) and :class:`BlockClock` turns the chain's blocks into
+that clock's seconds from the node's own readings, so nothing here reads the chain: a validator whose RPC
+is down keeps its schedule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import ProtocolError
+from protocol.rounds.coordinator import RoundState
+from validator.connections import Connections
+from validator.context import RoundContext, Verdict
+from validator.intake import Intake
+from validator.pipeline import VerificationPipeline
+from validator.stages import Stage
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+"""Seconds on a monotonic clock."""
+
+MIN_BUDGET_S = 2.0
+"""The least budget a miner starts with (enough for the cheap checks of an update already fetched)."""
+MAX_TRIES = 3
+"""Times a miner is verified in a round when the failures are the validator's own (transient)."""
+VERIFY_WORKERS = 4
+"""Miners verified at once: their fetches overlap, their compute takes turns under ``COMPUTE_LOCK``."""
+RETRY_MARGIN_BLOCKS = 4
+"""Blocks before the SCORE_COMMIT deadline kept free of verification: the commit point."""
+
+
+def seeded_order(seed: bytes, miners: Iterable[str]) -> list[str]:
+    """``miners`` in the order of ``sha256(seed || address)``: drawn from the round's seed, the same for
+    every validator, unknown to a miner before the seed is revealed and not bought by grinding a key."""
+    return sorted(miners, key=lambda m: hashlib.sha256(seed + bytes.fromhex(m[2:].lower())).digest())
+
+
+class BlockClock:
+    """Seconds per block and when a block is due, from (clock, block) readings the node takes anyway."""
+
+    def __init__(self, clock: Clock = time.monotonic, default_block_s: float = 2.0) -> None:
+        self.clock = clock
+        self.default_block_s = default_block_s
+        """Seconds per block assumed until two different blocks were seen."""
+        self._first: tuple[float, int] | None = None
+        self._latest: tuple[float, int] | None = None
+        """When the block number last changed, and to what."""
+        self._read: tuple[float, int] | None = None
+        """The last reading."""
+
+    def observe(self, block: int) -> None:
+        """A reading of the chain's block number now (the node's main thread, every step)."""
+        now = self.clock()
+        if self._first is None or block < self._first[1]:
+            self._first = (now, block)
+        if self._latest is None or block != self._latest[1]:
+            self._latest = (now, block)
+        self._read = (now, block)
+
+    def block_seconds(self) -> float:
+        """Seconds per block over the readings (the default until two blocks were seen)."""
+        if self._first is None or self._latest is None or self._latest[1] <= self._first[1]:
+            return self.default_block_s
+        return (self._latest[0] - self._first[0]) / (self._latest[1] - self._first[1])
+
+    def at(self, block: int) -> float:
+        """When (on the clock) the chain reaches ``block``: from the last change of block number, or, when
+        the chain has stood still longer than a block (a paused or lockstep chain), from the last reading
+        with the next block due now. Without readings (the RPC is down) the estimate stands still and the
+        clock decides."""
+        if self._latest is None or self._read is None:
+            return self.clock()
+        bs = self.block_seconds()
+        t, b = self._latest
+        tr, br = self._read
+        return max(t + (block - b) * bs, tr + (block - br - 1) * bs)
+
+
+@dataclass
+class Slot:
+    """One miner's verification under way."""
+
+    miner: str
+    started: float
+    budget_s: float
+    clock: Clock
+    commit_at: Callable[[], float]
+    """The schedule's commit point now (it moves when the chain is slower than estimated)."""
+    commit_at_start: float
+    work: Any = None
+    """What the node runs it as (a ``concurrent.futures.Future``)."""
+
+    @property
+    def end(self) -> float:
+        """When its budget runs out: its share, pushed back by as much as the commit point moved since it
+        started (a chain slower than estimated, or paused, gives everyone that time)."""
+        return self.started + self.budget_s + max(0.0, self.commit_at() - self.commit_at_start)
+
+    def remaining(self) -> float:
+        """Seconds left of its budget (0 when spent): the bound of its next fetch."""
+        return max(0.0, self.end - self.clock())
+
+    def out_of_time(self) -> bool:
+        """Whether its budget is spent (asked by the pipeline between stages and segments)."""
+        return self.clock() >= self.end
+
+
+@dataclass
+class RoundSchedule:
+    """One round's verification schedule (see the module doc)."""
+
+    round: int
+    commit_at: Callable[[], float]
+    """When, on the clock, the node commits its scores with what is finished (an estimate that moves
+    with the chain's readings: :meth:`BlockClock.at` of the commit block)."""
+    queue: deque[str]
+    """Miners not started yet, in order."""
+    workers: int = 4
+    clock: Clock = time.monotonic
+    min_budget_s: float = MIN_BUDGET_S
+    running: dict[str, Slot] = field(default_factory=dict)
+    tries: dict[str, int] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+    budgets: dict[str, float] = field(default_factory=dict)
+    """Each miner's budget at its last start (reported with its verdict)."""
+
+    @classmethod
+    def create(
+        cls,
+        round: int,
+        seed: bytes,
+        miners: Iterable[str],
+        commit_at: Callable[[], float],
+        *,
+        workers: int = 4,
+        clock: Clock = time.monotonic,
+    ) -> RoundSchedule:
+        """The schedule of ``miners`` (those without a verdict yet) in the seed's order."""
+        return cls(round, commit_at, deque(seeded_order(seed, miners)), max(1, workers), clock)
+
+    def time_left(self) -> float:
+        """Seconds to the commit point."""
+        return self.commit_at() - self.clock()
+
+    def due(self) -> bool:
+        """Whether the commit point has come."""
+        return self.time_left() <= 0
+
+    def unfinished(self) -> int:
+        """Miners without a final verdict."""
+        return len(self.queue) + len(self.running)
+
+    def share(self) -> float:
+        """The budget of a miner starting now: its share of the time left, as if the unfinished ran in
+        waves of ``workers``; at least ``min_budget_s``, never past the commit point."""
+        left = self.time_left()
+        waves = max(1, math.ceil(self.unfinished() / self.workers))
+        return max(0.0, min(left, max(self.min_budget_s, left / waves)))
+
+    def start_next(self) -> Slot | None:
+        """Start the next miner if a worker is free and there is time left (None otherwise)."""
+        if not self.queue or len(self.running) >= self.workers or self.time_left() <= 0:
+            return None
+        budget = self.share()
+        miner = self.queue.popleft()
+        slot = Slot(miner, self.clock(), budget, self.clock, self.commit_at, self.commit_at())
+        self.running[miner] = slot
+        self.tries[miner] = self.tries.get(miner, 0) + 1
+        self.budgets[miner] = round(budget, 3)
+        return slot
+
+    def finish(self, miner: str) -> None:
+        """``miner``'s verdict is final."""
+        self.running.pop(miner, None)
+        self.finished.add(miner)
+
+    def retry(self, miner: str) -> bool:
+        """Put ``miner`` back at the end of the queue after a failure of the validator's own (or a peer
+        that was unreachable); False (and nothing changes but the slot freed) when it has had its
+        :data:`MAX_TRIES` or the commit point is too near for another budget."""
+        self.running.pop(miner, None)
+        if self.tries.get(miner, 0) >= MAX_TRIES or self.time_left() < self.min_budget_s:
+            return False
+        self.queue.append(miner)
+        return True
+
+    def complete(self) -> bool:
+        """Whether every miner has a final verdict."""
+        return not self.queue and not self.running
+
+    def left_over(self) -> list[str]:
+        """Miners still queued or running (at the commit point: scored as unverified)."""
+        return [*self.running, *self.queue]
+
+
+Record = Callable[[str, Verdict], None]
+"""Persists a miner's final verdict (the node's, in its main thread)."""
+
+
+class VerifyScheduler:
+    """Runs a round's verification on its :class:`RoundSchedule`: miners in the seed's order, up to
+    :data:`VERIFY_WORKERS` at once in worker threads, each within its budget, until every one has a final
+    verdict or the commit point has come. Verdicts are handed to ``record`` in the caller's thread only.
+
+    Whose fault (issue 27 item 2): a verdict is final when the miner caused it; an ``error`` (an exception
+    no check anticipated: the validator's RPC or its peers) is retried within the phase, as is a miner that
+    could not be reached while its budget and withholding grace last; at the commit point whatever is left
+    is recorded as ``budget`` (unverified, scored 0, unprovable)."""
+
+    def __init__(
+        self, conn: Connections, intake: Intake, pipeline: VerificationPipeline, workers: int = VERIFY_WORKERS
+    ) -> None:
+        self.conn, self.intake, self.pipeline = conn, intake, pipeline
+        self.workers = workers
+        self.blocks = BlockClock()
+        """Seconds per block and when a block is due, from the node's readings (fed by its steps)."""
+        self.schedule: RoundSchedule | None = None
+        """The current round's schedule (None before the first SCORE_COMMIT step)."""
+        self._commits: dict[str, bytes] = {}
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="verify")
+
+    def run(self, st: RoundState, ctx: RoundContext, record: Record) -> None:
+        """Verify every committed update of ``st.round`` that has no verdict yet (see the class doc)."""
+        sched = self._schedule(st)
+        while True:
+            self._collect(sched, record)
+            while (slot := sched.start_next()) is not None:
+                inc = self.intake.incoming(
+                    sched.round, slot.miner, self._commits.get(slot.miner), len(ctx.registry),
+                    slot.out_of_time, slot.remaining,
+                )  # fmt: skip
+                slot.work = self._pool.submit(self.pipeline.verify, inc, ctx)
+            if sched.complete() or sched.due():
+                break
+            wait([s.work for s in sched.running.values()], timeout=0.5, return_when=FIRST_COMPLETED)
+            self._observe()
+        for miner in sched.left_over():
+            sched.finish(miner)
+            log.warning(
+                "round %d: %s not verified by the score-commit point; scored 0", sched.round, miner[:10]
+            )
+            reason = "not verified by the score-commit point (scored 0, unprovable)"
+            v = Verdict(miner=miner, round=sched.round, accepted=False, stage=Stage.BUDGET, reason=reason)
+            v.metrics["budget_s"] = sched.budgets.get(miner, 0.0)
+            record(miner, v)
+
+    def _schedule(self, st: RoundState) -> RoundSchedule:
+        """The round's schedule, made at its first SCORE_COMMIT step (after a restart: of the miners
+        without a verdict)."""
+        r = st.round
+        if self.schedule is None or self.schedule.round != r:
+            assert st.seed is not None
+            self._commits = dict(self.conn.coord.update_commitments(r))
+            todo = [m for m in self._commits if self.conn.state.verdict(r, m) is None]
+            limit = st.deadline - RETRY_MARGIN_BLOCKS
+            self.schedule = RoundSchedule.create(
+                r, st.seed, todo, lambda: self.blocks.at(limit), workers=self.workers
+            )
+            log.info(
+                "round %d: verifying %d of %d committed updates, %d at a time in the seed's order; "
+                "%.0fs to the score commit",
+                r, len(todo), len(self._commits), self.workers, self.schedule.time_left(),
+            )  # fmt: skip
+        return self.schedule
+
+    def _observe(self) -> None:
+        """Read the chain's block for the commit point's estimate; with the RPC down the clock decides."""
+        try:
+            self.blocks.observe(self.conn.coord.current(max_age=self.conn.cfg.poll_interval / 2).block)
+        except ProtocolError as exc:
+            log.info("chain not readable (%s); the score-commit point is kept by the clock", exc)
+
+    def _collect(self, sched: RoundSchedule, record: Record) -> None:
+        """Take the finished workers' verdicts: final ones to ``record``, transient ones back in the queue."""
+        cache = self.intake.cache
+        for miner, slot in list(sched.running.items()):
+            if slot.work is None or not slot.work.done():
+                continue
+            try:
+                v: Verdict = slot.work.result()  # the pipeline turns every exception into a verdict
+            except Exception as exc:  # but one outside its stages is still the validator's own
+                reason = f"{type(exc).__name__}: {exc}"
+                v = Verdict(miner=miner, round=sched.round, accepted=False, stage=Stage.ERROR, reason=reason)
+            v.metrics["budget_s"] = round(slot.budget_s, 3)
+            v.metrics["verify_wall_seconds"] = round(sched.clock() - slot.started, 3)
+            stage = Stage(v.stage)
+            unreachable = stage.retryable(v.provable) and bool(v.evidence.get("unreachable"))
+            own = stage is Stage.ERROR  # an error no check anticipated: the validator's RPC, its peers
+            first = cache.first_miss.setdefault(miner, time.monotonic()) if unreachable else 0.0
+            grace = time.monotonic() - first < self.conn.cfg.withhold_grace_seconds
+            transient = own or (unreachable and grace and not slot.out_of_time())
+            if transient and sched.retry(miner):
+                cache.updates.pop(miner, None)
+                log.info(
+                    "round %d: %s not verifiable yet (%s); retried in the phase",
+                    sched.round,
+                    miner[:10],
+                    v.reason,
+                )
+                continue
+            sched.finish(miner)
+            if stage is Stage.BUDGET or unreachable:
+                log.warning(
+                    "round %d: %s over its budget (%.1fs): not served in time; scored 0 (%s)",
+                    sched.round, miner[:10], slot.budget_s, v.reason,
+                )  # fmt: skip
+            record(miner, v)
