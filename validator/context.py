@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from torch import Tensor
 
 from protocol.p2p.blobs import FetchTimeoutError, PeerUnavailableError
+from protocol.rounds.audits import AuditDraw
 from protocol.runspec import RunSpec
 from protocol.wire.update import Update
 from training.assignment import Assignment, assign
@@ -41,6 +43,20 @@ FetchSource = Callable[[int, str], bytes]
 
 #: Verifies TEE evidence bound to (round, miner, digest); returns None if it holds, else the reason.
 CheckEvidence = Callable[[bytes, int, str, bytes], str | None]
+
+
+class AuditRole(StrEnum):
+    """This validator's part in one (miner, round) (issue 26). Every update gets the checks that move no
+    state (fetch, digest, format, header, bounds, attestation, the transcript root and its anchor at
+    theta_r, usefulness); the audit adds the states: seed-chosen replays and the update-to-transcript tie."""
+
+    AUDIT = "audit"
+    """On the miner's committee (or no draw: every validator): fetch states, replay, check the tie."""
+    ABSTAIN = "abstain"
+    """The miner is audited by a committee without this validator: its score is ignored by the median,
+    so it scores the stateless checks and fetches no state."""
+    UNAUDITED = "unaudited"
+    """Not drawn for an audit: nobody fetches its states this round."""
 
 
 @dataclass
@@ -82,8 +98,14 @@ class RoundContext:
     seed: bytes
     registry: Sequence[str]
     validators: Sequence[str] = ()
-    """The round's registered validators: this validator's slot among them picks its window of segments
+    """The round's registered validators, in the contract's registration order (an audit draw's committee
+    bits index it): this validator's slot among a miner's auditors picks its window of segments
     (``validator.sampling``); empty (or not among them): an independent draw."""
+    audits: Mapping[str, AuditDraw] = field(default_factory=dict)
+    """Each committed miner's audit draw (``protocol.rounds.audits``: from the seed, after the commits);
+    a miner without one is audited by every validator (the contract's defaults, q = 1 and c = all)."""
+    validator_index: int | None = None
+    """This validator's index in :attr:`validators` (its bit in a committee); None: on no committee."""
     assignments: dict[str, Assignment] = field(default_factory=dict)
     """Each miner's assignment, computed once for the round (:meth:`assignment`)."""
     heldout: dict[int, tuple[Tensor, float]] = field(default_factory=dict, repr=False)
@@ -98,6 +120,21 @@ class RoundContext:
         if device not in self.models:
             self.models[device] = model_holding(self.spec.model, self.checkpoint, device)
         return self.models[device]
+
+    def audit_role(self, miner: str) -> AuditRole:
+        """What this validator does for ``miner`` this round (see :class:`AuditRole`)."""
+        draw = self.audits.get(miner)
+        if draw is None:
+            return AuditRole.AUDIT
+        if not draw.audited:
+            return AuditRole.UNAUDITED
+        i = self.validator_index
+        return AuditRole.AUDIT if i is not None and draw.committee >> i & 1 else AuditRole.ABSTAIN
+
+    def auditors(self, miner: str) -> list[str]:
+        """The validators that audit ``miner`` this round (every one without a draw)."""
+        draw = self.audits.get(miner)
+        return list(self.validators) if draw is None else draw.members(self.validators)
 
     def assignment(self, miner: str) -> Assignment:
         """The miner's assignment (computed once for the round)."""

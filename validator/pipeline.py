@@ -63,6 +63,7 @@ from protocol.wire.updateerrors import UpdateError
 from training.assignment import Assignment
 from training.model import module_of
 from validator.context import (
+    AuditRole,
     CheckEvidence,
     FetchState,
     Incoming,
@@ -84,13 +85,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Plan:
-    """Which checks run for one (miner, round): every stage of :class:`Stage` in order today; the
-    number of seed-chosen segments the ``recompute`` stage replays depends on whether the miner is
-    attested (known after the ``attestation`` stage), so it is decided by :meth:`VerificationPipeline.plan`
-    then."""
+    """Which checks run for one (miner, round), decided by :meth:`VerificationPipeline.plan` after the
+    ``attestation`` stage: every update gets the checks that move no state; only an audit (this validator
+    on the miner's committee) fetches states, replays and checks the update-to-transcript tie."""
 
     segments: int
     """Transcript segments to replay (0: none)."""
+    role: AuditRole = AuditRole.AUDIT
+    """This validator's part in the miner's audit (``abstain`` and ``unaudited`` fetch no state)."""
 
 
 class VerificationPipeline:
@@ -132,10 +134,18 @@ class VerificationPipeline:
         return run.verdict, run.update
 
     def plan(self, ctx: RoundContext, miner: str, attested: bool) -> Plan:
-        """The checks for ``miner`` this round: an attested miner is fully recomputed in a seed-chosen
+        """The checks for ``miner`` this round. With the chain's audit draw (issue 26): a committee member
+        replays ``audit_segments`` seed-chosen segments and checks the tie, the others fetch no state,
+        and a TEE quote lowers nothing (development quotes never lower q). Without one (every validator
+        audits every miner): an attested miner is fully recomputed in a seed-chosen
         ``attested_check_probability`` of rounds and replays ``attested_segments`` segments in every other
         round (issue 10: a quote alone never stands for the training it claims)."""
         p = self.policy
+        role = ctx.audit_role(miner)
+        if role is not AuditRole.AUDIT:
+            return Plan(segments=0, role=role)
+        if miner in ctx.audits:
+            return Plan(segments=p.audit_segments, role=role)
         full = not attested or check_this_round(ctx.seed, miner, p.attested_check_probability)
         return Plan(segments=p.segments_per_miner if full else min(p.attested_segments, p.segments_per_miner))
 
@@ -163,8 +173,9 @@ class VerificationPipeline:
         v.attested = stage_attestation(ctx, inc.miner, digest, inc.evidence, self.check_evidence, proof)
         lap(Stage.ATTESTATION)
         plan = self.plan(ctx, inc.miner, v.attested)
+        v.evidence["audit"] = str(plan.role)
         check = UpdateCheck(ctx, v, assignment, update, delta, inc, policy, proof)
-        recompute(check, plan.segments)
+        recompute(check, plan.segments, audit=plan.role is AuditRole.AUDIT)
         lap(Stage.RECOMPUTE)
         with COMPUTE_LOCK:
             score_usefulness(ctx, v, assignment, delta, policy)

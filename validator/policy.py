@@ -39,7 +39,12 @@ class VerifyPolicy:
     sent most of the delta's energy. 4.0 is about 4x the largest honest figure; x1e6 (``poisoner-huge``)
     stays far above it."""
     segments_per_miner: int = 2
-    """Transcript segments each validator replays per miner (see ``validator.sampling``)."""
+    """Transcript segments each validator replays per miner when the chain draws no audits (q = 1, every
+    validator: see ``validator.sampling``)."""
+    audit_segments: int = 1
+    """Seed-chosen segments a committee member replays per audited miner (issue 26): one step exposes a
+    miner faking a fraction f of its steps with probability about f, the model's ``p = f``; the members
+    of a committee replay different segments (their windows of the round's order)."""
     replay_rel_tol: float = REPLAY_REL_TOL
     """Relative L2 tolerance, per tensor, of the replayed AdamW moments and counters against the served
     end state (one platform gives 0). The moments are a pure function of the served start state and the

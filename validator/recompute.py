@@ -50,31 +50,42 @@ from validator.sampling import segments_to_check, validator_slot
 from validator.stages import Stage
 
 
-def recompute(check: UpdateCheck, segments: int) -> None:
-    """The stage: the anchor, the final state, the error feedback, then ``segments`` seed-chosen segment
-    replays; :class:`StageFailure` at the first failure."""
+def recompute(check: UpdateCheck, segments: int, audit: bool = True) -> None:
+    """The stage: the transcript and its anchor at theta_r (digests only: every update); then, for an
+    audit, ``segments`` seed-chosen segment replays, the final state (the last replay's when it reached
+    the end bit for bit, else its parameters fetched) and the error feedback; :class:`StageFailure` at
+    the first failure."""
     fetch_state = check.incoming.fetch_state
     update = _with_transcript(check.update, fetch_state)
     states = _States(update, fetch_state)
-    final = _anchored_final(check, states)
+    theta = _anchor(check, states)
+    check.verdict.evidence["segments"] = []
+    if not audit:
+        return  # no state crosses the wire for a miner this validator does not audit (issue 26)
+    if segments > 0:
+        _replay_segments(check, states, segments)
+    final = _final(check, states, theta)
     _final_cosine(check, final)
     _check_error_feedback(check, update.header, final)
-    if segments <= 0:
-        check.verdict.evidence["segments"] = []
-        return
-    _replay_segments(check, states, segments)
 
 
-def _anchored_final(check: UpdateCheck, states: _States) -> dict[str, Tensor]:
-    """The transcript's final parameters, once its step-0 parameters are exactly theta_r's (the moments are
-    the miner's choice): their digest is checked against theta_r's without fetching anything, and a
-    mismatch is provable (issue 13). The update is checked against the final parameters, not its moments."""
+def _anchor(check: UpdateCheck, states: _States) -> dict[str, Tensor]:
+    """theta_r's assigned parameters, once the transcript's step-0 parameters are exactly them (the moments
+    are the miner's choice): their digest is checked against theta_r's without fetching anything, and a
+    mismatch is provable (issue 13)."""
     ctx = check.ctx
     mods = set(check.assignment.module_ids)
     theta = {f"{PARAM_PREFIX}{n}": ctx.checkpoint[n] for n in ctx.checkpoint if module_of(n) in mods}
     if state_digest(theta).hex() != states.pairs[0][0]:
         raise check.fail("transcript does not start at the checkpoint", step=0)
     states.params[0] = theta
+    return theta
+
+
+def _final(check: UpdateCheck, states: _States, theta: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The transcript's final parameters: a replay of the last segment that reached them bit for bit
+    left them in the cache, so they need not cross the wire; else their part is fetched. The update is
+    checked against the final parameters, not its moments."""
     final = states.params_of(len(states.steps) - 1)
     if set(final) != set(theta) or any(
         final[k].shape != t.shape or final[k].dtype != t.dtype for k, t in theta.items()
@@ -111,7 +122,7 @@ def _replay_segments(check: UpdateCheck, states: _States, segments: int) -> None
         len(steps) - 1,
         segments,
         ctx.validator.encode(),
-        slot=validator_slot(ctx.validator, ctx.validators),
+        slot=validator_slot(ctx.validator, ctx.auditors(v.miner)),  # the committee's windows differ
     )
     v.evidence["segments"] = [steps[i] for i in segs]
     batches = _training_batches(ctx, a)
@@ -284,6 +295,7 @@ def _replay_one(
             Stage.RECOMPUTE, f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]
         ) from exc
     if states.matches(i + 1, got):
+        states.keep(i + 1, got)  # the last segment's end stands for the final parameters (issue 26)
         return 0.0, 0.0  # bit for bit: the end state need not cross the wire (issue 13)
     end = states.get(i + 1)  # a different platform's rounding: compare within the tolerances
     if not _replay_matches(got, end, policy):
@@ -394,10 +406,14 @@ class _States:
                 False,
                 step=self.steps[i],
                 unreachable=unreachable(exc),
+                unanswered=True,
             ) from exc
         if state_digest(part).hex() != digest:
             raise StageFailure(
-                Stage.RECOMPUTE, f"{what} at step {self.steps[i]} does not match the transcript", False
+                Stage.RECOMPUTE,
+                f"{what} at step {self.steps[i]} does not match the transcript",
+                False,
+                unanswered=True,
             )
         # the bytes are the committed ones: a part holding the other part's tensors is the miner's, provably
         if any(k.startswith(PARAM_PREFIX) != (which == 0) for k in part):
@@ -418,6 +434,11 @@ class _States:
             self.full[i] = {**self.params_of(i), **self._part(i, 1, "optimizer state")}
         return self.full[i]
 
+    def keep(self, i: int, state: Mapping[str, Tensor]) -> None:
+        """Cache ``state`` as the ``i``-th recorded state (it hashes to the transcript's digests)."""
+        self.full[i] = dict(state)
+        self.params[i] = {k: t for k, t in state.items() if k.startswith(PARAM_PREFIX)}
+
     def matches(self, i: int, state: Mapping[str, Tensor]) -> bool:
         """Whether ``state`` is, bit for bit, the ``i``-th recorded state."""
         p, r = part_digests(state)
@@ -430,10 +451,10 @@ def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict
         st = fetch_state("0x" + digest)
     except Exception as exc:
         raise StageFailure(
-            Stage.RECOMPUTE, f"{what} not served: {exc}", False, unreachable=unreachable(exc)
+            Stage.RECOMPUTE, f"{what} not served: {exc}", False, unreachable=unreachable(exc), unanswered=True
         ) from exc
     if state_digest(st).hex() != digest:
-        raise StageFailure(Stage.RECOMPUTE, f"{what} does not match its digest", False)
+        raise StageFailure(Stage.RECOMPUTE, f"{what} does not match its digest", False, unanswered=True)
     return st
 
 

@@ -21,6 +21,7 @@ from protocol.wire.tensorblob import (
     tensor_blob_digest,
 )
 from protocol.wire.update import decode_update, update_digest
+from validator.audits import report_unanswered, unanswered
 from validator.connections import Connections, Theta
 from validator.context import Verdict, run_model
 from validator.intake import Intake
@@ -45,7 +46,13 @@ class Slashing:
         """(round, phase) in which peers' evidence was re-checked already (once per phase)."""
 
     def slash(self, v: Verdict) -> None:
-        """Propose (or vote for) slashing ``v.miner`` on the provable verdict ``v``."""
+        """Propose (or vote for) slashing ``v.miner`` on the provable verdict ``v`` (a fraud proof: the
+        first one freezes the miner's pay for the round); report an audit ``v`` shows unanswered to the
+        committee-quorum path (issue 26); nothing for any other verdict."""
+        if not v.provable:
+            if unanswered(v):
+                report_unanswered(self.conn.coord, v)
+            return
         evidence = keccak(
             dumps_canonical({"round": v.round, "miner": v.miner, "stage": v.stage, "digest": v.digest})
         )

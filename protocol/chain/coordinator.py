@@ -30,6 +30,7 @@ from protocol.chain import (
     WrongPhase,
     WrongRound,
 )
+from protocol.rounds.audits import AuditDraw
 from protocol.rounds.coordinator import (
     AlreadyDoneError,
     CoordinatorError,
@@ -95,6 +96,7 @@ class ChainCoordinator:
         self._opened: dict[int, int] = {}
         self._registry: dict[int, list[str]] = {}
         self._commitments: dict[int, dict[str, bytes]] = {}
+        self._draws: dict[int, dict[str, AuditDraw]] = {}
         self._shares_done: set[int] = set()
         self._shares_committed: set[int] = set()
 
@@ -129,7 +131,7 @@ class ChainCoordinator:
 
     def _forget(self) -> None:
         """Drop the cached reads (the chain is behind a block this node saw)."""
-        for cache in (self._checkpoints, self._opened, self._registry, self._commitments):
+        for cache in (self._checkpoints, self._opened, self._registry, self._commitments, self._draws):
             cache.clear()
         self._shares_done.clear()
         self._shares_committed.clear()
@@ -184,6 +186,21 @@ class ChainCoordinator:
 
     def validators(self) -> list[str]:
         return [to_checksum_address(v) for v in translate("read validators", self.chain.validators)]
+
+    def audit_draws(self, round: int, miners: Sequence[str]) -> dict[str, AuditDraw]:
+        """Each miner's audit draw of ``round`` once its seed is fixed (issue 26), computed locally from
+        the seed, ``drawSize(round)`` and the run's q and c (three reads)."""
+        known = self._draws.setdefault(round, {})  # fixed with the seed: read once per round and miner
+        todo = [m for m in miners if to_checksum_address(m) not in known]
+        if todo:
+            draws = translate("read audit draws", lambda: self.chain.round_draws(round, todo))
+            known.update({to_checksum_address(m): d for m, d in zip(todo, draws, strict=True)})
+        return {to_checksum_address(m): known[to_checksum_address(m)] for m in miners}
+
+    def report_unanswered(self, miner: str, round: int) -> None:
+        """As a committee member, report that ``miner`` did not serve the states of its audit in ``round``
+        (the committee's 2/3 confirms: frozen, slashed and forfeited like a proven fake)."""
+        translate("report unanswered audit", lambda: self.chain.report_unanswered(miner, round))
 
     def update_commitments(self, round: int) -> dict[str, bytes]:
         if round in self._commitments:

@@ -51,7 +51,8 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, ...
     for i, k in enumerate(KEYS[:3]):
         c = MemoryCoordinator(ledger, Account.from_key(k).address)
         cfg = ValidatorConfig(
-            data_dir=tmp / f"v{i}", verify=VerifyPolicy(segments_per_miner=H if i == 0 else 0)
+            data_dir=tmp / f"v{i}",
+            verify=VerifyPolicy(segments_per_miner=H if i == 0 else 0, audit_segments=H if i == 0 else 0),
         )
         validators.append(ValidatorNode(cfg, spec, c, Discovery(31337, k, dht), k).start())
     miners = []
