@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from protocol.errors import ProtocolError
+from protocol.rounds.auditspec import AuditSpec, AuditSpecError
 from protocol.wire.canonical import (
     JSONFileError,
     dumps_canonical,
@@ -146,6 +147,10 @@ class RunSpec:
     merge: MergePolicy = field(default_factory=MergePolicy)
     """How validators merge accepted updates, which miners follow to rebuild theta_{r+1} instead of
     fetching it (omitted from JSON when the default, so older run files keep their digest)."""
+    audits: AuditSpec | None = None
+    """The audit section (issue 26): committee size, vesting, slash and the run's size, from which the
+    deployment computes the audit rate q (``protocol.rounds.auditspec``); None: the contract's defaults
+    (omitted from JSON)."""
     base_dir: Path | None = field(default=None, compare=False, repr=False)
     """The folder of the run file this spec was loaded from (:meth:`load` sets it), against which relative
     ``corpus`` and ``tokenizer.file`` paths resolve, so a node started from any directory reads the same
@@ -185,6 +190,7 @@ class RunSpec:
             | ({} if self.corpus_digest is None else {"corpus_digest": self.corpus_digest})
             | ({} if self.tokenizer is None else {"tokenizer": self.tokenizer.to_json()})
             | ({} if self.merge == MergePolicy() else {"merge": to_dict(self.merge)})
+            | ({} if self.audits is None else {"audits": self.audits.to_json()})
         )
 
     @classmethod
@@ -204,6 +210,7 @@ class RunSpec:
                 "corpus_digest",
                 "tokenizer",
                 "merge",
+                "audits",
             }
             if extra:
                 raise RunSpecError(f"unknown run spec fields {sorted(extra)}")
@@ -218,7 +225,10 @@ class RunSpec:
                 corpus_digest=_corpus_digest(doc.get("corpus_digest")),
                 tokenizer=None if doc.get("tokenizer") is None else TokenizerSpec.from_json(doc["tokenizer"]),
                 merge=from_dict(MergePolicy, doc.get("merge", {})),
+                audits=None if doc.get("audits") is None else AuditSpec.from_json(doc["audits"]),
             )
+        except AuditSpecError as exc:
+            raise RunSpecError(f"invalid run spec: {exc}") from exc
         except (TrainingError, TypeError, ValueError) as exc:
             raise RunSpecError(f"invalid run spec: {exc}") from exc
 

@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
     d.add_argument(
         "--run-file",
         type=Path,
-        help="the run's run.json (`tessera runspec init`): its theta_0 digest becomes the genesis checkpoint",
+        help="the run's run.json (`tessera runspec init`): its theta_0 digest becomes the genesis checkpoint, "
+        "its audits section the audit rate (from the deterrence formula), committee, vesting and slash",
     )
     d.add_argument(
         "--params", type=Path, help="JSON object of NetworkParams fields (overridden by flags below)"
@@ -93,11 +94,31 @@ def _params(args: argparse.Namespace) -> Any:
         if v is not None:
             values[f.name] = v
     try:
-        params = NetworkParams(**values)
+        params = _with_audits(NetworkParams(**values), args)
     except TypeError as exc:
         raise DeploymentError(f"bad parameters: {exc}") from exc
     params.validate()
     return _with_genesis(params, getattr(args, "run_file", None))
+
+
+def _with_audits(params: Any, args: argparse.Namespace) -> Any:
+    """``params`` with the run file's audit section (issue 26): q from the deterrence formula at these
+    stakes and emission, and the run's c, K and slash; a flag given on the command line wins."""
+    run_file = getattr(args, "run_file", None)
+    if run_file is None:
+        return params
+    from protocol.runspec import RunSpec
+
+    audits = RunSpec.load(run_file).audits
+    if audits is None:
+        return params
+    # c, K or the slash given as flags are the formula's inputs too; q given as a flag is taken as is
+    given = {k: getattr(args, k, None) for k in ("committee_size", "vesting_rounds", "slash_bps")}
+    audits = replace(audits, **{k: v for k, v in given.items() if v is not None})
+    derived = audits.network_params(
+        params.min_miner_stake, params.emission_per_round, params.validator_share_bps
+    )
+    return replace(params, **{k: v for k, v in derived.items() if getattr(args, k, None) is None})
 
 
 ZERO_GENESIS = "0x" + "00" * 32

@@ -25,11 +25,19 @@ def anvil_rpc(rpc_url: str, method: str, params: list[Any]) -> Any:
 
 
 def deploy_contracts(
-    rpc_url: str, deployer_key: str, out: Path, params: dict[str, Any], fund: dict[str, int]
+    rpc_url: str,
+    deployer_key: str,
+    out: Path,
+    params: dict[str, Any],
+    fund: dict[str, int],
+    run_file: Path | None = None,
 ) -> None:
-    """Deploy through ``tessera contracts deploy`` (``params``: NetworkParams fields) and fund accounts."""
+    """Deploy through ``tessera contracts deploy`` (``params``: NetworkParams fields) and fund accounts;
+    with ``run_file``, its audit section sets the audit parameters ``params`` leaves out (issue 26)."""
     cmd = [sys.executable, "-m", "tessera", "contracts", "deploy", "--rpc-url", rpc_url,
            "--key-env", "TESSERA_DEVNET_DEPLOYER_KEY", "--out", str(out)]  # fmt: skip
+    if run_file is not None:
+        cmd += ["--run-file", str(run_file)]
     for name, value in params.items():
         cmd += ["--" + name.replace("_", "-"), str(value)]
     for addr, wei in fund.items():

@@ -235,7 +235,10 @@ class Devnet(NodeProcesses):
             elif name.startswith("miner"):
                 fund[Account.from_key(k).address] = 200 * 10**18
         params = {"genesis_checkpoint": genesis, **self.phases.blocks()}
-        deploy_contracts(self.anvil.rpc_url, keys["deployer"], self.deployment_path, params, fund)
+        # the run file's audit section gives q (the deterrence formula), c, K and the slash (issue 26)
+        deploy_contracts(
+            self.anvil.rpc_url, keys["deployer"], self.deployment_path, params, fund, self.run_path
+        )
 
     def _floors(self) -> dict[str, int]:
         cfg = self.cfg

@@ -51,6 +51,7 @@ def devnet_spec(cfg: DevnetConfig) -> Any:
     absolute path, its content digest pinned; ``training.corpus.CorpusError`` if unusable) and, with
     :attr:`DevnetConfig.bpe_vocab`, the BPE tokenizer at :func:`tokenizer_path` (which must exist), named
     relative to the run file. Its ``base_dir`` is the workdir, where ``run.json`` goes."""
+    from protocol.rounds.auditspec import AuditSpec
     from protocol.runspec import RunSpec
     from training.merge import MergePolicy
     from training.presets import get_preset
@@ -73,5 +74,7 @@ def devnet_spec(cfg: DevnetConfig) -> Any:
         corpus_digest=corpus_digest,
         tokenizer=tokenizer,
         merge=MergePolicy(cfg.merge_method),  # the validators' (--merge), which miners rebuild with
+        # audits by committees of one validator; q follows from the stake at deployment (issue 26)
+        audits=AuditSpec(committee_size=1, miners=cfg.miners, validators=cfg.validators),
         base_dir=cfg.workdir.resolve(),
     )
