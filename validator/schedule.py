@@ -45,8 +45,13 @@ Clock = Callable[[], float]
 
 MIN_BUDGET_S = 2.0
 """The least budget a miner starts with (enough for the cheap checks of an update already fetched)."""
-MAX_TRIES = 3
-"""Times a miner is verified in a round when the failures are the validator's own (transient)."""
+MAX_TRIES = 4
+"""Times a miner is verified in a round when the failures are transient (the validator's own, or a miner
+that could not be reached while its budget lasts)."""
+RETRY_DELAY_S = 12.0
+"""Seconds a transient failure waits before its next try: a peer that stalled a fetch is skipped for 30 s
+by the transfer layer, and a miner frozen or restarting needs that long to answer again (a retry at once
+burnt 3 tries in 11 s on a miner frozen 30 s, which was back 3 s later with 100 s of budget left)."""
 VERIFY_WORKERS = 4
 """Miners verified at once: their fetches overlap, their compute takes turns under ``COMPUTE_LOCK``."""
 RETRY_MARGIN_BLOCKS = 4
@@ -147,6 +152,8 @@ class RoundSchedule:
     finished: set[str] = field(default_factory=set)
     budgets: dict[str, float] = field(default_factory=dict)
     """Each miner's budget at its last start (reported with its verdict)."""
+    not_before: dict[str, float] = field(default_factory=dict)
+    """When a miner put back after a transient failure may start again."""
 
     @classmethod
     def create(
@@ -185,8 +192,12 @@ class RoundSchedule:
         """Start the next miner if a worker is free and there is time left (None otherwise)."""
         if not self.queue or len(self.running) >= self.workers or self.time_left() <= 0:
             return None
+        now = self.clock()
+        miner = next((m for m in self.queue if self.not_before.get(m, 0.0) <= now), None)
+        if miner is None:
+            return None
         budget = self.share()
-        miner = self.queue.popleft()
+        self.queue.remove(miner)
         slot = Slot(miner, self.clock(), budget, self.clock, self.commit_at, self.commit_at())
         self.running[miner] = slot
         self.tries[miner] = self.tries.get(miner, 0) + 1
@@ -203,9 +214,10 @@ class RoundSchedule:
         that was unreachable); False (and nothing changes but the slot freed) when it has had its
         :data:`MAX_TRIES` or the commit point is too near for another budget."""
         self.running.pop(miner, None)
-        if self.tries.get(miner, 0) >= MAX_TRIES or self.time_left() < self.min_budget_s:
+        if self.tries.get(miner, 0) >= MAX_TRIES or self.time_left() < RETRY_DELAY_S + self.min_budget_s:
             return False
         self.queue.append(miner)
+        self.not_before[miner] = self.clock() + RETRY_DELAY_S
         return True
 
     def complete(self) -> bool:
@@ -256,7 +268,10 @@ class VerifyScheduler:
                 slot.work = self._pool.submit(self.pipeline.verify, inc, ctx)
             if sched.complete() or sched.due():
                 break
-            wait([s.work for s in sched.running.values()], timeout=0.5, return_when=FIRST_COMPLETED)
+            if sched.running:
+                wait([s.work for s in sched.running.values()], timeout=0.5, return_when=FIRST_COMPLETED)
+            else:  # every miner left waits for its next try
+                time.sleep(0.5)
             self._observe()
         for miner in sched.left_over():
             sched.finish(miner)
@@ -310,9 +325,9 @@ class VerifyScheduler:
             stage = Stage(v.stage)
             unreachable = stage.retryable(v.provable) and bool(v.evidence.get("unreachable"))
             own = stage is Stage.ERROR  # an error no check anticipated: the validator's RPC, its peers
-            first = cache.first_miss.setdefault(miner, time.monotonic()) if unreachable else 0.0
-            grace = time.monotonic() - first < self.conn.cfg.withhold_grace_seconds
-            transient = own or (unreachable and grace and not slot.out_of_time())
+            # an unreachable miner is tried again while its budget lasts: with the others verified beside it,
+            # its budget, not a withholding grace, is what bounds its cost (issue 27)
+            transient = own or (unreachable and not slot.out_of_time())
             if transient and sched.retry(miner):
                 cache.updates.pop(miner, None)
                 log.info(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from validator.schedule import MAX_TRIES, BlockClock, RoundSchedule, seeded_order
+from validator.schedule import MAX_TRIES, RETRY_DELAY_S, BlockClock, RoundSchedule, seeded_order
 
 
 class FakeClock:
@@ -94,6 +94,8 @@ def test_retries_are_bounded() -> None:
     m = MINERS[0]
     for _ in range(MAX_TRIES - 1):
         assert s.start_next() is not None and s.retry(m)
+        assert s.start_next() is None  # a transient failure waits before its next try
+        clock.t += RETRY_DELAY_S
     assert s.start_next() is not None and not s.retry(m)
     assert s.complete() is False or not s.queue
     s.finish(m)
