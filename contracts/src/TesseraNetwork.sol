@@ -7,6 +7,8 @@ import {TesseraToken} from "./TesseraToken.sol";
 import {Consensus} from "./Consensus.sol";
 import {NetworkMath} from "./NetworkMath.sol";
 import {ITesseraNetwork} from "./ITesseraNetwork.sol";
+import {NetworkState} from "./NetworkState.sol";
+import {NetworkSlashing} from "./NetworkSlashing.sol";
 
 /// @title TesseraNetwork
 /// @notice Settlement of a Tessera training run: staking and registration of miners and validators,
@@ -18,90 +20,11 @@ import {ITesseraNetwork} from "./ITesseraNetwork.sol";
 ///      after its deadline) and lasts a fixed number of blocks. The token is created here; this contract
 ///      holds all stakes, unbonding stakes, unclaimed rewards and the reward pool, so
 ///      token.balanceOf(this) == totalStake + totalUnbonding + sum(owed) + pool at all times.
-contract TesseraNetwork is ITesseraNetwork {
-    // ------------------------------------------------------------------ types
-
-    /// @notice Per-account state, packed in one slot so that a miner's commit and claim touch one slot.
-    struct Account {
-        uint96 stake; // active (bonded) stake
-        uint96 owed; // unclaimed rewards
-        uint32 lastCommitRound; // miners: last round committed to
-        Role role;
-        uint16 validatorIndex; // validators: index in `validators` (bit in certificate bitmaps)
-    }
-
-    /// @notice Stake waiting out the unbonding delay (still slashable).
-    struct Unbonding {
-        uint128 amount;
-        uint64 end; // first block at which it can be withdrawn
-    }
-
-    /// @notice State of the current round, one slot.
-    struct RoundState {
-        uint64 round;
-        Phase phase;
-        uint64 phaseStart; // block at which the current phase began
-        uint32 commits; // miners committed this round
-        uint16 seedReveals;
-        uint16 scoreReveals;
-    }
-
-    /// @notice A validator's score submission for one round.
-    struct ScoreEntry {
-        bytes32 commitment; // keccak256(abi.encode(chainid, this, round, validator, scores, salt))
-        bytes32 scoresHash; // keccak256(abi.encode(scores)) once revealed
-        uint96 weight; // active stake at reveal
-        bool revealed;
-    }
-
-    /// @notice A slashing proposal, keyed by its evidence hash: a fraud proof about (target, round), or
-    ///         an audit of (target, round) left unanswered. Open until the electorate (all validators;
-    ///         for an unanswered audit the miner's committee) confirms it or rejects it with 2/3 of its
-    ///         stake.
-    struct SlashProposal {
-        address target;
-        uint96 votedStake; // stake that voted to confirm
-        bool executed; // confirmed: slashed, unvested and held pay forfeited
-        bool rejected; // rejected: held pay released, the proposer penalised
-        bool unanswered; // an unanswered audit (electorate: the committee), not a fraud proof
-        uint64 round; // the round the evidence is about
-        uint96 held; // the target's pay for `round` held while open
-        address proposer;
-        uint96 rejectedStake; // stake that voted to reject
-    }
-
-    /// @notice A round's miner pay while it vests (one of `vestingRounds` slots per miner: round % K).
-    struct Vesting {
-        uint128 amount;
-        uint64 round;
-    }
-
-    /// @notice Constructor parameters (all immutable once deployed).
-    struct Params {
-        uint256 minMinerStake;
-        uint256 minValidatorStake;
-        uint64 unbondingBlocks;
-        uint64 commitBlocks;
-        uint64 revealBlocks;
-        uint64 scoreCommitBlocks;
-        uint64 scoreRevealBlocks;
-        uint256 emissionPerRound; // tokens paid per finalized round (if the pool holds them)
-        uint16 validatorShareBps; // share of the emission that goes to validators
-        uint16 slashBps; // fraction of (stake + unbonding) taken by one slash
-        uint256 poolSupply; // tokens minted to this contract as the reward pool
-        uint256 genesisSupply; // tokens minted to the deployer
-        bytes32 genesisCheckpoint; // digest of theta_1
-        uint16 auditRateBps; // q: probability that a (miner, round) is audited (10000: every one)
-        uint16 committeeSize; // c: validators per audit committee (0: all validators)
-        uint16 vestingRounds; // K: a round's miner pay vests when round + K is finalized (0: at once)
-    }
-
+contract TesseraNetwork is ITesseraNetwork, NetworkState {
     // ------------------------------------------------------------------ constants and immutables
 
     /// @notice The largest score (see {Consensus}).
     uint256 public constant SCORE_MAX = Consensus.SCORE_MAX;
-    /// @notice At most this many validators ever register (certificate bitmaps are one word).
-    uint256 public constant MAX_VALIDATORS = 256;
     /// @notice Domain tag of checkpoint messages.
     bytes32 public constant CHECKPOINT_TAG = keccak256("tessera.checkpoint.v1");
     /// @notice Domain tag of BLS proofs of possession.
@@ -111,107 +34,19 @@ contract TesseraNetwork is ITesseraNetwork {
     TesseraToken public immutable token;
     /// @notice The settlement math (created by this contract; see {NetworkMath}).
     NetworkMath public immutable math;
-    /// @notice Minimum active stake to commit updates.
-    uint256 public immutable minMinerStake;
-    /// @notice Minimum active stake to act as a validator.
-    uint256 public immutable minValidatorStake;
-    /// @notice Blocks between an unbonding request and the withdrawal.
-    uint64 public immutable unbondingBlocks;
-    /// @notice Length of the Commit phase in blocks.
-    uint64 public immutable commitBlocks;
-    /// @notice Length of the Reveal phase in blocks.
-    uint64 public immutable revealBlocks;
-    /// @notice Length of the ScoreCommit phase in blocks.
-    uint64 public immutable scoreCommitBlocks;
-    /// @notice Length of the ScoreReveal phase in blocks.
-    uint64 public immutable scoreRevealBlocks;
-    /// @notice Emission per finalized round (paid from the pool while it lasts).
-    uint256 public immutable emissionPerRound;
-    /// @notice Share of the emission for validators, in basis points.
-    uint256 public immutable validatorShareBps;
-    /// @notice Fraction of stake taken by one slash, in basis points (sized by protocol/rounds/economics.py).
-    uint256 public immutable slashBps;
-    /// @notice q: probability, in basis points, that a (miner, round) is audited (drawn from the seed).
-    uint256 public immutable auditRateBps;
-    /// @notice c: validators on each audit committee (0: all).
-    uint256 public immutable committeeSize;
-    /// @notice K: a round's miner pay vests once round + K is finalized (0: it is owed at once).
-    uint256 public immutable vestingRounds;
-
-    // ------------------------------------------------------------------ storage
-
-    /// @notice State of the current round.
-    RoundState public state;
-    /// @notice Reward pool: tokens not yet emitted.
-    uint256 public pool;
-    /// @notice Sum of the active stakes of all accounts.
-    uint256 public totalStake;
-    /// @notice Sum of the active stakes of validators (slashing and certificate quorums).
-    uint256 public totalValidatorStake;
-    /// @notice Sum of all unbonding stakes.
-    uint256 public totalUnbonding;
-
-    mapping(address => Account) internal _accounts;
-    mapping(address => Unbonding) internal _unbonding;
-    mapping(address => BLS.G1Point) internal _blsKeys;
-    /// @dev Sum of the BLS keys of all registered validators (starts at the point at infinity).
-    BLS.G1Point internal _aggregateKey;
-    /// @notice Validators in registration order (index = bit in certificate bitmaps).
-    address[] public validators;
-
-    /// @notice Seed of each round (zero until fixed).
-    mapping(uint256 => bytes32) public seeds;
-    /// @notice XOR of the hashed revealed seed shares of each round.
-    mapping(uint256 => bytes32) public seedMix;
-    mapping(uint256 => mapping(address => bytes32)) internal _seedCommits;
-    mapping(uint256 => mapping(address => ScoreEntry)) internal _scores;
-    /// @notice Certified checkpoint digest of each round (round 1: the genesis checkpoint).
-    mapping(uint256 => bytes32) public checkpoints;
-    mapping(bytes32 => SlashProposal) internal _slashes;
-    mapping(bytes32 => mapping(address => bool)) internal _slashVoted;
-    /// @notice Unvested miner pay plus pay held by open proposals (counted in the balance invariant).
-    uint256 public totalUnvested;
-    /// @notice Number of validators registered when the seed of each round was fixed (its draw's `n`).
-    mapping(uint256 => uint256) public drawSize;
-    mapping(address => mapping(uint256 => Vesting)) internal _vesting;
-    /// @dev round => miner => the evidence that froze its pay for that round (first proposal wins).
-    mapping(uint256 => mapping(address => bytes32)) internal _frozen;
-    /// @dev round => number of pairs frozen before it was settled (finalize looks them up only if > 0).
-    mapping(uint256 => uint256) internal _frozenIn;
-
+    /// @dev The module `proposeSlash`, `reportUnanswered` and `voteSlash` delegate to (created here).
+    NetworkSlashing internal immutable _slashing;
     bytes32 internal constant _SEED = "seed";
     bytes32 internal constant _SCORES = "scores";
-    bytes32 internal constant _UNANSWERED = "tessera.unanswered.v1";
 
     // ------------------------------------------------------------------ constructor
 
     /// @notice Deploys the network and its token, and opens round 1.
     /// @param p The parameters (see {Params}); documented in docs/contracts.md.
-    constructor(Params memory p) {
-        if (p.validatorShareBps > Consensus.BPS) revert InvalidParam("validatorShareBps");
-        if (p.slashBps > Consensus.BPS) revert InvalidParam("slashBps");
-        if (p.auditRateBps > Consensus.BPS) revert InvalidParam("auditRateBps");
-        if (p.committeeSize > MAX_VALIDATORS) revert InvalidParam("committeeSize");
-        if (p.poolSupply + p.genesisSupply > type(uint96).max) revert InvalidParam("supply");
-        if (p.minMinerStake == 0 || p.minValidatorStake == 0) revert InvalidParam("minStake");
-        if (p.commitBlocks == 0 || p.revealBlocks == 0 || p.scoreCommitBlocks == 0 || p.scoreRevealBlocks == 0) {
-            revert InvalidParam("phaseBlocks");
-        }
-        minMinerStake = p.minMinerStake;
-        minValidatorStake = p.minValidatorStake;
-        unbondingBlocks = p.unbondingBlocks;
-        commitBlocks = p.commitBlocks;
-        revealBlocks = p.revealBlocks;
-        scoreCommitBlocks = p.scoreCommitBlocks;
-        scoreRevealBlocks = p.scoreRevealBlocks;
-        emissionPerRound = p.emissionPerRound;
-        validatorShareBps = p.validatorShareBps;
-        slashBps = p.slashBps;
-        auditRateBps = p.auditRateBps;
-        committeeSize = p.committeeSize;
-        vestingRounds = p.vestingRounds;
+    constructor(Params memory p) NetworkState(p) {
         math = new NetworkMath();
         token = new TesseraToken(address(this), p.poolSupply, msg.sender, p.genesisSupply);
+        _slashing = new NetworkSlashing(p, token, math);
         pool = p.poolSupply;
         checkpoints[1] = p.genesisCheckpoint;
         seeds[0] = keccak256(abi.encode(block.chainid, address(this), p.genesisCheckpoint));
@@ -598,183 +433,48 @@ contract TesseraNetwork is ITesseraNetwork {
         }
     }
 
-    // ------------------------------------------------------------------ slashing
+    // ------------------------------------------------------------------ slashing (in NetworkSlashing)
 
     /// @notice Proposes to slash `target` for a fraud proven in `round` (`evidence`: the hash of the
-    ///         off-chain evidence, which the other validators re-check; usable once) and counts the
-    ///         caller's vote. One proof freezes the target's pay for `round` at once, whatever the median:
-    ///         held at settlement if `round` is not settled yet, else clawed back from its unvested pay.
-    ///         Confirmed by 2/3 of the validator stake: slash and forfeit; rejected by 2/3: the pay is
-    ///         released and the proposer is slashed instead. A proposal of evidence already open against
-    ///         the same (target, round) counts as a vote for it: validators that saw the same cheat in
-    ///         the same block are all counted, whatever the order of their transactions.
+    ///         off-chain evidence, usable once) and counts the caller's vote; freezes the target's pay for
+    ///         `round`. See {NetworkSlashing-proposeSlash}, which runs it on this contract's storage.
     /// @param target The miner or validator to slash.
     /// @param round The round the evidence is about (at most the current round).
     /// @param evidence The evidence hash.
     function proposeSlash(address target, uint256 round, bytes32 evidence) external {
-        _requireActiveValidator(msg.sender);
-        SlashProposal memory p = _slashes[evidence];
-        if (p.target == address(0)) {
-            _openProposal(target, round, evidence, false);
-        } else if (p.target != target || p.round != round || p.executed || p.rejected) {
-            revert EvidenceUsed(evidence);
-        }
-        _vote(evidence, target, true);
+        target; round; evidence; // named for the ABI; the module reads them from the calldata
+        _delegateToSlashing();
     }
 
     /// @notice Reports that `miner`, audited in `round`, did not answer its audit (the caller must be on
-    ///         its committee). Like a fraud proof it freezes the round's pay at once; when committee
-    ///         members holding 2/3 of the committee's stake report it, the miner is slashed and forfeits
-    ///         its unvested pay exactly like a caught fake, so withholding is never the cheap way out.
-    ///         Its evidence hash is `unansweredEvidence(miner, round)`; `voteSlash` and `voteSlash(evidence, false)` on it
-    ///         are open to the committee only.
+    ///         its committee). See {NetworkSlashing-reportUnanswered}.
     /// @param miner The audited miner.
     /// @param round The round of the audit.
     function reportUnanswered(address miner, uint256 round) external {
-        _requireActiveValidator(msg.sender);
-        bytes32 evidence = unansweredEvidence(miner, round);
-        SlashProposal memory p = _slashes[evidence];
-        if (p.target == address(0)) {
-            if (_accounts[miner].role != Role.Miner) revert NotRole(miner, Role.Miner);
-            (bool audited,) = auditDraw(round, miner);
-            if (!audited) revert NotAudited(miner, round);
-            _openProposal(miner, round, evidence, true);
-        } else if (p.executed || p.rejected) {
-            revert EvidenceUsed(evidence);
-        }
-        _vote(evidence, miner, true);
+        miner; round; // named for the ABI; the module reads them from the calldata
+        _delegateToSlashing();
     }
 
-    /// @notice Votes on the proposal on `evidence`: for it (`support`), or against it (its evidence does
-    ///         not check out). With 2/3 of the electorate's active stake (all validators; the committee for
-    ///         an unanswered audit) for it, the slash executes; against it, the frozen pay is released to
-    ///         the target and the proposer is slashed `slashBps` of its stake: a lying proof costs its
-    ///         author. Votes count the voter's stake at vote time.
+    /// @notice Votes on the proposal on `evidence`: for it (`support`) or against it. See
+    ///         {NetworkSlashing-voteSlash}.
     /// @param evidence The evidence hash of an open proposal.
     /// @param support True to confirm, false to reject.
     function voteSlash(bytes32 evidence, bool support) external {
-        _requireActiveValidator(msg.sender);
-        SlashProposal memory p = _slashes[evidence];
-        if (p.target == address(0)) revert UnknownEvidence(evidence);
-        if (p.executed || p.rejected) revert EvidenceUsed(evidence);
-        _vote(evidence, p.target, support);
+        evidence; support; // named for the ABI; the module reads them from the calldata
+        _delegateToSlashing();
     }
 
-    function _openProposal(address target, uint256 round, bytes32 evidence, bool unanswered) internal {
-        uint256 current = state.round;
-        if (round == 0 || round > current) revert RoundNotReached(round, current);
-        Account memory t = _accounts[target];
-        if (t.role == Role.None || uint256(t.stake) + _unbonding[target].amount == 0) {
-            revert NothingToSlash(target);
-        }
-        SlashProposal storage p = _slashes[evidence];
-        p.target = target;
-        p.round = uint64(round);
-        p.proposer = msg.sender;
-        p.unanswered = unanswered;
-        bool freeze = t.role == Role.Miner && _frozen[round][target] == bytes32(0);
-        uint256 held;
-        if (freeze) {
-            _frozen[round][target] = evidence;
-            if (round == current) ++_frozenIn[round];
-            else held = _clawBack(target, round);
-            p.held = uint96(held);
-        }
-        emit SlashProposed(evidence, target, msg.sender, round);
-        if (freeze) emit PayFrozen(evidence, target, round, held);
-    }
-
-    /// @dev Takes the unvested pay of `miner` for settled `round` out of its vesting slot (it stays in
-    ///      totalUnvested, now held by the proposal); 0 if it vested or was never credited.
-    function _clawBack(address miner, uint256 round) internal returns (uint256 amount) {
-        uint256 k = vestingRounds;
-        if (k == 0) return 0;
-        Vesting storage v = _vesting[miner][round % k];
-        if (v.round != round || round + k < state.round) return 0;
-        amount = v.amount;
-        v.amount = 0;
-    }
-
-    /// @dev The stake that decides a proposal; for an unanswered audit the voter must be on the committee.
-    function _electorate(SlashProposal storage p, address voter) internal view returns (uint256 total) {
-        if (!p.unanswered) return totalValidatorStake;
-        address target = p.target;
-        uint256 round = p.round;
-        (, uint256 committee) = auditDraw(round, target);
-        if ((committee >> _accounts[voter].validatorIndex) & 1 == 0) revert NotInCommittee(voter, target, round);
-        for (uint256 i; committee >> i != 0; ++i) {
-            if ((committee >> i) & 1 == 1) total += _accounts[validators[i]].stake;
-        }
-    }
-
-    function _vote(bytes32 evidence, address target, bool support) internal {
-        if (msg.sender == target) revert TargetCannotVote(evidence, target);
-        if (_slashVoted[evidence][msg.sender]) revert AlreadyVoted(evidence, msg.sender);
-        SlashProposal storage p = _slashes[evidence];
-        uint256 electorate = _electorate(p, msg.sender);
-        _slashVoted[evidence][msg.sender] = true;
-        uint256 stake = _accounts[msg.sender].stake;
-        if (support) {
-            uint256 voted = p.votedStake + stake;
-            p.votedStake = uint96(voted);
-            emit SlashVoted(evidence, msg.sender, voted, electorate);
-            if (3 * voted >= 2 * electorate) _executeSlash(evidence, target);
-        } else {
-            uint256 rejected = p.rejectedStake + stake;
-            p.rejectedStake = uint96(rejected);
-            emit SlashRejectVoted(evidence, msg.sender, rejected, electorate);
-            if (3 * rejected >= 2 * electorate) _rejectSlash(evidence);
-        }
-    }
-
-    /// @dev Confirmed: `slashBps` of the target's stake + unbonding burned; its held and unvested pay
-    ///      forfeited to the pool.
-    function _executeSlash(bytes32 evidence, address target) internal {
-        SlashProposal storage p = _slashes[evidence];
-        p.executed = true;
-        uint256 forfeited = p.held + _sweep(target, false);
-        p.held = 0;
-        if (forfeited != 0) {
-            totalUnvested -= forfeited;
-            pool += forfeited;
-        }
-        uint256 amount = _takeStake(target);
-        emit Slashed(evidence, target, amount);
-        if (forfeited != 0) emit Forfeited(evidence, target, forfeited);
-        if (amount != 0) token.burn(amount);
-    }
-
-    /// @dev Rejected: the held pay is owed to the target (and a not yet settled round pays it as usual);
-    ///      `slashBps` of the proposer's stake + unbonding is burned.
-    function _rejectSlash(bytes32 evidence) internal {
-        SlashProposal storage p = _slashes[evidence];
-        p.rejected = true;
-        address target = p.target;
-        uint256 round = p.round;
-        uint256 released = p.held;
-        p.held = 0;
-        if (_frozen[round][target] == evidence) delete _frozen[round][target];
-        if (released != 0) {
-            _accounts[target].owed += uint96(released);
-            totalUnvested -= released;
-        }
-        address proposer = p.proposer;
-        uint256 penalty = _takeStake(proposer);
-        emit SlashRejected(evidence, target, proposer, released, penalty);
-        if (penalty != 0) token.burn(penalty);
-    }
-
-    /// @dev Empties the vesting slots of `account` that have vested (`vested`) or not (a forfeit) and
-    ///      returns their sum (a slot of round r vests once r + K is finalized).
-    function _sweep(address account, bool vested) internal returns (uint256 amount) {
-        uint256 k = vestingRounds;
-        uint256 current = state.round;
-        for (uint256 i; i < k; ++i) {
-            Vesting storage v = _vesting[account][i];
-            if (v.amount != 0 && (v.round + k < current) == vested) {
-                amount += v.amount;
-                v.amount = 0;
-            }
+    /// @dev Runs this call's calldata in the slashing module on this contract's storage and returns or
+    ///      reverts with its data.
+    function _delegateToSlashing() internal {
+        address module = address(_slashing);
+        assembly ("memory-safe") {
+            let ptr := mload(0x40)
+            calldatacopy(ptr, 0, calldatasize())
+            let ok := delegatecall(gas(), module, ptr, calldatasize(), 0, 0)
+            returndatacopy(ptr, 0, returndatasize())
+            if iszero(ok) { revert(ptr, returndatasize()) }
+            return(ptr, returndatasize())
         }
     }
 
@@ -945,28 +645,6 @@ contract TesseraNetwork is ITesseraNetwork {
         return _slashVoted[evidence][voter];
     }
 
-    /// @notice The audit draw of `miner` in `round` (see `Consensus.auditDraw`; protocol/rounds/audits.py
-    ///         recomputes it off-chain): whether it is audited and its committee as a bitmap of validator
-    ///         indices (bit i = validators[i]; 0 when not audited). Known once the round's seed is fixed,
-    ///         after the update commits; `n` is the number of validators registered at that moment.
-    /// @param round A round whose seed is fixed.
-    /// @param miner Any address.
-    /// @return audited Whether (miner, round) is audited.
-    /// @return committee The committee bitmap.
-    function auditDraw(uint256 round, address miner) public view returns (bool audited, uint256 committee) {
-        bytes32 seed = seeds[round];
-        if (round == 0 || seed == bytes32(0)) revert SeedNotFixed(round);
-        return math.auditDraw(seed, miner, drawSize[round], auditRateBps, committeeSize);
-    }
-
-    /// @notice The evidence hash of "`miner` did not answer its audit in `round`" (see {reportUnanswered}).
-    /// @param miner The miner.
-    /// @param round The round.
-    /// @return keccak256(abi.encode("tessera.unanswered.v1", chainid, this, miner, round)).
-    function unansweredEvidence(address miner, uint256 round) public view returns (bytes32) {
-        return keccak256(abi.encode(_UNANSWERED, block.chainid, address(this), miner, round));
-    }
-
     /// @notice Miner pay of `account` that has not vested yet (held pay of open proposals excluded).
     /// @param account Any address.
     /// @return amount The sum of its vesting slots whose round + K is not finalized yet.
@@ -1028,20 +706,6 @@ contract TesseraNetwork is ITesseraNetwork {
         _pull(msg.sender, amount);
     }
 
-    /// @dev Burns `slashBps` of `target`'s stake + unbonding (active stake first); returns the amount.
-    function _takeStake(address target) internal returns (uint256 amount) {
-        Account memory t = _accounts[target];
-        Unbonding memory u = _unbonding[target];
-        amount = (uint256(t.stake) + u.amount) * slashBps / Consensus.BPS;
-        uint256 fromStake = amount < t.stake ? amount : t.stake;
-        uint256 fromUnbonding = amount - fromStake;
-        _accounts[target].stake = t.stake - uint96(fromStake);
-        _unbonding[target].amount = u.amount - uint128(fromUnbonding);
-        totalStake -= fromStake;
-        totalUnbonding -= fromUnbonding;
-        if (t.role == Role.Validator) totalValidatorStake -= fromStake;
-    }
-
     function _fixSeed(RoundState memory s) internal {
         bytes32 mix = seedMix[s.round];
         bool fallbackUsed = s.seedReveals == 0;
@@ -1059,13 +723,6 @@ contract TesseraNetwork is ITesseraNetwork {
         if (block.number > deadline) revert PhaseClosed(phase, deadline, block.number);
     }
 
-    function _requireActiveValidator(address v) internal view returns (uint96) {
-        Account memory a = _accounts[v];
-        if (a.role != Role.Validator) revert NotRole(v, Role.Validator);
-        if (a.stake < minValidatorStake) revert StakeTooLow(v, a.stake, minValidatorStake);
-        return a.stake;
-    }
-
     function _requireCertifiable(uint256 round) internal view {
         if (round == 0 || round >= state.round || checkpoints[round + 1] != bytes32(0)) revert CannotCertify(round);
     }
@@ -1075,6 +732,10 @@ contract TesseraNetwork is ITesseraNetwork {
         if (p == Phase.Reveal) return revealBlocks;
         if (p == Phase.ScoreCommit) return scoreCommitBlocks;
         return scoreRevealBlocks;
+    }
+
+    function _networkMath() internal view override returns (NetworkMath) {
+        return math;
     }
 
     function _blsVerify(BLS.G1Point memory pk, bytes memory message, BLS.G2Point memory sig)

@@ -3,6 +3,7 @@ pragma solidity 0.8.30;
 
 import {ITesseraNetwork} from "../src/ITesseraNetwork.sol";
 import {TesseraNetwork} from "../src/TesseraNetwork.sol";
+import {NetworkState} from "../src/NetworkState.sol";
 import {TesseraToken} from "../src/TesseraToken.sol";
 import {Fixture} from "./utils/Fixture.sol";
 import {TestBase} from "./utils/Vm.sol";
@@ -30,7 +31,7 @@ contract Handler is Fixture {
     constructor() {
         // audits of half the pairs by committees of 2 of the 4 validators, pay vesting over 2 rounds:
         // the invariants hold over the committee median, vesting, freezing and forfeits
-        TesseraNetwork.Params memory p = _params();
+        NetworkState.Params memory p = _params();
         p.auditRateBps = 5_000;
         p.committeeSize = 2;
         p.vestingRounds = 2;
@@ -44,7 +45,7 @@ contract Handler is Fixture {
             actors.push(vals[i]);
         }
         for (uint256 i; i < actors.length; ++i) {
-            TesseraNetwork.Account memory a = net.accountOf(actors[i]);
+            NetworkState.Account memory a = net.accountOf(actors[i]);
             initialActorTokens += token.balanceOf(actors[i]) + a.stake;
         }
         initialPool = net.pool();
@@ -100,7 +101,7 @@ contract Handler is Fixture {
 
     function withdraw(uint256 who) external {
         address a = actors[who % actors.length];
-        TesseraNetwork.Unbonding memory u = net.unbondingOf(a);
+        NetworkState.Unbonding memory u = net.unbondingOf(a);
         if (u.amount == 0) return;
         if (block.number < u.end) vm.roll(u.end);
         vm.prank(a);
@@ -167,7 +168,7 @@ contract Handler is Fixture {
     /// @notice Validators reject the last proposal (if still open): held pay released, proposer slashed.
     function reject(uint256 voters) external {
         bytes32 ev = lastEvidence;
-        TesseraNetwork.SlashProposal memory p = net.slashProposal(ev);
+        NetworkState.SlashProposal memory p = net.slashProposal(ev);
         if (p.target == address(0) || p.executed || p.rejected) return;
         uint256 supply = token.totalSupply();
         for (uint256 i; i < vals.length; ++i) {
@@ -339,7 +340,7 @@ contract InvariantsTest is TestBase {
         uint256 held;
         for (uint256 i; i < h.actorCount(); ++i) {
             address a = h.actors(i);
-            TesseraNetwork.Account memory acc = net.accountOf(a);
+            NetworkState.Account memory acc = net.accountOf(a);
             held += token.balanceOf(a) + acc.stake + acc.owed + net.unbondingOf(a).amount;
         }
         // pool outflow is owed, unvested or held pay; forfeits flow back into the pool
@@ -363,7 +364,7 @@ contract InvariantsTest is TestBase {
         uint256 unb;
         for (uint256 i; i < h.actorCount(); ++i) {
             address a = h.actors(i);
-            TesseraNetwork.Account memory acc = net.accountOf(a);
+            NetworkState.Account memory acc = net.accountOf(a);
             stake += acc.stake;
             if (acc.role == ITesseraNetwork.Role.Validator) vstake += acc.stake;
             unb += net.unbondingOf(a).amount;

@@ -3,6 +3,7 @@ pragma solidity 0.8.30;
 
 import {ITesseraNetwork} from "../src/ITesseraNetwork.sol";
 import {TesseraNetwork} from "../src/TesseraNetwork.sol";
+import {NetworkState} from "../src/NetworkState.sol";
 import {Consensus} from "../src/Consensus.sol";
 import {Fixture} from "./utils/Fixture.sol";
 
@@ -16,7 +17,7 @@ contract SettlementTest is Fixture {
     address internal v3;
 
     function _setUp(uint16 rateBps, uint16 committee, uint16 vesting) internal {
-        TesseraNetwork.Params memory p = _params();
+        NetworkState.Params memory p = _params();
         p.auditRateBps = rateBps;
         p.committeeSize = committee;
         p.vestingRounds = vesting;
@@ -198,7 +199,7 @@ contract SettlementTest is Fixture {
         net.voteSlash("lie", false);
         vm.prank(v3);
         net.voteSlash("lie", false);
-        TesseraNetwork.SlashProposal memory p = net.slashProposal("lie");
+        NetworkState.SlashProposal memory p = net.slashProposal("lie");
         assertTrue(p.rejected && !p.executed, "rejected");
         assertEq(net.accountOf(ms[0]).owed, pay, "held pay released");
         assertEq(net.accountOf(ms[0]).stake, MIN_MINER, "miner untouched");

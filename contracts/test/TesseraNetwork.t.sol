@@ -4,6 +4,7 @@ pragma solidity 0.8.30;
 import {BLS} from "solady/utils/ext/ithaca/BLS.sol";
 import {ITesseraNetwork} from "../src/ITesseraNetwork.sol";
 import {TesseraNetwork} from "../src/TesseraNetwork.sol";
+import {NetworkState} from "../src/NetworkState.sol";
 import {Fixture} from "./utils/Fixture.sol";
 import {Consensus} from "../src/Consensus.sol";
 
@@ -74,7 +75,7 @@ contract TesseraNetworkTest is Fixture {
     }
 
     function test_constructor_revertsOnBadParams() public {
-        TesseraNetwork.Params memory p = _params();
+        NetworkState.Params memory p = _params();
         p.slashBps = 10_001;
         vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.InvalidParam.selector, bytes32("slashBps")));
         new TesseraNetwork(p);
@@ -107,7 +108,7 @@ contract TesseraNetworkTest is Fixture {
     // ------------------------------------------------------------ staking
 
     function test_registerMiner_ok() public view {
-        TesseraNetwork.Account memory a = net.accountOf(m1);
+        NetworkState.Account memory a = net.accountOf(m1);
         assertEq(uint256(a.role), 1, "role");
         assertEq(a.stake, MIN_MINER, "stake");
     }
@@ -175,7 +176,7 @@ contract TesseraNetworkTest is Fixture {
     function test_unbond_withdraw_afterDelay() public {
         vm.prank(m1);
         net.requestUnbond(MIN_MINER);
-        TesseraNetwork.Unbonding memory u = net.unbondingOf(m1);
+        NetworkState.Unbonding memory u = net.unbondingOf(m1);
         assertEq(u.amount, MIN_MINER, "unbonding");
         assertEq(u.end, block.number + UNBONDING, "end");
         vm.prank(m1);
@@ -832,7 +833,7 @@ contract TesseraNetworkTest is Fixture {
     }
 
     function _checkStatus() internal view {
-        (TesseraNetwork.RoundState memory s, uint256 deadline, bytes32 cp, bytes32 seed, bytes32 assignSeed, uint256 b) =
+        (NetworkState.RoundState memory s, uint256 deadline, bytes32 cp, bytes32 seed, bytes32 assignSeed, uint256 b) =
             net.status();
         assertEq(s.round, _round(), "round");
         assertEq(uint256(s.phase), uint256(_phase()), "phase");

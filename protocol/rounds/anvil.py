@@ -99,10 +99,6 @@ class Anvil:
             "--gas-limit",
             str(self.gas_limit),
             "--silent",
-            # TesseraNetwork's runtime is 26.1k bytes since issue 26 (audits, vesting, proof votes), over
-            # EIP-170's 24,576: the local chain lifts the limit until the slashing code moves to a module
-            # (docs/contracts.md, "Size"); a public chain refuses the deploy
-            "--disable-code-size-limit",
         ]
         if self.block_time:
             cmd += ["--block-time", str(self.block_time)]

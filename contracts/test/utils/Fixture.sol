@@ -4,6 +4,7 @@ pragma solidity 0.8.30;
 import {BLS} from "solady/utils/ext/ithaca/BLS.sol";
 import {ITesseraNetwork} from "../../src/ITesseraNetwork.sol";
 import {TesseraNetwork} from "../../src/TesseraNetwork.sol";
+import {NetworkState} from "../../src/NetworkState.sol";
 import {TesseraToken} from "../../src/TesseraToken.sol";
 import {TestBase} from "./Vm.sol";
 
@@ -18,8 +19,8 @@ abstract contract Fixture is TestBase {
     uint64 internal constant UNBONDING = 50;
     uint64 internal constant PHASE = 10;
 
-    function _params() internal pure returns (TesseraNetwork.Params memory p) {
-        p = TesseraNetwork.Params({
+    function _params() internal pure returns (NetworkState.Params memory p) {
+        p = NetworkState.Params({
             minMinerStake: MIN_MINER,
             minValidatorStake: MIN_VALIDATOR,
             unbondingBlocks: UNBONDING,
@@ -43,7 +44,7 @@ abstract contract Fixture is TestBase {
         _deployWith(_params());
     }
 
-    function _deployWith(TesseraNetwork.Params memory p) internal {
+    function _deployWith(NetworkState.Params memory p) internal {
         vm.roll(100);
         net = new TesseraNetwork(p);
         token = net.token();
