@@ -22,29 +22,25 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from training.codecs import dct_matrix, tile_grid
+from benchmarks.sparseloco import EF_DECAY, SparseLoCoCodec, sparseloco_merge
+from benchmarks.tiles import tiles_of, untile
+from benchmarks.training_runs import CHOSEN, MINERS, run_config
+from tessera.simwire import wire_transport
+from training.codecs import dct_matrix, encode
+from training.data import prepare
+from training.merge import MergePolicy, robust_merge
+from training.model import module_params
+from training.simulation import Simulation
 
 FRAME_BYTES = 4 + 4 + 8
 """An encoded update's bytes besides header and payload: magic, header length, payload length."""
-
-
-def tiles_of(x: Tensor) -> tuple[Tensor, tuple[int, int, int, int]]:
-    """``x`` cut into the ``shaped`` transform's tiles, ``[m, tr, tc]``, and its :func:`tile_grid`."""
-    rows, cols, tr, tc = tile_grid(tuple(x.shape))
-    t = x.float().reshape(rows // tr, tr, cols // tc, tc).permute(0, 2, 1, 3).reshape(-1, tr, tc)
-    return t, (rows, cols, tr, tc)
-
-
-def untile(t: Tensor, shape: tuple[int, ...], grid: tuple[int, int, int, int]) -> Tensor:
-    """Inverse of :func:`tiles_of`."""
-    rows, cols, tr, tc = grid
-    return t.reshape(rows // tr, cols // tc, tr, tc).permute(0, 2, 1, 3).reshape(shape)
 
 
 def quantise(v: Tensor, bits: int) -> Tensor:
@@ -126,8 +122,6 @@ def header_bytes(sim: Any, round: int, a: Any, res: Any) -> int:
     """Bytes of the header ``protocol.wire.update`` writes for this miner's update, measured by sending
     the recipe codec's encoding of the same tensors through the simulation's real wire transport
     (``tessera.simwire``; the header names modules, model dimensions, digests and the codec)."""
-    from tessera.simwire import wire_transport
-    from training.codecs import encode
 
     codec = sim.run.codec
     encs = {n: encode(torch.zeros_like(t), codec) for n, t in res.params.items()}
@@ -150,7 +144,6 @@ def arm_simulation(
 ) -> Any:
     """A :class:`training.simulation.Simulation` whose miners send with ``arm`` and error feedback
     ``beta``; ``bytes_sent`` counts the real header plus the arm's payload."""
-    from training.simulation import Simulation
 
     class ArmSimulation(Simulation):
         def __init__(self) -> None:
@@ -188,8 +181,6 @@ def arm_simulation(
             return st
 
         def trained_names(self, a: Any) -> list[str]:
-            from training.model import module_params
-
             return list(module_params(self.params, a.module_ids))
 
     return ArmSimulation()
@@ -199,12 +190,8 @@ def make_arm(spec: dict[str, Any], seed: int) -> tuple[Any, float, Callable[...,
     """The compressor, error-feedback decay and merger of an arm ``spec`` (``arm``: ``seeded`` or
     ``sparseloco``; a seeded arm merges as the validators do, SparseLoCo as Templar does)."""
     if spec["arm"] == "sparseloco":
-        from benchmarks.sparseloco import EF_DECAY, SparseLoCoCodec, sparseloco_merge
-
         return SparseLoCoCodec(spec["topk"]), spec.get("beta", EF_DECAY), sparseloco_merge
     if spec["arm"] == "seeded":
-        from training.merge import MergePolicy, robust_merge
-
         arm = SeededCodec(spec["keep"], spec.get("bits", 2), spec.get("select", "random"), seed)
         return arm, spec.get("beta", 0.95), lambda c: robust_merge(c, MergePolicy())
     raise ValueError(f"unknown arm {spec['arm']!r}")
@@ -223,10 +210,6 @@ def run_arm(
 ) -> dict[str, Any]:
     """One simulated run of an arm (same model, data, rounds and evaluation as
     ``benchmarks.training_runs.run_variant``): the final held-out loss and the bits; cached by config."""
-    import time
-
-    from benchmarks.training_runs import MINERS, run_config
-    from training.data import prepare
 
     config = {
         "kind": "arm",
@@ -269,6 +252,4 @@ def run_arm(
 
 def _recipe_codec() -> dict[str, Any]:
     """The recipe's codec (what the measured header names)."""
-    from benchmarks.training_runs import CHOSEN
-
     return dict(CHOSEN["codec"])

@@ -15,7 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from benchmarks.codec_arms import run_arm
 from benchmarks.training_runs import CHOSEN, REFERENCE, RunCache, run_variant, scale_of
+from training.corpus import load_bundled_corpus
 
 NESTEROV_05: dict[str, Any] = {"lr": 1.0, "momentum": 0.5, "nesterov": True, "merge": "mean"}
 """The recipe's outer step (lr 1, Nesterov 0.5)."""
@@ -63,8 +67,6 @@ def run_one(
     mode: str, variant: dict[str, Any], seed: int, rounds: int, corpus: Any, cache: RunCache
 ) -> dict[str, Any]:
     """One run of ``variant`` (an arm spec or a wire-codec variant) at the quality scale, all windows."""
-    from benchmarks.codec_arms import run_arm
-
     scale = scale_of(True)
     if "arm" in variant:
         return run_arm(mode, scale, rounds, 30, seed, variant, corpus, cache, 0)
@@ -110,10 +112,6 @@ def _jobs(spec: Sequence[str]) -> list[tuple[str, float, str, int]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the listed jobs (one JSON line each), or with ``--table`` write the rows found in the cache."""
-    import torch
-
-    from training.corpus import load_bundled_corpus
-
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality_pareto")
     p.add_argument("jobs", nargs="*", help="mode:budget:arm:seed, e.g. dipaco:0.01:tessera:0")
     p.add_argument("--cache", type=Path, required=True)

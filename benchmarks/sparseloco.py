@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from benchmarks.codec_arms import tiles_of, untile
+from benchmarks.tiles import tiles_of, untile
 from training.diloco import merge
 
 TEMPLAR = "github.com/tplr-ai/templar@c2397ac524c9d9de550a2a126ed37505d090d69f"

@@ -37,6 +37,7 @@ LAZY: dict[str, str] = {
     "benchmarks/training_runs.py": _HELP,
     "benchmarks/training_sizes.py": _HELP,
     "benchmarks/training_speed.py": _HELP,
+    "benchmarks/quality_pareto.py": "matplotlib waits for --plot (switched to Agg before pyplot loads)",
     "benchmarks/peer_codec.py": "einops, which the project does not depend on (the Templar comparison only)",
     "miner/config.py": _HELP + " (miner.behaviour imports torch)",
     "protocol/node/settings.py": _HELP + " (training.device imports torch)",
