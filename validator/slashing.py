@@ -57,7 +57,7 @@ class Slashing:
             dumps_canonical({"round": v.round, "miner": v.miner, "stage": v.stage, "digest": v.digest})
         )
         try:
-            self.conn.coord.slash(v.miner, evidence)
+            self.conn.coord.slash(v.miner, evidence, round=v.round)
             log.warning("round %d: slashing %s on provable %s failure", v.round, v.miner, v.stage)
         except CoordinatorError as exc:
             log.info("slash of %s not counted: %s", v.miner, exc)

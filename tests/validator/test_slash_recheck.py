@@ -96,4 +96,6 @@ def test_one_catch_is_enough_to_slash(network: tuple[Any, ...]) -> None:
         assert own is not None and own.stage != "recompute"  # they did not catch it themselves
         assert list((v.state.round(2).rechecked or {}).values()) == [True]
     assert ledger.slashed.get(lazy, 0) >= 1  # (the in-memory ledger counts every vote past 2/3)
+    # the proof freezes the pay of the round the verdict is for (issue 26), whatever the round is now
+    assert (2, lazy) in ledger.frozen, ledger.frozen
     assert ledger.slashed.get(honest, 0) == 0
