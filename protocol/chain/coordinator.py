@@ -135,6 +135,7 @@ class ChainCoordinator:
             cache.clear()
         self._shares_done.clear()
         self._shares_committed.clear()
+        self.chain.forget_nonce()
 
     def _past(self, round: int, phase: Phase) -> bool:
         """Whether a reading of this node has shown ``round`` past ``phase``: what that phase wrote is then

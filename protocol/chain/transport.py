@@ -243,10 +243,19 @@ class ChainTransport:
             self._next_nonce = nonce + 1
         try:
             receipt = self._wait_receipt(fn_name, tx_hash)
-        except TransactionDropped:
-            self._next_nonce = None  # the node forgot it: its count is the truth again
+        except ChainError:
+            # dropped, or never mined (a chain restarted from an older state keeps a nonce it is past
+            # queued forever): the node's count is the truth again, or every later transaction queues too
+            self._next_nonce = None
             raise
         return self._result(fn, fn_name, acct, tx_hash, receipt)
+
+    def forget_nonce(self) -> None:
+        """Ask the node for the account's nonce before the next transaction: the chain went back (restarted
+        from an older state, or reorged), and a count kept here would queue every later transaction behind
+        a nonce the chain no longer reaches."""
+        with self._tx_lock:
+            self._next_nonce = None
 
     def _fee_fields(self) -> dict[str, int]:
         """EIP-1559 fee fields, read at most every :data:`FEE_TTL_S` (web3 read the tip and the latest
