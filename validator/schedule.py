@@ -45,6 +45,8 @@ Clock = Callable[[], float]
 
 MIN_BUDGET_S = 2.0
 """The least budget a miner starts with (enough for the cheap checks of an update already fetched)."""
+MIN_BLOCK_S = 0.5
+"""Fewest seconds per block the schedule assumes (no chain the project runs on is faster)."""
 MAX_TRIES = 4
 """Times a miner is verified in a round when the failures are transient (the validator's own, or a miner
 that could not be reached while its budget lasts)."""
@@ -90,7 +92,10 @@ class BlockClock:
         """Seconds per block over the readings (the default until two blocks were seen)."""
         if self._first is None or self._latest is None or self._latest[1] <= self._first[1]:
             return self.default_block_s
-        return (self._latest[0] - self._first[0]) / (self._latest[1] - self._first[1])
+        measured = (self._latest[0] - self._first[0]) / (self._latest[1] - self._first[1])
+        # faster than MIN_BLOCK_S is a fast-forward (anvil_mine) or a lockstep test chain, where the clock
+        # does not predict blocks: budgets of ~0 s would refuse every fetch at once
+        return max(MIN_BLOCK_S, measured)
 
     def at(self, block: int) -> float:
         """When (on the clock) the chain reaches ``block``: from the last change of block number, or, when

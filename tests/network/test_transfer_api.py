@@ -59,7 +59,8 @@ def test_health_status_metrics_openapi(node: tuple[NodeServer, BlobStore]) -> No
     server, _ = node
     with httpx.Client(base_url=server.url) as c:
         assert c.get("/health").json()["ok"] is True
-        assert c.get("/status").json() == {"round": 4, "phase": "train"}
+        # the node adds its last settled round's figures (issue 27): none before a round settled
+        assert c.get("/status").json() == {"round": 4, "phase": "train", "round_report": None}
         assert "tessera_miner_round" in c.get("/metrics").text
         spec = c.get("/openapi.json").json()
         assert {"/health", "/status", "/metrics", "/blobs/{digest}"} <= set(spec["paths"])
