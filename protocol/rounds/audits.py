@@ -11,18 +11,16 @@ only (the others abstain) and lets only the committee report an unanswered audit
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from eth_abi import encode
 from eth_utils import keccak, to_checksum_address
 
 from protocol.rounds.consensus import BPS, ConsensusError
+from protocol.wire.vectors import vectors_main
 
 AUDIT_TAG = b"audit".ljust(32, b"\0")
 """The Solidity ``bytes32("audit")`` of the audit coin."""
@@ -109,14 +107,8 @@ def make_vectors(count: int = 60, seed: int = 20261126) -> dict[str, object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m protocol.rounds.audits --write-vectors FILE``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write-vectors", type=Path, required=True, help="JSON file to write")
-    args = parser.parse_args(argv)
-    args.write_vectors.parent.mkdir(parents=True, exist_ok=True)
-    args.write_vectors.write_text(json.dumps(make_vectors(), indent=1) + "\n")
-    print(f"wrote {args.write_vectors}", file=sys.stderr)
-    return 0
+    """``python -m protocol.rounds.audits --write-vectors FILE`` (``protocol.wire.vectors``)."""
+    return vectors_main(make_vectors, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

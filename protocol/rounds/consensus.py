@@ -12,15 +12,13 @@ reward pool.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from protocol.errors import ProtocolError
+from protocol.wire.vectors import vectors_main
 
 SCORE_MAX = 10_000
 """Largest score a validator may give a miner."""
@@ -220,14 +218,8 @@ def make_vectors(count: int = 40, seed: int = 20261122) -> dict[str, object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m protocol.rounds.consensus --write-vectors FILE``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write-vectors", type=Path, required=True, help="JSON file to write")
-    args = parser.parse_args(argv)
-    args.write_vectors.parent.mkdir(parents=True, exist_ok=True)
-    args.write_vectors.write_text(json.dumps(make_vectors(), indent=1) + "\n")
-    print(f"wrote {args.write_vectors}", file=sys.stderr)
-    return 0
+    """``python -m protocol.rounds.consensus --write-vectors FILE`` (``protocol.wire.vectors``)."""
+    return vectors_main(make_vectors, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

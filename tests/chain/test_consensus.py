@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.chain import _args_from
+from protocol.rounds import audits, consensus
 from protocol.rounds.consensus import (
     SCORE_MAX,
     is_weighted_median,
@@ -73,6 +74,15 @@ def test_settle_concrete() -> None:
 
 def test_committed_vectors_are_current() -> None:
     assert json.loads(VECTORS.read_text()) == make_vectors(), "regenerate: cd contracts && npm run vectors"
+
+
+def test_write_vectors_command_writes_the_committed_bytes(tmp_path: Path) -> None:
+    """Both references' ``--write-vectors`` (one command line, ``protocol.wire.vectors``) write, byte for
+    byte, the files the forge tests replay."""
+    for module, name in ((consensus, "consensus.json"), (audits, "audits.json")):
+        out = tmp_path / "sub" / name
+        assert module.main(["--write-vectors", str(out)]) == 0
+        assert out.read_bytes() == (VECTORS.parent / name).read_bytes(), name
 
 
 def test_bench_args_from_dispatcher() -> None:
