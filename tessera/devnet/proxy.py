@@ -195,33 +195,38 @@ class FaultProxy:
         finally:
             client.close()
 
-    def _forward(self, client: socket.socket, mode: ProxyMode) -> None:
+    def _upstream(self, client: socket.socket) -> socket.socket | None:
+        """A tracked connection to the target for ``client``'s traffic; None (``client`` closed) when
+        there is no target or it cannot be reached."""
         if self.target is None:
             client.close()
-            return
+            return None
         try:
             upstream = socket.create_connection(self.target, timeout=10)
         except OSError:
             client.close()
-            return
+            return None
         upstream.settimeout(None)
         self._track(upstream)
+        return upstream
+
+    def _splice(self, client: socket.socket, upstream: socket.socket, corrupt: bool) -> None:
+        """Pump both ways until either side closes (requests in a thread, answers here, ``corrupt``: the
+        first answer's body gets its byte flipped)."""
         threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
-        self._pump(upstream, client, mode == ProxyMode.CORRUPT)
+        self._pump(upstream, client, corrupt)
+
+    def _forward(self, client: socket.socket, mode: ProxyMode) -> None:
+        upstream = self._upstream(client)
+        if upstream is not None:
+            self._splice(client, upstream, mode == ProxyMode.CORRUPT)
 
     def _drip(self, client: socket.socket) -> None:
         """Forward one request and its answer at a time, holding back answers that carry a transcript
         state; a chunked answer (none of a node's blobs) ends the inspection and is pumped through."""
-        if self.target is None:
-            client.close()
+        upstream = self._upstream(client)
+        if upstream is None:
             return
-        try:
-            upstream = socket.create_connection(self.target, timeout=10)
-        except OSError:
-            client.close()
-            return
-        upstream.settimeout(None)
-        self._track(upstream)
         req, resp = _HttpReader(client), _HttpReader(upstream)
         try:
             while not self._stopped.is_set():
@@ -238,8 +243,7 @@ class FaultProxy:
                     self._stopped.wait(self.drip_s)
                 client.sendall(answer)
                 if resp.chunked:
-                    threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
-                    self._pump(upstream, client, False)
+                    self._splice(client, upstream, False)
                     return
         except OSError:
             pass
