@@ -44,8 +44,10 @@ class DeploymentError(ProtocolError):
 class NetworkParams:
     """Constructor parameters of ``TesseraNetwork`` (immutable once deployed). Amounts are in wei."""
 
-    min_miner_stake: int = 100 * 10**18
-    """Minimum active stake to commit updates."""
+    min_miner_stake: int = 300_000 * 10**18
+    """Minimum active stake to commit updates: 1,500 rounds of an honest miner's reward (200 tokens at the
+    default emission and 4 miners), so that the deterrence formula audits 0.40% of (miner, round) pairs with
+    committees of one (``protocol.rounds.auditspec``; docs/threat-model.md, "The default stake")."""
     min_validator_stake: int = 1_000 * 10**18
     """Minimum active stake to act as a validator."""
     unbonding_blocks: int = 50
@@ -64,12 +66,13 @@ class NetworkParams:
     """Share of the emission paid to validators (basis points)."""
     slash_bps: int = 5_000
     """Fraction of (stake + unbonding) burned by one confirmed proof, and of a proposer's by a rejected one
-    (basis points). With the defaults below, ``protocol.rounds.economics`` gives q* = 0.89 <= q = 1 (the
-    deterrence margin is 2.25 at the minimum stake; docs/threat-model.md)."""
+    (basis points). With every default here (q = 1, every validator on the committee) the deterrence
+    margin is far above 2 at the minimum stake; a run file's audit section lowers q to what the formula
+    needs (docs/threat-model.md)."""
     pool_supply: int = 1_000_000 * 10**18
     """Tokens minted to the network as the reward pool."""
-    genesis_supply: int = 10_000_000 * 10**18
-    """Tokens minted to the deployer (stake to hand out)."""
+    genesis_supply: int = 100_000_000 * 10**18
+    """Tokens minted to the deployer (stake to hand out: 300 miners at the minimum stake)."""
     genesis_checkpoint: str = "0x" + "00" * 32
     """Digest of theta_1 (hex, 32 bytes)."""
     audit_rate_bps: int = 10_000

@@ -74,12 +74,14 @@ def register(subparsers: Any) -> None:
 
 
 def _model(args: argparse.Namespace) -> int:
-    """The expected-value table of issue 26 at the deploy defaults (``NetworkParams``), then the older
-    per-segment detection table."""
+    """The expected-value table of issue 26 for the default run (``NetworkParams``' stake and emission, a
+    run file's default audit section: committees of one) at the audit rate a deployment with that run
+    file computes, then the older per-segment detection table."""
     from protocol.rounds import economics as ev
+    from protocol.rounds.auditspec import AuditSpec
     from protocol.rounds.deployment import NetworkParams
 
-    p = NetworkParams()
+    p, a = NetworkParams(), AuditSpec()
     reward = p.emission_per_round * (10_000 - p.validator_share_bps) / 10_000 / args.miners / 10**18
     run = ev.RunEconomics(
         stake=args.stake if args.stake is not None else p.min_miner_stake / 10**18,
@@ -87,11 +89,11 @@ def _model(args: argparse.Namespace) -> int:
         reward=reward,
         compute_cost=args.compute_cost if args.compute_cost is not None else reward,
         vesting_rounds=args.vesting if args.vesting is not None else p.vesting_rounds,
-        committee_size=args.committee if args.committee is not None else p.committee_size,
+        committee_size=args.committee if args.committee is not None else a.committee_size,
         validators=args.validators,
     )
     q_star = ev.audit_rate(run)
-    q = p.audit_rate_bps / 10_000  # the run's audit rate; the table holds when q >= q*
+    q = ev.audit_rate_bps(run) / 10_000  # what `tessera contracts deploy --run-file` deploys (q >= q*)
     print(
         f"stake S {run.stake:g}, slash s {run.slash_fraction:.0%}, reward R {run.reward:g}/round, compute C "
         f"{run.compute_cost:g}/round, vesting K {run.vesting_rounds}, committee c {run.committee_size or 'all'} "
@@ -99,14 +101,14 @@ def _model(args: argparse.Namespace) -> int:
     )
     print(
         f"L = sS + max(K,1)R = {run.loss_when_caught():g}; eta = {run.committee_catch():.3f}; "
-        f"q* = 2 max(C,R) / (eta L) = {q_star:.3f}"
+        f"q* = 2 max(C,R) / (eta L) = {q_star:.4f}"
         + (
             ""
             if q_star <= 1
             else f" > 1: not deterred at this stake; min stake at q=1: {ev.min_stake(run):g}"
         )
     )
-    print(f"at q = {q:.3f}:")
+    print(f"at q = {q:.4f}:")
     print(f"{'strategy':28} {'gain':>9} {'loss':>9} {'margin':>7} {'E[profit]':>10}  caught by")
     for row in ev.strategy_rows(run, q):
         print(
@@ -116,7 +118,7 @@ def _model(args: argparse.Namespace) -> int:
     print()
     from tessera.attack import economics as ec
 
-    e = ec.Economy(reward=300.0, compute_cost=150.0, stake=100.0, slash_fraction=0.1)
+    e = ec.Economy(reward=300.0, compute_cost=150.0, stake=run.stake, slash_fraction=0.1)
     rows = ec.strategy_table(
         n_segments=args.segments, m=args.checked, weights=[1] * args.validators, economy=e
     )

@@ -110,6 +110,14 @@ def _add_protocol_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--merge", choices=("mean", "trimmed_mean"), default="mean", help="merge rule")
     p.add_argument("--tee", choices=("simulated", "none"), default="simulated", help="miner TEE evidence")
+    p.add_argument(
+        "--miner-stake",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="minimum miner stake, bonded by every miner (default 300000: q = 0.40%%; 100 gives q = 1, "
+        "every miner audited every round)",
+    )
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -257,6 +265,7 @@ def _run(args: argparse.Namespace) -> int:
         samples=args.samples,
         sample_prompt=args.sample_prompt,
         segments_per_miner=args.segments,
+        miner_stake=args.miner_stake,
         tee=args.tee,
         merge_method=args.merge,
         fresh=not args.resume,

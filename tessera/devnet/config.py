@@ -37,6 +37,10 @@ class DevnetConfig:
     """Continuations of :attr:`sample_prompt` generated from each round's certified checkpoint (0: none)."""
     sample_prompt: str = "The "
     """The prompt the samples continue."""
+    miner_stake: int | None = None
+    """The run's minimum miner stake in tokens, which every miner bonds (None: ``NetworkParams``' default,
+    300,000, where the deterrence formula audits 0.40% of pairs). A small stake (e.g. 100) gives q = 1:
+    demos and tests that need a lazy miner audited every round set it (issue 26)."""
     segments_per_miner: int = 2
     commit_blocks: int = 60
     """Least blocks of the commit phase (the sized window is never shorter)."""
@@ -70,6 +74,14 @@ class DevnetConfig:
     miner_devices: dict[str, str] = field(default_factory=dict)
     """Where chosen miners train, by node name (e.g. ``{"miner0": "cuda"}``: its ``--device``); every other
     node computes on the CPU, so the validators replay those miners' segments on the CPU."""
+
+    def miner_stake_wei(self) -> int:
+        """The minimum miner stake the devnet deploys with and its miners bond (wei)."""
+        from protocol.rounds.deployment import NetworkParams
+
+        if self.miner_stake is None:
+            return NetworkParams().min_miner_stake
+        return self.miner_stake * 10**18
 
     def node_names(self) -> list[str]:
         """Every node's name: ``validator0..``, then ``miner0..``."""

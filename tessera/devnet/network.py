@@ -229,12 +229,14 @@ class Devnet(NodeProcesses):
 
     def _deploy(self, keys: dict[str, str], genesis: str) -> None:
         fund = {}
+        stake = self.cfg.miner_stake_wei()
         for name, k in keys.items():
             if name.startswith("validator"):
                 fund[Account.from_key(k).address] = 2000 * 10**18
             elif name.startswith("miner"):
-                fund[Account.from_key(k).address] = 200 * 10**18
-        params = {"genesis_checkpoint": genesis, **self.phases.blocks()}
+                fund[Account.from_key(k).address] = 2 * stake
+        # the stake sets q (the deterrence formula): 300,000 tokens by default, q = 0.40% (issue 26)
+        params = {"genesis_checkpoint": genesis, "min_miner_stake": stake, **self.phases.blocks()}
         # the run file's audit section gives q (the deterrence formula), c, K and the slash (issue 26)
         deploy_contracts(
             self.anvil.rpc_url, keys["deployer"], self.deployment_path, params, fund, self.run_path

@@ -95,6 +95,8 @@ def node_procs(
             vurls,
             "--tee",
             cfg.tee,
+            "--stake",
+            str(cfg.miner_stake_wei()),
         ]
         if name in cfg.miner_devices:
             args += ["--device", cfg.miner_devices[name]]

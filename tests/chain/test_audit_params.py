@@ -27,18 +27,22 @@ def derived(a: AuditSpec, stake: int = P.min_miner_stake) -> dict[str, int]:
 
 
 def test_the_audit_rate_follows_the_stake_and_the_committee() -> None:
-    # the devnet's run (4 miners, 2 validators, committees of one): eta = 2/3, L = 50 + 2 x 200 = 450,
-    # q* = 2 x 200 / (2/3 x 450) = 1.33: no rate below 1 deters at stake 100, so every pair is audited
+    # the devnet's run (4 miners, 2 validators, committees of one) at a 100-token stake: eta = 2/3,
+    # L = 50 + 2 x 200 = 450, q* = 2 x 200 / (2/3 x 450) = 1.33: no rate below 1 deters, every pair is audited
     devnet = AuditSpec(committee_size=1, miners=4, validators=2)
-    assert audit_rate(devnet.economics(P.min_miner_stake, P.emission_per_round, P.validator_share_bps)) > 1
-    assert derived(devnet) == {
+    small = 100 * 10**18
+    assert audit_rate(devnet.economics(small, P.emission_per_round, P.validator_share_bps)) > 1
+    assert derived(devnet, small) == {
         "audit_rate_bps": 10_000,
         "committee_size": 1,
         "vesting_rounds": 2,
         "slash_bps": 5_000,
     }
+    # at the default stake (300,000): L = 150,000 + 400, q* = 400 / (2/3 x 150,400) = 0.399%: 40 bps, so
+    # the verification traffic 2.67 q c bits per trained parameter per step is 0.011 (issue 26's 0.02)
+    assert P.min_miner_stake == 300_000 * 10**18 and derived(devnet)["audit_rate_bps"] == 40
     # every validator on the committee (eta = 1), 3 validators: docs/threat-model.md's q* = 0.889
-    assert derived(AuditSpec(committee_size=0, validators=3))["audit_rate_bps"] == 8_889
+    assert derived(AuditSpec(committee_size=0, validators=3), small)["audit_rate_bps"] == 8_889
     # a 100x stake audits about one pair in nine, and the rate falls with the stake
     rates = [derived(devnet, s * 10**18)["audit_rate_bps"] for s in (100, 1_000, 10_000, 100_000)]
     assert rates == sorted(rates, reverse=True) and rates[2] == 1_112
@@ -90,7 +94,8 @@ def test_deploy_takes_the_audit_parameters_from_the_run_file(
     # a flag on the command line wins over the run file, and c, K or s given so enter the formula:
     # c = 2 of 2 validators (eta = 1) at stake 100, L = 40 + 3 x 200 = 640: q* = 400 / 640 = 0.625
     out2 = tmp_path / "deployment2.json"
-    assert cli([*base, "--out", str(out2), "--committee-size", "2"]) == 0
+    small = ["--min-miner-stake", str(100 * 10**18)]
+    assert cli([*base, "--out", str(out2), "--committee-size", "2", *small]) == 0
     p2 = Deployment.load(out2).params
     assert (p2.committee_size, p2.vesting_rounds, p2.audit_rate_bps) == (2, 3, 6_250)
     out3 = tmp_path / "deployment3.json"

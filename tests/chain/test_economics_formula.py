@@ -27,8 +27,8 @@ def _defaults(**kw: float) -> ev.RunEconomics:
 
 def test_defaults_deter_every_strategy_with_margin_two() -> None:
     e = _defaults()
-    assert e.loss_when_caught() == 450 and e.committee_catch() == 1.0
-    assert ev.audit_rate(e) == pytest.approx(400 / 450)
+    assert e.loss_when_caught() == 150_400 and e.committee_catch() == 1.0  # 50% of 300,000 + 2 x 200
+    assert ev.audit_rate(e) == pytest.approx(400 / 150_400)
     q = NetworkParams().audit_rate_bps / 10_000
     assert q >= ev.audit_rate(e)
     for row in ev.strategy_rows(e, q):
@@ -48,7 +48,7 @@ def test_the_fraction_cancels_and_q_star_is_the_threshold() -> None:
 
 
 def test_small_committees_need_more_stake() -> None:
-    e = _defaults(committee_size=1)
+    e = _defaults(committee_size=1, stake=100)
     assert e.committee_catch() == pytest.approx(2 / 3)
     assert ev.audit_rate(e) > 1 and ev.audit_rate_bps(e) == 10_000
     assert ev.min_stake(e) == pytest.approx(400)
