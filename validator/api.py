@@ -12,6 +12,7 @@ from protocol.node.account import ChainAccount
 from validator.checkpoints import Checkpoints
 from validator.connections import Connections
 from validator.intake import Intake
+from validator.keyuse import KeyUse
 from validator.web import LIVE_PAGE
 
 
@@ -26,6 +27,9 @@ class ValidatorApi:
         self.account: ChainAccount | None = None
         """This validator's account figures (created on first use; None on an in-memory coordinator)."""
         self._account_read = False
+        self.key_use = KeyUse(conn.coord, conn.state, conn.address)
+        """Watches this key for a second validator on it (the node checks at each step; ``/status``
+        ``key_in_use`` shows the conflict)."""
 
     def add_routes(self, app: Any) -> None:
         """The validator's routes on the node's app; the account is refreshed before each collection."""
@@ -120,6 +124,7 @@ class ValidatorApi:
             "last_error": c.runtime.last_error,
             "theta_round": theta.round if theta else None,
             "account": self._account_json(),
+            "key_in_use": self.key_use.conflict,
             "dht_refused_records": c.discovery.refused,
             "dht_maddrs": c.discovery.dht.visible_maddrs()
             if c.discovery.dht is not None and c.discovery.dht.running

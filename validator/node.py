@@ -218,6 +218,7 @@ class ValidatorNode:
         st = self.coord.current()
         r = st.round
         self.scheduler.blocks.observe(st.block)
+        self.api.key_use.check(r)  # a second validator on this key stops here (issue 27 item 3)
         self.metrics.round.set(r)
         self.traffic.round = r
         self.intake.new_round(r)
