@@ -57,10 +57,43 @@ TOPK: dict[float, tuple[int, int]] = {0.005: (42, 18), 0.01: (110, 48), 0.02: (2
 come closest under the budget on these models."""
 
 
+OUTER_KEYS = ("lr", "momentum", "merge")
+CODEC_KEYS = ("ef_beta", "bits", "topk")
+
+
+def tweaked(variant: dict[str, Any], tweaks: Sequence[str]) -> dict[str, Any]:
+    """``variant`` with ``key=value`` changes: outer-step keys (:data:`OUTER_KEYS`), codec keys
+    (:data:`CODEC_KEYS`), ``epoch_rounds`` or ``merger`` (the variant's merge); the screening runs of issue 28 name them in the arm,
+    e.g. ``tessera+merge=sender_mean``."""
+    out = {**variant, "outer": dict(variant["outer"]), "codec": dict(variant["codec"])}
+    for t in tweaks:
+        key, _, raw = t.partition("=")
+        value: Any = (
+            raw
+            if key in ("merge", "merger")
+            else (int(raw) if key in ("bits", "topk", "epoch_rounds") else float(raw))
+        )
+        if key in OUTER_KEYS:
+            out["outer"][key] = value
+        elif key in CODEC_KEYS:
+            out["codec"][key] = value
+        elif key == "epoch_rounds":
+            out[key] = value
+        elif key == "merger":  # validators, coefficients (benchmarks.training_runs)
+            out["merge"] = raw
+        else:
+            raise ValueError(f"unknown tweak {key!r}")
+    return out
+
+
 def arm_variant(budget: float, arm: str, mode: str) -> dict[str, Any]:
-    """The configuration of ``arm`` (``tessera``, ``sparseloco``) at ``budget`` in ``mode``."""
+    """The configuration of ``arm`` (``tessera``, ``sparseloco``, or ``tessera+key=value+...``, see
+    :func:`tweaked`) at ``budget`` in ``mode``."""
     tessera_k, sparseloco_k = TOPK[budget]
-    return tessera_arm(tessera_k, mode) if arm == "tessera" else sparseloco_arm(sparseloco_k)
+    name, *tweaks = arm.split("+")
+    if name == "sparseloco":
+        return sparseloco_arm(sparseloco_k)
+    return tweaked(tessera_arm(tessera_k, mode), tweaks) if tweaks else tessera_arm(tessera_k, mode)
 
 
 def run_one(

@@ -120,13 +120,27 @@ def _eval_rounds(rounds: int, points: int) -> set[int]:
     return {max(1, round(rounds * (i + 1) / points)) for i in range(max(1, points))} | {rounds}
 
 
-def _validators_merge() -> Any:
+def _validators_merge(method: str = "mean") -> Any:
     """The validators' merge (``training.merge.robust_merge`` with the default policy: each contribution
-    clipped to twice the median norm, then the mean): what the devnet computes."""
+    clipped to twice the median norm, then ``method``, the outer step's ``merge``): what the devnet
+    computes."""
     from training.merge import MergePolicy, robust_merge
 
-    policy = MergePolicy()
+    policy = MergePolicy(method=method)
     return lambda contributions: robust_merge(contributions, policy)
+
+
+def _merger(variant: dict[str, Any]) -> Any:
+    """The merge a variant names: ``validators`` (:func:`_validators_merge` with the outer step's
+    ``merge``), ``coefficients`` (per DCT coefficient over its senders, ``benchmarks.dct_merge``), or the
+    simulation's own (None)."""
+    if variant.get("merge") == "validators":
+        return _validators_merge(variant["outer"].get("merge", "mean"))
+    if variant.get("merge") == "coefficients":
+        from benchmarks.dct_merge import coefficient_merge
+
+        return coefficient_merge
+    return None
 
 
 def run_variant(
@@ -204,7 +218,7 @@ def _simulation(
         transport=wire_transport(run.codec, run.model),
         eval_windows=windows or 10**9,
         ef_key=variant.get("ef_key", "name"),
-        merger=_validators_merge() if variant.get("merge") == "validators" else None,
+        merger=_merger(variant),
         device=device,
         epoch_rounds=variant.get("epoch_rounds", 1),  # assignments fixed for an epoch (issue 28)
     )

@@ -15,6 +15,9 @@ Robustness, per parameter tensor over the miners that sent it:
 - **norm clipping** (always): a contribution whose L2 norm exceeds ``clip_factor`` times the median
   norm of that tensor's contributions is scaled down to that bound, so one huge update cannot dominate;
 - **mean** (default): the consensus-weighted mean of the clipped contributions (``training.diloco.merge``);
+- **sender_mean**: the same mean, but each value divided by the weight of the miners that sent a non-zero
+  value there (SparseLoCo's aggregation; sparse codecs' values are not shrunk by the miners that skipped
+  the position);
 - **trimmed_mean** (the Byzantine-robust option): coordinate-wise, drop the ``trim`` fraction of the
   largest and the smallest values, then average the rest (unweighted). With ``n`` contributors it
   tolerates ``floor(trim * n)`` arbitrary ones per coordinate; with fewer than 3 it falls back to the
@@ -36,7 +39,7 @@ from training.errors import MergeError
 from training.exact import F64, ieee_mode, l2_norm, sequential_sum
 
 #: The merge methods :func:`robust_merge` implements.
-MERGE_METHODS = ("mean", "trimmed_mean")
+MERGE_METHODS = ("mean", "sender_mean", "trimmed_mean")
 
 
 @dataclass(frozen=True)
@@ -44,16 +47,20 @@ class MergePolicy:
     """How accepted updates are combined."""
 
     method: str = "mean"
-    """``mean`` (score-weighted) or ``trimmed_mean`` (coordinate-wise, Byzantine-robust)."""
+    """``mean`` (score-weighted), ``sender_mean`` (score-weighted over the miners whose value is non-zero
+    at each position: a sparse value one miner sent is not shrunk by those that sent nothing there) or
+    ``trimmed_mean`` (coordinate-wise, Byzantine-robust)."""
     clip_factor: float = 2.0
     """Clip each contribution to this multiple of the median contribution norm (per tensor)."""
     trim: float = 0.2
     """Fraction trimmed at each end by ``trimmed_mean``."""
 
 
-def _clip(
-    contribs: list[tuple[float, str, Mapping[str, Tensor]]], factor: float
+def clip_contributions(
+    contribs: Sequence[tuple[float, str, Mapping[str, Tensor]]], factor: float
 ) -> list[tuple[float, dict[str, Tensor]]]:
+    """(weight, pseudo-gradient) pairs, each tensor scaled down to ``factor`` times the median norm of
+    that tensor's contributions where it exceeds it (in the order given)."""
     names = sorted({n for _, _, d in contribs for n in d})
     out: list[tuple[float, dict[str, Tensor]]] = [(w, dict(d)) for w, _, d in contribs]
     for name in names:
@@ -95,9 +102,9 @@ def robust_merge(
     ordered = sorted(((float(w), m, d) for w, m, d in contributions if w > 0), key=lambda t: int(t[1], 16))
     if not ordered:
         return {}
-    clipped = _clip(ordered, policy.clip_factor)
-    if policy.method == "mean":
-        return merge(clipped)
+    clipped = clip_contributions(ordered, policy.clip_factor)
+    if policy.method in ("mean", "sender_mean"):
+        return merge(clipped, policy.method)
     if policy.method == "trimmed_mean":
         return _trimmed(clipped, policy.trim)
     raise MergeError(f"unknown merge method {policy.method!r}")

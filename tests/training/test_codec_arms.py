@@ -97,3 +97,58 @@ def test_pareto_rows_and_arms() -> None:
         "gap_diloco_spread"
     ] == pytest.approx(0.0)
     assert [s["seed"] for s in r["seeds"]] == [0, 1]
+
+
+def test_arm_tweaks_name_the_outer_step_codec_and_merger() -> None:
+    from benchmarks.quality_pareto import arm_variant
+
+    base = arm_variant(0.01, "tessera", "moe")
+    got = arm_variant(0.01, "tessera+merger=coefficients+momentum=0+ef_beta=0.9", "moe")
+    assert got["merge"] == "coefficients" and got["outer"]["momentum"] == 0.0
+    assert got["codec"] == {**base["codec"], "ef_beta": 0.9}
+    assert base["merge"] == "validators" and base["outer"]["momentum"] == 0.5  # the recipe is untouched
+    with pytest.raises(ValueError, match="unknown tweak"):
+        arm_variant(0.01, "tessera+warmup=3", "moe")
+
+
+def _dct_update(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
+    from training.codecs import decode, encode
+    from training.config import CodecConfig
+
+    cfg = CodecConfig(name="topk", chunk=4096, topk=110, bits=2, transform="shaped", index="elias-fano")
+    return decode(encode(torch.randn(shape, generator=torch.Generator().manual_seed(seed)), cfg), cfg)
+
+
+def test_sender_mean_is_the_mean_for_dct_updates() -> None:
+    """A decoded DCT update is dense: dividing by the miners non-zero at a value divides by all of them."""
+    from training.merge import MergePolicy, robust_merge
+
+    ups = [(1.0, f"0x{i + 1:x}", {"w": _dct_update(i, (128, 64))}) for i in range(3)]
+    assert all(bool((d["w"] != 0).all()) for _, _, d in ups)
+    mean, senders = robust_merge(ups, MergePolicy()), robust_merge(ups, MergePolicy("sender_mean"))
+    assert torch.equal(mean["w"], senders["w"])
+
+
+def test_sender_mean_keeps_a_sparse_value_one_miner_sent() -> None:
+    from training.merge import MergePolicy, robust_merge
+
+    a, b = {"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 1.0])}
+    got = robust_merge([(1.0, "0x1", a), (1.0, "0x2", b)], MergePolicy("sender_mean"))["w"]
+    assert torch.equal(got, torch.tensor([1.0, 1.0]))
+    assert torch.equal(robust_merge([(1.0, "0x1", a), (1.0, "0x2", b)], MergePolicy())["w"], got / 2)
+
+
+def test_coefficient_merge_averages_each_coefficient_over_its_senders() -> None:
+    from benchmarks.dct_merge import coefficient_merge, coefficients
+
+    one, two = _dct_update(0, (128, 64)), _dct_update(1, (128, 64))
+    alone = coefficient_merge([(1.0, "0x1", {"w": one, "b": one[0]})])
+    assert torch.allclose(alone["w"], one, atol=1e-6) and torch.allclose(alone["b"], one[0], atol=1e-6)
+    both = coefficient_merge([(1.0, "0x1", {"w": one}), (1.0, "0x2", {"w": two})])["w"]
+    c1, c2, got = coefficients(one), coefficients(two), coefficients(both)
+    s1, s2 = c1.abs() > 1e-4, c2.abs() > 1e-4
+    only1, shared = s1 & ~s2, s1 & s2
+    assert bool(only1.any()) and bool(shared.any())
+    assert torch.allclose(got[only1], c1[only1], atol=1e-5)  # one sender: not halved
+    assert torch.allclose(got[shared], (c1[shared] + c2[shared]) / 2, atol=1e-5)
+    assert bool((got[~(s1 | s2)].abs() < 1e-5).all())
