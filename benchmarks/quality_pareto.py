@@ -152,6 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--bars", type=Path, help="a quality JSON whose per-seed diloco_loss are the bars")
     p.add_argument("--table", type=Path, help="write the rows of the cached runs here")
     p.add_argument("--plot", type=Path, help="with --table: the gap against wire bits as a PNG here")
+    p.add_argument(
+        "--arms",
+        default="tessera,sparseloco",
+        help="with --table: the arms whose rows are written, comma-separated (tweaked ones too)",
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     corpus, cache = load_bundled_corpus(), RunCache(args.cache)
@@ -160,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             res = run_one(mode, arm_variant(budget, arm, mode), seed, args.rounds, corpus, cache)
             print(json.dumps({"mode": mode, "budget": budget, "arm": arm, "seed": seed, **res}), flush=True)
         return 0
-    rows = table(corpus, cache, args.rounds, _bars(args.bars, corpus, cache, args.rounds))
+    bars = _bars(args.bars, corpus, cache, args.rounds)
+    rows = table(corpus, cache, args.rounds, bars, tuple(args.arms.split(",")))
     args.table.write_text(json.dumps(rows, indent=1) + "\n")
     if args.plot is not None:
         plot(rows, args.plot)
@@ -195,12 +201,16 @@ def _bars(path: Path | None, corpus: Any, cache: RunCache, rounds: int) -> dict[
 
 
 def table(
-    corpus: Any, cache: RunCache, rounds: int, bars: dict[tuple[str, int], float]
+    corpus: Any,
+    cache: RunCache,
+    rounds: int,
+    bars: dict[tuple[str, int], float],
+    arms: Sequence[str] = ("tessera", "sparseloco"),
 ) -> list[dict[str, Any]]:
-    """The rows whose runs are in the cache (no run is started)."""
+    """The rows of ``arms`` whose runs are in the cache (no run is started)."""
     rows = []
     for budget in TOPK:
-        for arm in ("tessera", "sparseloco"):
+        for arm in arms:
             for mode in ("moe", "dipaco"):
                 variant = arm_variant(budget, arm, mode)
                 runs = {}
@@ -222,7 +232,7 @@ def _against_sparseloco(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     slc = {(r["mode"], r["budget_wire_bits"]): r for r in rows if r["arm"] == "sparseloco"}
     for r in rows:
         other = slc.get((r["mode"], r["budget_wire_bits"]))
-        if r["arm"] != "tessera" or other is None:
+        if not r["arm"].startswith("tessera") or other is None:
             continue
         theirs = {s["seed"]: s["final_loss"] for s in other["seeds"]}
         both = [(s["final_loss"], theirs[s["seed"]]) for s in r["seeds"] if s["seed"] in theirs]
@@ -269,6 +279,10 @@ def _cached(
     return hit
 
 
+ARM_LABELS = {"tessera": "Tessera recipe", "sparseloco": "SparseLoCo (Templar)"}
+"""The plot's legend for the table's arms (a tweaked arm is labelled by its name)."""
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     """Gap to uncompressed DiLoCo against wire bits, one panel per mode, one line per arm (seed means)."""
     import matplotlib
@@ -279,7 +293,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     modes = sorted({r["mode"] for r in rows})
     fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4), squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
-        for arm in ("tessera", "sparseloco"):
+        for arm in dict.fromkeys(r["arm"] for r in rows):  # in the rows' order
             pts = sorted(
                 (r["wire_bits_per_param_step"], r["gap_diloco_pct"])
                 for r in rows
@@ -287,9 +301,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             )
             if pts:
                 xs, ys = zip(*pts, strict=True)
-                ax.plot(
-                    xs, ys, marker="o", label="Tessera recipe" if arm == "tessera" else "SparseLoCo (Templar)"
-                )
+                ax.plot(xs, ys, marker="o", label=ARM_LABELS.get(arm, arm))
         ax.axhline(3.0, color="grey", linestyle="--", label="target: +3%")
         ax.set_xscale("log")
         ax.set_xlim(0.003, 0.07)  # the budgets 0.005 to 0.05
