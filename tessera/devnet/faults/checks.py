@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.rounds.audits import counted_matrix
 from protocol.rounds.consensus import settle
 from tessera.devnet.faults.scenarios import Scenario
 from tessera.devnet.network import Devnet
@@ -78,7 +79,7 @@ def check_run(
     if target is not None and target in net.nodes:
         checks.append(target_outcome(net, paid, sc, fault_round))
     checks.append(recovered_within_one_round(net, paid, target, fault_round))
-    checks.append(nobody_slashed(net, paid))
+    checks.append(nobody_slashed(net, paid, cheats or []))
     checks.append(logs_say_what_happened(net, sc))
     return checks
 
@@ -126,18 +127,28 @@ def payouts_match_consensus(net: Devnet, paid: Payouts) -> Check:
 
 
 def _settlement_differences(net: Devnet, paid: Payouts, round: int, bps: int) -> list[str]:
-    """Where ``round``'s rewards differ from the settlement of its revealed scores."""
+    """Where ``round``'s rewards differ from the settlement of its revealed scores, settled as the contract
+    settles it (issue 26): an audited miner's median over its committee only, and the pay of a miner
+    with a slash proposal on the round frozen (0 paid at its median) unless the proposal was rejected."""
     chain, names = net.chain, paid.names
     order = [e.miner for e in chain.committed_miners(round)]
     reveals = chain.revealed_scores(round)
     budget = next(int(e.budget) for e in chain.events("RoundFinalized", round=round))
     st = settle(
-        [list(x.scores) for x in reveals], [x.weight for x in reveals], budget, bps, n_miners=len(order)
+        [list(x.scores) for x in reveals],
+        [x.weight for x in reveals],
+        budget,
+        bps,
+        n_miners=len(order),
+        counted=_committees(net, round, order, [x.validator for x in reveals]),
     )
+    frozen = _frozen_miners(net, round)
     bad = []
     got_m = {a: (c, amt) for rr, a, c, amt in paid.miner_paid if rr == round}
     for m, med, pay in zip(order, st.medians, st.miner_pay, strict=True):
         c, amt = got_m.get(m.lower(), (0, 0))
+        if m.lower() in frozen:
+            pay = 0
         if (pay and (c, amt) != (med, pay)) or (not pay and amt):
             bad.append(
                 f"round {round} {names.get(m.lower(), m)}: paid {amt} at consensus {c}, settlement says {pay} at {med}"
@@ -149,6 +160,28 @@ def _settlement_differences(net: Devnet, paid: Payouts, round: int, bps: int) ->
                 f"round {round} {names.get(x.validator.lower())}: paid {got_v.get(x.validator.lower(), 0)}, settlement says {pay}"
             )
     return bad
+
+
+def _committees(net: Devnet, round: int, miners: list[str], revealers: list[str]) -> list[list[bool]] | None:
+    """``settle``'s ``counted`` for ``round`` (None when every validator scores every miner), as
+    ``protocol.chain.client.Chain.finalize_round`` computes it."""
+    chain = net.chain
+    p = chain.params()
+    if not (p.audit_rate_bps and p.committee_size) or not miners:
+        return None
+    index = {v.lower(): i for i, v in enumerate(chain.validators())}
+    return counted_matrix(chain.round_draws(round, miners), [index[v.lower()] for v in revealers])
+
+
+def _frozen_miners(net: Devnet, round: int) -> set[str]:
+    """Lower-case miners whose pay for ``round`` a slash proposal froze and no rejection released."""
+    chain = net.chain
+    rejected = {bytes(e.evidence) for e in chain.events("SlashRejected")}
+    return {
+        e.target.lower()
+        for e in chain.events("SlashProposed")
+        if int(e.round) == round and bytes(e.evidence) not in rejected
+    }
 
 
 def honest_paid_every_round(
@@ -239,13 +272,18 @@ def recovered_within_one_round(net: Devnet, paid: Payouts, target: str | None, f
     return make_check("recovered_within_one_round", ok, detail)
 
 
-def nobody_slashed(net: Devnet, paid: Payouts) -> Check:
-    """No ``Slashed`` event."""
-    slashed = [
-        f"{paid.names.get(e.target.lower(), e.target)} ({int(e.amount) / 1e18:.1f})"
-        for e in net.chain.events("Slashed")
-    ]
-    return make_check("nobody_slashed", not slashed, ", ".join(slashed) or "no Slashed event")
+def nobody_slashed(net: Devnet, paid: Payouts, cheats: list[str] | None = None) -> Check:
+    """No ``Slashed`` event, but against the scenario's ``cheats`` (node names): an audited cheat that does
+    not answer its audit in time is slashed by design (issue 26, ``reportUnanswered``)."""
+    slashed: list[str] = []
+    cheats_slashed: list[str] = []
+    for e in net.chain.events("Slashed"):
+        name = paid.names.get(e.target.lower(), e.target)
+        (cheats_slashed if name in (cheats or []) else slashed).append(f"{name} ({int(e.amount) / 1e18:.1f})")
+    detail = ", ".join(slashed) or "no honest participant slashed"
+    if cheats_slashed:
+        detail += f"; cheats slashed: {', '.join(cheats_slashed)}"
+    return make_check("nobody_slashed", not slashed, detail)
 
 
 def logs_say_what_happened(net: Devnet, sc: Scenario) -> Check:
