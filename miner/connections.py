@@ -9,11 +9,9 @@ The node (``miner.node``) composes its services over one :class:`MinerConnection
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from torch import Tensor
 
@@ -23,17 +21,14 @@ from miner.config import MinerConfig
 from miner.errors import MinerError
 from miner.state import MinerState
 from miner.work import BuiltUpdate
-from protocol.node.api import NodeMetrics
-from protocol.node.start import NodeRuntime
+from protocol.node.connections import NodeConnections
 from protocol.node.traffic import TrafficLedger
-from protocol.p2p.blobs import BlobStore
 from protocol.p2p.discovery import Discovery
 from protocol.p2p.transfer import FetchPolicy
 from protocol.rounds.coordinator import Coordinator
 from protocol.runspec import RunSpec
 from protocol.wire.commitments import update_commitment
 from protocol.wire.tensorblob import split_checkpoint
-from training.data import Dataset, prepare
 
 #: Produces TEE evidence for (round, miner, update digest); None when the node runs without a TEE.
 EvidenceFn = Callable[[int, str, bytes], bytes | None]
@@ -65,25 +60,11 @@ def part_index(
 
 
 @dataclass(frozen=True)
-class MinerConnections:
-    """A miner's configuration and connections, shared read-only by its services."""
+class MinerConnections(NodeConnections[MinerConfig, MinerState]):
+    """A miner's configuration and connections, shared read-only by its services: the fields every node
+    has (``protocol.node.connections.NodeConnections``: settings, run, round view, discovery, state, the
+    blobs it serves, metrics, runtime), and these."""
 
-    cfg: MinerConfig
-    """The node's settings."""
-    spec: RunSpec
-    """The run: model, codec, inner and outer loop, corpus."""
-    coord: Coordinator
-    """The chain's round view; its ``address`` is this miner's."""
-    discovery: Discovery
-    """Signed node records: where this miner announces what it serves."""
-    state: MinerState
-    """The durable per-round records (``state.json``), residuals and kept blobs."""
-    public: BlobStore
-    """The blobs this miner serves."""
-    metrics: NodeMetrics
-    """The node's Prometheus metrics."""
-    runtime: NodeRuntime
-    """Start, run and stop, and what ``/status`` shows (phase, last error, URL)."""
     behaviour: Behaviour
     """How this miner trains and serves (honest, or an attack suite's mode)."""
     checkpoints: CheckpointSource
@@ -100,38 +81,10 @@ class MinerConnections:
         traffic: TrafficLedger | None = None,
     ) -> MinerConnections:
         """A miner's connections: its state opened in ``cfg.data_dir``, its blob store beside it."""
-        state = MinerState(cfg.data_dir.expanduser())
-        public = BlobStore(state.dir / "public")
-        metrics = NodeMetrics.create("miner")
-        runtime = NodeRuntime(
-            role="miner",
-            cfg=cfg,
-            coord=coord,
-            discovery=discovery,
-            public=public,
-            metrics=metrics,
-            traffic=traffic or TrafficLedger(),
-            node_log=logging.getLogger("miner.node"),
-            retried=(MinerError,),
-        )
+        parts = cls.parts("miner", cfg, coord, discovery, MinerState, traffic=traffic, retried=(MinerError,))
         policy = FetchPolicy(timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts)
-        checkpoints = CheckpointSource(spec, coord, discovery, state, policy, metrics)
-        return cls(cfg, spec, coord, discovery, state, public, metrics, runtime, behaviour, checkpoints)
-
-    @property
-    def address(self) -> str:
-        """This miner's address."""
-        return self.coord.address
-
-    @property
-    def url(self) -> str:
-        """This miner's public URL (empty until the runtime started)."""
-        return self.runtime.url
-
-    @cached_property
-    def dataset(self) -> Dataset:
-        """The run's prepared corpus (loaded on first use)."""
-        return prepare(self.spec.load_corpus(), self.spec.model)
+        checkpoints = CheckpointSource(spec, coord, discovery, parts.state, policy, parts.metrics)
+        return cls(cfg, spec, coord, discovery, *parts, behaviour, checkpoints)
 
     def chain_has_commit(self, round: int, digest: bytes) -> bool:
         """Whether the chain holds this miner's commitment to the update ``digest`` in ``round``."""

@@ -9,24 +9,19 @@ its own state (intake the round's fetched updates, checkpoints theta_r, slashing
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from torch import Tensor
 
-from protocol.node.api import NodeMetrics
-from protocol.node.start import NodeRuntime
+from protocol.node.connections import NodeConnections
 from protocol.node.traffic import TrafficLedger
-from protocol.p2p.blobs import BlobStore
 from protocol.p2p.discovery import Discovery
 from protocol.p2p.transfer import FetchPolicy, get_capped
 from protocol.rounds.coordinator import Coordinator, RoundState
 from protocol.runspec import RunSpec
 from protocol.wire.canonical import check_json_depth
 from protocol.wire.tensorblob import tensor_blob_digest
-from training.data import Dataset, prepare
 from validator.config import ValidatorConfig
 from validator.context import RoundContext
 from validator.errors import ValidatorError
@@ -57,25 +52,12 @@ class RoundCache:
 
 
 @dataclass(frozen=True)
-class Connections:
-    """A validator's configuration and connections, shared read-only by its services."""
+class Connections(NodeConnections[ValidatorConfig, ValidatorState]):
+    """A validator's configuration and connections, shared read-only by its services: the fields every
+    node has (``protocol.node.connections.NodeConnections``: settings, whose ``verify`` is the
+    verification policy; run; round view; discovery; state; the blobs it serves, checkpoints and the
+    updates it holds; metrics; runtime), and its fetch policy."""
 
-    cfg: ValidatorConfig
-    """The node's settings (``verify``: the verification policy)."""
-    spec: RunSpec
-    """The run: model, codec, inner and outer loop, merge policy, corpus."""
-    coord: Coordinator
-    """The chain's round view; its ``address`` is this validator's."""
-    discovery: Discovery
-    """Signed node records: where miners and peers serve what."""
-    state: ValidatorState
-    """The durable per-round records (``state.json``) and the blobs kept with them."""
-    public: BlobStore
-    """The blobs this validator serves: checkpoints and the updates it holds."""
-    metrics: NodeMetrics
-    """The node's Prometheus metrics."""
-    runtime: NodeRuntime
-    """Start, run and stop, and what ``/status`` shows (phase, last error, URL)."""
     fetch_policy: FetchPolicy
     """Size cap, timeout and attempts of every fetch from a peer."""
 
@@ -89,39 +71,20 @@ class Connections:
         traffic: TrafficLedger | None = None,
     ) -> Connections:
         """A validator's connections: its state opened in ``cfg.data_dir``, its blob store beside it."""
-        state = ValidatorState(cfg.data_dir.expanduser())
-        public = BlobStore(state.dir / "public", digest_fn=tensor_blob_digest)
-        metrics = NodeMetrics.create("validator")
-        runtime = NodeRuntime(
-            role="validator",
-            cfg=cfg,
-            coord=coord,
-            discovery=discovery,
-            public=public,
-            metrics=metrics,
-            traffic=traffic or TrafficLedger(),
-            node_log=logging.getLogger("validator.node"),
+        parts = cls.parts(
+            "validator",
+            cfg,
+            coord,
+            discovery,
+            ValidatorState,
+            traffic=traffic,
             retried=(ValidatorError,),
+            digest_fn=tensor_blob_digest,
         )
         policy = FetchPolicy(
             max_bytes=cfg.verify.max_update_bytes, timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts
         )
-        return cls(cfg, spec, coord, discovery, state, public, metrics, runtime, policy)
-
-    @property
-    def address(self) -> str:
-        """This validator's address."""
-        return self.coord.address
-
-    @property
-    def url(self) -> str:
-        """This validator's public URL (empty until the runtime started)."""
-        return self.runtime.url
-
-    @cached_property
-    def dataset(self) -> Dataset:
-        """The run's prepared corpus (loaded on first use)."""
-        return prepare(self.spec.load_corpus(), self.spec.model)
+        return cls(cfg, spec, coord, discovery, *parts, policy)
 
     def peer_urls(self) -> list[str]:
         """The configured peer validators' URLs, this validator's own left out."""

@@ -6,6 +6,7 @@ warm-up; the common HTTP API (``protocol.node.api``) with the role's own routes 
 records (``protocol.p2p.recordbook``); the server; registration on chain with the role's stake, if the key is
 not registered yet. Run: the node's ``step`` every ``poll_interval`` until a signal, its role's errors
 retried with backoff (``protocol.node.loop``). Stop: the server.
+:meth:`NodeRuntime.create` builds a role's runtime, the same for both (``protocol.node.connections``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,32 @@ class NodeRuntime:
     """What the node is doing (``/status``)."""
     last_error: str = ""
     """The last step's error, cleared when a step succeeds again (``/status``)."""
+
+    @classmethod
+    def create(
+        cls,
+        role: str,
+        cfg: NodeConfig,
+        coord: Coordinator,
+        discovery: Discovery,
+        public: BlobStore,
+        *,
+        traffic: TrafficLedger | None = None,
+        retried: tuple[type[Exception], ...] = (),
+    ) -> NodeRuntime:
+        """A ``role`` node's runtime with fresh metrics (``NodeMetrics.create(role)``), reporting to the
+        role's node logger (``{role}.node``) and retrying ``retried`` besides :class:`ProtocolError`."""
+        return cls(
+            role=role,
+            cfg=cfg,
+            coord=coord,
+            discovery=discovery,
+            public=public,
+            metrics=NodeMetrics.create(role),
+            traffic=traffic or TrafficLedger(),
+            node_log=logging.getLogger(f"{role}.node"),
+            retried=retried,
+        )
 
     def start(
         self,
