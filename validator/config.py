@@ -32,6 +32,11 @@ ENV_PREFIX = "TESSERA_VALIDATOR_"
 
 #: The settings that were the run file's merge section before it was the only one, -> its field.
 RETIRED_MERGE_SETTINGS = {"merge_method": "method", "clip_factor": "clip_factor", "trim": "trim"}
+#: Settings that no longer do anything, -> why (accepted with a warning, so an older config still loads).
+IGNORED_SETTINGS = {
+    "withhold_grace_seconds": "an unreachable miner is retried while its verification budget lasts "
+    "(validator.schedule, issue 27), not for a fixed grace",
+}
 
 __all__ = ["ValidatorConfig", "load_validator_config"]
 
@@ -46,10 +51,13 @@ class ValidatorConfig(NodeConfig):
     }
     """Thresholds an older config gives at the top level (read, with a warning)."""
     retired_settings: ClassVar[Mapping[str, str]] = {
-        k: f"the merge policy is the run file's merge.{v} (protocol.runspec)"
-        for k, v in RETIRED_MERGE_SETTINGS.items()
+        **{
+            k: f"the merge policy is the run file's merge.{v} (protocol.runspec)"
+            for k, v in RETIRED_MERGE_SETTINGS.items()
+        },
+        **IGNORED_SETTINGS,
     }
-    """Settings that are the run file's now (see :func:`load_validator_config`)."""
+    """Settings that are the run file's now, or do nothing (see :func:`load_validator_config`)."""
 
     key_env: str = "TESSERA_VALIDATOR_KEY"
     """Environment variable holding the validator's private key (if no keystore)."""
@@ -61,14 +69,6 @@ class ValidatorConfig(NodeConfig):
     """Fallback URLs of other validators (checkpoints, certificate signatures)."""
     slash: bool = True
     """Propose/vote slashing on provable failures."""
-    withhold_grace_seconds: float = 30.0
-    """How long after its first failure to arrive (counted from REVEAL, when updates are first fetched) a
-    miner's update (or transcript states) is retried before its verdict becomes final (scored 0). Long
-    enough for a restart (issue 10 measured 18 s; a restarted miner announces its update again), short
-    enough that a miner that commits and withholds does not hold the round: the scores of everyone else
-    are committed once the grace has passed, not at the phase deadline. On a chain whose phases last their
-    windows the grace runs inside them and costs the others nothing; only a fast-forwarded devnet, which
-    skips a phase once every node is done, waits it out (docs/security.md, F19)."""
     dangerous_dev_tee: bool = False
     """Trust evidence from the *development* enclave whose seed is in ``$TESSERA_DEV_TEE_SEED`` (devnet
     only; never in production). The seed comes from the environment, never a flag or file: anyone who can
@@ -107,6 +107,9 @@ def load_validator_config(
         )
     except ProtocolError as exc:
         raise ValidatorConfigError(str(exc)) from exc
+    for name in sorted(set(retired) & set(IGNORED_SETTINGS)):
+        log.warning("%s: deprecated and ignored (%s); remove it", name, IGNORED_SETTINGS[name])
+        del retired[name]
     if retired:
         _check_retired_merge(cfg, retired)
     return cfg

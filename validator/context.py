@@ -147,7 +147,7 @@ class RoundContext:
 
 def unreachable(exc: BaseException) -> bool:
     """Whether a failed fetch means the miner could not be reached (down, restarting, slow, not announced
-    yet: retried within ``withhold_grace_seconds``) rather than that it answered and does not serve the
+    yet: retried while its budget lasts, ``validator.schedule``) rather than that it answered and does not serve the
     bytes (a 404 from a running miner: final at once, so withholding holds nobody, issue 10)."""
     return isinstance(exc, (PeerUnavailableError, FetchTimeoutError, NotAnnouncedError))
 

@@ -354,3 +354,14 @@ def test_validator_sections_and_settings_that_moved(tmp_path: Path, caplog: pyte
     # without a judge for them, a retired setting is refused by the loader itself
     with pytest.raises(SettingsError, match="trim .* is no longer a setting"):
         load_settings(ValidatorConfig, overrides={"trim": "0.1"}, env={})
+
+
+def test_an_ignored_setting_loads_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``withhold_grace_seconds`` does nothing since the deadline schedule (issue 27): an older config that
+    sets it still loads, with one warning naming it, and the field is gone."""
+    f = tmp_path / "v.toml"
+    f.write_text("[validator]\nwithhold_grace_seconds = 45\nslash = false\n")
+    with caplog.at_level("WARNING"):
+        cfg = load_validator_config(f, env={})
+    assert cfg.slash is False and not hasattr(cfg, "withhold_grace_seconds")
+    assert any("withhold_grace_seconds: deprecated and ignored" in m for m in caplog.messages)
