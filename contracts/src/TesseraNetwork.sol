@@ -151,11 +151,13 @@ contract TesseraNetwork is ITesseraNetwork, NetworkState {
     }
 
     /// @notice Commits to `round` and claims all rewards owed, in one transaction (the cheapest way
-    ///         for a miner to take part in a round).
+    ///         for a miner to take part in a round). Vests like {claim}: pay whose round + K is finalized
+    ///         is paid, pay that has not vested yet stays (and stays forfeitable).
     /// @param round The current round.
     /// @param commitment See {commitUpdate}.
     function commitAndClaim(uint256 round, bytes32 commitment) external {
         commitUpdate(round, commitment);
+        _vest(msg.sender);
         uint256 owed = _accounts[msg.sender].owed;
         if (owed != 0) {
             _accounts[msg.sender].owed = 0;

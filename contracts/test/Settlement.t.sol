@@ -125,6 +125,49 @@ contract SettlementTest is Fixture {
         assertEq(token.balanceOf(ms[0]) - before, pay, "vested only");
     }
 
+    /// A miner that stops committing for K rounds then commits again with commitAndClaim is paid its
+    /// vested pay (its slots were not rolled over by later pay, so only a sweep vests them), like claim.
+    function test_commitAndClaim_vestsLikeClaim() public {
+        _setUp(10_000, 0, 2);
+        address[] memory ms = _payingRound(5_000); // round 1
+        uint256 pay = _paid(ms);
+        _emptyRound(); // round 2
+        _emptyRound(); // round 3 = 1 + K finalized: round 1's pay has vested, still in its slot
+        assertEq(net.accountOf(ms[0]).owed, 0, "not swept yet");
+        assertEq(net.unvestedOf(ms[0]), 0, "vested");
+        uint256 before = token.balanceOf(ms[0]);
+        uint256 unvestedBefore = net.totalUnvested();
+        bytes32 c = net.commitmentFor(4, ms[0], "x");
+        vm.prank(ms[0]);
+        net.commitAndClaim(4, c);
+        assertEq(token.balanceOf(ms[0]) - before, pay, "vested pay claimed");
+        assertEq(net.totalUnvested(), unvestedBefore - pay, "left the unvested total");
+        assertEq(net.accountOf(ms[0]).lastCommitRound, 4, "committed");
+        vm.prank(ms[0]);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingToWithdraw.selector, ms[0]));
+        net.claim();
+    }
+
+    /// commitAndClaim pays nothing that has not vested: a proof confirmed afterwards still forfeits it.
+    function test_commitAndClaim_leavesUnvestedForfeitable() public {
+        _setUp(10_000, 0, 2);
+        address[] memory ms = _payingRound(5_000); // round 1
+        uint256 pay = _paid(ms);
+        uint256 before = token.balanceOf(ms[0]);
+        bytes32 c = net.commitmentFor(2, ms[0], "x");
+        vm.prank(ms[0]);
+        net.commitAndClaim(2, c);
+        assertEq(token.balanceOf(ms[0]), before, "round 1 not vested: nothing paid");
+        assertEq(net.unvestedOf(ms[0]), pay, "still vesting");
+        vm.prank(v1);
+        net.proposeSlash(ms[0], 1, "late");
+        vm.prank(v2);
+        net.voteSlash("late", true);
+        assertTrue(net.slashProposal("late").executed, "confirmed");
+        assertEq(net.unvestedOf(ms[0]), 0, "forfeited");
+        assertEq(net.accountOf(ms[0]).owed, 0, "nothing owed");
+    }
+
     // ------------------------------------------------------------ fraud proofs override the median
 
     function test_fraudProof_beforeSettlement_zeroesPayWhateverTheMedian() public {
