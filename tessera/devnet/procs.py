@@ -93,10 +93,7 @@ def node_procs(
             str(ports[name]),
             "--checkpoint-urls",
             vurls,
-            "--tee",
-            cfg.tee,
-            "--stake",
-            str(cfg.miner_stake_wei()),
+            *("--tee", cfg.tee, "--stake", str(cfg.miner_stake_wei())),  # the deployed stake (issue 26)
         ]
         if name in cfg.miner_devices:
             args += ["--device", cfg.miner_devices[name]]
