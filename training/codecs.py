@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -106,6 +107,12 @@ def _side(n: int) -> int:
 
 
 def tile_grid(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """``_tile_grid`` of ``shape`` (cached: a validator asks for it about 100 times per update)."""
+    return _tile_grid(tuple(shape))
+
+
+@lru_cache(maxsize=4096)
+def _tile_grid(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     """``(R, C, tr, tc)`` of the ``shaped`` transform: the tensor seen as ``R x C`` (its first dimension by
     the rest; a vector or scalar is one row) cut into ``tr x tc`` tiles, each side the largest divisor up to
     :data:`TILE` of the tensor's, so no tile is padded."""
@@ -117,6 +124,12 @@ def tile_grid(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
 
 
 def layout_of(shape: tuple[int, ...], cfg: CodecConfig) -> Layout:
+    """``_layout_of`` of ``shape`` (cached, as :func:`tile_grid`; a :class:`Layout` is immutable)."""
+    return _layout_of(tuple(shape), cfg)
+
+
+@lru_cache(maxsize=4096)
+def _layout_of(shape: tuple[int, ...], cfg: CodecConfig) -> Layout:
     """The chunk layout of a tensor of ``shape``: :func:`layout` of its size, or with the ``shaped``
     transform one chunk per tile of :func:`tile_grid`, each keeping ``ceil(topk * area / chunk)``."""
     if cfg.transform not in SHAPED:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Protocol
 
 from protocol.wire.updateerrors import DecodeTooCostly
@@ -150,6 +151,13 @@ def _param_cost(numel: int, cfg: CodecConfig) -> tuple[int, int, float, int]:
 
 
 def decode_cost(params: tuple[tuple[str, tuple[int, ...]], ...], cfg: CodecConfig) -> DecodeCost:
+    """``_decode_cost`` of ``params``, cached: a validator computes the run's model's and each update's
+    header's for every update it checks, and a round's headers repeat."""
+    return _decode_cost(tuple((name, tuple(shape)) for name, shape in params), cfg)
+
+
+@lru_cache(maxsize=1024)
+def _decode_cost(params: tuple[tuple[str, tuple[int, ...]], ...], cfg: CodecConfig) -> DecodeCost:
     """The :class:`DecodeCost` of decoding ``params`` (name, shape) with ``cfg``: computed from the header
     alone, before any payload byte is read, so a decode can be refused before it allocates."""
     decoded = outputs = largest = payload = 0
