@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 from eth_account import Account
 
+from protocol.errors import ProtocolError
 from protocol.rounds.anvil import Anvil, free_port
 from protocol.rounds.deployment import Deployment
 from tessera.commands.runspec import train_tokenizer_file
@@ -307,7 +308,13 @@ class Devnet(NodeProcesses):
             return False
         alive = {n.address for n in self.nodes.values() if n.role == "miner" and n.alive()}
         nv = sum(1 for n in self.nodes.values() if n.role == "validator" and n.alive())
-        return fast_forward_phase(self.chain, self.anvil.rpc_url, nv, alive, self._miners_served)
+        try:
+            return fast_forward_phase(self.chain, self.anvil.rpc_url, nv, alive, self._miners_served)
+        except (httpx.HTTPError, OSError, DevnetError, ProtocolError) as exc:
+            # a loaded machine can time out an ``anvil_mine`` or a read (30 s): the phase then runs out on
+            # the wall clock or the next poll mines it; it never ends the run (issue 26's measurement)
+            log.warning("fast-forward skipped: %s: %s", type(exc).__name__, exc)
+            return False
 
     def _miners_served(self, round: int) -> int:
         served = 0
