@@ -9,15 +9,16 @@ It is given its services (:class:`MinerServices`, built by :func:`compose` over 
 ``miner.connections.MinerConnections``) and holds them, it does not inherit them: ``committer``
 (``miner.commit``: train, record, commit), ``publisher`` (``miner.publish``: serve the round's update,
 transcript and error feedback) and ``rewards`` (``miner.rewards``: rewards and the account); start, run and
-stop are its runtime's (``protocol.node.start.NodeRuntime``), as for the validator.
+stop are its runtime's (``protocol.node.start.NodeRuntime``), as for the validator; what callers read of it
+and the loop around ``act`` are ``protocol.node.rolenode.RoleNode``'s.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 from attestation import report_data
 from attestation.simulated import SimulatedEnclave
@@ -30,9 +31,8 @@ from miner.livepage import mount_live_page
 from miner.publish import Publisher
 from miner.rewards import Rewards
 from miner.state import COMMITTED, PREPARED, SERVED, MinerState
-from protocol.node.api import NodeMetrics
+from protocol.node.rolenode import RoleNode
 from protocol.node.traffic import TrafficLedger
-from protocol.p2p.blobs import BlobStore
 from protocol.p2p.discovery import Discovery
 from protocol.rounds.coordinator import Coordinator, RoundState
 from protocol.rounds.phases import Phase
@@ -88,10 +88,12 @@ def compose(
     )
 
 
-class MinerNode:
-    """A miner: one process, one key, one run; this class is its phase machine (``step``) over the
-    services it is given (:func:`compose` builds them); ``start``, ``run`` and ``stop`` are its runtime's
-    (``protocol.node.start.NodeRuntime``)."""
+class MinerNode(RoleNode[MinerConfig, MinerState]):
+    """A miner: one process, one key, one run; this class is its phase machine (``act``) over the
+    services it is given (:func:`compose` builds them); what callers read of it, ``start``, ``run`` and
+    ``stop`` are ``protocol.node.rolenode.RoleNode``'s, over its runtime."""
+
+    conn: MinerConnections
 
     def __init__(
         self,
@@ -109,45 +111,10 @@ class MinerNode:
             cfg, spec, coord, discovery, behaviour=behaviour, evidence_fn=evidence_fn, traffic=traffic
         )
         s = self.services
-        self.conn, self.committer, self.publisher, self.rewards = s.conn, s.committer, s.publisher, s.rewards
-        self.runtime = s.conn.runtime
+        super().__init__(s.conn)
+        self.committer, self.publisher, self.rewards = s.committer, s.publisher, s.rewards
 
-    # -- what callers read -----------------------------------------------------------------------------
-
-    @property
-    def cfg(self) -> MinerConfig:
-        """The node's settings."""
-        return self.conn.cfg
-
-    @property
-    def coord(self) -> Coordinator:
-        """The chain's round view."""
-        return self.conn.coord
-
-    @property
-    def discovery(self) -> Discovery:
-        """Signed node records."""
-        return self.conn.discovery
-
-    @property
-    def state(self) -> MinerState:
-        """The durable per-round records."""
-        return self.conn.state
-
-    @property
-    def public(self) -> BlobStore:
-        """The blobs this miner serves."""
-        return self.conn.public
-
-    @property
-    def metrics(self) -> NodeMetrics:
-        """The node's Prometheus metrics."""
-        return self.conn.metrics
-
-    @property
-    def traffic(self) -> TrafficLedger:
-        """What the node sent and received."""
-        return self.runtime.traffic
+    # -- what callers read (besides RoleNode's) --------------------------------------------------------
 
     @property
     def behaviour(self) -> Behaviour:
@@ -160,46 +127,20 @@ class MinerNode:
         return self.conn.checkpoints
 
     @property
-    def address(self) -> str:
-        """This miner's address."""
-        return self.conn.address
-
-    @property
-    def url(self) -> str:
-        """This miner's public URL (once started)."""
-        return self.runtime.url
-
-    @property
-    def phase(self) -> str:
-        """What the node is doing (``/status``)."""
-        return self.runtime.phase
-
-    @property
-    def last_error(self) -> str:
-        """The last step's error, if it has not recovered since (``/status``)."""
-        return self.runtime.last_error
-
-    @property
     def rounds_done(self) -> int:
         """Rounds settled with a reward recorded."""
         return self.rewards.rounds_done
 
-    # -- runtime ---------------------------------------------------------------------------------------
+    # -- the role's parts of the runtime ---------------------------------------------------------------
 
-    def start(self) -> Self:
-        """Start the HTTP API and register on-chain if needed."""
-        self.runtime.start(self.status, self._add_routes, self.publisher.serve_transcript_state)
-        return self
+    @property
+    def blob_fallback(self) -> Callable[[str], bytes | None]:
+        """Transcript states, made on demand (``Publisher.serve_transcript_state``)."""
+        return self.publisher.serve_transcript_state
 
-    def run(self, stop: threading.Event | None = None) -> None:
-        """Step until ``stop`` is set (or ``max_rounds`` rounds are done); errors are retried with backoff."""
-        self.runtime.run(self.step, stop, self._done)
+    def add_routes(self, app: Any) -> None:
+        """``/rounds`` and the live page."""
 
-    def stop(self) -> None:
-        """Stop serving."""
-        self.runtime.stop()
-
-    def _add_routes(self, app: Any) -> None:
         @app.get("/rounds", summary="This miner's round records")
         def rounds() -> dict[str, Any]:
             return {str(r): rec for r, rec in self._rounds_json().items()}
@@ -233,19 +174,16 @@ class MinerNode:
         }
 
     # -- the loop --------------------------------------------------------------------------------------
-    def _done(self) -> bool:
+    def done(self) -> bool:
+        """``max_rounds`` rounds are done (0: never)."""
         return bool(self.cfg.max_rounds) and self.rounds_done >= self.cfg.max_rounds
 
-    def step(self) -> None:
+    def act(self, st: RoundState) -> None:
         """Take whatever action the chain's current state calls for."""
-        st = self.coord.current()
         self._act(st)
         self.publisher.synced = True
-        self.runtime.maybe_advance(st)
 
     def _act(self, st: RoundState) -> None:
-        self.metrics.round.set(st.round)
-        self.traffic.round = st.round
         self.rewards.collect(st.round)
         rec = self.state.record(st.round)
         if st.phase == Phase.COMMIT and st.block <= st.deadline:

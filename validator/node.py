@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
-from protocol.node.api import NodeMetrics
+from protocol.node.rolenode import RoleNode
 from protocol.node.traffic import TrafficLedger
-from protocol.p2p.blobs import BlobStore
 from protocol.p2p.discovery import Discovery
 from protocol.rounds.consensus import SCORE_MAX
 from protocol.rounds.coordinator import Coordinator, CoordinatorError, RoundState
@@ -97,10 +95,12 @@ def compose(
     return ValidatorServices(conn, intake, pipeline, slashing, ckpts, ValidatorApi(conn, intake, ckpts))
 
 
-class ValidatorNode:
-    """A validator: one process, one key, one run; this class is its phase machine (``step``) over the
-    services it is given (:func:`compose` builds the honest ones); ``start``, ``run`` and ``stop`` are its
-    runtime's (``protocol.node.start.NodeRuntime``)."""
+class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
+    """A validator: one process, one key, one run; this class is its phase machine (``act``) over the
+    services it is given (:func:`compose` builds the honest ones); what callers read of it, ``start``,
+    ``run`` and ``stop`` are ``protocol.node.rolenode.RoleNode``'s, over its runtime."""
+
+    conn: Connections
 
     def __init__(
         self,
@@ -121,9 +121,9 @@ class ValidatorNode:
             cfg, spec, coord, discovery, check_evidence=check_evidence, traffic=traffic
         )
         s = self.services
-        self.conn, self.intake, self.pipeline = s.conn, s.intake, s.pipeline
+        super().__init__(s.conn)
+        self.intake, self.pipeline = s.intake, s.pipeline
         self.slashing, self.checkpoints, self.api = s.slashing, s.checkpoints, s.api
-        self.runtime = s.conn.runtime
         # 32 fresh bytes per (purpose, round): seed-share secrets and score salts. A test harness may pass a
         # deterministic source so that runs it compares share their round seeds; a node never does.
         self._entropy = entropy or (lambda purpose, round: os.urandom(32))
@@ -131,102 +131,28 @@ class ValidatorNode:
         self.scheduler = VerifyScheduler(s.conn, s.intake, s.pipeline)
         """Runs each round's verification against the score-commit deadline (issue 27)."""
 
-    # -- what callers read -----------------------------------------------------------------------------
-
-    @property
-    def cfg(self) -> ValidatorConfig:
-        """The node's settings."""
-        return self.conn.cfg
-
-    @property
-    def coord(self) -> Coordinator:
-        """The chain's round view."""
-        return self.conn.coord
-
-    @property
-    def discovery(self) -> Discovery:
-        """Signed node records."""
-        return self.conn.discovery
-
-    @property
-    def state(self) -> ValidatorState:
-        """The durable per-round records."""
-        return self.conn.state
-
-    @property
-    def public(self) -> BlobStore:
-        """The blobs this validator serves."""
-        return self.conn.public
-
-    @property
-    def metrics(self) -> NodeMetrics:
-        """The node's Prometheus metrics."""
-        return self.conn.metrics
-
-    @property
-    def traffic(self) -> TrafficLedger:
-        """What the node sent and received."""
-        return self.runtime.traffic
-
-    @property
-    def address(self) -> str:
-        """This validator's address."""
-        return self.conn.address
-
-    @property
-    def url(self) -> str:
-        """This validator's public URL (once started)."""
-        return self.runtime.url
-
-    @property
-    def phase(self) -> str:
-        """What the node is doing (``/status``)."""
-        return self.runtime.phase
-
-    @phase.setter
-    def phase(self, value: str) -> None:
-        self.runtime.phase = value
-
-    @property
-    def last_error(self) -> str:
-        """The last step's error, if it has not recovered since (``/status``)."""
-        return self.runtime.last_error
+    # -- the role's parts of the runtime ---------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
         return self.api.status()
 
-    # -- runtime ---------------------------------------------------------------------------------------
-
-    def start(self) -> Self:
-        """Start the HTTP API and register on-chain if needed."""
-        self.runtime.start(self.api.status, self.api.add_routes)
-        return self
-
-    def run(self, stop: threading.Event | None = None) -> None:
-        """Step until ``stop`` is set; errors are retried with backoff."""
-        self.runtime.run(self.step, stop)
-
-    def stop(self) -> None:
-        """Stop serving."""
-        self.runtime.stop()
+    def add_routes(self, app: Any) -> None:
+        """The validator's routes (``validator.api.ValidatorApi``)."""
+        self.api.add_routes(app)
 
     # -- loop ------------------------------------------------------------------------------------------
 
-    def step(self) -> None:
+    def act(self, st: RoundState) -> None:
         """Take whatever action the chain's current state calls for."""
-        st = self.coord.current()
         r = st.round
         self.scheduler.blocks.observe(st.block)
         self.api.key_use.check(r)  # a second validator on this key stops here (issue 27 item 3)
-        self.metrics.round.set(r)
-        self.traffic.round = r
         self.intake.new_round(r)
         if r > 1:
             self.checkpoints.settle_previous(r - 1)
         if st.checkpoint is None:
             self.phase = "waiting-certificate"
-            self.runtime.maybe_advance(st)
             return
         theta = self.checkpoints.ensure_theta(r, st.checkpoint)
         key = (r, int(st.phase))
@@ -262,7 +188,6 @@ class ValidatorNode:
                 if self.coord.current().round == r:
                     raise
                 log.info("round %d finalized by another validator (%s)", r, exc)
-        self.runtime.maybe_advance(st)
 
     # -- seed ------------------------------------------------------------------------------------------
     def _seed_commit(self, round: int) -> None:

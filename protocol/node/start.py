@@ -5,7 +5,8 @@ Start: torch's threads and deterministic settings for the node's device (``train
 warm-up; the common HTTP API (``protocol.node.api``) with the role's own routes and the signed node
 records (``protocol.p2p.recordbook``); the server; registration on chain with the role's stake, if the key is
 not registered yet. Run: the node's ``step`` every ``poll_interval`` until a signal, its role's errors
-retried with backoff (``protocol.node.loop``). Stop: the server.
+retried with backoff (``protocol.node.loop``); a step (:meth:`NodeRuntime.step`) reads the chain's current
+round, hands it to the role's action and advances a phase whose deadline passed. Stop: the server.
 :meth:`NodeRuntime.create` builds a role's runtime, the same for both (``protocol.node.connections``).
 """
 
@@ -122,6 +123,15 @@ class NodeRuntime:
         if self.coord.ensure_registered(self.role, self.cfg.stake):
             log.info("registered %s as a %s with stake %d", self.coord.address, self.role, self.cfg.stake)
         self.phase = "ready"
+
+    def step(self, act: Callable[[RoundState], None]) -> None:
+        """One step of the node's loop: read the chain's current round, show it (the ``round`` metric,
+        the traffic ledger's round), ``act`` on it, then advance a phase whose deadline has passed."""
+        st = self.coord.current()
+        self.metrics.round.set(st.round)
+        self.traffic.round = st.round
+        act(st)
+        self.maybe_advance(st)
 
     def maybe_advance(self, st: RoundState) -> None:
         """Advance a phase whose deadline has passed (any node may; one that loses the race to another
