@@ -68,6 +68,8 @@ class Devnet(NodeProcesses):
     nodes: dict[str, NodeProc] = field(default_factory=dict)
     anvil: Any = None
     chain: Any = None
+    driver_traffic: Any = None
+    """The devnet driver's own JSON-RPC bytes (a ``TrafficLedger``): not the nodes', but on the wire."""
     dht: Any = None
     deployment_path: Path = Path()
     run_path: Path = Path()
@@ -143,7 +145,11 @@ class Devnet(NodeProcesses):
             self._rpc("anvil_setBalance", [Account.from_key(k).address, hex(10**22)])
         self.deployment_path = cfg.workdir / "deployment.json"
         self._deploy(keys, genesis)
-        self.chain = Chain.connect(Deployment.load(self.deployment_path), rpc_url=self.anvil.rpc_url)
+        from protocol.node.traffic import TrafficLedger
+
+        self.driver_traffic = TrafficLedger()
+        dep = Deployment.load(self.deployment_path)
+        self.chain = Chain.connect(dep, rpc_url=self.anvil.rpc_url, traffic=self.driver_traffic)
 
     def _start_nodes(self, keys: dict[str, str]) -> None:
         """Every validator and miner process (``tessera.devnet.procs``), behind its proxies if any."""

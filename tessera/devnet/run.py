@@ -266,10 +266,17 @@ def build_report(
         "wall_seconds_startup": round(t_started - t0, 2),
         "per_round": per_round,
         "rewards_total_wei": totals,
+        # all the ledgers counted (every round, operators' reads) and the driver's RPC: what netns-bytes meets
+        "traffic_ledger_bytes_all_rounds": sum(sum(k.values()) for k in traffic.values()),
+        "driver_rpc_bytes": sum(sum(k.values()) for k in merge_ledgers([_driver_ledger(net)]).values()),
         "dht_refused_records": {
             name: (net.get(name, "/status") or {}).get("dht_refused_records") for name in net.nodes
         },
     }
+
+
+def _driver_ledger(net: Devnet) -> dict[str, Any]:
+    return net.driver_traffic.to_json() if net.driver_traffic is not None else {}
 
 
 def _round_figures(
