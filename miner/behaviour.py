@@ -10,7 +10,9 @@ in round order:
 - ``update_bytes``: the encoded update before its digest is committed (a copier substitutes another's);
 - ``should_commit``: whether to commit at all;
 - ``served_update``: the bytes served after the deadline (a replayer serves something else);
-- ``evidence``: the TEE evidence served (a forger tampers with it).
+- ``evidence``: the TEE evidence served (a forger tampers with it);
+- ``serves_state``: whether transcript states are served on demand (a miner withholding when audited
+  refuses them).
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ class Behaviour:
     def evidence(self, ctx: BehaviourContext, evidence: bytes | None) -> bytes | None:
         """TEE evidence to serve (honest: as produced)."""
         return evidence
+
+    def serves_state(self, ctx: BehaviourContext) -> bool:
+        """Whether to serve the round's transcript states to the validators that ask (honest: yes)."""
+        return True
 
 
 _REGISTRY: dict[str, Callable[[], Behaviour]] = {"honest": Behaviour}

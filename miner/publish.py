@@ -131,6 +131,9 @@ class Publisher:
                 return None
             if rec.assign_seed is None or rec.registry is None:
                 return None
+            ctx = BehaviourContext(live.round, c.address, tuple(rec.modules or ()), c.spec.inner.steps)
+            if not c.behaviour.serves_state(ctx):
+                return None
             step, is_params = live.parts[digest]
             a = assignment_for(c.spec, bytes.fromhex(rec.assign_seed), rec.registry, c.address)
             with COMPUTE_LOCK:

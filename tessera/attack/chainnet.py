@@ -57,6 +57,11 @@ class LedgerSnapshot:
     slash_proposals: dict[bytes, bool] = field(default_factory=dict)
     """Evidence hash of every slash proposal -> whether it executed."""
     kind: str = "anvil"
+    audits: dict[tuple[int, str], bool] = field(default_factory=dict)
+    """(scenario round, miner) -> whether the round's seed drew it for an audit (``auditDraw``)."""
+    proposals: list[dict[str, Any]] = field(default_factory=list)
+    """Every slash proposal as the events tell it: target, proposer, (scenario) round, whether it is an
+    unanswered audit, whether it executed, the stake it took and the pay it forfeited (tokens in wei)."""
 
 
 class AnvilLedger:
@@ -73,8 +78,11 @@ class AnvilLedger:
         emission: int = 1000 * WEI,
         validator_share_bps: int = 1000,
         workdir: Path | None = None,
+        audit_params: dict[str, int] | None = None,
     ) -> None:
-        """``accounts``: (private key, tokens to fund) per participant; ``genesis``: theta_1's digest."""
+        """``accounts``: (private key, tokens to fund) per participant; ``genesis``: theta_1's digest;
+        ``audit_params``: ``audit_rate_bps``, ``committee_size``, ``vesting_rounds`` of the deployment
+        (default: q = 1, every validator, and ``NetworkParams``' vesting)."""
         self._tmp = tempfile.TemporaryDirectory(prefix="tessera-attack-chain-") if workdir is None else None
         wd = Path(self._tmp.name) if self._tmp is not None else Path(str(workdir))
         self.anvil = Anvil(accounts=2).start()
@@ -94,6 +102,9 @@ class AnvilLedger:
                 "emission_per_round": emission,
                 "validator_share_bps": validator_share_bps,
                 "slash_bps": 1000,
+                "audit_rate_bps": 10_000,
+                "committee_size": 0,
+                **(audit_params or {}),
             }
             fund = {Account.from_key(k).address: tokens * WEI for k, tokens in accounts}
             deploy_contracts(self.rpc_url, _DEPLOYER, path, params, fund)
@@ -127,7 +138,10 @@ class AnvilLedger:
 
     def snapshot(self) -> LedgerSnapshot:
         """The rounds, slashes and checkpoints as they are now."""
-        return LedgerSnapshot(self.rounds, self.slashed, self.checkpoints, self.slash_proposals)
+        return LedgerSnapshot(
+            self.rounds, self.slashed, self.checkpoints, self.slash_proposals,
+            audits=self.audits, proposals=self.proposals,
+        )  # fmt: skip
 
     # -- the ledger view (scenario rounds) -------------------------------------------------------------
     @property
@@ -200,3 +214,38 @@ class AnvilLedger:
         a proposal that never executes is the issue-10 symptom (6 proposals, 2 slashes)."""
         done = {bytes(e.evidence) for e in self.chain.events("Slashed")}
         return {bytes(e.evidence): bytes(e.evidence) in done for e in self.chain.events("SlashProposed")}
+
+    @property
+    def audits(self) -> dict[tuple[int, str], bool]:
+        """(scenario round, miner) -> audited, for every committed miner of a round whose seed is fixed."""
+        out: dict[tuple[int, str], bool] = {}
+        by_round: dict[int, list[str]] = {}
+        for e in self.chain.events("UpdateCommitted"):
+            by_round.setdefault(int(e.round), []).append(to_checksum_address(e.miner))
+        for cr, miners in sorted(by_round.items()):
+            if self.chain.seed(cr) == b"\0" * 32:
+                continue
+            for m, d in zip(miners, self.chain.round_draws(cr, miners), strict=True):
+                out[(cr - OFFSET, m)] = bool(d.audited)
+        return out
+
+    @property
+    def proposals(self) -> list[dict[str, Any]]:
+        """Every slash proposal with its outcome, from ``SlashProposed``, ``Slashed`` and ``Forfeited``."""
+        slashed = {bytes(e.evidence): int(e.amount) for e in self.chain.events("Slashed")}
+        forfeited: dict[bytes, int] = {}
+        for e in self.chain.events("Forfeited"):
+            forfeited[bytes(e.evidence)] = forfeited.get(bytes(e.evidence), 0) + int(e.amount)
+        out = []
+        for e in self.chain.events("SlashProposed"):
+            ev, target, rnd = bytes(e.evidence), to_checksum_address(e.target), int(e.round)
+            out.append({
+                "evidence": ev.hex(), "target": target, "proposer": to_checksum_address(e.proposer),
+                "round": rnd - OFFSET, "unanswered": ev == self.unanswered_evidence(target, rnd),
+                "executed": ev in slashed, "stake_taken": slashed.get(ev, 0), "forfeited": forfeited.get(ev, 0),
+            })  # fmt: skip
+        return out
+
+    def unanswered_evidence(self, miner: str, chain_round: int) -> bytes:
+        """The contract's ``unansweredEvidence(miner, round)``."""
+        return bytes(self.chain.network.functions.unansweredEvidence(miner, chain_round).call())

@@ -131,8 +131,12 @@ class Network:
         validator_overrides: dict[str, Any] | None = None,
         on_step: Callable[[Network], None] | None = None,
         chain: str = "anvil",
+        audit_params: dict[str, int] | None = None,
     ) -> None:
         self.spec = spec or tiny_spec()
+        self.audit_params = dict(audit_params or {})
+        """The chain's ``audit_rate_bps``, ``committee_size`` and ``vesting_rounds`` where not the default
+        (q = 1 and every validator on both chains; K = 0 in memory, ``NetworkParams``' on anvil)."""
         self.participants = participants
         self._tmp = tempfile.TemporaryDirectory(prefix="tessera-attack-") if workdir is None else None
         self.dir: Path = Path(self._tmp.name) if self._tmp is not None else Path(str(workdir))
@@ -168,6 +172,7 @@ class Network:
                 phase_blocks=phase_blocks,
                 emission=emission,
                 validator_share_bps=validator_share_bps,
+                **self.audit_params,
             )
             return ledger, 0
         if self.chain == "anvil":
@@ -178,6 +183,7 @@ class Network:
                 emission=emission,
                 validator_share_bps=validator_share_bps,
                 workdir=self.dir,
+                audit_params=self.audit_params,
             )
             return anvil, OFFSET
         raise AttackError(f"unknown chain {self.chain!r}: anvil or memory")

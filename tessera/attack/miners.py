@@ -12,6 +12,7 @@ updates and quotes are served to anyone after the commit deadline).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -20,6 +21,7 @@ from torch import Tensor
 from attestation import report_data
 from attestation.simulated import SimulatedEnclave
 from miner.behaviour import Behaviour, BehaviourContext, register
+from protocol.errors import ProtocolError
 from protocol.wire.update import Update, decode_update, encode_update
 from tessera.nodes import dev_tee_seed
 
@@ -261,6 +263,32 @@ class Withholder(Behaviour):
     def served_update(self, ctx: BehaviourContext, data: bytes) -> bytes:
         """Nothing."""
         return b""
+
+
+class WithholdWhenAudited(Behaviour):
+    """Trains honestly and serves its update, transcript digests and residuals, but refuses the transcript
+    states exactly in the rounds the seed draws it for an audit (public once the seed is fixed, after its
+    commit): the cheap way out of an audit of a fake, unless it costs what a caught fake costs (issue 26).
+
+    ``audited(round, miner)`` reads the round's draw (the chain's ``auditDraw``); a draw it cannot read
+    counts as not audited (it serves), so every refusal is of an audit.
+    """
+
+    name = "withhold-when-audited"
+
+    def __init__(self, audited: Callable[[int, str], bool]) -> None:
+        self.audited = audited
+        self.known: dict[int, bool] = {}
+        """Round -> whether it was audited (the draw is fixed with the seed)."""
+
+    def serves_state(self, ctx: BehaviourContext) -> bool:
+        """No state of an audited round."""
+        if ctx.round not in self.known:
+            try:
+                self.known[ctx.round] = bool(self.audited(ctx.round, ctx.miner))
+            except ProtocolError:
+                return True
+        return not self.known[ctx.round]
 
 
 def register_all() -> None:

@@ -43,12 +43,15 @@ def _saved(label: str) -> float:
     return next((v for k, v in sorted(SAVED.items(), key=lambda kv: -len(kv[0])) if label.startswith(k)), 0.0)
 
 
-def profit_rows(doc: dict[str, Any], segments: int = 3, checked: int = 2) -> list[dict[str, Any]]:
+def profit_rows(doc: dict[str, Any], segments: int = 3, checked: int = 1) -> list[dict[str, Any]]:
     """Expected (``tessera.attack.economics``) against measured profit per cheating round, per cheater of a
     report written by :func:`run_suite`: ``R`` = the honest miners' mean reward per round in that scenario,
     compute cost ``c = R / 2``, the cheater's stake, slash fraction :data:`SLASH_FRACTION`; measured profit
     = reward while cheating - compute spent - stake slashed. ``segments``/``checked``: the run's transcript
-    segments per update and segments each validator replays (the suite's tiny spec: 3 and 2)."""
+    segments per update and segments each auditor replays (the suite's tiny spec: 3; one per audit,
+    ``VerifyPolicy.audit_segments``). Since issue 26 one proof zeroes the round's pay whatever the median,
+    so a lazy miner's reward is zeroed whenever any validator catches it; a miner withholding when audited
+    is zeroed and slashed in the audited share ``q`` of its rounds."""
     out = []
     for res in doc["scenarios"]:
         if res["kind"] != "miner" or not res["rows"]:
@@ -63,7 +66,11 @@ def profit_rows(doc: dict[str, Any], segments: int = 3, checked: int = 2) -> lis
             n = max(1, r["rounds"] - sc.cheat_from + 1)
             saved = _saved(r["label"])
             if r["label"].startswith("lazy-33"):
-                st = ec.lazy_strategy(1 / 3, segments, checked, weights, evidence_shared=True)
+                p = ec.p_detect_any(1 / 3, segments, checked, len(weights))
+                st = ec.Strategy(r["label"], saved, p, p)
+            elif r["label"] == "withhold-when-audited":
+                q = sc.audit_params.get("audit_rate_bps", 10_000) / 10_000
+                st = ec.Strategy(r["label"], saved, q, q)
             else:
                 st = ec.deterministic_strategy(r["label"], saved, sc.provable)
             e = ec.Economy(reward, reward / 2, r["stake"], SLASH_FRACTION)

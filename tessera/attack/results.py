@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from protocol.rounds.consensus import weighted_median
+from tessera.attack import auditchecks
 from tessera.attack.harness import NetworkRun
 from tessera.attack.scenarios import Scenario
 from validator.stages import Stage
@@ -68,6 +69,9 @@ class ScenarioResult:
     errors: list[str] = field(default_factory=list)
     reference: str = ""
     """The all-honest run its held-out loss is compared with (see :func:`reference`)."""
+    audit: dict[str, Any] = field(default_factory=dict)
+    """Issue 26's figures read from the chain (``tessera.attack.auditchecks``): per round, who proved,
+    what was paid, the draws and the proposals."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -108,6 +112,17 @@ def evaluate(
         res.errors.insert(0, f"stalled: {run.stalled}")
     if sc.kind == "miner":
         _miner_checks(res, sc, run, share)
+    if sc.kind in ("miner", "validator"):
+        res.checks["honest_miners_paid_every_round"] = auditchecks.honest_miners_paid_every_round(run)
+    if sc.audit_checks == "proven-by-one":
+        checks, res.audit = auditchecks.proven_by_one(run, sc.cheat_from)
+        res.checks.update(checks)
+    elif (
+        sc.audit_checks == "withhold-when-audited"
+    ):  # paid when not audited: cheaters_earn_0 is not its claim
+        checks, res.audit = auditchecks.withhold_when_audited(run)
+        res.checks.pop("cheaters_earn_0", None)
+        res.checks.update(checks)
     if sc.kind == "fault":
         _fault_checks(res, sc, run)
     if sc.kind == "validator":

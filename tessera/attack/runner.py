@@ -64,6 +64,7 @@ def run_scenario(
         on_step=_fill_board(sc),
         chain=chain,
         phase_blocks=sc.phase_blocks,
+        audit_params=sc.audit_params,
     )
     net.faults = [Fault(*f) for f in sc.faults]
     net.start()
@@ -92,13 +93,15 @@ def reference(sc: Scenario) -> Scenario:
         ]
 
     return Scenario(
-        f"reference:{sc.name}", "baseline", f"all-honest counterpart of {sc.name}", build, tee=sc.tee
-    )
+        f"reference:{sc.name}", "baseline", f"all-honest counterpart of {sc.name}", build, tee=sc.tee,
+        audit_params=dict(sc.audit_params),
+    )  # fmt: skip
 
 
 def reference_key(sc: Scenario) -> tuple[Any, ...]:
     """Scenarios with the same key share one reference run."""
-    return (sc.tee, tuple((p.role, p.stake) for p in sc.build()))
+    audits = tuple(sorted(sc.audit_params.items()))
+    return (sc.tee, audits, tuple((p.role, p.stake) for p in sc.build()))
 
 
 def _failed(sc: Scenario, rounds: int, exc: BaseException) -> ScenarioResult:

@@ -35,6 +35,7 @@ from tessera.attack.miners import (
     QuoteReplayer,
     Replayer,
     Withholder,
+    WithholdWhenAudited,
 )
 from tessera.attack.validators import (
     BadSignerValidator,
@@ -78,6 +79,11 @@ class Scenario:
     """Blocks per phase. The harness mines one block per step of every node (about 0.3 s here), so 40 holds
     the nodes' work; a fault that keeps a node down must get a window that outlasts it, as a deployment's
     windows are sized to (``tessera.devnet.sizing``). The fast-forward skips a phase once all are done."""
+    audit_params: dict[str, int] = field(default_factory=dict)
+    """The chain's audit rate, committee size or vesting where not the suite's (q = 1, every validator)."""
+    audit_checks: str = ""
+    """Issue 26's checks read from the chain (``tessera.attack.auditchecks``): ``proven-by-one`` or
+    ``withhold-when-audited``; "" for none."""
 
 
 def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
@@ -182,6 +188,7 @@ def _build_registry() -> dict[str, Scenario]:
         *_free_riders_and_lazy(),
         *_copiers(),
         *_poisoners_forgers_and_sybils(),
+        *_audit_scenarios(),
         *_validator_scenarios(),
         *_fault_scenarios(),
     ]
@@ -257,6 +264,25 @@ def _poisoners_forgers_and_sybils() -> list[Scenario]:
                  build=lambda: [*_honest(), _adversary("withholder", Withholder())]),
         Scenario("sybil", "miner", "4 low-stake identities: one trains, three re-label its update",
                  lambda: [*_honest(), *_sybils(4)]),
+    ]  # fmt: skip
+
+
+def _audit_scenarios() -> list[Scenario]:
+    """Issue 26: a fake that one validator of three proves, and a miner that withholds when audited."""
+
+    def withholder(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
+        def audited(round: int, miner: str) -> bool:
+            return any(d.audited for d in coord.audit_draws(round, [miner]).values())
+
+        return MinerNode(cfg, spec, coord, disc, behaviour=WithholdWhenAudited(audited))
+
+    return [
+        Scenario("fake-proven-by-one-of-three", "miner",
+                 "fakes 1 of 3 segments; 3 validators replay one each: one proves it, two score it well",
+                 lambda: [*_honest(3, 3), _adversary("lazy-33", LazyMiner(1 / 3, 3))], audit_checks="proven-by-one"),
+        Scenario("withhold-when-audited", "miner", "honest, but refuses its states exactly when audited (q = 1/2)",
+                 lambda: [*_honest(), Participant("miner", "withhold-when-audited", MINER_STAKE, withholder)],
+                 provable=False, audit_params={"audit_rate_bps": 5_000}, audit_checks="withhold-when-audited"),
     ]  # fmt: skip
 
 

@@ -28,7 +28,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenario names (see --list)")
     p.add_argument("--all", action="store_true", help="every scenario")
     p.add_argument("--quick", action="store_true", help=f"2 rounds of {', '.join(QUICK)}")
-    p.add_argument("--rounds", type=int, default=3, help="rounds per scenario (default 3)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds per scenario (default 3; --partial: 30)")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="lazy miners faking f = 0.01, 0.1, 0.5, 1 of their steps for --rounds rounds on the in-memory "
+        "ledger: realized profit beside the model's, and the default stake's expected profit from measured "
+        "parts (tessera.attack.partial); writes --out and prints the tables",
+    )
     p.add_argument("--out", type=Path, default=Path("attack-report.json"), help="JSON report path")
     p.add_argument(
         "--jobs",
@@ -135,6 +142,23 @@ def _model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _partial(args: argparse.Namespace) -> int:
+    """Run the partial fakers (``tessera.attack.partial``), write ``--out``, print the tables."""
+    from tessera.attack import partial
+
+    logging.getLogger("miner").setLevel(logging.ERROR)
+    logging.getLogger("validator").setLevel(logging.ERROR)
+    doc = partial.run_partial(
+        30 if args.rounds is None else args.rounds, raw=args.out.with_suffix(".run.pickle")
+    )
+    doc["default"] = partial.measured_default(doc)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1))
+    print(partial.markdown(doc))
+    print(f"report: {args.out}")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from tessera.attack.errors import AttackError
     from tessera.attack.scenarios import get, registry
@@ -145,23 +169,27 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.model:
         return _model(args)
+    if args.partial:
+        return _partial(args)
     if args.report:
+        from tessera.attack import partial
         from tessera.attack.report import markdown, profit_markdown
 
         try:
             doc = json.loads(args.report.read_text())
-            print(markdown(doc) + "\n\n" + profit_markdown(doc))
+            print(partial.markdown(doc) if "fakers" in doc else markdown(doc) + "\n\n" + profit_markdown(doc))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise AttackError(
                 f"{args.report} is not a report written by tessera attack --out: {exc}"
             ) from exc
         return 0
+    rounds = 3 if args.rounds is None else args.rounds
     if args.quick:
         names, rounds = list(QUICK), 2
     elif args.all:
-        names, rounds = [n for n in registry() if n != "baseline"], args.rounds
+        names = [n for n in registry() if n != "baseline"]
     else:
-        names, rounds = list(args.scenarios), args.rounds
+        names = list(args.scenarios)
     if not names:
         raise AttackError("name scenarios, or pass --all, --quick or --list")
     for n in names:

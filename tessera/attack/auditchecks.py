@@ -1,0 +1,134 @@
+"""Issue 26's checks of a finished scenario, read from the chain (the contract's events and views):
+
+- ``proven-by-one``: a fake that one validator of three proves (the one whose replayed segment holds it)
+  while the two others score it well is paid 0 for the round and slashed once the proof is confirmed;
+- ``withhold-when-audited``: a miner that refuses its states exactly in the rounds the seed draws it for
+  an audit is paid 0 in those rounds, reported unanswered by its committee, slashed and its unvested pay
+  forfeited: what a caught fake costs; in the rounds it is not audited it is paid like an honest miner;
+- every miner and validator scenario: honest miners are paid in every round they complete.
+
+On anvil the figures come from ``MinerRewarded``, ``ScoresRevealed``, ``SlashProposed``, ``Slashed`` and
+``Forfeited`` and the ``auditDraw`` / ``unansweredEvidence`` views (``tessera.attack.chainnet``); on the
+in-memory ledger from its state (it has no unanswered-audit path, so that check fails there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.rounds.audits import audit_draw
+from tessera.attack.harness import NetworkRun
+
+WEI = 10**18
+#: Labels of participants whose work is honest (a Sybil leader trains; its members re-label its update).
+HONEST_LABELS = frozenset({"honest", "sybil-leader"})
+
+
+def _settled(run: NetworkRun) -> dict[int, Any]:
+    """Scenario round -> settlement, for the run's rounds."""
+    rounds = run.ledger.rounds
+    return {r: rounds[r].settlement for r in range(1, run.rounds + 1) if r in rounds}
+
+
+def honest_miners_paid_every_round(run: NetworkRun) -> bool:
+    """Every honest miner that committed in a settled round is paid in it (the chain's ``MinerRewarded``)."""
+    ok = True
+    for r, st in _settled(run).items():
+        commits = run.ledger.rounds[r].commits
+        for p in run.participants:
+            if p.role != "miner" or p.label != "honest" or p.address not in commits:
+                continue
+            ok &= st is not None and st.miner_rewards.get(p.address, 0) > 0
+    return ok
+
+
+def audits(run: NetworkRun) -> dict[tuple[int, str], bool]:
+    """(scenario round, miner) -> whether the round's seed drew the miner for an audit."""
+    led = run.ledger
+    known = getattr(led, "audits", None)
+    if isinstance(known, dict):
+        return known
+    out = {}
+    for r, rd in led.rounds.items():
+        if r in led.seeds and r in led.draw_size:
+            for m in rd.commits:
+                d = audit_draw(led.seeds[r], m, led.draw_size[r], led.audit_rate_bps, led.committee_size)
+                out[(r, m)] = bool(d.audited)
+    return out
+
+
+def proposals(run: NetworkRun) -> list[dict[str, Any]]:
+    """Every slash proposal with its outcome (see ``LedgerSnapshot.proposals``); the memory ledger's
+    frozen pay and executed proofs in the same shape (no unanswered path, no stake figures)."""
+    led = run.ledger
+    known = getattr(led, "proposals", None)
+    if isinstance(known, list):
+        return known
+    return [
+        {"evidence": ev.hex(), "target": m, "proposer": "", "round": r, "unanswered": False,
+         "executed": ev in led.executed, "stake_taken": 0, "forfeited": 0}
+        for (r, m), ev in led.frozen.items()
+    ]  # fmt: skip
+
+
+def _cheaters(run: NetworkRun) -> list[Any]:
+    return [p for p in run.participants if p.role == "miner" and p.label not in HONEST_LABELS]
+
+
+def proven_by_one(run: NetworkRun, cheat_from: int) -> tuple[dict[str, bool], dict[str, Any]]:
+    """Checks and figures of ``fake-proven-by-one-of-three``."""
+    settled = _settled(run)
+    figures: dict[str, Any] = {"rounds": {}}
+    checks = {"one_validator_proves_two_score_it_well": True, "faker_paid_0_every_round": True}
+    faker_props = []
+    for p in _cheaters(run):
+        for r in range(cheat_from, run.rounds + 1):
+            rd = run.ledger.rounds.get(r)
+            st = settled.get(r)
+            vs = [v for v in run.verdicts.get(p.address.lower(), []) if v["round"] == r]
+            provers = sorted({v["validator"] for v in vs if v["provable"]})
+            miners = sorted(rd.commits, key=lambda a: int(a, 16)) if rd is not None else []
+            j = miners.index(p.address) if p.address in miners else -1
+            others = {a: s[j] for a, s in (rd.reveals.items() if rd is not None and j >= 0 else ())
+                      if a not in provers}  # fmt: skip
+            paid = st.miner_rewards.get(p.address, 0) if st is not None else -1
+            figures["rounds"][r] = {"provers": len(provers), "other_scores": sorted(others.values()),
+                                    "paid": paid / WEI}  # fmt: skip
+            checks["one_validator_proves_two_score_it_well"] &= (
+                len(provers) == 1 and len(others) >= 2 and all(s > 0 for s in others.values())
+            )
+            checks["faker_paid_0_every_round"] &= paid == 0
+        faker_props += [x for x in proposals(run) if x["target"] == p.address]
+    checks["faker_slashed_once_confirmed"] = bool(faker_props) and all(x["executed"] for x in faker_props)
+    figures["proposals"] = faker_props
+    return checks, figures
+
+
+def withhold_when_audited(run: NetworkRun) -> tuple[dict[str, bool], dict[str, Any]]:
+    """Checks and figures of ``withhold-when-audited``."""
+    settled, drawn, props = _settled(run), audits(run), proposals(run)
+    checks = {
+        "audited_at_least_once": False,
+        "paid_0_when_audited": True,
+        "paid_when_not_audited": True,
+        "unanswered_confirmed_when_audited": True,
+        "costs_like_a_caught_fake": True,
+    }
+    figures: dict[str, Any] = {"rounds": {}}
+    for p in _cheaters(run):
+        for r, st in settled.items():
+            audited = drawn.get((r, p.address))
+            paid = st.miner_rewards.get(p.address, 0) if st is not None else 0
+            mine = [x for x in props if x["target"] == p.address and x["round"] == r and x["unanswered"]]
+            figures["rounds"][r] = {"audited": audited, "paid": paid / WEI, "unanswered": mine}
+            if audited:
+                checks["audited_at_least_once"] = True
+                checks["paid_0_when_audited"] &= paid == 0
+                confirmed = [x for x in mine if x["executed"]]
+                checks["unanswered_confirmed_when_audited"] &= bool(confirmed)
+                # the same execution as a confirmed fraud proof: stake taken (slash_bps) and unvested pay
+                # forfeited; the round's own pay is held (paid 0 above)
+                checks["costs_like_a_caught_fake"] &= all(x["stake_taken"] > 0 for x in confirmed)
+            elif audited is False:
+                checks["paid_when_not_audited"] &= paid > 0
+    return checks, figures
