@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -22,20 +23,10 @@ MAX_BACKOFF = 15.0
 """Seconds: the longest wait between retries of a failing step."""
 
 
-def step_forever(
-    step: Callable[[], None],
-    *,
-    stop: threading.Event,
-    interval: float,
-    retry_on: tuple[type[BaseException], ...],
-    on_error: Callable[[BaseException, float], None],
-    done: Callable[[], bool] | None = None,
-    survive_untyped: bool = True,
-    on_recovery: Callable[[], None] | None = None,
-    fatal: tuple[type[BaseException], ...] = (),
-    pace: Callable[[], float] | None = None,
-) -> None:
-    """Call ``step`` every ``interval`` seconds until ``stop`` is set or ``done()`` holds.
+@dataclass(frozen=True)
+class StepLoop:
+    """How a node's step loop runs (:meth:`run`): its interval, which errors it retries or ends on, and
+    whom it tells.
 
     An exception of ``retry_on`` (the node's typed errors: chain, network, its own) is passed to
     ``on_error(exc, backoff)`` and the step is retried after ``backoff`` seconds, doubling up to
@@ -43,33 +34,53 @@ def step_forever(
     traceback is logged (``survive_untyped=False``: it propagates). ``on_recovery()`` is called after the
     first successful step that follows a failure (the node clears the error it shows in ``/status``).
     An exception of ``fatal`` (a condition no retry can mend, such as another node holding this node's
-    key) ends the loop and propagates, unreported: the caller prints it once and exits. ``pace()``: the
-    wait after a successful step (:class:`PollPacer`; default ``interval``)."""
-    backoff = interval
-    failing = False
-    while not stop.is_set():
-        try:
-            step()
-            backoff = interval
-            if failing and on_recovery is not None:
-                on_recovery()
-            failing = False
-        except fatal:
-            raise
-        except retry_on as exc:
-            failing = True
-            on_error(exc, backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF)
-        except Exception as exc:
-            if not survive_untyped:
+    key) ends the loop and propagates, unreported: the caller prints it once and exits."""
+
+    interval: float
+    """Seconds between steps, and the first backoff."""
+    retry_on: tuple[type[BaseException], ...]
+    """The node's typed errors: reported and retried."""
+    on_error: Callable[[BaseException, float], None]
+    """Told each failure and the seconds before the retry (:func:`failure_reporter`)."""
+    done: Callable[[], bool] | None = None
+    """Checked after each step: the loop ends once it holds."""
+    on_recovery: Callable[[], None] | None = None
+    """Called after the first successful step that follows a failure (:func:`recovery_reporter`)."""
+    fatal: tuple[type[BaseException], ...] = ()
+    """Errors that end the loop and propagate, unreported."""
+    pace: Callable[[], float] | None = None
+    """The wait after a successful step (:class:`PollPacer`; None: ``interval``)."""
+    survive_untyped: bool = True
+    """Whether an ``Exception`` outside ``retry_on`` is retried too (False: it propagates)."""
+
+    def run(self, step: Callable[[], None], stop: threading.Event) -> None:
+        """Call ``step`` every ``interval`` seconds (or what ``pace()`` says) until ``stop`` is set or
+        ``done()`` holds."""
+        backoff = self.interval
+        failing = False
+        while not stop.is_set():
+            try:
+                step()
+                backoff = self.interval
+                if failing and self.on_recovery is not None:
+                    self.on_recovery()
+                failing = False
+            except self.fatal:
                 raise
-            failing = True
-            log.error("untyped %s in a node step (retried)", type(exc).__name__, exc_info=exc)
-            on_error(exc, backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF)
-        if done is not None and done():
-            break
-        stop.wait(pace() if pace is not None and not failing else backoff)
+            except self.retry_on as exc:
+                failing = True
+                self.on_error(exc, backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+            except Exception as exc:
+                if not self.survive_untyped:
+                    raise
+                failing = True
+                log.error("untyped %s in a node step (retried)", type(exc).__name__, exc_info=exc)
+                self.on_error(exc, backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+            if self.done is not None and self.done():
+                break
+            stop.wait(self.pace() if self.pace is not None and not failing else backoff)
 
 
 IDLE_POLL_MAX_S = 4.0

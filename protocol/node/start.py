@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from protocol.errors import ProtocolError
 from protocol.node.account import KeyInUseError
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-from protocol.node.loop import PollPacer, failure_reporter, recovery_reporter, step_forever
+from protocol.node.loop import PollPacer, StepLoop, failure_reporter, recovery_reporter
 from protocol.node.settings import NodeConfig
 from protocol.node.traffic import TrafficLedger
 from protocol.p2p.blobs import BlobStore
@@ -151,9 +151,7 @@ class NodeRuntime:
         """Call ``step`` until ``stop`` is set (or ``done()``), waiting what :meth:`pace` says between
         steps; errors are retried with backoff, except :class:`KeyInUseError` (another node holds this
         key), which ends the run with that one error (issue 27)."""
-        step_forever(
-            step,
-            stop=stop or threading.Event(),
+        StepLoop(
             interval=self.cfg.poll_interval,
             retry_on=(ProtocolError, *self.retried),
             on_error=failure_reporter(self, self.role, self.node_log),
@@ -161,7 +159,7 @@ class NodeRuntime:
             done=done,
             fatal=(KeyInUseError,),
             pace=self.pace(),
-        )
+        ).run(step, stop or threading.Event())
 
     def pace(self) -> Callable[[], float]:
         """The wait after each step (:class:`protocol.node.loop.PollPacer`: longer while nothing changes,

@@ -16,7 +16,7 @@ from miner.node import MinerNode
 from miner.state import COMMITTED, MinerRoundRecord
 from protocol.chain.coordinator import ChainCoordinator
 from protocol.node.account import KeyInUseError
-from protocol.node.loop import step_forever
+from protocol.node.loop import StepLoop
 from protocol.p2p.discovery import Discovery
 from protocol.rounds.anvil import Anvil
 from protocol.runspec import RunSpec
@@ -93,12 +93,10 @@ def test_a_fatal_error_ends_the_loop_unreported() -> None:
         raise KeyInUseError("held elsewhere")
 
     with pytest.raises(KeyInUseError):
-        step_forever(
-            step,
-            stop=threading.Event(),
+        StepLoop(
             interval=0.01,
             retry_on=(KeyInUseError,),
             on_error=lambda exc, _b: reported.append(exc),
             fatal=(KeyInUseError,),
-        )
+        ).run(step, threading.Event())
     assert reported == []

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from protocol.errors import ProtocolError
-from protocol.node.loop import MAX_BACKOFF, step_forever
+from protocol.node.loop import MAX_BACKOFF, StepLoop
 
 
 class _Clock(threading.Event):
@@ -35,12 +35,8 @@ def test_backoff_doubles_on_typed_errors_and_resets_on_success() -> None:
             raise exc
 
     clock = _Clock(limit=9)
-    step_forever(
-        step,
-        stop=clock,
-        interval=0.5,
-        retry_on=(ProtocolError,),
-        on_error=lambda e, b: seen.append((str(e), b)),
+    StepLoop(interval=0.5, retry_on=(ProtocolError,), on_error=lambda e, b: seen.append((str(e), b))).run(
+        step, clock
     )
     assert clock.waits == [1.0, 2.0, 4.0, 8.0, MAX_BACKOFF, MAX_BACKOFF, 0.5, 1.0, 0.5]
     assert [b for _, b in seen] == [0.5, 1.0, 2.0, 4.0, 8.0, MAX_BACKOFF, 0.5]
@@ -48,10 +44,9 @@ def test_backoff_doubles_on_typed_errors_and_resets_on_success() -> None:
 
 def test_done_ends_the_loop_and_untyped_errors_are_survived() -> None:
     calls: list[int] = []
-    step_forever(
-        lambda: calls.append(1), stop=_Clock(limit=100), interval=0.1, retry_on=(ProtocolError,),
-        on_error=lambda e, b: None, done=lambda: len(calls) >= 3,
-    )  # fmt: skip
+    StepLoop(
+        interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None, done=lambda: len(calls) >= 3
+    ).run(lambda: calls.append(1), _Clock(limit=100))
     assert len(calls) == 3
 
     def bug() -> None:
@@ -59,23 +54,22 @@ def test_done_ends_the_loop_and_untyped_errors_are_survived() -> None:
 
     seen: list[str] = []
     clock = _Clock(limit=5)
-    step_forever(
-        bug, stop=clock, interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: seen.append(type(e).__name__)
-    )  # fmt: skip
+    StepLoop(
+        interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: seen.append(type(e).__name__)
+    ).run(bug, clock)
     assert seen == ["KeyError"] * 5 and clock.waits == [0.2, 0.4, 0.8, 1.6, 3.2]  # reported, backed off
     with pytest.raises(KeyError):
-        step_forever(
-            bug, stop=_Clock(limit=5), interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None,
-            survive_untyped=False,
-        )  # fmt: skip
+        StepLoop(
+            interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None, survive_untyped=False
+        ).run(bug, _Clock(limit=5))
 
     def interrupted() -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        step_forever(
-            interrupted, stop=_Clock(limit=5), interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None
-        )  # fmt: skip
+        StepLoop(interval=0.1, retry_on=(ProtocolError,), on_error=lambda e, b: None).run(
+            interrupted, _Clock(limit=5)
+        )
 
 
 def test_failure_reporter_keeps_counts_and_logs(caplog: pytest.LogCaptureFixture) -> None:
@@ -122,14 +116,12 @@ def test_status_stops_showing_an_error_once_the_node_recovers(caplog: pytest.Log
             raise exc
 
     with caplog.at_level(logging.WARNING, logger="test.nodeloop"):
-        step_forever(
-            step,
-            stop=_Clock(limit=4),
+        StepLoop(
             interval=1.0,
             retry_on=(ProtocolError,),
             on_error=failure_reporter(node, "miner", logger),
             on_recovery=recovery_reporter(node, "miner", logger),
-        )
+        ).run(step, _Clock(limit=4))
     assert errors_seen == ["", "ProtocolError: rpc down", "ProtocolError: rpc down", ""]
     assert node.last_error == ""
     assert caplog.text.count("miner recovered (last error: ProtocolError: rpc down)") == 1
