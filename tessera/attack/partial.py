@@ -78,22 +78,45 @@ def run_partial(
     raw: Path | None = None,
 ) -> dict[str, Any]:
     """Run the network for ``rounds`` rounds and return the realized and model figures (JSON-ready);
-    ``raw``: where to pickle the finished run's ledger, verdicts and participants first (hours of CPU on a
-    shared box: :func:`realized` can be recomputed from it)."""
+    ``raw``: where to pickle the run's ledger, verdicts and participants after every settled round (hours
+    of CPU on a shared box: :func:`realized` can be computed from it for the rounds so far)."""
     net = Network(
         participants(fractions), spec=tiny_spec(steps=STEPS, interval=1), chain="memory", audit_params=AUDITS
     )
     t0 = time.perf_counter()
+    saved = [1]
+
+    def keep(n: Network) -> None:
+        if raw is not None and n.ledger.round > saved[0]:
+            try:
+                data = pickle.dumps(snapshot(n, n.ledger.round - 1, time.perf_counter() - t0))
+            except RuntimeError:  # a node thread changed a record meanwhile: the next step saves it
+                return
+            saved[0] = n.ledger.round
+            raw.write_bytes(data)
+
+    net.on_step = keep
     net.start()
     try:
         run = net.run(rounds, timeout=timeout)
     finally:
         net.stop()
-    if raw is not None:
-        people = [Participant(p.role, p.label, p.stake, address=p.address) for p in run.participants]
-        keep = NetworkRun(run.rounds, people, run.ledger, run.heldout, run.verdicts, run.seconds, run.errors)
-        raw.write_bytes(pickle.dumps(keep))
     return realized(run, fractions) | {"seconds": round(time.perf_counter() - t0, 1), "stalled": run.stalled}
+
+
+def snapshot(net: Network, rounds: int, seconds: float) -> NetworkRun:
+    """What :func:`realized` reads of a running network, after ``rounds`` settled rounds (picklable)."""
+    verdicts: dict[str, list[dict[str, Any]]] = {}
+    for p in net.participants:
+        if p.role != "validator":
+            continue
+        for cr, rec in p.node.state.rounds().items():
+            for miner, v in rec.verdicts.items():
+                verdicts.setdefault(miner.lower(), []).append(
+                    {"round": int(cr), "validator": p.address, "stage": v.stage, "provable": v.provable}
+                )
+    people = [Participant(p.role, p.label, p.stake, address=p.address) for p in net.participants]
+    return NetworkRun(rounds, people, net.ledger, [], verdicts, seconds, list(net.errors))
 
 
 def _landed(seed: bytes, miner: str, bad: int) -> bool:

@@ -5,6 +5,7 @@ from measured parts)."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +88,16 @@ def test_report_prints_the_partial_fakers(tmp_path: Path, capsys: pytest.Capture
     assert "measured E[profit]" in out
 
 
-def test_realized_reads_a_memory_run(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_realized_reads_a_memory_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """One round of the partial fakers' network on the memory ledger (small H): every lazy miner is audited
     in every round, an audit that lands on a faked step is proven, and none that does not."""
     monkeypatch.setattr(partial, "STEPS", 10)
-    doc = partial.run_partial(rounds=1, fractions=(0.1, 1.0), timeout=900)
+    raw = tmp_path / "run.pickle"
+    doc = partial.run_partial(rounds=1, fractions=(0.1, 1.0), timeout=900, raw=raw)
     assert not doc["stalled"], doc
+    # the snapshot pickled after each settled round gives the same figures
+    kept = partial.realized(pickle.loads(raw.read_bytes()), (0.1, 1.0))
+    assert kept["fakers"] == doc["fakers"]
     by = {r["fraction"]: r for r in doc["fakers"]}
     for r in by.values():
         assert r["audits"] == r["rounds"] == 1
