@@ -72,6 +72,22 @@ def test_issue_27_scenarios_shape() -> None:
     assert sybil_names(SCENARIOS["drip-sybils"], 4) == ["miner4", "miner5"]
 
 
+def test_drip_sybils_audits_every_miner() -> None:
+    """The sybils' dripped transcript states are fetched only from audited miners (issue 26): at the
+    default stake almost none are audited and the sybils, training honestly, were paid (seed 107); the
+    scenario's stake makes the deterrence formula audit every miner."""
+    from protocol.rounds.auditspec import AuditSpec
+    from protocol.rounds.deployment import NetworkParams
+
+    p, sc = NetworkParams(), SCENARIOS["drip-sybils"]
+    assert sc.miner_stake is not None
+    audits = AuditSpec(committee_size=1, miners=(sc.honest_miners or 0) + sc.sybils, validators=sc.validators)
+    rate = audits.network_params(sc.miner_stake * 10**18, p.emission_per_round, p.validator_share_bps)
+    assert rate["audit_rate_bps"] == 10_000
+    default = audits.network_params(p.min_miner_stake, p.emission_per_round, p.validator_share_bps)
+    assert default["audit_rate_bps"] < 10_000
+
+
 def test_slowest_honest_and_the_table() -> None:
     times = {
         2: {

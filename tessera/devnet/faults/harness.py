@@ -118,6 +118,7 @@ class Harness:
             state_interval=5 if sc.target == "anvil" else None,
             block_time=sc.block_time,
             fast_forward=sc.fast_forward,
+            miner_stake=sc.miner_stake,
         )
         if sc.windows is not None:
             cfg.size_phases = False
