@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protocol.rounds.deployment import NetworkParams
 from tessera.errors import TesseraError
 
 
@@ -77,8 +78,6 @@ class DevnetConfig:
 
     def miner_stake_wei(self) -> int:
         """The minimum miner stake the devnet deploys with and its miners bond (wei)."""
-        from protocol.rounds.deployment import NetworkParams
-
         if self.miner_stake is None:
             return NetworkParams().min_miner_stake
         return self.miner_stake * 10**18
