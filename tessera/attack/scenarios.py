@@ -280,9 +280,9 @@ def _audit_scenarios() -> list[Scenario]:
         Scenario("fake-proven-by-one-of-three", "miner",
                  "fakes 1 of 3 segments; 3 validators replay one each: one proves it, two score it well",
                  lambda: [*_honest(3, 3), _adversary("lazy-33", LazyMiner(1 / 3, 3))], audit_checks="proven-by-one"),
-        Scenario("withhold-when-audited", "miner", "honest, but refuses its states exactly when audited (q = 1/2)",
+        Scenario("withhold-when-audited", "miner", "honest, but refuses its states exactly when audited (q = 0.8)",
                  lambda: [*_honest(), Participant("miner", "withhold-when-audited", MINER_STAKE, withholder)],
-                 provable=False, audit_params={"audit_rate_bps": 5_000}, audit_checks="withhold-when-audited"),
+                 provable=False, audit_params={"audit_rate_bps": 8_000}, audit_checks="withhold-when-audited"),
     ]  # fmt: skip
 
 

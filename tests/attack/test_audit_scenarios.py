@@ -45,7 +45,7 @@ def test_withholding_refuses_states_exactly_in_audited_rounds() -> None:
 def test_the_audit_scenarios_set_their_chain_and_share_no_reference() -> None:
     one, withhold = get("fake-proven-by-one-of-three"), get("withhold-when-audited")
     assert [p.role for p in one.build()].count("validator") == 3
-    assert withhold.audit_params == {"audit_rate_bps": 5_000} and not withhold.provable
+    assert withhold.audit_params == {"audit_rate_bps": 8_000} and not withhold.provable
     assert reference(withhold).audit_params == withhold.audit_params
     assert reference_key(withhold) != reference_key(get("withholder"))
 
