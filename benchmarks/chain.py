@@ -71,6 +71,11 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, Any] = {"rounds": [], "per_miner": {}, "certificates": []}
         claim_gas: list[int] = []
         commit_gas: list[int] = []
+        # pay vests K rounds after its round (issue 26): K warm-up rounds, so that every claim measured
+        # below finds vested pay (the steady state of a miner that mines every round)
+        for _ in range(b.params.vesting_rounds):
+            print("warm-up round (vesting) ...", file=sys.stderr)
+            b.play_round(b.miners[: max(sizes)], use_commit_and_claim=False)
         for n in sizes:
             print(f"round with {n} miners / {n_val} validators ...", file=sys.stderr)
             results["rounds"].append(_size_round(b, n, n_cert, claim_gas, commit_gas))
