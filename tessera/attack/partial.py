@@ -16,7 +16,7 @@ model's default), minus the stake its confirmed slashes took; the model's ``E[pr
 **Measured expected profit at the default stake** = ``f C - q_draw * eta * d * L``: ``q_draw`` is measured,
 the share of (miner, round) pairs the real draw (``protocol.rounds.audits.audit_draw``) audits over
 :data:`DRAWS` random seeds at the deployed default rate; ``d``, the chance that one audit catches the fake,
-is measured as (share of a quarter as many seeds whose replayed step, chosen by the validators' own
+is measured as (share of a tenth as many seeds whose replayed step, chosen by the validators' own
 ``validator.sampling.segments_to_check``, lands on a faked step) x (share of the run's audits that landed
 on a faked step and were proven); ``C``, ``R``, ``L = sS + max(K,1) R`` and ``eta = 1 - (1/3)^c`` are the
 model's (the default stake, emission and slash; a third of the validators assumed dishonest).
@@ -189,7 +189,7 @@ def _random_pairs(count: int) -> list[tuple[bytes, str]]:
 
 
 def measured_default(
-    doc: dict[str, Any], draws: int = DRAWS, landing_draws: int = DRAWS // 4
+    doc: dict[str, Any], draws: int = DRAWS, landing_draws: int = DRAWS // 10
 ) -> dict[str, Any]:
     """The expected profit of each lazy fraction at the default stake from measured parts (module doc):
     ``q_draw`` from ``draws`` random (seed, miner) pairs through the real draw at the deployed rate, the
@@ -204,7 +204,8 @@ def measured_default(
     landed = sum(r["landed"] for r in doc["fakers"])
     caught_landed = sum(r["caught_landed"] for r in doc["fakers"])
     catch = caught_landed / landed if landed else 0.0
-    pairs = _random_pairs(landing_draws)
+    # the replayed step of each random (seed, miner), drawn once for every fraction
+    first = [segments_to_check(s, m, STEPS, 1, slot=0)[0] for s, m in _random_pairs(landing_draws)]
     eta, loss, cost = e.committee_catch(), e.loss_when_caught(), e.compute_cost
     model = {
         row.name: row for row in ev.strategy_rows(e, bps / 10_000, [r["fraction"] for r in doc["fakers"]])
@@ -212,7 +213,7 @@ def measured_default(
     rows = []
     for r in doc["fakers"]:
         f, bad = r["fraction"], r["faked_steps"]
-        land = sum(_landed(s, m, bad) for s, m in pairs) / landing_draws
+        land = sum(step < bad for step in first) / landing_draws
         gain = f * cost
         exp_loss = q_draw * eta * land * catch * loss
         m = model[f"lazy f={f:g}"]
