@@ -117,11 +117,11 @@ def evaluate(
     if sc.audit_checks == "proven-by-one":
         checks, res.audit = auditchecks.proven_by_one(run, sc.cheat_from)
         res.checks.update(checks)
-    elif (
-        sc.audit_checks == "withhold-when-audited"
-    ):  # paid when not audited: cheaters_earn_0 is not its claim
+    elif sc.audit_checks == "withhold-when-audited":
+        # it trains honestly and is paid when not audited: earning 0 overall is not its claim
         checks, res.audit = auditchecks.withhold_when_audited(run)
         res.checks.pop("cheaters_earn_0", None)
+        res.checks.pop("honest_share>=0.99", None)
         res.checks.update(checks)
     if sc.kind == "fault":
         _fault_checks(res, sc, run)
