@@ -32,7 +32,11 @@ def test_shaped_error_bound_and_fields(cfg: CodecConfig, x: torch.Tensor) -> Non
     y = decode(enc, cfg)
     assert y.shape == x.shape
     err, bound = chunk_errors(x, y, cfg), error_bound(x, cfg)
-    slack = 1e-6 * bound + 1e-30 + (1e-6 * x.abs().max() if cfg.bits != 32 else 0)
+    # float32 round-off of the transform round trip scales with the chunk's own norm, not with the bound (at
+    # 32 bits a chunk whose dropped energy is tiny has a bound far below that round-off): about 84 float32
+    # epsilons of the chunk's norm in that norm (hypothesis found 3e-6 relative on 4,096-value tiles)
+    norm = chunk_errors(x, torch.zeros_like(x), cfg)
+    slack = 1e-6 * bound + 1e-5 * norm + 1e-30 + (1e-6 * x.abs().max() if cfg.bits != 32 else 0)
     assert bool((err <= bound + slack).all()), (err - bound).max()
     for name, (dtype, shape) in field_specs(tuple(x.shape), cfg).items():
         assert enc.fields[name].dtype == dtype and tuple(enc.fields[name].shape) == shape
