@@ -41,6 +41,7 @@ def read_account(chain: Any, address: str, attempts: int = 3) -> dict[str, Any]:
         info = chain.account_info(address)
         unbonding = chain.unbonding(address)
         balance = chain.balance_of(address)
+        unvested = chain.unvested_of(address)
         if chain.block_number() == block:
             break
     return {
@@ -48,6 +49,8 @@ def read_account(chain: Any, address: str, attempts: int = 3) -> dict[str, Any]:
         "role": info.role.name.lower(),
         "stake_wei": info.stake,
         "owed_wei": info.owed,
+        # earned but still vesting (issue 26): claimable K rounds later, forfeited if a proof is confirmed
+        "unvested_wei": unvested,
         "balance_wei": balance,
         "unbonding_wei": unbonding.amount,
         "unbonding_end_block": unbonding.end,

@@ -129,13 +129,19 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _claim(args: argparse.Namespace) -> int:
-    from protocol.chain import Claimed
+    from protocol.chain import Claimed, NothingToWithdraw
 
     chain = _connect(args, need_key=True)
-    owed = chain.account_info(chain.address).owed
-    if owed == 0:
-        raise TesseraError(f"{chain.address} has no rewards to claim (owed 0)")
-    tx = chain.claim()
+    # owed counts only pay already swept out of the vesting slots: a slot that vested since (K rounds after
+    # its round) is swept by claim() itself, so the contract, not owed, decides whether there is anything
+    try:
+        tx = chain.claim()
+    except NothingToWithdraw:
+        unvested = chain.unvested_of(chain.address)
+        raise TesseraError(
+            f"{chain.address} has no rewards to claim (owed 0); {tokens(unvested)} tokens still vesting "
+            "(claimable vesting_rounds after their round)"
+        ) from None
     amount = sum(e.amount for e in tx.events if isinstance(e, Claimed))
     _print(
         {"address": chain.address, "claimed_wei": amount, "tx": tx.tx_hash, "block": tx.block_number},
