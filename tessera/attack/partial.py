@@ -24,9 +24,9 @@ model's (the default stake, emission and slash; a third of the validators assume
 
 from __future__ import annotations
 
+import json
 import math
 import os
-import pickle
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -75,11 +75,11 @@ def run_partial(
     rounds: int = 30,
     fractions: tuple[float, ...] = FRACTIONS,
     timeout: float = 7200.0,
-    raw: Path | None = None,
+    progress: Path | None = None,
 ) -> dict[str, Any]:
     """Run the network for ``rounds`` rounds and return the realized and model figures (JSON-ready);
-    ``raw``: where to pickle the run's ledger, verdicts and participants after every settled round (hours
-    of CPU on a shared box: :func:`realized` can be computed from it for the rounds so far)."""
+    ``progress``: where to write :func:`realized` for the rounds so far after every settled round (JSON; a
+    run takes hours of CPU on a shared box, so its figures can be read before it ends)."""
     net = Network(
         participants(fractions), spec=tiny_spec(steps=STEPS, interval=1), chain="memory", audit_params=AUDITS
     )
@@ -87,13 +87,15 @@ def run_partial(
     saved = [1]
 
     def keep(n: Network) -> None:
-        if raw is not None and n.ledger.round > saved[0]:
+        if progress is not None and n.ledger.round > saved[0]:
             try:
-                data = pickle.dumps(snapshot(n, n.ledger.round - 1, time.perf_counter() - t0))
+                run = snapshot(n, n.ledger.round - 1, time.perf_counter() - t0)
             except RuntimeError:  # a node thread changed a record meanwhile: the next step saves it
                 return
             saved[0] = n.ledger.round
-            raw.write_bytes(data)
+            tmp = progress.with_suffix(".tmp")
+            tmp.write_text(json.dumps(realized(run, fractions) | {"seconds": round(run.seconds, 1)}))
+            tmp.replace(progress)
 
     net.on_step = keep
     net.start()
@@ -105,7 +107,7 @@ def run_partial(
 
 
 def snapshot(net: Network, rounds: int, seconds: float) -> NetworkRun:
-    """What :func:`realized` reads of a running network, after ``rounds`` settled rounds (picklable)."""
+    """What :func:`realized` reads of a running network, after ``rounds`` settled rounds."""
     verdicts: dict[str, list[dict[str, Any]]] = {}
     for p in net.participants:
         if p.role != "validator":

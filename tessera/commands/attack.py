@@ -149,7 +149,7 @@ def _partial(args: argparse.Namespace) -> int:
     logging.getLogger("miner").setLevel(logging.ERROR)
     logging.getLogger("validator").setLevel(logging.ERROR)
     doc = partial.run_partial(
-        30 if args.rounds is None else args.rounds, raw=args.out.with_suffix(".run.pickle")
+        30 if args.rounds is None else args.rounds, progress=args.out.with_suffix(".partial.json")
     )
     doc["default"] = partial.measured_default(doc)
     args.out.parent.mkdir(parents=True, exist_ok=True)
