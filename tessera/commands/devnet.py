@@ -276,6 +276,7 @@ def _run(args: argparse.Namespace) -> int:
         size_phases=not args.fixed_phases,
         phase_safety=args.phase_safety,
     )
+    cfg.miner_stake_wei()  # a stake below one token fails before anvil or a node starts
     report = run_devnet(cfg, args.rounds, live=not args.no_live, timeout=args.timeout)
     summary = {
         "wall_seconds_total": report["wall_seconds_total"],

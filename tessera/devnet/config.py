@@ -80,6 +80,12 @@ class DevnetConfig:
         """The minimum miner stake the devnet deploys with and its miners bond (wei)."""
         if self.miner_stake is None:
             return NetworkParams().min_miner_stake
+        if (
+            isinstance(self.miner_stake, bool)
+            or not isinstance(self.miner_stake, int)
+            or self.miner_stake < 1
+        ):
+            raise DevnetError(f"miner stake must be a whole number of tokens >= 1, not {self.miner_stake!r}")
         return self.miner_stake * 10**18
 
     def node_names(self) -> list[str]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pytest
+
 from miner.config import MinerConfig, load_miner_config
 from protocol.rounds.deployment import NetworkParams
 from tessera.commands import devnet, miner
-from tessera.devnet.config import DevnetConfig
+from tessera.devnet.config import DevnetConfig, DevnetError
 from tessera.devnet.procs import node_procs
 from tessera.devnet.runfile import devnet_spec
 from tessera.nodes import overrides_from_args
@@ -49,3 +51,9 @@ def test_the_default_stake_audits_few_pairs_and_a_small_one_every_pair(tmp_path:
     )
     assert _miner_stake(small) == 100 * 10**18
     assert _deployed_q_bps(small) == 10_000
+
+
+@pytest.mark.parametrize("stake", [0, -5])
+def test_a_stake_below_one_token_is_refused_before_anything_starts(stake: int) -> None:
+    with pytest.raises(DevnetError, match="miner stake must be a whole number of tokens >= 1"):
+        DevnetConfig(miner_stake=stake).miner_stake_wei()
