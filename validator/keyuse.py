@@ -32,6 +32,9 @@ class KeyUse:
         """The round of the first check (this process's start)."""
         self.committed_here = False
         """Whether this process has seen a share of its own on the chain (it is the original of two)."""
+        self.own_round: int | None = None
+        """The last round whose share on the chain is this node's: a round holds one share, so that round
+        needs no further reads (the check runs every step; it cost a chain read and a copy of every record)."""
         self.conflict = ""
         """The last conflict's message (``/status`` ``key_in_use``; empty when there is none)."""
 
@@ -44,14 +47,14 @@ class KeyUse:
         first = self.first_round is None
         if self.first_round is None:
             self.first_round = round
-        if f"round {round}:" in self.conflict:
+        if round == self.own_round or f"round {round}:" in self.conflict:
             return
         committed, _ = self.coord.seed_share_status(round)
         if not committed:
             return
         rec = self.state.rounds().get(round)
         if rec is not None and rec.seed_secret is not None:
-            self.committed_here = True
+            self.committed_here, self.own_round = True, round
             return
         if first or not self.committed_here:
             self.conflict = (
