@@ -37,6 +37,11 @@ class TransactionDropped(ChainError):
     """A sent transaction vanished from the node (a chain restarted from an older state, or a reorg)."""
 
 
+class NonceTaken(ChainError):
+    """The node refused a transaction because its nonce is already used or pending: another process
+    signing with the same key (an operator's CLI beside the running node) sent first."""
+
+
 class MalformedResponseError(ChainError):
     """The RPC endpoint answered a read with a result that does not decode (bad ABI words, bad JSON-RPC
     format, an RPC error object, an out-of-range enum value, malformed logs)."""

@@ -25,6 +25,7 @@ from protocol.chain.errors import (
     ChainConnectionError,
     ChainError,
     NoAccountError,
+    NonceTaken,
     NotDeployedError,
     TransactionDropped,
     TransactionFailed,
@@ -48,6 +49,16 @@ RECEIPT_POLL_S = 0.5
 KNOWN_CHECK_S = 1.0
 #: Seconds the fee fields are reused between transactions (web3 read the tip and the latest block for each).
 FEE_TTL_S = 10.0
+#: How often a transaction whose nonce another sender of the key took is re-signed with a fresh nonce.
+NONCE_RACE_TRIES = 4
+#: What nodes answer (lower-cased) for a nonce already mined or pending: anvil and geth say "nonce too low"
+#: and "replacement transaction underpriced", others "already imported" or "nonce has already been used".
+NONCE_TAKEN_MESSAGES = (
+    "nonce too low",
+    "replacement transaction underpriced",
+    "already imported",
+    "nonce has already been used",
+)
 
 
 def retrying(
@@ -221,26 +232,24 @@ class ChainTransport:
         except ContractLogicError as exc:
             raise decode_revert(fn_name, exc.data) from None
         with self._tx_lock:  # one nonce per transaction, counted here (issue 26: a request per transaction)
-            nonce = self._next_nonce
-            if nonce is None:
-                nonce = retrying(lambda: self.w3.eth.get_transaction_count(acct.address, "pending"), "nonce")
-            fees = self._fee_fields()
-            tx = retrying(
-                lambda: fn.build_transaction(
-                    {
-                        "from": acct.address,
-                        "nonce": nonce,
-                        "gas": int(gas * 1.25) + 20_000,
-                        "chainId": self.chain_id,
-                        **fees,
-                    }
-                ),
-                fn_name,
-            )
-            signed = acct.sign_transaction(tx)
-            self._next_nonce = None  # until this one is sent: a failed send asks the node again
-            tx_hash = self._send(fn_name, signed)
-            self._next_nonce = nonce + 1
+            for attempt in range(NONCE_RACE_TRIES):
+                nonce, signed = self._sign(fn, fn_name, acct, gas)
+                self._next_nonce = None  # until this one is sent: a failed send asks the node again
+                try:
+                    tx_hash = self._send(fn_name, signed)
+                except NonceTaken:
+                    # another process signs with this key (an operator's `tessera account claim` beside
+                    # the running node) and took this nonce first: the node's pending count is the truth
+                    if attempt + 1 == NONCE_RACE_TRIES:
+                        raise
+                    log.info(
+                        "%s: nonce %d taken by another sender of this key; asking the node again",
+                        fn_name,
+                        nonce,
+                    )
+                    continue
+                self._next_nonce = nonce + 1
+                break
         try:
             receipt = self._wait_receipt(fn_name, tx_hash)
         except ChainError:
@@ -249,6 +258,21 @@ class ChainTransport:
             self._next_nonce = None
             raise
         return self._result(fn, fn_name, acct, tx_hash, receipt)
+
+    def _sign(self, fn: Any, fn_name: str, acct: LocalAccount, gas: int) -> tuple[int, Any]:
+        """The call signed with the next nonce (the count kept here, else the node's pending count)."""
+        nonce = self._next_nonce
+        if nonce is None:
+            nonce = retrying(lambda: self.w3.eth.get_transaction_count(acct.address, "pending"), "nonce")
+        fields = {
+            "from": acct.address,
+            "nonce": nonce,
+            "gas": int(gas * 1.25) + 20_000,
+            "chainId": self.chain_id,
+            **self._fee_fields(),
+        }
+        tx = retrying(lambda: fn.build_transaction(fields), fn_name)
+        return nonce, acct.sign_transaction(tx)
 
     def forget_nonce(self) -> None:
         """Ask the node for the account's nonce before the next transaction: the chain went back (restarted
@@ -283,6 +307,8 @@ class ChainTransport:
             except Web3RPCError as exc:  # a retried send of the same transaction
                 if "already known" in str(exc) or "AlreadyKnown" in str(exc):
                     return bytes(signed.hash)
+                if any(m in str(exc).lower() for m in NONCE_TAKEN_MESSAGES):
+                    raise NonceTaken(f"{fn_name}: nonce taken: {exc}") from exc
                 raise ChainError(f"{fn_name}: transaction rejected: {exc}") from exc
 
         return retrying(send, fn_name)
