@@ -26,7 +26,7 @@ class MinerConfig(NodeConfig):
     """Environment variable holding the miner's private key (if no keystore)."""
     data_dir: Path = Path("~/.tessera/miner")
     """State directory: round records, error feedback, served blobs."""
-    stake: int = 300_000 * 10**18
+    stake: int = 350_000 * 10**18
     """Stake to bond when registering (token base units): the default network's minimum miner stake
     (``protocol.rounds.deployment.NetworkParams.min_miner_stake``)."""
     fetch_attempts: int = 4

@@ -44,7 +44,7 @@ class DeploymentError(ProtocolError):
 class NetworkParams:
     """Constructor parameters of ``TesseraNetwork`` (immutable once deployed). Amounts are in wei."""
 
-    min_miner_stake: int = 300_000 * 10**18
+    min_miner_stake: int = 350_000 * 10**18
     """Minimum active stake to commit updates: 1,500 rounds of an honest miner's reward (200 tokens at the
     default emission and 4 miners), so that the deterrence formula audits 0.40% of (miner, round) pairs with
     committees of one (``protocol.rounds.auditspec``; docs/threat-model.md, "The default stake")."""

@@ -115,7 +115,7 @@ def _add_protocol_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="TOKENS",
-        help="minimum miner stake, bonded by every miner (default 300000: q = 0.40%%; 100 gives q = 1, "
+        help="minimum miner stake, bonded by every miner (default 350000: q = 0.39%%; 100 gives q = 1, "
         "every miner audited every round)",
     )
 

@@ -40,7 +40,7 @@ class DevnetConfig:
     """The prompt the samples continue."""
     miner_stake: int | None = None
     """The run's minimum miner stake in tokens, which every miner bonds (None: ``NetworkParams``' default,
-    300,000, where the deterrence formula audits 0.40% of pairs). A small stake (e.g. 100) gives q = 1:
+    350,000, where the deterrence formula audits 0.39% of pairs). A small stake (e.g. 100) gives q = 1:
     demos and tests that need a lazy miner audited every round set it (issue 26)."""
     segments_per_miner: int = 2
     commit_blocks: int = 60

@@ -242,7 +242,7 @@ class Devnet(NodeProcesses):
                 fund[Account.from_key(k).address] = 2000 * 10**18
             elif name.startswith("miner"):
                 fund[Account.from_key(k).address] = 2 * stake
-        # the stake sets q (the deterrence formula): 300,000 tokens by default, q = 0.40% (issue 26)
+        # the stake sets q (the deterrence formula): 350,000 tokens by default, q = 0.39% (issue 26)
         params = {"genesis_checkpoint": genesis, "min_miner_stake": stake, **self.phases.blocks()}
         # the run file's audit section gives q (the deterrence formula), c, K and the slash (issue 26)
         deploy_contracts(

@@ -27,8 +27,8 @@ def _defaults(**kw: float) -> ev.RunEconomics:
 
 def test_defaults_deter_every_strategy_with_margin_two() -> None:
     e = _defaults()
-    assert e.loss_when_caught() == 150_400 and e.committee_catch() == 1.0  # 50% of 300,000 + 2 x 200
-    assert ev.audit_rate(e) == pytest.approx(400 / 150_400)
+    assert e.loss_when_caught() == 175_400 and e.committee_catch() == 1.0  # 50% of 350,000 + 2 x 200
+    assert ev.audit_rate(e) == pytest.approx(400 / 175_400)
     q = NetworkParams().audit_rate_bps / 10_000
     assert q >= ev.audit_rate(e)
     for row in ev.strategy_rows(e, q):
@@ -44,7 +44,12 @@ def test_the_fraction_cancels_and_q_star_is_the_threshold() -> None:
         assert rows[f"lazy f={f:g}"].margin == pytest.approx(2.0)
     below = {r.name: r for r in ev.strategy_rows(e, q * 0.9)}
     assert below["lazy f=0.1"].margin < 2.0 and below["withholding-when-audited"].margin < 2.0
-    assert ev.audit_rate_bps(e) == math.ceil(q * 10_000)
+    # deployed with headroom: 12% above q*, so every margin is at least 2 x 1.12 before rounding up
+    bps = ev.audit_rate_bps(e)
+    assert bps == math.ceil(ev.HEADROOM * q * 10_000 - 1e-9)
+    for row in ev.strategy_rows(e, bps / 10_000):
+        assert row.margin >= 2.0 * ev.HEADROOM - 1e-9, row
+    assert ev.audit_rate_bps(e, headroom=1.0) == math.ceil(q * 10_000 - 1e-9)
 
 
 def test_small_committees_need_more_stake() -> None:

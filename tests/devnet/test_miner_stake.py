@@ -1,5 +1,5 @@
-"""The devnet's miner stake (issue 26): by default the network's minimum (300,000 tokens), where the run
-file's audit section deploys q = 0.40%; ``--miner-stake 100`` gives q = 1 (every miner audited every
+"""The devnet's miner stake (issue 26): by default the network's minimum (350,000 tokens), where the run
+file's audit section deploys q = 0.39%; ``--miner-stake 100`` gives q = 1 (every miner audited every
 round) for the demos and tests that need a lazy miner caught in every round. Every miner bonds the stake
 the devnet deployed with."""
 
@@ -43,9 +43,9 @@ def test_the_default_stake_audits_few_pairs_and_a_small_one_every_pair(tmp_path:
     devnet.register(parser.add_subparsers())
     assert parser.parse_args(["devnet"]).miner_stake is None
     default = DevnetConfig(workdir=tmp_path)
-    assert default.miner_stake_wei() == NetworkParams().min_miner_stake == 300_000 * 10**18
-    assert _miner_stake(default) == 300_000 * 10**18 == MinerConfig().stake
-    assert _deployed_q_bps(default) == 40  # 2.67 q c = 0.011 bits per trained parameter per step
+    assert default.miner_stake_wei() == NetworkParams().min_miner_stake == 350_000 * 10**18
+    assert _miner_stake(default) == 350_000 * 10**18 == MinerConfig().stake
+    assert _deployed_q_bps(default) == 39  # 2.67 q c = 0.0104 bits per trained parameter per step
     small = DevnetConfig(
         workdir=tmp_path, miner_stake=parser.parse_args(["devnet", "--miner-stake", "100"]).miner_stake
     )
