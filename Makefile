@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 ROUNDS  ?= 3
 
-.PHONY: setup setup-python setup-contracts devnet test test-python test-contracts lint typecheck bench clean
+.PHONY: setup setup-python setup-contracts devnet test test-python test-long test-contracts lint typecheck bench clean
 
 setup: setup-python setup-contracts
 
@@ -40,6 +40,10 @@ test-python: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test: lint typecheck test-contracts test-python
+
+# The long campaign: the tests marked `slow`, which CI's `make test` leaves out.
+test-long: setup
+	$(BIN)/python -m pytest -q -m slow
 
 bench: setup
 	$(BIN)/tessera bench training
