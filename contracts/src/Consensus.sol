@@ -108,6 +108,35 @@ library Consensus {
         }
     }
 
+    /// @notice Tag of the witness draw in {witnessDraw}.
+    bytes32 internal constant WITNESS_TAG = "witness";
+
+    /// @notice The witnesses of an unanswered-audit report on `miner` (issue 26, the reverse attack): up
+    ///         to `size` validator indices below `n` outside `committee` (all the others when fewer are
+    ///         left), the k-th try being `keccak(seed, miner, "witness", k) % n` (repeats and committee
+    ///         members skipped), as a bitmap. None when the committee is every validator (`size` 0 or
+    ///         >= n, or a one-validator network): the electorate is then the whole set already.
+    function witnessDraw(bytes32 seed, address miner, uint256 n, uint256 committee, uint256 size)
+        internal
+        pure
+        returns (uint256 witnesses)
+    {
+        uint256 members;
+        for (uint256 x = committee; x != 0; x &= x - 1) {
+            ++members;
+        }
+        if (committee == 0 || members >= n) return 0;
+        uint256 left = n - members;
+        uint256 w = size < left ? size : left;
+        for (uint256 k; w != 0; ++k) {
+            uint256 bit = uint256(1) << (uint256(keccak256(abi.encode(seed, miner, WITNESS_TAG, k))) % n);
+            if ((committee | witnesses) & bit == 0) {
+                witnesses |= bit;
+                --w;
+            }
+        }
+    }
+
     /// @notice The weights of an audited miner's column: a revealer counts only if its validator index
     ///         (`indices[i]`) is in `committee`; when no committee member revealed (restricted weight 0),
     ///         every revealer counts, so an honest miner is never left unsettled by absent auditors.

@@ -101,8 +101,14 @@ interface ITesseraNetwork {
     error SeedNotFixed(uint256 round);
     /// @notice `miner` was not drawn for an audit in `round`.
     error NotAudited(address miner, uint256 round);
-    /// @notice `validator` is not on the audit committee of `miner` in `round`.
+    /// @notice `validator` is not on the audit committee of `miner` in `round` (to open an unanswered
+    ///         report), or neither on it nor one of its witnesses (to vote on one).
     error NotInCommittee(address validator, address miner, uint256 round);
+    /// @notice The unanswered-audit report on `evidence` takes no report or vote after round `lastRound`.
+    error VotingClosed(bytes32 evidence, uint256 lastRound);
+    /// @notice The unanswered-audit report on `evidence` can be voted on until round `lastRound`; it
+    ///         expires after it.
+    error ReportStillOpen(bytes32 evidence, uint256 lastRound);
 
     // ------------------------------------------------------------------ events
 
@@ -155,6 +161,10 @@ interface ITesseraNetwork {
     event Vested(address indexed account, uint256 amount);
     /// @notice `voter` voted for the slash; `votedStake` of `totalStake` has voted.
     event SlashVoted(bytes32 indexed evidence, address indexed voter, uint256 votedStake, uint256 totalStake);
+    /// @notice The unanswered-audit report on `evidence` was neither confirmed nor rejected by 2/3 of its
+    ///         electorate within its window and was closed: `released` of held pay went to `target`,
+    ///         nobody was slashed.
+    event ReportExpired(bytes32 indexed evidence, address indexed target, uint256 indexed round, uint256 released);
     /// @notice `target` lost `amount` (burned) on `evidence`.
     event Slashed(bytes32 indexed evidence, address indexed target, uint256 amount);
     /// @notice The checkpoint after `round` is `digest`, certified by `signedStake` of stake.

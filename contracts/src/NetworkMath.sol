@@ -74,6 +74,15 @@ contract NetworkMath {
         return Consensus.auditDraw(seed, miner, n, rateBps, size);
     }
 
+    /// @notice `Consensus.witnessDraw`: the witnesses of an unanswered-audit report.
+    function witnessDraw(bytes32 seed, address miner, uint256 n, uint256 committee, uint256 size)
+        external
+        pure
+        returns (uint256 witnesses)
+    {
+        return Consensus.witnessDraw(seed, miner, n, committee, size);
+    }
+
     /// @notice Whether `sig` is a BLS (G2Basic, hash-to-G2 with the NUL DST) signature of `message` by `pk`.
     function blsVerify(BLS.G1Point calldata pk, bytes calldata message, BLS.G2Point calldata sig)
         external

@@ -51,21 +51,30 @@ contract NetworkSlashing is NetworkState {
     }
 
     /// @notice Reports that `miner`, audited in `round`, did not answer its audit (the caller must be on
-    ///         its committee). Like a fraud proof it freezes the round's pay at once; when committee
-    ///         members holding 2/3 of the committee's stake report it, the miner is slashed and forfeits
-    ///         its unvested pay exactly like a caught fake, so withholding is never the cheap way out.
-    ///         Its evidence hash is `unansweredEvidence(miner, round)`; `voteSlash` and `voteSlash(evidence, false)` on it
-    ///         are open to the committee only.
+    ///         its committee to open the report; once open, a call from a committee member or a witness
+    ///         counts as a vote for it). Like a fraud proof it freezes the round's pay at once. "Not
+    ///         served" is not provable, so the report is decided by an electorate wider than the
+    ///         committee that filed it: the committee plus `auditWitnesses(miner, round)` (up to c other
+    ///         validators drawn from the seed, who fetch the audited states themselves). When 2/3 of the
+    ///         electorate's stake reports it, the miner is slashed and forfeits its unvested pay exactly
+    ///         like a caught fake, so withholding is never the cheap way out; no single validator of a
+    ///         network of two or more can slash an honest miner this way. 2/3 against: released, the
+    ///         proposer slashed; neither by round `round + REPORT_WINDOW_ROUNDS`: `expireReport` closes it.
+    ///         Its evidence hash is `unansweredEvidence(miner, round)`.
     /// @param miner The audited miner.
     /// @param round The round of the audit.
     function reportUnanswered(address miner, uint256 round) external {
         _requireActiveValidator(msg.sender);
         bytes32 evidence = unansweredEvidence(miner, round);
         SlashProposal memory p = _slashes[evidence];
+        _requireWindow(evidence, round);
         if (p.target == address(0)) {
             if (_accounts[miner].role != Role.Miner) revert NotRole(miner, Role.Miner);
-            (bool audited,) = auditDraw(round, miner);
+            (bool audited, uint256 committee) = auditDraw(round, miner);
             if (!audited) revert NotAudited(miner, round);
+            if ((committee >> _accounts[msg.sender].validatorIndex) & 1 == 0) {
+                revert NotInCommittee(msg.sender, miner, round);
+            }
             _openProposal(miner, round, evidence, true);
         } else if (p.executed || p.rejected) {
             revert EvidenceUsed(evidence);
@@ -73,11 +82,28 @@ contract NetworkSlashing is NetworkState {
         _vote(evidence, miner, true);
     }
 
+    /// @notice Closes the unanswered-audit report on `evidence` that neither 2/3 of its electorate
+    ///         confirmed nor 2/3 rejected by round `round + REPORT_WINDOW_ROUNDS`: the held pay is owed
+    ///         to the miner, nobody is slashed (a contested "not served" proves nothing either way).
+    ///         Anyone may call it once the window is over.
+    /// @param evidence The evidence hash of an open unanswered-audit report.
+    function expireReport(bytes32 evidence) external {
+        SlashProposal storage p = _slashes[evidence];
+        if (p.target == address(0) || !p.unanswered) revert UnknownEvidence(evidence);
+        if (p.executed || p.rejected) revert EvidenceUsed(evidence);
+        uint256 last = uint256(p.round) + REPORT_WINDOW_ROUNDS;
+        if (state.round <= last) revert ReportStillOpen(evidence, last);
+        p.rejected = true;
+        uint256 released = _release(p, evidence);
+        emit ReportExpired(evidence, p.target, p.round, released);
+    }
+
     /// @notice Votes on the proposal on `evidence`: for it (`support`), or against it (its evidence does
-    ///         not check out). With 2/3 of the electorate's active stake (all validators; the committee for
-    ///         an unanswered audit) for it, the slash executes; against it, the frozen pay is released to
-    ///         the target and the proposer is slashed `slashBps` of its stake: a lying proof costs its
-    ///         author. Votes count the voter's stake at vote time.
+    ///         not check out). With 2/3 of the electorate's active stake (all validators; the committee
+    ///         and its witnesses for an unanswered audit, within its window) for it, the slash executes;
+    ///         against it, the frozen pay is released to the target and the proposer is slashed
+    ///         `slashBps` of its stake: a lying proof costs its author. Votes count the voter's stake at
+    ///         vote time.
     /// @param evidence The evidence hash of an open proposal.
     /// @param support True to confirm, false to reject.
     function voteSlash(bytes32 evidence, bool support) external {
@@ -85,7 +111,14 @@ contract NetworkSlashing is NetworkState {
         SlashProposal memory p = _slashes[evidence];
         if (p.target == address(0)) revert UnknownEvidence(evidence);
         if (p.executed || p.rejected) revert EvidenceUsed(evidence);
+        if (p.unanswered) _requireWindow(evidence, p.round);
         _vote(evidence, p.target, support);
+    }
+
+    /// @dev An unanswered-audit report about `round` takes reports and votes until round + the window.
+    function _requireWindow(bytes32 evidence, uint256 round) internal view {
+        uint256 last = round + REPORT_WINDOW_ROUNDS;
+        if (state.round > last) revert VotingClosed(evidence, last);
     }
 
     function _openProposal(address target, uint256 round, bytes32 evidence, bool unanswered) internal {
@@ -123,12 +156,14 @@ contract NetworkSlashing is NetworkState {
         v.amount = 0;
     }
 
-    /// @dev The stake that decides a proposal; for an unanswered audit the voter must be on the committee.
+    /// @dev The stake that decides a proposal; for an unanswered audit the voter must be on the committee
+    ///      or one of its witnesses, and the electorate is both.
     function _electorate(SlashProposal storage p, address voter) internal view returns (uint256 total) {
         if (!p.unanswered) return totalValidatorStake;
         address target = p.target;
         uint256 round = p.round;
         (, uint256 committee) = auditDraw(round, target);
+        committee |= _networkMath().witnessDraw(seeds[round], target, drawSize[round], committee, committeeSize);
         if ((committee >> _accounts[voter].validatorIndex) & 1 == 0) revert NotInCommittee(voter, target, round);
         for (uint256 i; committee >> i != 0; ++i) {
             if ((committee >> i) & 1 == 1) total += _accounts[validators[i]].stake;
@@ -156,12 +191,21 @@ contract NetworkSlashing is NetworkState {
     }
 
     /// @dev Confirmed: `slashBps` of the target's stake + unbonding burned; its held and unvested pay
-    ///      forfeited to the pool.
+    ///      forfeited to the pool, the round's pay too when another open proposal holds it (a witness's
+    ///      fraud proof against a miner an unanswered report froze first: that report's expiry must not
+    ///      release a proven fake's pay).
     function _executeSlash(bytes32 evidence, address target) internal {
         SlashProposal storage p = _slashes[evidence];
         p.executed = true;
         uint256 forfeited = p.held + _sweep(target, false);
         p.held = 0;
+        bytes32 first = _frozen[p.round][target];
+        if (first != evidence && first != bytes32(0)) {
+            SlashProposal storage f = _slashes[first];
+            forfeited += f.held;
+            f.held = 0;
+            _frozen[p.round][target] = evidence; // a round still to settle keeps its pay in the pool
+        }
         if (forfeited != 0) {
             totalUnvested -= forfeited;
             pool += forfeited;
@@ -177,19 +221,24 @@ contract NetworkSlashing is NetworkState {
     function _rejectSlash(bytes32 evidence) internal {
         SlashProposal storage p = _slashes[evidence];
         p.rejected = true;
+        uint256 released = _release(p, evidence);
+        address proposer = p.proposer;
+        uint256 penalty = _takeStake(proposer);
+        emit SlashRejected(evidence, p.target, proposer, released, penalty);
+        if (penalty != 0) token.burn(penalty);
+    }
+
+    /// @dev Unfreezes the target's pay for the proposal's round and owes it what was held; returns that.
+    function _release(SlashProposal storage p, bytes32 evidence) internal returns (uint256 released) {
         address target = p.target;
         uint256 round = p.round;
-        uint256 released = p.held;
+        released = p.held;
         p.held = 0;
         if (_frozen[round][target] == evidence) delete _frozen[round][target];
         if (released != 0) {
             _accounts[target].owed += uint96(released);
             totalUnvested -= released;
         }
-        address proposer = p.proposer;
-        uint256 penalty = _takeStake(proposer);
-        emit SlashRejected(evidence, target, proposer, released, penalty);
-        if (penalty != 0) token.burn(penalty);
     }
 
     /// @dev Burns `slashBps` of `target`'s stake + unbonding (active stake first); returns the amount.

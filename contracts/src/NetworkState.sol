@@ -57,7 +57,8 @@ abstract contract NetworkState is ITesseraNetwork {
         address target;
         uint96 votedStake; // stake that voted to confirm
         bool executed; // confirmed: slashed, unvested and held pay forfeited
-        bool rejected; // rejected: held pay released, the proposer penalised
+        bool rejected; // closed without a slash, held pay released: rejected by 2/3 (the proposer
+        // penalised, SlashRejected) or an unanswered report that expired contested (ReportExpired)
         bool unanswered; // an unanswered audit (electorate: the committee), not a fraud proof
         uint64 round; // the round the evidence is about
         uint96 held; // the target's pay for `round` held while open
@@ -166,6 +167,11 @@ abstract contract NetworkState is ITesseraNetwork {
 
     bytes32 internal constant _UNANSWERED = "tessera.unanswered.v1";
 
+    /// @notice An unanswered-audit report about round r takes reports and votes while the current round
+    ///         is at most r + REPORT_WINDOW_ROUNDS; after that, if neither 2/3 confirmed nor 2/3 rejected
+    ///         it, anyone may close it with `expireReport` (held pay released, nobody slashed).
+    uint256 public constant REPORT_WINDOW_ROUNDS = 2;
+
     // ------------------------------------------------------------------ constructor
 
     /// @notice Checks and records the parameters.
@@ -212,6 +218,19 @@ abstract contract NetworkState is ITesseraNetwork {
         bytes32 seed = seeds[round];
         if (round == 0 || seed == bytes32(0)) revert SeedNotFixed(round);
         return _networkMath().auditDraw(seed, miner, drawSize[round], auditRateBps, committeeSize);
+    }
+
+    /// @notice The witnesses of an unanswered-audit report on `miner` in `round` (issue 26, the reverse
+    ///         attack), a bitmap of validator indices like the committee's: up to c validators outside the
+    ///         committee, drawn from the round's seed (`Consensus.witnessDraw`). They vote on the report
+    ///         with the committee after fetching the audited states themselves; 0 when the miner is not
+    ///         audited or the committee is every validator.
+    /// @param round A round whose seed is fixed.
+    /// @param miner Any address.
+    /// @return witnesses The witness bitmap.
+    function auditWitnesses(uint256 round, address miner) public view returns (uint256 witnesses) {
+        (, uint256 committee) = auditDraw(round, miner);
+        return _networkMath().witnessDraw(seeds[round], miner, drawSize[round], committee, committeeSize);
     }
 
     /// @notice The evidence hash of "`miner` did not answer its audit in `round`" (see {reportUnanswered}).

@@ -34,7 +34,7 @@ contract TesseraNetwork is ITesseraNetwork, NetworkState {
     TesseraToken public immutable token;
     /// @notice The settlement math (created by this contract; see {NetworkMath}).
     NetworkMath public immutable math;
-    /// @dev The module `proposeSlash`, `reportUnanswered` and `voteSlash` delegate to (created here).
+    /// @dev The module `proposeSlash`, `reportUnanswered`, `voteSlash` and `expireReport` delegate to (created here).
     NetworkSlashing internal immutable _slashing;
     bytes32 internal constant _SEED = "seed";
     bytes32 internal constant _SCORES = "scores";
@@ -449,11 +449,20 @@ contract TesseraNetwork is ITesseraNetwork, NetworkState {
     }
 
     /// @notice Reports that `miner`, audited in `round`, did not answer its audit (the caller must be on
-    ///         its committee). See {NetworkSlashing-reportUnanswered}.
+    ///         its committee to open it; the committee and its witnesses decide it). See
+    ///         {NetworkSlashing-reportUnanswered}.
     /// @param miner The audited miner.
     /// @param round The round of the audit.
     function reportUnanswered(address miner, uint256 round) external {
         miner; round; // named for the ABI; the module reads them from the calldata
+        _delegateToSlashing();
+    }
+
+    /// @notice Closes an unanswered-audit report left contested past its window (held pay released,
+    ///         nobody slashed). See {NetworkSlashing-expireReport}.
+    /// @param evidence The evidence hash of an open unanswered-audit report.
+    function expireReport(bytes32 evidence) external {
+        evidence; // named for the ABI; the module reads it from the calldata
         _delegateToSlashing();
     }
 

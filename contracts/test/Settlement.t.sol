@@ -345,6 +345,148 @@ contract SettlementTest is Fixture {
         net.reportUnanswered(ms[0], 1);
     }
 
+    /// The committee member, the witness and the third validator of miner 0's audit in round 1 (c = 1).
+    function _roles(address miner) internal view returns (address member, address witness, address other) {
+        (, uint256 committee) = net.auditDraw(1, miner);
+        uint256 witnesses = net.auditWitnesses(1, miner);
+        assertEq(committee & witnesses, 0, "disjoint");
+        address[] memory vs = _vs();
+        for (uint256 i; i < 3; ++i) {
+            uint256 bit = uint256(1) << net.accountOf(vs[i]).validatorIndex;
+            if (committee & bit != 0) member = vs[i];
+            else if (witnesses & bit != 0) witness = vs[i];
+            else other = vs[i];
+        }
+        assertTrue(member != address(0) && witness != address(0) && other != address(0), "1 + 1 + 1");
+    }
+
+    function test_unanswered_liarOfACommitteeOfOneCannotSlash() public {
+        _setUp(10_000, 1, 2);
+        address[] memory ms = _payingRound(5_000); // round 1 paid, unvested
+        uint256 pay = _paid(ms);
+        (address liar, address witness, address other) = _roles(ms[0]);
+        vm.prank(liar);
+        net.reportUnanswered(ms[0], 1);
+        bytes32 ev = net.unansweredEvidence(ms[0], 1);
+        assertEq(net.slashProposal(ev).held, pay, "round 1 held");
+        assertTrue(!net.slashProposal(ev).executed, "the committee of one is half of its electorate");
+        // neither committee nor witness: refused, for and against
+        vm.prank(other);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotInCommittee.selector, other, ms[0], 1));
+        net.voteSlash(ev, false);
+        vm.prank(other);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NotInCommittee.selector, other, ms[0], 1));
+        net.reportUnanswered(ms[0], 1);
+        // the witness was served and checked the states: contested (1/2 for, 1/2 against)
+        vm.prank(witness);
+        net.voteSlash(ev, false);
+        assertTrue(!net.slashProposal(ev).executed && !net.slashProposal(ev).rejected, "contested");
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.ReportStillOpen.selector, ev, 3));
+        net.expireReport(ev);
+        _emptyRound(); // round 2 settled: now round 3, the last one of the window
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.ReportStillOpen.selector, ev, 3));
+        net.expireReport(ev);
+        _emptyRound(); // now round 4
+        vm.prank(witness);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.VotingClosed.selector, ev, 3));
+        net.voteSlash(ev, true);
+        uint256 owed = net.accountOf(ms[0]).owed;
+        uint256 liarStake = net.accountOf(liar).stake;
+        vm.prank(ms[1]); // anyone
+        net.expireReport(ev);
+        assertEq(net.accountOf(ms[0]).owed, owed + pay, "the held pay is released");
+        assertEq(net.accountOf(ms[0]).stake, MIN_MINER, "not slashed");
+        assertEq(net.accountOf(liar).stake, liarStake, "nobody slashed on a contested report");
+        assertTrue(net.slashProposal(ev).rejected, "closed");
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.EvidenceUsed.selector, ev));
+        net.expireReport(ev);
+        // the round-1 slot vested meanwhile: the miner claims its whole pay
+        assertEq(net.unvestedOf(ms[0]), 0, "nothing left frozen");
+    }
+
+    function test_unanswered_withholderSlashedByCommitteeAndWitness() public {
+        _setUp(10_000, 1, 2);
+        address[] memory ms = _payingRound(5_000);
+        (address member, address witness,) = _roles(ms[0]);
+        vm.prank(member);
+        net.reportUnanswered(ms[0], 1);
+        bytes32 ev = net.unansweredEvidence(ms[0], 1);
+        // the witness was not served either
+        vm.prank(witness);
+        net.voteSlash(ev, true);
+        assertTrue(net.slashProposal(ev).executed, "committee + witness");
+        assertEq(net.accountOf(ms[0]).stake, MIN_MINER - MIN_MINER / 10, "slashed like a fake");
+        assertEq(net.unvestedOf(ms[0]), 0, "forfeited");
+        assertEq(net.accountOf(ms[0]).owed, 0, "nothing paid");
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.UnknownEvidence.selector, bytes32(0)));
+        net.expireReport(bytes32(0));
+    }
+
+    function test_unanswered_rejectedByTwoThirdsSlashesTheProposer() public {
+        _setUp(10_000, 1, 2);
+        address[] memory ms = _payingRound(5_000);
+        (address liar, address witness,) = _roles(ms[0]);
+        // the witness holds twice the liar's stake: its "served" alone is 2/3 against
+        uint256 extra = net.accountOf(liar).stake;
+        vm.prank(witness);
+        net.addStake(extra);
+        vm.prank(liar);
+        net.reportUnanswered(ms[0], 1);
+        bytes32 ev = net.unansweredEvidence(ms[0], 1);
+        uint256 liarStake = net.accountOf(liar).stake;
+        vm.prank(witness);
+        net.voteSlash(ev, false);
+        assertTrue(net.slashProposal(ev).rejected, "rejected");
+        assertEq(net.accountOf(liar).stake, liarStake - liarStake / 10, "the proposer pays");
+        assertEq(net.accountOf(ms[0]).owed, _paid(ms), "released");
+    }
+
+    function test_unanswered_expiryReleasesNothingOfAProvenFake() public {
+        _setUp(10_000, 1, 2);
+        address[] memory ms = _payingRound(5_000);
+        (address member, address witness, address other) = _roles(ms[0]);
+        vm.prank(member);
+        net.reportUnanswered(ms[0], 1);
+        bytes32 ev = net.unansweredEvidence(ms[0], 1);
+        // the witness was served a fake: its fraud proof, confirmed by 2/3 of all validators
+        bytes32 proof = keccak256("fake");
+        vm.prank(witness);
+        net.proposeSlash(ms[0], 1, proof);
+        vm.prank(other);
+        net.voteSlash(proof, true);
+        assertTrue(net.slashProposal(proof).executed, "proven");
+        assertEq(net.slashProposal(ev).held, 0, "the report's held pay forfeited with the proof");
+        _emptyRound();
+        _emptyRound();
+        uint256 owed = net.accountOf(ms[0]).owed;
+        net.expireReport(ev);
+        assertEq(net.accountOf(ms[0]).owed, owed, "nothing released to a proven fake");
+    }
+
+    function test_unanswered_reportAfterTheWindowRefused() public {
+        _setUp(10_000, 1, 2);
+        address[] memory ms = _payingRound(5_000);
+        (address member,,) = _roles(ms[0]);
+        _emptyRound();
+        _emptyRound(); // now round 4
+        bytes32 ev = net.unansweredEvidence(ms[0], 1);
+        vm.prank(member);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.VotingClosed.selector, ev, 3));
+        net.reportUnanswered(ms[0], 1);
+    }
+
+    function testFuzz_witnessDraw(bytes32 seed, address miner, uint8 n, uint8 size) public pure {
+        uint256 nn = bound(n, 1, 256);
+        uint256 c = bound(size, 0, nn + 1);
+        (, uint256 committee) = Consensus.auditDraw(seed, miner, nn, 10_000, c);
+        uint256 w = Consensus.witnessDraw(seed, miner, nn, committee, c);
+        assertEq(committee & w, 0, "disjoint");
+        uint256 members = _popcount(committee);
+        uint256 expect = c == 0 || members >= nn ? 0 : (c < nn - members ? c : nn - members);
+        assertEq(_popcount(w), expect, "min(c, n - c) witnesses");
+        if (nn < 256) assertEq(w >> nn, 0, "indices below n");
+    }
+
     function test_unanswered_revertsWhenNotAudited() public {
         _setUp(0, 1, 0);
         _commit(m1, 1, "a");

@@ -120,6 +120,7 @@ from protocol.chain.values import (
     Role,
     ScoreEntry,
     TxResult,
+    UnansweredReport,
     UnbondingInfo,
 )
 
@@ -199,6 +200,7 @@ __all__ = [
     "TransactionFailed",
     "TxResult",
     "UnbondRequested",
+    "UnansweredReport",
     "UnbondingInfo",
     "UnknownEvidence",
     "UnknownRevert",

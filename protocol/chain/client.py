@@ -17,7 +17,7 @@ from protocol.chain.abi import decode_revert
 from protocol.chain.errors import ChainError
 from protocol.chain.reads import ChainReads
 from protocol.chain.transport import b32, retrying
-from protocol.chain.values import Role, TxResult
+from protocol.chain.values import Role, TxResult, UnansweredReport
 from protocol.rounds.audits import counted_matrix
 from protocol.rounds.consensus import settle
 from protocol.wire import bls
@@ -168,6 +168,25 @@ class Chain(ChainReads):
     def report_unanswered(self, miner: str, round: int) -> TxResult:
         """Reports (as a committee member) that ``miner`` did not answer its audit in ``round``."""
         return self._transact(self.network, "reportUnanswered", to_checksum_address(miner), round)
+
+    def audit_witnesses(self, round: int, miner: str) -> int:
+        """The witnesses of an unanswered-audit report on ``miner`` in ``round`` (bit i = validators[i]):
+        up to c validators outside its committee, drawn from the seed, who vote on the report too."""
+        return int(self._call("auditWitnesses", round, to_checksum_address(miner)))
+
+    def unanswered_report(self, miner: str, round: int) -> UnansweredReport:
+        """The unanswered-audit report on ``miner`` in ``round``: its evidence, whether it is open and
+        whether this client's account voted on it (three reads)."""
+        evidence = bytes(self._call("unansweredEvidence", to_checksum_address(miner), round))
+        target, _voted, executed, rejected, *_rest = self._call("slashProposal", evidence)
+        is_open = int(target, 16) != 0 and not executed and not rejected
+        voted = is_open and self.account is not None and bool(self._call("hasVoted", evidence, self.address))
+        return UnansweredReport(evidence, is_open, voted)
+
+    def expire_report(self, evidence: bytes) -> TxResult:
+        """Closes the unanswered-audit report on ``evidence`` left contested past its window (the held
+        pay is released to the miner, nobody is slashed); anyone may send it."""
+        return self._transact(self.network, "expireReport", b32(evidence))
 
     def reject_slash(self, evidence: bytes) -> TxResult:
         """Votes against the open proposal on ``evidence`` (its evidence does not check out)."""

@@ -27,6 +27,7 @@ from protocol.chain import (
     PhaseNotOver,
     Role,
     SeedNotRevealed,
+    UnansweredReport,
     WrongPhase,
     WrongRound,
 )
@@ -202,6 +203,25 @@ class ChainCoordinator:
         """As a committee member, report that ``miner`` did not serve the states of its audit in ``round``
         (the committee's 2/3 confirms: frozen, slashed and forfeited like a proven fake)."""
         translate("report unanswered audit", lambda: self.chain.report_unanswered(miner, round))
+
+    def audit_witnesses(self, round: int, miners: Sequence[str]) -> dict[str, int]:
+        """Each miner's witness bitmap of ``round``: who decides an unanswered report besides its committee."""
+        return {to_checksum_address(m): self._witnesses(round, m) for m in miners}
+
+    def _witnesses(self, round: int, miner: str) -> int:
+        return translate("read audit witnesses", lambda: self.chain.audit_witnesses(round, miner))
+
+    def unanswered_report(self, miner: str, round: int) -> UnansweredReport:
+        """The unanswered-audit report on ``miner`` in ``round`` (open? voted on by this node?)."""
+        return translate("read unanswered report", lambda: self.chain.unanswered_report(miner, round))
+
+    def vote_unanswered(self, evidence: bytes, support: bool) -> None:
+        """As committee member or witness: for the report (not served) or against it (served, checks out)."""
+        translate("vote on unanswered report", lambda: self.chain.vote_slash(evidence, support))
+
+    def expire_report(self, evidence: bytes) -> None:
+        """Close a contested unanswered report past its window (pay released, nobody slashed)."""
+        translate("expire unanswered report", lambda: self.chain.expire_report(evidence))
 
     def update_commitments(self, round: int) -> dict[str, bytes]:
         if round in self._commitments:

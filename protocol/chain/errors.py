@@ -321,9 +321,22 @@ class NotAudited(ContractRevert):
 
 
 class NotInCommittee(ContractRevert):
-    """Solidity: `validator` is not on the audit committee of `miner` in `round`."""
+    """Solidity: `validator` is not on the audit committee of `miner` in `round` (opening an unanswered
+    report), or neither on it nor one of its witnesses (voting on one)."""
 
     name = "NotInCommittee"
+
+
+class VotingClosed(ContractRevert):
+    """Solidity: the unanswered-audit report on `evidence` takes no report or vote after `lastRound`."""
+
+    name = "VotingClosed"
+
+
+class ReportStillOpen(ContractRevert):
+    """Solidity: the unanswered-audit report on `evidence` is open until `lastRound`; it expires after."""
+
+    name = "ReportStillOpen"
 
 
 REVERT_TYPES: dict[str, type[ContractRevert]] = {
@@ -367,6 +380,8 @@ REVERT_TYPES: dict[str, type[ContractRevert]] = {
         SeedNotFixed,
         NotAudited,
         NotInCommittee,
+        VotingClosed,
+        ReportStillOpen,
     )
 }
 

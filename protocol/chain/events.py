@@ -157,6 +157,14 @@ class SlashRejected(ChainEvent):
 
 
 @dataclass(frozen=True)
+class ReportExpired(ChainEvent):
+    evidence: bytes
+    target: str
+    round: int
+    released: int
+
+
+@dataclass(frozen=True)
 class Forfeited(ChainEvent):
     evidence: bytes
     miner: str
@@ -217,6 +225,7 @@ EVENT_TYPES: dict[str, type[ChainEvent]] = {
         PayFrozen,
         SlashRejectVoted,
         SlashRejected,
+        ReportExpired,
         Forfeited,
         Vested,
     )

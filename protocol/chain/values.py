@@ -83,3 +83,15 @@ class TxResult:
     block_number: int
     gas_used: int
     events: tuple[ChainEvent, ...]
+
+
+@dataclass(frozen=True)
+class UnansweredReport:
+    """The unanswered-audit report on a (miner, round), as a witness needs it (issue 26)."""
+
+    evidence: bytes
+    """``unansweredEvidence(miner, round)``."""
+    open: bool
+    """Filed and neither confirmed, rejected nor expired."""
+    voted: bool
+    """Whether the reading account has voted on it."""
