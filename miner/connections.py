@@ -69,6 +69,9 @@ class MinerConnections(NodeConnections[MinerConfig, MinerState]):
     """How this miner trains and serves (honest, or an attack suite's mode)."""
     checkpoints: CheckpointSource
     """Where theta_r comes from: held, rebuilt or fetched."""
+    commits_seen: dict[tuple[int, bytes], int] = field(default_factory=dict)
+    """(round, digest) of a commitment of this miner found on chain -> the block of the reading it was
+    found at: it stays there while the chain does not go back (:meth:`chain_has_commit`)."""
 
     @classmethod
     def create(
@@ -87,11 +90,23 @@ class MinerConnections(NodeConnections[MinerConfig, MinerState]):
         return cls(cfg, spec, coord, discovery, *parts, behaviour, checkpoints)
 
     def chain_has_commit(self, round: int, digest: bytes) -> bool:
-        """Whether the chain holds this miner's commitment to the update ``digest`` in ``round``."""
+        """Whether the chain holds this miner's commitment to the update ``digest`` in ``round``. Once
+        found it is not read again while the chain's block (the step's reading, no request) has not gone
+        back below the reading it was found at: a restarted or reorged chain is read again (issue 26: the
+        commit phase's log query every step after committing was a third of a miner's requests)."""
+        block = self.coord.current(max_age=float("inf")).block
+        seen = self.commits_seen.get((round, digest))
+        if seen is not None and block >= seen:
+            return True
         got = self.coord.update_commitments(round).get(self.address)
-        return got is not None and got == update_commitment(
+        held = got is not None and got == update_commitment(
             self.coord.chain_id, self.coord.contract, round, self.address, digest
         )
+        if held:
+            self.commits_seen[(round, digest)] = block
+        else:
+            self.commits_seen.pop((round, digest), None)
+        return held
 
 
 class RoundMaterial:

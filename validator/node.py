@@ -171,7 +171,11 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         elif st.phase == Phase.SCORE_COMMIT:
             self.phase = "verify"
             complete = self._verify_all(st, theta) is not False
-            late = self.coord.current().block >= st.deadline - RETRY_MARGIN_BLOCKS
+            # a reading the verification's own schedule just took will do (issue 26: a read every step)
+            late = (
+                self.coord.current(max_age=self.cfg.poll_interval / 2).block
+                >= st.deadline - RETRY_MARGIN_BLOCKS
+            )
             if (complete and not self.intake.cache.pending) or late:
                 # near the deadline, commit what was verified (the rest scores 0) rather than miss the phase
                 self._commit_scores(r)

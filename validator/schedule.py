@@ -58,6 +58,12 @@ VERIFY_WORKERS = 4
 """Miners verified at once: their fetches overlap, their compute takes turns under ``COMPUTE_LOCK``."""
 RETRY_MARGIN_BLOCKS = 4
 """Blocks before the SCORE_COMMIT deadline kept free of verification: the commit point."""
+OBSERVE_SHARE = 8
+"""The chain's block is read again once the last reading is this share of the time left to the commit point
+old (issue 26: a read every 0.5 s of verification was most of a validator's requests in a long phase; the
+estimate between readings comes from the block time, so a few readings a phase keep it)."""
+OBSERVE_MAX_AGE_S = 30.0
+"""Seconds: the oldest reading the commit point's estimate is kept on."""
 
 
 def seeded_order(seed: bytes, miners: Iterable[str]) -> list[str]:
@@ -258,6 +264,8 @@ class VerifyScheduler:
         self.schedule: RoundSchedule | None = None
         """The current round's schedule (None before the first SCORE_COMMIT step)."""
         self._commits: dict[str, bytes] = {}
+        self._observed = -math.inf
+        """When (``time.monotonic``) :meth:`_observe` last read the chain."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="verify")
 
     def run(self, st: RoundState, ctx: RoundContext, record: Record) -> None:
@@ -277,7 +285,7 @@ class VerifyScheduler:
                 wait([s.work for s in sched.running.values()], timeout=0.5, return_when=FIRST_COMPLETED)
             else:  # every miner left waits for its next try
                 time.sleep(0.5)
-            self._observe()
+            self._observe(sched.time_left())
         for miner in sched.left_over():
             sched.finish(miner)
             log.warning(
@@ -307,8 +315,14 @@ class VerifyScheduler:
             )  # fmt: skip
         return self.schedule
 
-    def _observe(self) -> None:
-        """Read the chain's block for the commit point's estimate; with the RPC down the clock decides."""
+    def _observe(self, left: float) -> None:
+        """Read the chain's block for the commit point's estimate, ``left`` seconds away, unless a reading
+        younger than :data:`OBSERVE_SHARE` of that stands (a few reads a phase, whatever its length); with
+        the RPC down the clock decides."""
+        age = min(OBSERVE_MAX_AGE_S, max(self.conn.cfg.poll_interval / 2, left / OBSERVE_SHARE))
+        if time.monotonic() - self._observed < age:
+            return  # the estimate runs on the block time meanwhile (a stale reading would shift it)
+        self._observed = time.monotonic()
         try:
             self.blocks.observe(self.conn.coord.current(max_age=self.conn.cfg.poll_interval / 2).block)
         except ProtocolError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from eth_utils import keccak, to_checksum_address
@@ -23,11 +24,16 @@ from protocol.chain import (
     ChainError,
     ContractRevert,
     EvidenceUsed,
+    MinerRewarded,
     PhaseClosed,
     PhaseNotOver,
     Role,
+    RoundFinalized,
+    SeedCommitted,
     SeedNotRevealed,
+    SeedRevealed,
     UnansweredReport,
+    ValidatorRewarded,
     WrongPhase,
     WrongRound,
 )
@@ -40,12 +46,16 @@ from protocol.rounds.coordinator import (
     SeedNotRevealedError,
     Settlement,
     WrongPhaseError,
+    checkpoint_message,
 )
 from protocol.rounds.phases import Phase
 from protocol.wire import bls
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+FULL_READ_MAX_S = 30.0
+"""Seconds a full round reading stands while only the block number is read (issue 26: 1.3 kB a look)."""
 
 SETTLED_READ_AGE_S = 2.0
 """Seconds a round reading showing round r still open answers ``settlement(r)`` without a log query."""
@@ -90,6 +100,7 @@ class ChainCoordinator:
         self._bls_keys: dict[str, bytes] = {}
         self._settled: dict[int, Settlement] = {}
         self._last: tuple[float, RoundState] | None = None
+        self._full_at: float | None = None  # when ``_last``'s status was read in full (None: it was)
         # reads of what the chain never changes once written (issue 26: cached, not asked again each step):
         # a certified checkpoint, a round's registry and opening block, a closed phase's commitments, a
         # revealed seed share
@@ -100,6 +111,7 @@ class ChainCoordinator:
         self._draws: dict[int, dict[str, AuditDraw]] = {}
         self._shares_done: set[int] = set()
         self._shares_committed: set[int] = set()
+        self._scores: dict[int, tuple[bool, bool]] = {}
 
     # -- reads -----------------------------------------------------------------------------------------
     def current(self, max_age: float = 0.0) -> RoundState:
@@ -108,9 +120,15 @@ class ChainCoordinator:
         last = self._last
         if max_age > 0 and last is not None and time.monotonic() - last[0] < max_age:
             return last[1]
+        if last is not None and self._steady(last):
+            block = translate("read block", self.chain.block_number)  # about a third of a status read's bytes
+            if last[1].block <= block <= last[1].deadline:
+                self._last = (time.monotonic(), replace(last[1], block=block))
+                self._full_at = last[0] if self._full_at is None else self._full_at
+                return self._last[1]
 
         def read() -> RoundState:
-            s = self.chain.status()  # one eth_call per poll
+            s = self.chain.status()
             return RoundState(
                 round=s.round.round,
                 phase=Phase(int(s.round.phase)),
@@ -122,13 +140,22 @@ class ChainCoordinator:
             )
 
         st = translate("read round", read)
+        self._full_at = None
         last = self._last
         if last is not None and (
             st.block < last[1].block or (st.round, int(st.phase)) < (last[1].round, int(last[1].phase))
         ):
-            self._forget()  # the chain went back (restarted from an older state, or reorged): read again
+            self._forget()  # the chain went back (restarted from an older state, or reorged)
         self._last = (time.monotonic(), st)
         return st
+
+    def _steady(self, last: tuple[float, RoundState]) -> bool:
+        """Whether only the block can change before the phase deadline: a phase (and the seed) moves only
+        past it, the checkpoint is certified, FINALIZE is not (it ends at any block), and the full reading is
+        under :data:`FULL_READ_MAX_S` old (a chain that went back is caught by its block)."""
+        full = last[0] if self._full_at is None else self._full_at
+        certified = last[1].phase != Phase.FINALIZE and last[1].checkpoint is not None
+        return certified and time.monotonic() - full < FULL_READ_MAX_S
 
     def _forget(self) -> None:
         """Drop the cached reads (the chain is behind a block this node saw)."""
@@ -136,6 +163,7 @@ class ChainCoordinator:
             cache.clear()
         self._shares_done.clear()
         self._shares_committed.clear()
+        self._scores.clear()
         self.chain.forget_nonce()
 
     def _past(self, round: int, phase: Phase) -> bool:
@@ -238,25 +266,27 @@ class ChainCoordinator:
             return True, True
         # a commitment stays: once seen, only the reveal is asked for (two log queries a step were most of
         # a validator's eth_getLogs while it waited out the commit phase)
-        c = round in self._shares_committed or bool(
-            translate(
-                "read seed share",
-                lambda: self.chain.events("SeedCommitted", round=round, validator=self.address),
-            )
-        )
+        # both events in one log query (issue 26)
+        names = ["SeedRevealed"] if round in self._shares_committed else ["SeedCommitted", "SeedRevealed"]
+        evs = translate("read seed share", lambda: self.chain.round_events(names, round, self.address))
+        c = round in self._shares_committed or any(isinstance(e, SeedCommitted) for e in evs)
         if not c:
             return False, False
         self._shares_committed.add(round)
-        r = translate(
-            "read seed share", lambda: self.chain.events("SeedRevealed", round=round, validator=self.address)
-        )
+        r = any(isinstance(e, SeedRevealed) for e in evs)
         if r:
             self._shares_done.add(round)
-        return True, bool(r)
+        return True, r
 
     def score_status(self, round: int) -> tuple[bool, bool]:
+        known, last = self._scores.get(round), self._last  # final once seen: the commitment, its reveal
+        if known is not None and (known[1] or (last is not None and last[1].phase == Phase.SCORE_COMMIT)):
+            return known  # revealed, or committed with nothing to reveal yet: not read every step
         e = translate("read score entry", lambda: self.chain.score_entry(round, self.address))
-        return e.commitment != b"\0" * 32, bool(e.revealed)
+        got = (e.commitment != b"\0" * 32, bool(e.revealed))
+        if got[0]:
+            self._scores[round] = got
+        return got
 
     def settlement(self, round: int) -> Settlement | None:
         if round in self._settled:
@@ -264,11 +294,12 @@ class ChainCoordinator:
         last = self._last
         if last is not None and last[1].round <= round and time.monotonic() - last[0] < SETTLED_READ_AGE_S:
             return None  # a reading this fresh has the round still open (finalizing it opens the next)
-        fin = translate("read finalization", lambda: self.chain.events("RoundFinalized", round=round))
-        if not fin:
+        names = ["RoundFinalized", "MinerRewarded", "ValidatorRewarded"]  # one log query (issue 26)
+        evs = translate("read settlement", lambda: self.chain.round_events(names, round))
+        if not any(isinstance(e, RoundFinalized) for e in evs):
             return None
-        mr = translate("read rewards", lambda: self.chain.events("MinerRewarded", round=round))
-        vr = translate("read rewards", lambda: self.chain.events("ValidatorRewarded", round=round))
+        mr = [e for e in evs if isinstance(e, MinerRewarded)]
+        vr = [e for e in evs if isinstance(e, ValidatorRewarded)]
         s = Settlement(
             consensus={to_checksum_address(e.miner): int(e.consensus) for e in mr},
             miner_rewards={to_checksum_address(e.miner): int(e.amount) for e in mr},
@@ -278,7 +309,8 @@ class ChainCoordinator:
         return s
 
     def checkpoint_message(self, round: int, digest: bytes) -> bytes:
-        return bytes(translate("checkpoint message", lambda: self.chain.checkpoint_message(round, digest)))
+        # computed here as the contract's checkpointMessage does (issue 26: a request per signature checked)
+        return checkpoint_message(self.chain_id, self.contract, round, digest)
 
     def owed(self) -> int:
         return int(translate("read account", lambda: self.chain.account_info(self.address)).owed)

@@ -42,8 +42,10 @@ T = TypeVar("T")
 
 #: Seconds a sent transaction may stay unknown to the node before it counts as dropped.
 DROPPED_AFTER_S = 3.0
-#: Seconds between looks for a sent transaction's receipt (0.2 s asked 5-10 times a block, issue 26).
+#: Seconds between looks for a sent transaction's receipt (0.2 s asked 5-10 times a block, issue 26), the
+#: first; the wait doubles up to ``RECEIPT_POLL_MAX_S`` (a 2-s block was 3-4 looks a transaction).
 RECEIPT_POLL_S = 0.5
+RECEIPT_POLL_MAX_S = 2.0
 #: Seconds a receipt may be missing before the node is asked whether it still knows the transaction, and
 #: between such questions (it was asked at every receipt poll: a quarter of a validator's requests).
 KNOWN_CHECK_S = 1.0
@@ -336,8 +338,9 @@ class ChainTransport:
         the timeout would only delay the caller, who must re-read the chain and decide again."""
         start = time.monotonic()
         unknown_since: float | None = None
-        checked = 0.0
+        checked, wait = 0.0, RECEIPT_POLL_S / 2
         while True:
+            wait = min(wait * 2, RECEIPT_POLL_MAX_S)
             got = retrying(
                 lambda: self.w3.eth.get_transaction_receipt(HexBytes(tx_hash)), fn_name, not_found=True
             )
@@ -345,7 +348,7 @@ class ChainTransport:
                 return got
             now = time.monotonic()
             if now - start < KNOWN_CHECK_S or now - checked < KNOWN_CHECK_S:
-                time.sleep(RECEIPT_POLL_S)
+                time.sleep(wait)
                 continue
             checked = now
             known = retrying(lambda: self.w3.eth.get_transaction(HexBytes(tx_hash)), fn_name, not_found=True)
@@ -363,7 +366,7 @@ class ChainTransport:
                 unknown_since = None
             if now - start > timeout:
                 raise ChainError(f"{fn_name}: transaction 0x{tx_hash.hex()} not mined in {timeout:.0f} s")
-            time.sleep(RECEIPT_POLL_S)
+            time.sleep(wait)
 
     def _receipt_events(self, receipt: Any) -> list[ChainEvent]:
         out: list[ChainEvent] = []

@@ -32,18 +32,12 @@ RETRY_AFTER_S = 30.0
 """Seconds before a failed read of the same key is tried again (:meth:`ChainAccount.try_refresh`)."""
 
 
-def read_account(chain: Any, address: str, attempts: int = 3) -> dict[str, Any]:
-    """What the chain holds for ``address`` (a :class:`protocol.chain.Chain`), every figure of one block
-    (read before and after; read again if a block arrived meanwhile): role, stake, owed rewards, token
-    balance, unbonding, last committed round. ``tessera account status`` and the nodes' account figures."""
-    for _ in range(attempts):
-        block = chain.block_number()
-        info = chain.account_info(address)
-        unbonding = chain.unbonding(address)
-        balance = chain.balance_of(address)
-        unvested = chain.unvested_of(address)
-        if chain.block_number() == block:
-            break
+def read_account(chain: Any, address: str) -> dict[str, Any]:
+    """What the chain holds for ``address`` (a :class:`protocol.chain.Chain`), every figure of one block (one
+    batch request at the latest block): role, stake, owed rewards, token balance, unbonding, last committed
+    round. ``tessera account status`` and the nodes' account figures."""
+    block = chain.block_number()
+    info, unbonding, balance, unvested = chain.account_at(address, block)  # one batch, all at ``block``
     return {
         "address": address,
         "role": info.role.name.lower(),

@@ -266,6 +266,11 @@ def _count_traffic(
         """``{round: {method: requests}}``; a contract read is ``eth_call:<function>``."""
         return ledger.calls_json()
 
+    @app.get("/traffic/rpc-bytes", summary="JSON-RPC bytes this node moved, by round and method")
+    def get_rpc_call_bytes() -> dict[str, dict[str, int]]:
+        """``{round: {method: bytes}}``, bodies and headers both ways (the ``/traffic/rpc`` labels)."""
+        return ledger.call_bytes_json()
+
 
 #: Where the bundled Swagger UI assets are served (package ``swagger-ui-bundle``).
 DOCS_ASSETS = "/docs-assets"

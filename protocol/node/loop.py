@@ -84,7 +84,11 @@ class StepLoop:
 
 
 IDLE_POLL_MAX_S = 4.0
-"""Seconds: the longest wait between looks at the chain while a node's view of it stays the same."""
+"""Seconds: the longest wait between looks at the chain while a node's view of it stays the same, in a phase
+of at most ``PHASE_POLLS`` times as long (a longer phase raises the cap with it)."""
+PHASE_POLLS = 16
+"""Looks at the chain an idle node takes in one phase window at the cap, whatever the window's length: the
+cap is the window over this (issue 26: a fixed cap made the requests grow with the round's length)."""
 
 
 class PollPacer:
@@ -92,15 +96,26 @@ class PollPacer:
     node's JSON-RPC requests, about 1,660 a 220-s round on a chain of 2-s blocks).
 
     The wait is ``base`` after anything changed (round, phase or what the node says it is doing), and
-    doubles while nothing does, up to ``cap``, and never past half the time left to the phase's deadline
-    (at the block time measured from the readings), so a node that waits for a peer or a deadline asks a
-    few times a phase, and one whose deadline passed (a phase to advance) asks at ``base``."""
+    doubles while nothing does, up to ``cap`` or the phase window over ``phase_polls`` (the window from the
+    first reading of the phase to its deadline, at the block time measured from the readings), whichever
+    is longer, and never past half the time left to the phase's deadline, so a node that waits for a peer
+    or a deadline asks about ``phase_polls`` times a phase however long it lasts, and one whose deadline
+    passed (a phase to advance) asks at ``base``."""
 
-    def __init__(self, base: float, cap: float = IDLE_POLL_MAX_S) -> None:
+    def __init__(
+        self,
+        base: float,
+        cap: float = IDLE_POLL_MAX_S,
+        phase_polls: int = PHASE_POLLS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.base = base
+        self.clock = clock
         self.cap = max(cap, base)
+        self.phase_polls = max(1, phase_polls)
         self._key: object = None
         self._wait = base
+        self._window = 0.0
         self._first: tuple[float, int] | None = None
         self._latest: tuple[float, int] | None = None
 
@@ -113,15 +128,18 @@ class PollPacer:
     def next(self, round: int, phase: int, block: int, deadline: int, doing: object = None) -> float:
         """The wait after a step that read the chain at ``block`` in ``round``'s ``phase`` (deadline block
         ``deadline``); ``doing``: what the node says it does (a change resets the wait)."""
-        now = time.monotonic()
+        now = self.clock()
         if self._first is None or block < self._first[1]:
             self._first = (now, block)
         self._latest = (now, block)
         key = (round, phase, doing)
+        if not isinstance(self._key, tuple) or self._key[:2] != (round, phase):
+            self._window = max(0, deadline - block) * self.block_seconds()  # the phase as first seen
         if key != self._key:
             self._key, self._wait = key, self.base
             return self.base
-        self._wait = min(self._wait * 2, self.cap)
+        cap = max(self.cap, self._window / self.phase_polls)
+        self._wait = min(self._wait * 2, cap)
         if block > deadline:
             return self.base
         left = (deadline - block) * self.block_seconds()

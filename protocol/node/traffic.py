@@ -65,6 +65,7 @@ class TrafficLedger:
         self._lock = threading.Lock()
         self._rows: dict[int, dict[Kind, dict[str, int]]] = {}
         self._calls: dict[int, dict[str, int]] = {}
+        self._call_bytes: dict[int, dict[str, int]] = {}
         self.on_add: Callable[[Kind, str, int], None] | None = None
         """Called with (kind, field, bytes) for each non-zero count (e.g. a Prometheus counter)."""
         self.on_call: Callable[[str], None] | None = None
@@ -88,15 +89,17 @@ class TrafficLedger:
                 if n > 0:
                     self.on_add(kind, f, int(n))
 
-    def add_call(self, label: str) -> None:
+    def add_call(self, label: str, nbytes: int = 0) -> None:
         """Count one JSON-RPC request of this round (``label``: the method, ``eth_call:<function>`` for a
-        contract read), so an operator sees which reads cost the node's RPC quota."""
+        contract read) and the ``nbytes`` it moved (both ways, headers included), so an operator sees which
+        reads cost the node's RPC quota and bandwidth."""
         with self._lock:
-            row = self._calls.setdefault(self.round, {})
-            row[label] = row.get(label, 0) + 1
-            if len(self._calls) > self._keep:
-                for old in sorted(self._calls)[: len(self._calls) - self._keep]:
-                    del self._calls[old]
+            for table, n in ((self._calls, 1), (self._call_bytes, max(0, int(nbytes)))):
+                row = table.setdefault(self.round, {})
+                row[label] = row.get(label, 0) + n
+                if len(table) > self._keep:
+                    for old in sorted(table)[: len(table) - self._keep]:
+                        del table[old]
         if self.on_call is not None:
             self.on_call(label)
 
@@ -115,6 +118,12 @@ class TrafficLedger:
         """``{round: {label: requests}}`` of :meth:`add_call` (rounds as strings)."""
         with self._lock:
             return {str(r): dict(sorted(row.items())) for r, row in sorted(self._calls.items())}
+
+    def call_bytes_json(self) -> dict[str, dict[str, int]]:
+        """``{round: {label: bytes}}`` of :meth:`add_call`: each label's JSON-RPC bytes, bodies and headers
+        both ways."""
+        with self._lock:
+            return {str(r): dict(sorted(row.items())) for r, row in sorted(self._call_bytes.items())}
 
     def to_json(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{round: {kind: {field: bytes}}}`` (rounds as strings, as JSON keys are)."""
@@ -250,17 +259,19 @@ def rpc_session(ledger: TrafficLedger, functions: Mapping[str, str] | None = Non
     def count(resp: requests.Response, *_: Any, **__: Any) -> requests.Response:
         req = resp.request
         body = req.body
-        ledger.add_call(rpc_label(body if isinstance(body, bytes | str) else None, names))
-        ledger.add(
-            Kind.RPC,
-            sent=len(body.encode()) if isinstance(body, str) else len(body) if isinstance(body, bytes) else 0,
-            sent_overhead=len(req.method or "")
+        raw = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else b""
+        counts = {
+            "sent": len(raw),
+            "sent_overhead": len(req.method or "")
             + len(req.path_url)
             + 12
             + sum(len(k) + len(v) + 4 for k, v in req.headers.items()),
-            received=len(resp.content),
-            received_overhead=17 + sum(len(k) + len(v) + 4 for k, v in resp.headers.items()),
-        )
+            "received": len(resp.content),
+            "received_overhead": 17 + sum(len(k) + len(v) + 4 for k, v in resp.headers.items()),
+        }
+        label = rpc_label(body if isinstance(body, bytes | str) else None, names)
+        ledger.add_call(label, sum(counts.values()))
+        ledger.add(Kind.RPC, **counts)
         return resp
 
     s = requests.Session()

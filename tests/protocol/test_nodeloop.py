@@ -133,7 +133,7 @@ def test_the_poll_wait_doubles_while_nothing_changes_and_resets_on_a_change() ->
     from protocol.node.loop import PollPacer
 
     pacer = PollPacer(0.5, cap=4.0)
-    at = {"round": 3, "phase": 1, "block": 100, "deadline": 200}  # 100 blocks (1 s each until measured)
+    at = {"round": 3, "phase": 1, "block": 100, "deadline": 150}  # 50 blocks (1 s each until measured)
     assert [pacer.next(**at, doing="serving") for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert pacer.next(**at, doing="verifying") == 0.5  # the node started doing something else
     assert pacer.next(**{**at, "phase": 2}, doing="verifying") == 0.5  # the phase moved
@@ -141,3 +141,24 @@ def test_the_poll_wait_doubles_while_nothing_changes_and_resets_on_a_change() ->
     assert [pacer.next(**near, doing="verifying") for _ in range(3)] == [1.0, 1.0, 1.0]
     late = {**at, "phase": 2, "block": 103, "deadline": 102}  # past the deadline: a phase to advance
     assert pacer.next(**late, doing="verifying") == 0.5
+
+
+def test_the_idle_polls_of_a_phase_do_not_grow_with_its_length() -> None:
+    """Issue 26: with a fixed cap an idle node asked every 4 s, so a 220-s round cost twice a 110-s one; the
+    cap is the phase window over ``PHASE_POLLS``, so a node idle through a phase asks about as often in a
+    long one as in a short one."""
+    from protocol.node.loop import PHASE_POLLS, PollPacer
+
+    def polls(blocks: int) -> int:
+        now = [0.0]
+        pacer, n = PollPacer(0.5, cap=4.0, clock=lambda: now[0]), 0
+        while now[0] < blocks:  # 1-s blocks: the block is the second
+            now[0] += pacer.next(
+                round=3, phase=1, block=100 + int(now[0]), deadline=100 + blocks, doing="serving"
+            )
+            n += 1
+        return n
+
+    short, long = polls(60), polls(600)
+    assert short <= PHASE_POLLS + 12 and long <= PHASE_POLLS + 16, (short, long)
+    assert long < 1.5 * short, (short, long)  # a fixed 4-s cap asked about 150 times in 600 s
