@@ -27,6 +27,7 @@ from validator.context import Verdict, run_model
 from validator.intake import Intake
 from validator.pipeline import VerificationPipeline
 from validator.stages import Stage
+from validator.witness import Witness
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class Slashing:
         self.pipeline = pipeline
         self.rechecked_phases: set[tuple[int, int]] = set()
         """(round, phase) in which peers' evidence was re-checked already (once per phase)."""
+        self.witness = Witness(conn, intake, pipeline, self.slash)
+        """Audits the miners its committees reported unanswered where this validator is a witness."""
 
     def slash(self, v: Verdict) -> None:
         """Propose (or vote for) slashing ``v.miner`` on the provable verdict ``v`` (a fraud proof: the
@@ -63,7 +66,8 @@ class Slashing:
             log.info("slash of %s not counted: %s", v.miner, exc)
 
     def recheck_peer_slashes(self, st: RoundState, theta: Theta) -> None:
-        """Vote on other validators' slashing evidence after re-running it (F8).
+        """Vote on other validators' slashing evidence after re-running it (F8), and on the unanswered
+        reports this validator witnesses (``validator.witness``, issue 26).
 
         Every validator serves its verdicts with their evidence (``/verdicts/{round}``); a provable
         ``recompute`` failure names the update digest (bound to the on-chain commitment) and the failing
@@ -78,6 +82,7 @@ class Slashing:
         if not c.cfg.slash or st.seed is None or (r, int(st.phase)) in self.rechecked_phases:
             return
         self.rechecked_phases.add((r, int(st.phase)))
+        self.witness.check(st, theta)  # unanswered reports this validator witnesses (issue 26)
         done: dict[str, bool] = dict(c.state.round(r).rechecked or {})
         commits = c.coord.update_commitments(r)
         peers = [x.url for x in c.discovery.find(r) if x.role == "validator" and x.address != c.address]

@@ -5,6 +5,9 @@
 - ``withhold-when-audited``: a miner that refuses its states exactly in the rounds the seed draws it for
   an audit is paid 0 in those rounds, reported unanswered by its committee, slashed and its unvested pay
   forfeited: what a caught fake costs; in the rounds it is not audited it is paid like an honest miner;
+- ``false-unanswered-report``: a validator that reports the honest miners it audits as unanswered (c = 1)
+  slashes none of them: its witness (the other validator) is served, votes against, and expires the
+  contested report after its window, which releases the held pay; the liar moves no token off them;
 - every miner and validator scenario: honest miners are paid in every round they complete.
 
 On anvil the figures come from ``MinerRewarded``, ``ScoresRevealed``, ``SlashProposed``, ``Slashed`` and
@@ -18,6 +21,7 @@ from typing import Any
 
 from protocol.rounds.audits import audit_draw
 from tessera.attack.harness import NetworkRun
+from validator.witness import REPORT_WINDOW_ROUNDS
 
 WEI = 10**18
 #: Labels of participants whose work is honest (a Sybil leader trains; its members re-label its update).
@@ -131,4 +135,41 @@ def withhold_when_audited(run: NetworkRun) -> tuple[dict[str, bool], dict[str, A
                 checks["costs_like_a_caught_fake"] &= all(x["stake_taken"] > 0 for x in confirmed)
             elif audited is False:
                 checks["paid_when_not_audited"] &= paid > 0
+    return checks, figures
+
+
+def false_unanswered_report(run: NetworkRun) -> tuple[dict[str, bool], dict[str, Any]]:
+    """Checks and figures of ``false-unanswered-report``: every report on an honest miner made by the
+    liar, none executed, nothing taken; each report whose window closed within the run expired (or was
+    rejected) with the round's pay released; every honest miner paid in every round, at settlement or
+    by that release (a report still inside its window at the end holds the pay: counted apart)."""
+    settled, props = _settled(run), proposals(run)
+    honest = {p.address for p in run.participants if p.role == "miner" and p.label in HONEST_LABELS}
+    liars = {p.address for p in run.participants if p.role == "validator" and p.label != "honest"}
+    reports = [x for x in props if x["unanswered"] and x["target"] in honest]
+    closed = [x for x in reports if x["round"] + REPORT_WINDOW_ROUNDS < run.rounds]
+    released = {(x["round"], x["target"]): x.get("released", 0) for x in reports}
+    held_open = {(x["round"], x["target"]) for x in reports if x not in closed}
+    paid_ok = True
+    for r, st in settled.items():
+        for m in honest & set(run.ledger.rounds[r].commits):
+            paid = st.miner_rewards.get(m, 0) if st is not None else 0
+            paid_ok &= paid > 0 or released.get((r, m), 0) > 0 or (r, m) in held_open
+    checks = {
+        "liar_reported_honest_miners": bool(reports) and all(x["proposer"] in liars for x in reports),
+        "no_report_on_an_honest_miner_executed": not any(x["executed"] for x in reports),
+        "liar_takes_nothing": all(x["stake_taken"] == 0 and x["forfeited"] == 0 for x in reports),
+        "closed_reports_released_the_pay": bool(closed)
+        and all((x.get("expired") or x.get("rejected")) and x.get("released", 0) > 0 for x in closed),
+        "honest_miners_paid_or_released_every_round": paid_ok,
+    }
+    figures = {
+        "reports": [
+            {"round": x["round"], "target": x["target"][:10], "expired": x.get("expired", False),
+             "rejected": x.get("rejected", False), "released": x.get("released", 0) / WEI}
+            for x in reports
+        ],
+        "window_closed_in_run": len(closed),
+        "released_total": sum(x.get("released", 0) for x in reports) / WEI,
+    }  # fmt: skip
     return checks, figures

@@ -231,8 +231,11 @@ class AnvilLedger:
 
     @property
     def proposals(self) -> list[dict[str, Any]]:
-        """Every slash proposal with its outcome, from ``SlashProposed``, ``Slashed`` and ``Forfeited``."""
+        """Every slash proposal with its outcome, from ``SlashProposed``, ``Slashed``, ``Forfeited`` and, for
+        one closed without a slash, ``SlashRejected`` / ``ReportExpired`` (the pay it released)."""
         slashed = {bytes(e.evidence): int(e.amount) for e in self.chain.events("Slashed")}
+        rejected = {bytes(e.evidence): int(e.released) for e in self.chain.events("SlashRejected")}
+        expired = {bytes(e.evidence): int(e.released) for e in self.chain.events("ReportExpired")}
         forfeited: dict[bytes, int] = {}
         for e in self.chain.events("Forfeited"):
             forfeited[bytes(e.evidence)] = forfeited.get(bytes(e.evidence), 0) + int(e.amount)
@@ -243,6 +246,8 @@ class AnvilLedger:
                 "evidence": ev.hex(), "target": target, "proposer": to_checksum_address(e.proposer),
                 "round": rnd - OFFSET, "unanswered": ev == self.unanswered_evidence(target, rnd),
                 "executed": ev in slashed, "stake_taken": slashed.get(ev, 0), "forfeited": forfeited.get(ev, 0),
+                "rejected": ev in rejected, "expired": ev in expired,
+                "released": rejected.get(ev, 0) + expired.get(ev, 0),
             })  # fmt: skip
         return out
 

@@ -123,6 +123,11 @@ def evaluate(
         res.checks.pop("cheaters_earn_0", None)
         res.checks.pop("honest_share>=0.99", None)
         res.checks.update(checks)
+    elif sc.audit_checks == "false-unanswered-report":
+        # a reported honest miner's pay is held until the report expires: paid, just later
+        checks, res.audit = auditchecks.false_unanswered_report(run)
+        res.checks.pop("honest_miners_paid_every_round", None)
+        res.checks.update(checks)
     if sc.kind == "fault":
         _fault_checks(res, sc, run)
     if sc.kind == "validator":
@@ -130,6 +135,8 @@ def evaluate(
         checks = res.validator.pop("checks")
         if not sc.scores_dishonestly:  # it scores like an honest validator and is paid like one
             checks.pop("adversarial_validator_earns_less_per_stake")
+        if sc.audit_params.get("committee_size"):  # a committee's score is its miners' consensus alone
+            checks.pop("consensus_within_honest_range")
         res.checks.update(checks)
         res.checks["honest_share>=0.99"] = share >= 0.99
     if base:

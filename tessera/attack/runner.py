@@ -69,7 +69,7 @@ def run_scenario(
     net.faults = [Fault(*f) for f in sc.faults]
     net.start()
     try:
-        return net.run(rounds, timeout=timeout)
+        return net.run(rounds, timeout=max(timeout, sc.timeout_s))
     finally:
         net.stop()
 

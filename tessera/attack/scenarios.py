@@ -41,6 +41,7 @@ from tessera.attack.validators import (
     BadSignerValidator,
     ColludingValidator,
     CopierValidator,
+    FalseReporterValidator,
     RandomValidator,
     SilentValidator,
 )
@@ -82,8 +83,9 @@ class Scenario:
     audit_params: dict[str, int] = field(default_factory=dict)
     """The chain's audit rate, committee size or vesting where not the suite's (q = 1, every validator)."""
     audit_checks: str = ""
-    """Issue 26's checks read from the chain (``tessera.attack.auditchecks``): ``proven-by-one`` or
-    ``withhold-when-audited``; "" for none."""
+    """Issue 26's checks read from the chain (``tessera.attack.auditchecks``): ``proven-by-one``,
+    ``withhold-when-audited`` or ``false-unanswered-report``; "" for none."""
+    timeout_s: float = 900.0  # wall-clock limit of one run (longer where the effect lands rounds later)
 
 
 def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
@@ -268,7 +270,8 @@ def _poisoners_forgers_and_sybils() -> list[Scenario]:
 
 
 def _audit_scenarios() -> list[Scenario]:
-    """Issue 26: a fake that one validator of three proves, and a miner that withholds when audited."""
+    """Issue 26: a fake that one validator of three proves, a miner that withholds when audited, and a
+    validator that reports honest miners unanswered (the reverse attack)."""
 
     def withholder(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
         def audited(round: int, miner: str) -> bool:
@@ -283,6 +286,12 @@ def _audit_scenarios() -> list[Scenario]:
         Scenario("withhold-when-audited", "miner", "honest, but refuses its states exactly when audited (q = 0.8)",
                  lambda: [*_honest(), Participant("miner", "withhold-when-audited", MINER_STAKE, withholder)],
                  provable=False, audit_params={"audit_rate_bps": 8_000}, audit_checks="withhold-when-audited"),
+        Scenario("false-unanswered-report", "validator",
+                 "a validator (c = 1 of 2, q = 1) reports the honest miners it audits unanswered (run >= 4 rounds)",
+                 lambda: [*_honest(1, 0), Participant("validator", "false-reporter", VALIDATOR_STAKE,
+                                                      _validator_factory(FalseReporterValidator)), *_honest(0, 3)],
+                 scores_dishonestly=False, audit_params={"audit_rate_bps": 10_000, "committee_size": 1},
+                 audit_checks="false-unanswered-report", timeout_s=2_400.0),
     ]  # fmt: skip
 
 

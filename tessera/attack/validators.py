@@ -9,7 +9,9 @@ is the honest node's code, so the contract and the other validators see a normal
 - :class:`ColludingValidator` verifies, then gives ``favoured`` the maximum score (a colluding minority);
 - :class:`SilentValidator` verifies and commits but never reveals;
 - :class:`BadSignerValidator` does everything honestly but serves a certificate signature of another
-  checkpoint digest (valid BLS, wrong message), which would sink every aggregate that includes it.
+  checkpoint digest (valid BLS, wrong message), which would sink every aggregate that includes it;
+- :class:`FalseReporterValidator` verifies and scores honestly, but reports every miner it audits as
+  having left its audit unanswered (issue 26's reverse attack: with c = 1 its report alone used to slash).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Any
 
 from protocol.rounds.consensus import SCORE_MAX
 from protocol.rounds.coordinator import RoundState
+from validator.audits import report_unanswered, unanswered
 from validator.checkpoints import Checkpoints
+from validator.context import AuditRole, Verdict
 from validator.node import ValidatorNode, compose
 
 
@@ -120,3 +124,17 @@ class BadSignerValidator(ValidatorNode):
             checkpoints=_BadSigningCheckpoints,
         )
         super().__init__(cfg, spec, coord, discovery, private_key, **kwargs)
+
+
+class FalseReporterValidator(ValidatorNode):
+    """The honest node, except that every miner it audits (on its committee) and was served by is also
+    reported unanswered: the lie that "not served" cannot disprove on chain."""
+
+    def _record_verdict(self, round: int, miner: str, verdict: Verdict) -> None:
+        super()._record_verdict(round, miner, verdict)
+        if (
+            verdict.evidence.get("audit") == AuditRole.AUDIT
+            and not verdict.provable
+            and not unanswered(verdict)
+        ):
+            report_unanswered(self.coord, verdict)

@@ -1,0 +1,197 @@
+"""The witness of an unanswered-audit report (issue 26, the reverse attack).
+
+"Not served" cannot be proven, so a committee's report that a miner left its audit unanswered is decided
+by the committee together with up to c witnesses drawn from the round's seed among the other validators
+(the contract's ``auditWitnesses``). A witness that sees the report open asks the miner for the audited
+states itself, with the same audit a committee member runs (the pipeline's ``audit`` plan, its fetch
+deadlines included), and votes on what it finds:
+
+- not served: for the report (a real withholder is slashed by the committee and its witnesses);
+- served and checking out: against it (one lying committee member cannot slash an honest miner);
+- served but fake: its normal fraud proof (``Slashing.slash``), which forfeits the round's pay even where
+  the report had frozen it first;
+- undecided (a stage before the states failed, the budget ran out): no vote; the report expires after its
+  window and releases the pay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from protocol.rounds.audits import AuditDraw
+from protocol.rounds.coordinator import CoordinatorError, RoundState
+from validator.audits import AuditBoard, round_audits, unanswered
+from validator.connections import Connections, Theta
+from validator.context import RoundContext, Verdict
+from validator.intake import Intake
+from validator.pipeline import VerificationPipeline
+from validator.stages import Stage
+
+log = logging.getLogger(__name__)
+
+#: The contract's ``REPORT_WINDOW_ROUNDS``: a report about round r takes votes until round r + 2; after
+#: that anyone may expire it (tests/chain/test_unanswered_witnesses.py pins the two equal).
+REPORT_WINDOW_ROUNDS = 2
+
+#: Stages that decide before any audited state is asked for: the witness cannot tell "served" from them.
+_BEFORE_STATES = frozenset(
+    {Stage.COMMIT, Stage.FETCH, Stage.DIGEST, Stage.FORMAT, Stage.HEADER, Stage.BOUNDS, Stage.ATTESTATION}
+    | {Stage.ERROR, Stage.BUDGET, ""}
+)
+
+
+class UnansweredReport(Protocol):
+    """An unanswered-audit report as the board reads it (``protocol.chain.UnansweredReport``)."""
+
+    @property
+    def evidence(self) -> bytes:
+        """Its evidence hash."""
+        ...
+
+    @property
+    def open(self) -> bool:
+        """Filed and not decided or expired yet."""
+        ...
+
+    @property
+    def voted(self) -> bool:
+        """Whether this validator voted on it."""
+        ...
+
+
+@runtime_checkable
+class WitnessBoard(Protocol):
+    """A coordinator that tells a round's witnesses and takes their votes (the chain's)."""
+
+    def audit_witnesses(self, round: int, miners: Sequence[str]) -> dict[str, int]:
+        """Each miner's witness bitmap of ``round``."""
+        ...
+
+    def unanswered_report(self, miner: str, round: int) -> UnansweredReport:
+        """The unanswered-audit report on ``miner`` in ``round``."""
+        ...
+
+    def vote_unanswered(self, evidence: bytes, support: bool) -> None:
+        """Vote on the unanswered-audit report on ``evidence``."""
+        ...
+
+    def expire_report(self, evidence: bytes) -> None:
+        """Close the contested unanswered-audit report on ``evidence`` after its window."""
+        ...
+
+
+def witness_vote(v: Verdict) -> bool | None:
+    """The vote a witness's own audit ``v`` calls for: True (not served), False (served and checking
+    out, whatever the usefulness score), None (a fraud proof instead, or undecided)."""
+    if v.provable:
+        return None
+    if unanswered(v):
+        return True
+    if v.stage in _BEFORE_STATES:
+        return None
+    if v.stage == Stage.RECOMPUTE:  # a replay that failed unprovably (not a missing state): no opinion
+        return None
+    return False
+
+
+class Witness:
+    """This validator's witness duty: audit the miners its committee reported unanswered, then vote."""
+
+    def __init__(
+        self,
+        conn: Connections,
+        intake: Intake,
+        pipeline: VerificationPipeline,
+        prove: Callable[[Verdict], None],
+    ) -> None:
+        self.conn, self.intake, self.pipeline = conn, intake, pipeline
+        self.prove = prove
+        """Proposes a fraud proof on a provable verdict (``Slashing.slash``)."""
+        self.decided: set[tuple[int, str]] = set()
+        """(round, miner) pairs this validator voted on or proved already."""
+        self.witnesses: dict[tuple[int, str], int] = {}
+        """(round, miner) -> its witness bitmap (fixed with the seed: read once)."""
+        self.contested: dict[bytes, int] = {}
+        """Reports it voted against, by evidence, with their round: it expires them after the window,
+        which releases the honest miner's pay (nobody else has a reason to send that transaction)."""
+
+    def check(self, st: RoundState, theta: Theta) -> None:
+        """For each miner of ``st.round`` audited by a committee this validator witnesses, with the
+        committee's unanswered report open and not yet voted on by it: audit the miner and vote."""
+        coord, r = self.conn.coord, st.round
+        if st.seed is None or not isinstance(coord, WitnessBoard) or not isinstance(coord, AuditBoard):
+            return
+        self._expire(coord, r)
+        try:
+            commits = coord.update_commitments(r)
+            ctx = self.conn.round_context(st, theta)
+            round_audits(coord, ctx, list(commits))
+            me = ctx.validator_index
+            audited = [m for m, d in ctx.audits.items() if d.audited and (r, m) not in self.decided]
+            if me is None or not audited:
+                return
+            todo = [m for m in audited if (r, m) not in self.witnesses]
+            self.witnesses.update(
+                {(r, m): w for m, w in coord.audit_witnesses(r, todo).items()} if todo else {}
+            )
+            mine = [m for m in audited if self.witnesses.get((r, m), 0) >> me & 1]
+            for miner in mine:
+                report = coord.unanswered_report(miner, r)
+                if report.voted:
+                    self.decided.add((r, miner))
+                if report.open and not report.voted and miner in commits:
+                    self._audit_and_vote(coord, ctx, miner, commits[miner], report.evidence)
+        except CoordinatorError as exc:  # a witness's read or vote must not stop the round
+            log.info("round %d: witness check not done: %s", r, exc)
+
+    def _audit_and_vote(
+        self, board: WitnessBoard, ctx: RoundContext, miner: str, commitment: bytes, evidence: bytes
+    ) -> None:
+        """Run the committee's audit of ``miner`` as if on its committee, then vote on ``evidence`` (or
+        prove a fake)."""
+        me = ctx.validator_index
+        assert me is not None
+        draw = ctx.audits[miner]
+        audits = dict(ctx.audits)
+        audits[miner] = AuditDraw(audited=True, committee=draw.committee | 1 << me)
+        as_auditor = dataclasses.replace(ctx, audits=audits)
+        inc = self.intake.incoming(ctx.round, miner, commitment, len(ctx.registry))
+        v = self.pipeline.verify(inc, as_auditor)
+        vote = witness_vote(v)
+        if v.provable:
+            log.warning("round %d: witness of %s was served a fake: %s", ctx.round, miner[:10], v.reason)
+            self.prove(v)
+            self.decided.add((ctx.round, miner))
+            return
+        if vote is None:
+            log.info("round %d: witness of %s undecided (%s: %s)", ctx.round, miner[:10], v.stage, v.reason)
+            return
+        board.vote_unanswered(evidence, vote)
+        self.decided.add((ctx.round, miner))
+        if not vote:
+            self.contested[evidence] = ctx.round
+        log.warning(
+            "round %d: witness of %s's unanswered report: %s (%s)",
+            ctx.round,
+            miner[:10],
+            "not served, confirmed" if vote else "served, rejected",
+            v.reason or v.stage,
+        )
+
+    def _expire(self, board: WitnessBoard, current: int) -> None:
+        """Expire the reports it contested whose window is over (one that was decided meanwhile refuses:
+        logged and dropped)."""
+        for evidence, r in list(self.contested.items()):
+            if current <= r + REPORT_WINDOW_ROUNDS:
+                continue
+            del self.contested[evidence]
+            try:
+                board.expire_report(evidence)
+                log.warning(
+                    "round %d: contested unanswered report of round %d expired, pay released", current, r
+                )
+            except CoordinatorError as exc:
+                log.info("round %d: unanswered report of round %d not expired: %s", current, r, exc)
