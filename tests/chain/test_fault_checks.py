@@ -39,8 +39,9 @@ def _devnet(net: Net) -> Devnet:
 
 
 def _play_round(net: Net, score: dict[str, list[int]], unanswered: str) -> int:
-    """A round: every miner commits, ``unanswered``'s committee member reports its audit unanswered (and is
-    the only vote it needs: committee of one), the validators commit and reveal ``score``, it is finalized."""
+    """A round: every miner commits, ``unanswered``'s committee member reports its audit unanswered and its
+    witness (drawn from the seed, issue 26's reverse attack) confirms it, the validators commit and reveal
+    ``score``, it is finalized."""
     r = net.fresh_round()
     for m in net.miners:
         m.commit_update(r, bytes([r]) * 32)
@@ -50,6 +51,9 @@ def _play_round(net: Net, score: dict[str, list[int]], unanswered: str) -> int:
     reader = net.reader()
     member = reader.round_draws(r, [unanswered])[0].members(reader.validators())[0]
     next(v for v in net.validators if v.address == member).report_unanswered(unanswered, r)
+    bits = net.validators[0].audit_witnesses(r, unanswered)
+    witness = next(v for v in net.validators if bits >> reader.account_info(v.address).validator_index & 1)
+    witness.vote_slash(witness.unanswered_report(unanswered, r).evidence)
     for v in net.validators:
         v.commit_scores(r, score[v.address], b"\x05" * 32)
     net.mine_past_deadline()
