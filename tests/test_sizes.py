@@ -23,7 +23,7 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 MODULES: dict[str, str] = {
-    "protocol/chain/errors.py": "one typed class per Solidity custom error (51 classes, mostly docstrings)",
+    "protocol/chain/errors.py": "one typed class per Solidity custom error and transport failure (58 classes, mostly docstrings)",
     "validator/recompute.py": (
         "one stage over one transcript: the transcript states fetched part by part, the anchor, the final "
         "cosine, the error-feedback recomputation (F12) and the segment replays share one state cache and "
