@@ -10,8 +10,6 @@ that settled.
 from __future__ import annotations
 
 import json
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -126,21 +124,15 @@ def test_parallel_suite_reports_in_order(tmp_path: Path) -> None:
         assert "heldout_no_worse_than_1%" in res.checks
 
 
-def baseline_heldout(rounds: int) -> list[float]:
-    """The held-out losses of an all-honest run of ``rounds`` rounds on the memory ledger (a worker's job)."""
-    return run_scenario(get("baseline"), rounds=rounds, chain="memory").heldout
-
-
 @pytest.mark.timeout(600)
 def test_reference_runs_draw_the_same_seeds() -> None:
     """The harness's validators derive their seed shares from their keys, so two runs of one shape train
     the same trajectory: the held-out comparison measures the adversary, not the luck of the seeds."""
     from tessera.attack.runner import reference, reference_key
 
-    # both runs at once, each in a fresh interpreter as ``--jobs`` runs a scenario and its reference
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        a, b = pool.map(baseline_heldout, [2, 2])
-    assert a == b and len(a) == 3
+    a = run_scenario(get("baseline"), rounds=2, chain="memory")
+    b = run_scenario(get("baseline"), rounds=2, chain="memory")
+    assert a.heldout == b.heldout and len(a.heldout) == 3
     flip = get("poisoner-flip")
     ref = reference(flip)
     assert [p.label for p in ref.build()] == ["honest"] * len(flip.build())
