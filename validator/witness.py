@@ -125,6 +125,9 @@ class Witness:
         if st.seed is None or not isinstance(coord, WitnessBoard) or not isinstance(coord, AuditBoard):
             return
         self._expire(coord, r)
+        # only the current round is witnessed: what is remembered of earlier ones is never read again
+        self.decided = {k for k in self.decided if k[0] >= r}
+        self.witnesses = {k: w for k, w in self.witnesses.items() if k[0] >= r}
         try:
             commits = coord.update_commitments(r)
             ctx = self.conn.round_context(st, theta)
