@@ -21,7 +21,7 @@ from protocol.chain.values import Role, TxResult, UnansweredReport
 from protocol.rounds.audits import counted_matrix
 from protocol.rounds.consensus import settle
 from protocol.wire import bls
-from protocol.wire.commitments import score_commitment, seed_commitment
+from protocol.wire.commitments import score_commitment, seed_commitment, unanswered_evidence
 
 __all__ = [
     "Chain",
@@ -176,11 +176,16 @@ class Chain(ChainReads):
 
     def unanswered_report(self, miner: str, round: int) -> UnansweredReport:
         """The unanswered-audit report on ``miner`` in ``round``: its evidence, whether it is open and
-        whether this client's account voted on it (three reads)."""
-        evidence = bytes(self._call("unansweredEvidence", to_checksum_address(miner), round))
-        target, _voted, executed, rejected, *_rest = self._call("slashProposal", evidence)
+        whether this client's account voted on it. One round trip (issue 26: it was three sequential
+        reads): the evidence is computed as ``unansweredEvidence`` does, the proposal and the vote are
+        read in one batch."""
+        evidence = unanswered_evidence(self.chain_id, self.network_address, miner, round)
+        calls: list[tuple[Any, str, tuple[Any, ...]]] = [(self.network, "slashProposal", (evidence,))]
+        if self.account is not None:
+            calls.append((self.network, "hasVoted", (evidence, self.address)))
+        (target, _voted, executed, rejected, *_rest), *has_voted = self.batch(calls)
         is_open = int(target, 16) != 0 and not executed and not rejected
-        voted = is_open and self.account is not None and bool(self._call("hasVoted", evidence, self.address))
+        voted = is_open and bool(has_voted) and bool(has_voted[0])
         return UnansweredReport(evidence, is_open, voted)
 
     def expire_report(self, evidence: bytes) -> TxResult:

@@ -25,6 +25,11 @@ from protocol.wire.vectors import vectors_file, vectors_main
 AUDIT_TAG = b"audit".ljust(32, b"\0")
 """The Solidity ``bytes32("audit")`` of the audit coin."""
 
+REPORT_WINDOW_ROUNDS = 2
+"""The contract's ``REPORT_WINDOW_ROUNDS``: an unanswered-audit report about round r takes votes until
+round r + 2; after that anyone may close it with ``expireReport`` (the witness that contested it, the
+reported miner itself; tests/chain/test_report_closing.py pins the two equal)."""
+
 
 @dataclass(frozen=True)
 class AuditDraw:

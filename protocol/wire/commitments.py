@@ -45,3 +45,19 @@ def seed_commitment(secret: bytes, validator: str, round: int) -> bytes:
     return keccak(
         abi_encode(["bytes32", "address", "uint256"], [secret, to_checksum_address(validator), round])
     )
+
+
+UNANSWERED_TAG = b"tessera.unanswered.v1".ljust(32, b"\0")
+"""The Solidity ``bytes32("tessera.unanswered.v1")`` that tags an unanswered-audit report's evidence."""
+
+
+def unanswered_evidence(chain_id: int, contract: str, miner: str, round: int) -> bytes:
+    """``unansweredEvidence(miner, round)``: ``keccak256(abi.encode(tag, chainid, contract, miner, round))``,
+    the evidence hash of the unanswered-audit report on ``miner`` in ``round`` (issue 26: computed, not
+    asked, so reading a report is one round trip)."""
+    return keccak(
+        abi_encode(
+            ["bytes32", "uint256", "address", "address", "uint256"],
+            [UNANSWERED_TAG, chain_id, to_checksum_address(contract), to_checksum_address(miner), round],
+        )
+    )
