@@ -265,6 +265,7 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     """Open a node's runtime from its config (``MinerConfig`` or ``ValidatorConfig``) and key: the run file,
     the data-dir lock, the chain (its genesis checked against the run file), the DHT and discovery with
     ``fallback_urls``; the DHT is shut down on exit."""
+    from protocol.node.dhttraffic import DhtTraffic
     from protocol.node.traffic import TrafficLedger
     from protocol.p2p.discovery import Discovery
     from protocol.runspec import RunSpec
@@ -278,9 +279,13 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     dht = start_dht(
         cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id, host=cfg.host
     )
+    # the DHT daemon's bytes, which no HTTP handler sees, from its sockets' kernel counters (issue 26)
+    dht_traffic = DhtTraffic(traffic).start() if dht is not None else None
     try:
         yield NodeRuntime(spec, coord, traffic, Discovery(coord.chain_id, key, dht, fallback_urls), lock)
     finally:
+        if dht_traffic is not None:
+            dht_traffic.stop()
         if dht is not None:
             dht.shutdown()
 

@@ -5,9 +5,10 @@ Each node keeps a :class:`TrafficLedger`. Its HTTP server counts every request i
 its chain client counts every JSON-RPC exchange (:func:`rpc_session`). Node-to-node transfers are counted
 once, by the node that serves them: every HTTP transfer between Tessera nodes has a Tessera node as its
 server, so the sum of ``sent`` + ``received`` over all nodes' non-RPC kinds is the network's HTTP traffic,
-and the RPC kind is each node's own traffic with its chain endpoint. What is not counted: the DHT
-(hivemind's own transport; records go over HTTP too, where they are counted), TCP/IP and TLS framing, and
-HTTP requests that never reach a handler (refused connections).
+and the RPC kind is each node's own traffic with its chain endpoint. The DHT (hivemind's own transport;
+records go over HTTP too, where they are counted) is read from the kernel's counters of the daemon's
+sockets, each byte once, by the node whose daemon received it (:mod:`protocol.node.dhttraffic`). What is
+not counted: TCP/IP and TLS framing, and HTTP requests that never reach a handler (refused connections).
 
 The devnet report adds the ledgers up per round and divides by the trained parameters and inner steps:
 bits per trained parameter per inner step, the figure issue 13 sets at 0.05.
@@ -42,6 +43,7 @@ class Kind(StrEnum):
     VERDICT = "verdict"  # validators' verdicts (slashing evidence)
     RECORD = "record"  # discovery records over HTTP
     RPC = "rpc"  # JSON-RPC with the chain endpoint
+    DHT = "dht"  # what the node's DHT daemon received (its sockets' kernel counters: dhttraffic)
     API = "api"  # status, metrics, docs, live pages: operators' reads, not the protocol
     OTHER = "other"  # a blob whose kind the server cannot tell, any other path
 
@@ -293,6 +295,15 @@ def merge_ledgers(ledgers: Iterable[dict[str, dict[str, dict[str, int]]]]) -> di
             for k, entry in kinds.items():
                 row[k] = row.get(k, 0) + total_bytes(entry)
     return out
+
+
+def kind_totals(merged: Mapping[int, Mapping[str, int]]) -> dict[str, int]:
+    """Bytes by kind over every round of a :func:`merge_ledgers` result."""
+    out: dict[str, int] = {}
+    for kinds in merged.values():
+        for k, b in kinds.items():
+            out[k] = out.get(k, 0) + b
+    return dict(sorted(out.items()))
 
 
 def bits_per_param_step(nbytes: int, trained_params: int, inner_steps: int) -> float:

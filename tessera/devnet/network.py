@@ -71,6 +71,8 @@ class Devnet(NodeProcesses):
     driver_traffic: Any = None
     """The devnet driver's own JSON-RPC bytes (a ``TrafficLedger``): not the nodes', but on the wire."""
     dht: Any = None
+    dht_traffic: Any = None
+    """What the DHT bootstrap peer's daemon received, into ``driver_traffic`` (``DhtTraffic``)."""
     deployment_path: Path = Path()
     run_path: Path = Path()
     started_at: float = 0.0
@@ -87,6 +89,7 @@ class Devnet(NodeProcesses):
     def start(self) -> Devnet:
         """Start everything; raises :class:`DevnetError` with the failing step (a bad corpus: the typed
         error of ``training.corpus`` / ``protocol.runspec``, before anything runs)."""
+        from protocol.node.dhttraffic import DhtTraffic
         from protocol.p2p.dht import DHTConfig, DHTNode
 
         cfg = self.cfg
@@ -99,6 +102,7 @@ class Devnet(NodeProcesses):
         self.phases = self._size_phases()
         self._start_chain(keys, genesis)
         self.dht = DHTNode(DHTConfig(start_timeout=30)).start()
+        self.dht_traffic = DhtTraffic(self.driver_traffic).start()  # only its own p2pd: not the nodes'
         self._start_nodes(keys)
         self.wait_healthy(timeout=180)
         self.wait_registered(timeout=120)
@@ -368,6 +372,9 @@ class Devnet(NodeProcesses):
                 n.proc.kill()
                 n.proc.wait()
             signal_group(n.proc.pid, signal.SIGKILL)  # whatever it started and left behind
+        if self.dht_traffic is not None:
+            self.dht_traffic.stop()
+            self.dht_traffic = None
         if self.dht is not None:
             self.dht.shutdown()
             self.dht = None

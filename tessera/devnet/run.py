@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from protocol.node.traffic import Kind, bits_per_param_step, merge_ledgers
+from protocol.node.traffic import Kind, bits_per_param_step, kind_totals, merge_ledgers
 from protocol.runspec import RunSpec
 from tessera import modelout
 from tessera.devnet.config import DevnetConfig, DevnetError
@@ -231,7 +231,7 @@ def _drive(
 def build_report(
     net: Devnet, rounds: int, t0: float, t_started: float, marks: dict[int, float]
 ) -> dict[str, Any]:
-    """Collect the figures from the nodes' APIs and the chain."""
+    """Collect the figures from the nodes' APIs and the chain (every ledger whole: what netns-bytes meets)."""
     vsum = {r["round"]: r for r in (net.get("validator0", "/rounds") or [])}
     miners = {n.address: name for name, n in net.nodes.items() if n.role == "miner"}
     mrec: dict[str, dict[str, Any]] = {name: net.get(name, "/rounds") or {} for name in miners.values()}
@@ -266,17 +266,18 @@ def build_report(
         "wall_seconds_startup": round(t_started - t0, 2),
         "per_round": per_round,
         "rewards_total_wei": totals,
-        # all the ledgers counted (every round, operators' reads) and the driver's RPC: what netns-bytes meets
         "traffic_ledger_bytes_all_rounds": sum(sum(k.values()) for k in traffic.values()),
-        "driver_rpc_bytes": sum(sum(k.values()) for k in merge_ledgers([_driver_ledger(net)]).values()),
+        "traffic_ledger_bytes_by_kind": kind_totals(traffic),
+        "driver_rpc_bytes": _driver_bytes(net).get(Kind.RPC.value, 0),
+        "driver_dht_bytes": _driver_bytes(net).get(Kind.DHT.value, 0),
         "dht_refused_records": {
             name: (net.get(name, "/status") or {}).get("dht_refused_records") for name in net.nodes
         },
     }
 
 
-def _driver_ledger(net: Devnet) -> dict[str, Any]:
-    return net.driver_traffic.to_json() if net.driver_traffic is not None else {}
+def _driver_bytes(net: Devnet) -> dict[str, int]:
+    return kind_totals(merge_ledgers([net.driver_traffic.to_json()] if net.driver_traffic else []))
 
 
 def _round_figures(
