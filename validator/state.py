@@ -3,7 +3,8 @@
 Layout under ``data_dir``::
 
     state.json   per round: verdicts (with evidence), scores, salt, score_committed, score_revealed,
-                 merged checkpoint digest, certified
+                 merged checkpoint digest, certified; the checkpoints held; the unanswered-audit
+                 reports it contested as witness and must expire (``contested``)
     blobs/       checkpoints (params + outer momentum, safetensors) by digest, served to peers
 
 Rules: verdicts are written as soon as they are reached (a restart does not re-fetch what it judged);
@@ -98,6 +99,10 @@ class RoundRecord:
 _CHECKPOINTS = "checkpoints"
 """The state file's section of round -> digest of theta_round held in blobs."""
 
+_CONTESTED = "contested"
+"""The state file's section of evidence (0x hex) -> round of the unanswered-audit reports this validator
+voted against as their witness: it expires them after their window, after a restart too (issue 26)."""
+
 
 class ValidatorState:
     """Durable per-round records (a :class:`protocol.node.recordstore.RecordStore`: copies out, atomic
@@ -108,7 +113,9 @@ class ValidatorState:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(self.dir / "blobs")
         try:
-            self._store = RecordStore(self.dir / "state.json", RoundRecord, sections=(_CHECKPOINTS,))
+            self._store = RecordStore(
+                self.dir / "state.json", RoundRecord, sections=(_CHECKPOINTS, _CONTESTED)
+            )
         except RecordError as exc:
             raise ValidatorStateError(str(exc)) from exc
 
@@ -143,3 +150,19 @@ class ValidatorState:
     def checkpoint(self, round: int) -> str | None:
         """The digest of theta_round if this validator holds it."""
         return self._store.section_value(_CHECKPOINTS, str(round))
+
+    def contested(self) -> dict[bytes, int]:
+        """The unanswered-audit reports this validator contested and has not seen closed: evidence ->
+        the round they are about."""
+        try:
+            return {bytes.fromhex(e[2:]): int(r) for e, r in self._store.section(_CONTESTED).items()}
+        except ValueError as exc:  # a hand-edited or damaged file
+            raise ValidatorStateError(f"{self.dir / 'state.json'}: bad 'contested' entry: {exc}") from exc
+
+    def put_contested(self, evidence: bytes, round: int) -> None:
+        """Remember, durably, that this validator voted against the report on ``evidence`` of ``round``."""
+        self._store.put_section_value(_CONTESTED, "0x" + evidence.hex(), str(round))
+
+    def drop_contested(self, evidence: bytes) -> None:
+        """Forget a contested report (closed: expired by this node or anyone, or decided)."""
+        self._store.drop_section_value(_CONTESTED, "0x" + evidence.hex())

@@ -12,6 +12,10 @@ deadlines included), and votes on what it finds:
   the report had frozen it first;
 - undecided (a stage before the states failed, the budget ran out): no vote; the report expires after its
   window and releases the pay.
+
+A report it voted against is kept in the validator's state file (:class:`ContestedReports`), so that the
+witness expires it after the window even when it was restarted meanwhile; the reported miner's own node
+closes it as well (``miner.reports``), so the pay is released while either of the two runs.
 """
 
 from __future__ import annotations
@@ -21,20 +25,21 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from protocol.rounds.audits import AuditDraw
-from protocol.rounds.coordinator import CoordinatorError, RoundState
+from protocol.rounds.audits import REPORT_WINDOW_ROUNDS, AuditDraw
+from protocol.rounds.coordinator import AlreadyDoneError, CoordinatorError, RoundState
 from validator.audits import AuditBoard, round_audits, unanswered
 from validator.connections import Connections, Theta
 from validator.context import RoundContext, Verdict
 from validator.intake import Intake
 from validator.pipeline import VerificationPipeline
 from validator.stages import Stage
+from validator.state import ValidatorState
 
 log = logging.getLogger(__name__)
 
-#: The contract's ``REPORT_WINDOW_ROUNDS``: a report about round r takes votes until round r + 2; after
-#: that anyone may expire it (tests/chain/test_unanswered_witnesses.py pins the two equal).
-REPORT_WINDOW_ROUNDS = 2
+#: Rounds past its window that an expiry which failed (other than "already closed") is tried again before
+#: the entry is dropped: a chain that lost the report is not asked for ever.
+EXPIRE_RETRY_ROUNDS = 3
 
 #: Stages that decide before any audited state is asked for: the witness cannot tell "served" from them.
 _BEFORE_STATES = frozenset(
@@ -114,9 +119,9 @@ class Witness:
         """(round, miner) pairs this validator voted on or proved already."""
         self.witnesses: dict[tuple[int, str], int] = {}
         """(round, miner) -> its witness bitmap (fixed with the seed: read once)."""
-        self.contested: dict[bytes, int] = {}
-        """Reports it voted against, by evidence, with their round: it expires them after the window,
-        which releases the honest miner's pay (nobody else has a reason to send that transaction)."""
+        self.contested = ContestedReports(conn.state)
+        """Reports it voted against: it expires them after the window, which releases the honest miner's
+        pay (kept in the state file, so a restart does not forget them)."""
 
     def check(self, st: RoundState, theta: Theta) -> None:
         """For each miner of ``st.round`` audited by a committee this validator witnesses, with the
@@ -124,7 +129,7 @@ class Witness:
         coord, r = self.conn.coord, st.round
         if st.seed is None or not isinstance(coord, WitnessBoard) or not isinstance(coord, AuditBoard):
             return
-        self._expire(coord, r)
+        self.contested.expire_due(coord, r)
         # only the current round is witnessed: what is remembered of earlier ones is never read again
         self.decided = {k for k in self.decided if k[0] >= r}
         self.witnesses = {k: w for k, w in self.witnesses.items() if k[0] >= r}
@@ -175,7 +180,7 @@ class Witness:
         board.vote_unanswered(evidence, vote)
         self.decided.add((ctx.round, miner))
         if not vote:
-            self.contested[evidence] = ctx.round
+            self.contested.add(evidence, ctx.round)
         log.warning(
             "round %d: witness of %s's unanswered report: %s (%s)",
             ctx.round,
@@ -184,17 +189,47 @@ class Witness:
             v.reason or v.stage,
         )
 
-    def _expire(self, board: WitnessBoard, current: int) -> None:
-        """Expire the reports it contested whose window is over (one that was decided meanwhile refuses:
-        logged and dropped)."""
-        for evidence, r in list(self.contested.items()):
+
+class ContestedReports:
+    """The unanswered-audit reports this validator voted against as their witness, kept in its state file
+    (``ValidatorState.contested``) until they are closed, so that a restarted witness still expires them
+    after their window (issue 26)."""
+
+    def __init__(self, state: ValidatorState) -> None:
+        self.state = state
+
+    def add(self, evidence: bytes, round: int) -> None:
+        """Remember, durably, the report on ``evidence`` of ``round`` that this validator contested."""
+        self.state.put_contested(evidence, round)
+
+    def open(self) -> dict[bytes, int]:
+        """The contested reports not closed yet: evidence -> their round."""
+        return self.state.contested()
+
+    def expire_due(self, board: WitnessBoard, current: int) -> list[bytes]:
+        """Send ``expireReport`` for each contested report whose window is over in round ``current``;
+        an entry is forgotten once expired here, refused as closed already (decided, or expired by the
+        miner or anyone), or failed :data:`EXPIRE_RETRY_ROUNDS` rounds past its window. Returns the
+        evidence this call expired."""
+        done = []
+        for evidence, r in self.open().items():
             if current <= r + REPORT_WINDOW_ROUNDS:
                 continue
-            del self.contested[evidence]
             try:
                 board.expire_report(evidence)
+            except AlreadyDoneError as exc:
+                log.info("round %d: unanswered report of round %d closed already: %s", current, r, exc)
+            except CoordinatorError as exc:
+                if current <= r + REPORT_WINDOW_ROUNDS + EXPIRE_RETRY_ROUNDS:
+                    log.info("round %d: unanswered report of round %d not expired yet: %s", current, r, exc)
+                    continue
+                log.warning(
+                    "round %d: unanswered report of round %d not expired, given up: %s", current, r, exc
+                )
+            else:
                 log.warning(
                     "round %d: contested unanswered report of round %d expired, pay released", current, r
                 )
-            except CoordinatorError as exc:
-                log.info("round %d: unanswered report of round %d not expired: %s", current, r, exc)
+                done.append(evidence)
+            self.state.drop_contested(evidence)
+        return done

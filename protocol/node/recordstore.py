@@ -196,6 +196,20 @@ class RecordStore(Generic[R]):
         """One value of the named section, None if absent."""
         return self._sections[name].get(key)
 
+    def drop_section_value(self, name: str, key: str) -> None:
+        """Remove one value of the named section and write the file (nothing changed if the write fails;
+        a key that is not there writes nothing)."""
+        with self._lock:
+            section = self._sections[name]
+            if key not in section:
+                return
+            before = section.pop(key)
+            try:
+                self._save()
+            except BaseException:
+                section[key] = before
+                raise
+
     def put_section_value(self, name: str, key: str, value: str) -> None:
         """Set one value of the named section and write the file (nothing changed if the write fails)."""
         with self._lock:

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.rounds.audits import audit_draw
+from protocol.rounds.audits import REPORT_WINDOW_ROUNDS, audit_draw
 from tessera.attack.harness import NetworkRun
-from validator.witness import REPORT_WINDOW_ROUNDS
 
 WEI = 10**18
 #: Labels of participants whose work is honest (a Sybil leader trains; its members re-label its update).

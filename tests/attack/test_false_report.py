@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from protocol.rounds.audits import REPORT_WINDOW_ROUNDS
 from tessera.attack.runner import reference, reference_key
 from tessera.attack.scenarios import get
-from validator.witness import REPORT_WINDOW_ROUNDS
 
 
 def test_the_scenario_is_a_committee_of_one_of_two_validators() -> None:
