@@ -8,7 +8,8 @@ round (or joins the next one) without committing twice or losing error feedback.
 It is given its services (:class:`MinerServices`, built by :func:`compose` over one
 ``miner.connections.MinerConnections``) and holds them, it does not inherit them: ``committer``
 (``miner.commit``: train, record, commit), ``publisher`` (``miner.publish``: serve the round's update,
-transcript and error feedback) and ``rewards`` (``miner.rewards``: rewards and the account); start, run and
+transcript and error feedback), ``rewards`` (``miner.rewards``: rewards and the account) and ``reports``
+(``miner.reports``: expire the contested unanswered-audit reports that hold its pay); start, run and
 stop are its runtime's (``protocol.node.start.NodeRuntime``), as for the validator; what callers read of it
 and the loop around ``act`` are ``protocol.node.rolenode.RoleNode``'s.
 """
@@ -29,6 +30,7 @@ from miner.config import MinerConfig
 from miner.connections import EvidenceFn, MinerConnections, RoundMaterial
 from miner.livepage import mount_live_page
 from miner.publish import Publisher
+from miner.reports import OwnReports
 from miner.rewards import Rewards
 from miner.state import COMMITTED, PREPARED, SERVED, MinerState
 from protocol.node.rolenode import RoleNode
@@ -66,6 +68,8 @@ class MinerServices:
     """Serve what the round's validators fetch."""
     rewards: Rewards
     """Record rewards and watch the account."""
+    reports: OwnReports
+    """Close this miner's contested unanswered-audit reports (issue 26)."""
 
 
 def compose(
@@ -84,7 +88,12 @@ def compose(
     )
     material = RoundMaterial(conn.checkpoints)
     return MinerServices(
-        conn, material, Committer(conn, material), Publisher(conn, material, evidence_fn), Rewards(conn)
+        conn,
+        material,
+        Committer(conn, material),
+        Publisher(conn, material, evidence_fn),
+        Rewards(conn),
+        OwnReports(conn),
     )
 
 
@@ -112,7 +121,12 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
         )
         s = self.services
         super().__init__(s.conn)
-        self.committer, self.publisher, self.rewards = s.committer, s.publisher, s.rewards
+        self.committer, self.publisher, self.rewards, self.reports = (
+            s.committer,
+            s.publisher,
+            s.rewards,
+            s.reports,
+        )
 
     # -- what callers read (besides RoleNode's) --------------------------------------------------------
 
@@ -168,6 +182,7 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
             "last_error": self.last_error,
             "last_round": recs[last].to_json() if last is not None else None,
             "account": acc.to_json() if acc is not None else None,
+            "unanswered_reports": OwnReports.to_json(recs),
             "key_in_use": acc.conflict if acc is not None else "",
             "dht_refused_records": self.discovery.refused,
             "dht_maddrs": dht.visible_maddrs() if dht is not None and dht.running else [],
@@ -185,6 +200,7 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
 
     def _act(self, st: RoundState) -> None:
         self.rewards.collect(st.round)
+        self.reports.close(st.round, self.rewards.rounds_done)  # contested reports on this miner (issue 26)
         rec = self.state.record(st.round)
         if st.phase == Phase.COMMIT and st.block <= st.deadline:
             if rec is None:

@@ -108,6 +108,11 @@ class MinerRoundRecord:
     """Wei paid for the round (decimal string), recorded once it is settled."""
     consensus_score: int | None = None
     """The chain's consensus score of this miner's update."""
+    held_report: str | None = None
+    """Evidence (hex) of the open unanswered-audit report that held this round's pay, "" if none was open:
+    read once the round settled scored but unpaid (``miner.reports``)."""
+    report_closed: str | None = None
+    """How that report ended for this node: ``expired`` (by it), ``closed`` (by another) or ``failed``."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as ``state.json`` holds it: the fields set; ``ef_source`` (null when there was none)
