@@ -5,22 +5,22 @@ a transaction the node forgets raises :class:`TransactionDropped`)."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 import requests
 from eth_account.signers.local import LocalAccount
-from eth_utils import keccak, to_checksum_address
+from eth_utils import to_checksum_address
 from hexbytes import HexBytes
 from web3 import Web3
 from web3.exceptions import ContractLogicError, TransactionNotFound, Web3RPCError
 from web3.types import RPCEndpoint
 
-from protocol.chain.abi import abi_type, artifacts, decode_revert
+from protocol.chain.abi import artifacts, decode_revert
+from protocol.chain.endpoint import http_web3
 from protocol.chain.errors import (
     ChainConnectionError,
     ChainError,
@@ -33,7 +33,7 @@ from protocol.chain.errors import (
 )
 from protocol.chain.events import EVENT_TYPES, ChainEvent, decode_event
 from protocol.chain.values import TxResult
-from protocol.node.traffic import TrafficLedger, rpc_session
+from protocol.node.traffic import TrafficLedger
 from protocol.rounds.deployment import Deployment
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,12 @@ DROPPED_AFTER_S = 3.0
 #: first; the wait doubles up to ``RECEIPT_POLL_MAX_S`` (a 2-s block was 3-4 looks a transaction).
 RECEIPT_POLL_S = 0.5
 RECEIPT_POLL_MAX_S = 2.0
-#: Seconds a receipt may be missing before the node is asked whether it still knows the transaction, and
-#: between such questions (it was asked at every receipt poll: a quarter of a validator's requests).
+#: The first receipt look of a transaction waits this fraction of the time the last one took to be found
+#: mined (a chain that mines at once keeps looking at once; a decayed wait also learns a faster chain).
+MINED_AFTER_DECAY = 0.9
+#: Seconds a receipt may be missing (and two looks) before the node is asked whether it still knows the
+#: transaction, and between such questions (it was asked at every receipt poll: a quarter of a validator's
+#: requests).
 KNOWN_CHECK_S = 1.0
 #: Seconds the fee fields are reused between transactions (web3 read the tip and the latest block for each).
 FEE_TTL_S = 10.0
@@ -108,38 +112,6 @@ def check_rpc_url(url: str | None) -> str:
     return url
 
 
-@functools.cache
-def _function_names() -> dict[str, str]:
-    """``0x`` + selector -> name of every function of the network and token contracts."""
-    arts = artifacts()
-    out: dict[str, str] = {}
-    for contract in ("TesseraToken", "TesseraNetwork"):
-        for item in arts[contract]["abi"]:
-            if item["type"] == "function":
-                sig = f"{item['name']}({','.join(abi_type(i) for i in item['inputs'])})"
-                out["0x" + keccak(text=sig)[:4].hex()] = item["name"]
-    return out
-
-
-def http_web3(url: str, timeout: float = 30, traffic: TrafficLedger | None = None) -> Web3:
-    """A ``Web3`` over HTTP that asks the node for its chain id once per process, not per request.
-
-    web3's validation middleware reads ``eth_chainId`` before every ``eth_call`` and ``eth_estimateGas``:
-    two extra round trips per contract read, 43% of a devnet's RPC bytes (issue 13). The chain id cannot
-    change under a connection (``Chain.connect`` checks it against the deployment), so it is cached.
-    With ``traffic``, every JSON-RPC exchange is counted there (issue 13's ledger).
-    """
-    provider = Web3.HTTPProvider(
-        url,
-        request_kwargs={"timeout": timeout},
-        session=rpc_session(traffic, _function_names()) if traffic is not None else None,
-        cache_allowed_requests=True,
-        cacheable_requests={RPCEndpoint("eth_chainId")},
-        request_cache_validation_threshold=None,  # no extra eth_chainId to pick a threshold
-    )
-    return Web3(provider)
-
-
 class ChainTransport:
     """A connection to one deployment, optionally with a signing account: the plumbing under the typed
     reads (``protocol.chain.reads``) and transactions (``protocol.chain.client``)."""
@@ -160,6 +132,8 @@ class ChainTransport:
         self._next_nonce: int | None = None
         """The signing account's next nonce, counted here after each sent transaction (None: ask the node)."""
         self._fees: tuple[float, dict[str, int]] | None = None
+        self._mined_after = 0.0
+        """Seconds before the first receipt look: the last transaction's wait for its receipt, decayed."""
         self._tx_lock = threading.Lock()
 
     @classmethod
@@ -291,12 +265,23 @@ class ChainTransport:
         now = time.monotonic()
         if self._fees is not None and now - self._fees[0] < FEE_TTL_S:
             return self._fees[1]
-        block = retrying(lambda: self.w3.eth.get_block("latest"), "fees")
-        base = block.get("baseFeePerGas")
-        fees: dict[str, int] = {}
-        if base is not None:
-            tip = int(retrying(lambda: self.w3.eth.max_priority_fee, "fees"))
-            fees = {"maxPriorityFeePerGas": tip, "maxFeePerGas": 3 * int(base) + tip}
+        # the next block's base fee and the tip in one batch (issue 26: the latest block was 2.2 kB a read)
+        got: Any = retrying(
+            lambda: cast(Any, self.w3.provider).make_batch_request(
+                [
+                    (RPCEndpoint("eth_feeHistory"), [1, "latest", []]),
+                    (RPCEndpoint("eth_maxPriorityFeePerGas"), []),
+                ]
+            ),
+            "fees",
+        )
+        try:
+            base: Any = max(int(b, 16) for b in got[0]["result"]["baseFeePerGas"])
+            tip = int(got[1]["result"], 16)
+        except (KeyError, IndexError, TypeError, ValueError):  # no such methods (a chain without a base fee)
+            base = retrying(lambda: self.w3.eth.get_block("latest"), "fees").get("baseFeePerGas")
+            tip = int(retrying(lambda: self.w3.eth.max_priority_fee, "fees")) if base is not None else 0
+        fees = {} if base is None else {"maxPriorityFeePerGas": tip, "maxFeePerGas": 3 * int(base) + tip}
         self._fees = (now, fees)
         return fees
 
@@ -338,16 +323,20 @@ class ChainTransport:
         the timeout would only delay the caller, who must re-read the chain and decide again."""
         start = time.monotonic()
         unknown_since: float | None = None
-        checked, wait = 0.0, RECEIPT_POLL_S / 2
+        checked, wait, misses = 0.0, RECEIPT_POLL_S / 2, 0
+        # the first look waits about as long as the last transaction took to be mined (issue 26: on 2-s
+        # blocks the look at once and the one after half a second found nothing, 2 of 3 receipt polls)
+        time.sleep(min(self._mined_after, RECEIPT_POLL_MAX_S))
         while True:
             wait = min(wait * 2, RECEIPT_POLL_MAX_S)
             got = retrying(
                 lambda: self.w3.eth.get_transaction_receipt(HexBytes(tx_hash)), fn_name, not_found=True
             )
             if got is not None:
+                self._mined_after = MINED_AFTER_DECAY * (time.monotonic() - start)
                 return got
-            now = time.monotonic()
-            if now - start < KNOWN_CHECK_S or now - checked < KNOWN_CHECK_S:
+            now, misses = time.monotonic(), misses + 1
+            if misses < 2 or now - start < KNOWN_CHECK_S or now - checked < KNOWN_CHECK_S:
                 time.sleep(wait)
                 continue
             checked = now

@@ -233,7 +233,8 @@ class TrafficMiddleware:
 def rpc_label(body: bytes | str | None, functions: Mapping[str, str]) -> str:
     """The label a JSON-RPC request is counted under: its method, ``eth_call:<name>`` (and the same for
     ``eth_estimateGas``) where ``functions`` maps the call data's 4-byte selector (``0x`` + 8 hex digits) to a
-    function name, ``batch`` for a JSON array, ``?`` for a body that is not a JSON-RPC request."""
+    function name, ``eth_getLogs:<events>`` where it maps the first topic's event signatures (``0x`` + 64
+    hex digits) to event names, ``batch`` for a JSON array, ``?`` for a body that is not a JSON-RPC request."""
     try:
         req = json.loads(body or b"")
     except ValueError:
@@ -244,11 +245,16 @@ def rpc_label(body: bytes | str | None, functions: Mapping[str, str]) -> str:
         return "?"
     method = str(req["method"])[:64]
     params = req.get("params")
-    if method in ("eth_call", "eth_estimateGas") and isinstance(params, list) and params:
-        tx = params[0]
-        data = tx.get("data") or tx.get("input") if isinstance(tx, dict) else None
+    first = params[0] if isinstance(params, list) and params else None
+    if method in ("eth_call", "eth_estimateGas") and isinstance(first, dict):
+        data = first.get("data") or first.get("input")
         if isinstance(data, str):
             return f"{method}:{functions.get(data[:10].lower(), data[:10])}"
+    if method == "eth_getLogs" and isinstance(first, dict) and isinstance(first.get("topics"), list):
+        sig = (first["topics"] or [None])[0]  # the event signature(s): which events the query is for
+        sigs = sig if isinstance(sig, list) else [sig]
+        if sigs and all(isinstance(t, str) for t in sigs):
+            return f"{method}:{','.join(sorted(functions.get(t.lower(), '?') for t in sigs))}"
     return method
 
 

@@ -146,7 +146,8 @@ def _with_genesis(params: Any, run_file: Path | None) -> Any:
 
 def _deploy(args: argparse.Namespace) -> int:
     from protocol.chain import Chain, deploy_network
-    from protocol.chain.transport import check_rpc_url, http_web3, retrying
+    from protocol.chain.endpoint import http_web3
+    from protocol.chain.transport import check_rpc_url, retrying
 
     params = _params(args)
     account = load_account(keystore=args.keystore, key_env=args.key_env, password_env=args.password_env)

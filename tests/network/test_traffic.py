@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-from protocol.chain.transport import http_web3
+from protocol.chain.endpoint import http_web3
 from protocol.node.api import NodeServer
 from protocol.node.traffic import (
     OPERATOR_QUERY,
@@ -169,6 +169,14 @@ def test_json_rpc_requests_are_counted_by_method_and_contract_function() -> None
         == "eth_blockNumber"
     )
     assert rpc_label("[]", names) == "batch"
+    seed, rev = "0x" + "aa" * 32, "0x" + "bb" * 32  # a log query is labelled by its events (topic 0)
+    logs = {"method": "eth_getLogs", "params": [{"topics": [[rev, seed], "0x" + "00" * 32]}]}
+    topics = {**names, seed: "SeedCommitted", rev: "SeedRevealed"}
+    assert rpc_label(json.dumps(logs), topics) == "eth_getLogs:SeedCommitted,SeedRevealed"
+    logs["params"] = [{"topics": [seed]}]
+    assert rpc_label(json.dumps(logs), topics) == "eth_getLogs:SeedCommitted"
+    logs["params"] = [{"fromBlock": 0}]
+    assert rpc_label(json.dumps(logs), topics) == "eth_getLogs"
     for junk in (b"", b"\xff", "null", '{"method": 5}', '{"id": 1}', None):
         assert rpc_label(junk, names) == "?"
     assert rpc_label(json.dumps({"method": "x" * 1000}), names) == "x" * 64, "a label is bounded"
