@@ -45,6 +45,10 @@ class BadDigestError(TransferError):
     """A digest string is not lower-case hex of a sane length."""
 
 
+class NotModifiedError(TransferError):
+    """The peer answered 304: the answer the request's ``If-None-Match`` named is still the current one."""
+
+
 def sha256_digest(data: bytes) -> str:
     """The default blob digest: ``0x`` + sha256 hex."""
     return "0x" + hashlib.sha256(data).hexdigest()

@@ -15,6 +15,7 @@ replaces its older one) and :data:`KEEP_ROUNDS` rounds around the latest round t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import threading
@@ -25,8 +26,10 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse, Response
 
 from protocol.errors import ProtocolError
+from protocol.p2p.blobs import NotModifiedError
 from protocol.p2p.transfer import get_capped, new_client, stalled_recently
 from protocol.wire.canonical import check_json_depth
 from protocol.wire.records import MAX_RECORD_BYTES, NodeRecord, RecordError, decode_record
@@ -99,9 +102,21 @@ class RecordBook:
 def mount_record_routes(app: FastAPI, book: RecordBook) -> None:
     """Add ``GET /records/{round}`` and ``POST /records`` for ``book`` to a node's app."""
 
-    @app.get("/records/{round}", summary="Signed node records this node verified for a round")
-    def get_records(round: Annotated[int, PathParam(ge=0, le=2**63 - 1)]) -> dict[str, list[str]]:
-        return {"records": [r.encode().decode("ascii") for r in book.records(round)]}
+    @app.get(
+        "/records/{round}",
+        summary="Signed node records this node verified for a round",
+        response_model=dict[str, list[str]],
+        responses={304: {"description": "Not modified: the answer the If-None-Match names is still current"}},
+    )
+    def get_records(round: Annotated[int, PathParam(ge=0, le=2**63 - 1)], request: Request) -> Response:
+        """The records with their ``ETag``; a puller that names the current one (``If-None-Match``) gets a
+        304 without them (issue 26: most pulls repeat the last answer, a third of a validator's traffic)."""
+        answer = JSONResponse({"records": [r.encode().decode("ascii") for r in book.records(round)]})
+        tag = records_etag(bytes(answer.body))
+        if request.headers.get("if-none-match") == tag:
+            return Response(status_code=304, headers={"ETag": tag})
+        answer.headers["ETag"] = tag
+        return answer
 
     @app.post(
         "/records",
@@ -170,10 +185,25 @@ def parse_records(body: bytes, chain_id: int, round: int) -> tuple[list[NodeReco
     return out, refused + max(0, len(items) - MAX_PER_ROUND)
 
 
-def fetch_records(url: str, chain_id: int, round: int, *, timeout: float) -> tuple[list[NodeRecord], int]:
-    """``GET {url}/records/{round}``, bounded in bytes and wall time; records verified, refusals counted."""
-    body = get_capped(f"{url.rstrip('/')}/records/{round}", max_bytes=MAX_RECORDS_RESPONSE, timeout=timeout)
-    return parse_records(body, chain_id, round)
+def records_etag(body: bytes) -> str:
+    """The ``ETag`` of a ``GET /records/{round}`` answer: a digest of its bytes, so a puller computes the tag
+    of what it got without the server keeping any state."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def fetch_records(
+    url: str, chain_id: int, round: int, *, timeout: float, etag: str | None = None
+) -> tuple[list[NodeRecord], int, str]:
+    """``GET {url}/records/{round}``, bounded in bytes and wall time; records verified, refusals counted,
+    and the answer's tag. With ``etag`` (the tag of the last answer): :class:`NotModifiedError` if the
+    peer's answer is still that one."""
+    body = get_capped(
+        f"{url.rstrip('/')}/records/{round}",
+        max_bytes=MAX_RECORDS_RESPONSE,
+        timeout=timeout,
+        headers={"If-None-Match": etag} if etag else None,
+    )
+    return (*parse_records(body, chain_id, round), records_etag(body))
 
 
 def push_record(url: str, rec: NodeRecord, *, timeout: float) -> bool:
@@ -209,6 +239,9 @@ class RecordExchange:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tessera-records")
         self.refused = 0
         self.errors = 0
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, int], tuple[str, list[NodeRecord]]] = {}
+        """Each peer's last answer for a round: its tag and records (re-used when the peer answers 304)."""
 
     def push(self, urls: Iterable[str], rec: NodeRecord) -> None:
         """Push ``rec`` to every URL in the background (best effort: DHT and pulls also carry it)."""
@@ -218,19 +251,32 @@ class RecordExchange:
     def pull(self, urls: Sequence[str], round: int) -> list[NodeRecord]:
         """The verified records the peers at ``urls`` serve for ``round``, fetched concurrently."""
         wanted = [u for u in dict.fromkeys(urls) if not stalled_recently(u)]
+        with self._lock:  # several threads of a node look records up
+            for key in [k for k in self._last if k[1] < round - KEEP_ROUNDS]:
+                del self._last[key]
+            last = {u: self._last.get((u, round)) for u in wanted}
         futures = [
-            self._pool.submit(fetch_records, u, self.chain_id, round, timeout=self.timeout) for u in wanted
+            self._pool.submit(
+                fetch_records, u, self.chain_id, round, timeout=self.timeout, etag=held[0] if held else None
+            )
+            for u, held in last.items()
         ]
         out: list[NodeRecord] = []
-        for url, fut in zip(wanted, futures, strict=True):
+        for (url, held), fut in zip(last.items(), futures, strict=True):
             try:
-                recs, refused = fut.result(timeout=self.timeout + 1.0)
+                recs, refused, tag = fut.result(timeout=self.timeout + 1.0)
+            except NotModifiedError:
+                if held is not None:
+                    out.extend(held[1])  # verified when they came, and the peer still serves them
+                continue
             except Exception as exc:  # TransferError, RecordError, or the pool's own timeout
                 self.errors += 1
                 log.debug(
                     "records of round %d not pulled from %s: %s: %s", round, url, type(exc).__name__, exc
                 )
                 continue
+            with self._lock:
+                self._last[(url, round)] = (tag, recs)
             self.refused += refused
             out.extend(recs)
         return out

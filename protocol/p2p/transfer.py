@@ -29,6 +29,7 @@ from protocol.p2p.blobs import (
     DigestFn,
     DigestMismatchError,
     FetchTimeoutError,
+    NotModifiedError,
     PeerUnavailableError,
     TransferError,
     check_digest_str,
@@ -226,23 +227,36 @@ def _bounded(
     return data
 
 
-def get_capped(url: str, *, max_bytes: int, timeout: float, client: httpx.Client | None = None) -> bytes:
-    """``GET url`` and return the body of a 200 answer, refusing more than ``max_bytes`` while reading.
+def get_capped(
+    url: str,
+    *,
+    max_bytes: int,
+    timeout: float,
+    client: httpx.Client | None = None,
+    headers: dict[str, str] | None = None,
+) -> bytes:
+    """``GET url`` (with ``headers``) and return the body of a 200 answer, refusing more than ``max_bytes``
+    while reading.
 
     For small JSON answers of untrusted peers (e.g. a validator's ``/signatures/{round}``): raises
     :class:`BlobTooLargeError` on an oversize (or oversize-announced) body, :class:`FetchTimeoutError`
     (no complete answer within ``timeout`` seconds of wall-clock time: a peer that trickles bytes is cut
     off like one that sends none), :class:`PeerUnavailableError` (unreachable, 5xx),
-    :class:`BlobNotFoundError` (404) or :class:`TransferError` (any other status).
+    :class:`BlobNotFoundError` (404), :class:`NotModifiedError` (304, to a conditional request) or
+    :class:`TransferError` (any other status).
     """
     return _bounded(
-        lambda cl, _cancel: _get_capped_once(cl, url, max_bytes, timeout), client, url, timeout, url
+        lambda cl, _cancel: _get_capped_once(cl, url, max_bytes, timeout, headers), client, url, timeout, url
     )
 
 
-def _get_capped_once(cl: httpx.Client, url: str, max_bytes: int, timeout: float) -> bytes:
+def _get_capped_once(
+    cl: httpx.Client, url: str, max_bytes: int, timeout: float, headers: dict[str, str] | None
+) -> bytes:
     try:
-        with cl.stream("GET", url, timeout=timeout) as resp:
+        with cl.stream("GET", url, timeout=timeout, headers=headers) as resp:
+            if resp.status_code == 304:
+                raise NotModifiedError(f"{url}: not modified")
             if resp.status_code == 404:
                 raise BlobNotFoundError(f"{url}: not found")
             if resp.status_code >= 500:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
-from protocol.p2p.blobs import BlobStore
+from protocol.p2p.blobs import BlobStore, NotModifiedError
 from protocol.p2p.dht import DHTConfig, DHTNode, record_key
 from protocol.p2p.discovery import Discovery
 from protocol.p2p.recordbook import (
@@ -22,7 +22,10 @@ from protocol.p2p.recordbook import (
     MAX_PER_ROUND,
     RecordBook,
     RecordBookFullError,
+    RecordExchange,
+    fetch_records,
     mount_record_routes,
+    records_etag,
 )
 from protocol.wire.records import BadSignatureError, NodeRecord, make_record
 
@@ -106,6 +109,29 @@ def test_push_serve_and_pull(validator: tuple[Discovery, str]) -> None:
     assert httpx.post(f"{url}/records", content=rec.encode()).status_code == 415
     assert httpx.get(f"{url}/records/{2**63}").status_code == 422
     assert v.book.records(7) == [rec]
+
+
+def test_a_pull_of_unchanged_records_moves_no_records(validator: tuple[Discovery, str]) -> None:
+    """A puller names the last answer's tag (``If-None-Match``): while the peer's records are the same it
+    answers 304 with no body and the puller keeps what it verified; a new record changes the tag (issue 26:
+    repeated pulls were most of the records a validator served)."""
+    v, url = validator
+    for key in KEYS[1:3]:
+        v.book.add(_record(key, 7))
+    first = httpx.get(f"{url}/records/7")
+    tag = first.headers["etag"]
+    assert tag == records_etag(first.content)
+    again = httpx.get(f"{url}/records/7", headers={"If-None-Match": tag})
+    assert again.status_code == 304 and again.content == b""
+    exchange = RecordExchange(CHAIN)
+    got = exchange.pull([url], 7)
+    assert sorted(r.address for r in got) == sorted(r.address for r in v.book.records(7))
+    assert exchange.pull([url], 7) == got and exchange.errors == 0  # the 304: the records kept
+    with pytest.raises(NotModifiedError):
+        fetch_records(url, CHAIN, 7, timeout=2.0, etag=tag)
+    v.book.add(_record(KEYS[3], 7))
+    assert len(exchange.pull([url], 7)) == 3  # a new tag, the new answer
+    assert httpx.get(f"{url}/records/7", headers={"If-None-Match": tag}).status_code == 200
 
 
 def test_discovery_works_when_the_dht_answers_junk(validator: tuple[Discovery, str]) -> None:
