@@ -20,7 +20,9 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from enum import StrEnum
+from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -183,6 +185,41 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 OPERATOR_QUERY = "reader=operator"
 
 
+#: Headers the server (uvicorn) writes into every response that the app's messages do not hold, with their
+#: bytes on the wire: ``date: <29 characters>\r\n`` and ``server: uvicorn\r\n`` (issue 26: measured from
+#: outside, 60 bytes of every exchange were in no ledger).
+SERVER_HEADERS = {b"date": 37, b"server": 17}
+
+
+def request_head_bytes(scope: Scope) -> int:
+    """An HTTP/1.1 request's line and headers on the wire: ``METHOD /path?query HTTP/1.1\r\n``, the
+    headers, the blank line."""
+    path = scope.get("raw_path") or str(scope.get("path", "")).encode()
+    query = scope.get("query_string", b"")
+    line = len(scope.get("method", "")) + len(path) + (len(query) + 1 if query else 0) + 12
+    return line + _header_bytes(scope.get("headers", [])) + 2
+
+
+def response_head_bytes(start: Message, method: str, closing: bool = False) -> tuple[int, bool]:
+    """An ASGI response start's status line, headers and blank line on the wire, with the headers the
+    server adds (:data:`SERVER_HEADERS`, ``transfer-encoding: chunked`` where the app gives no length,
+    ``connection: close`` where the request asked to close); and whether the body goes out chunked."""
+    status = int(start.get("status", 200))
+    headers = list(start.get("headers", []))
+    names = {bytes(k).lower() for k, _ in headers}
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    head = len(f"HTTP/1.1 {status} {phrase}\r\n") + _header_bytes(headers) + 2
+    head += sum(n for name, n in SERVER_HEADERS.items() if name not in names)
+    chunked = (
+        b"content-length" not in names and status >= 200 and status not in (204, 304) and method != "HEAD"
+    )
+    head += 19 if closing and b"connection" not in names else 0  # "connection: close\r\n"
+    return head + (28 if chunked else 0), chunked
+
+
 class TrafficMiddleware:
     """ASGI middleware counting each HTTP exchange into a ledger: the request (line, headers, body) as
     received and the response (status line, headers, streamed body) as sent, under the request's kind."""
@@ -206,10 +243,11 @@ class TrafficMiddleware:
             except Exception:  # a malformed digest: the route answers 4xx; its bytes count as other
                 kind = Kind.OTHER
         counts = dict.fromkeys(FIELDS, 0)
-        line = len(scope.get("method", "")) + len(scope.get("raw_path") or path.encode()) + 12
-        counts["received_overhead"] = (
-            line + len(scope.get("query_string", b"")) + _header_bytes(scope.get("headers", []))
+        counts["received_overhead"] = request_head_bytes(scope)
+        closing = any(
+            k.lower() == b"connection" and b"close" in v.lower() for k, v in scope.get("headers", [])
         )
+        chunked = False
 
         async def counted_receive() -> Message:
             msg = await receive()
@@ -218,10 +256,17 @@ class TrafficMiddleware:
             return msg
 
         async def counted_send(msg: Message) -> None:
+            nonlocal chunked
             if msg.get("type") == "http.response.start":
-                counts["sent_overhead"] += 17 + _header_bytes(msg.get("headers", []))  # "HTTP/1.1 200 OK\r\n"
+                head, chunked = response_head_bytes(msg, scope.get("method", "GET"), closing)
+                counts["sent_overhead"] += head
             elif msg.get("type") == "http.response.body":
-                counts["sent"] += len(msg.get("body", b""))
+                body = len(msg.get("body", b""))
+                counts["sent"] += body
+                if chunked:  # "<size hex>\r\n<body>\r\n" per chunk, "0\r\n\r\n" at the end
+                    counts["sent_overhead"] += (len(f"{body:x}") + 4 if body else 0) + (
+                        0 if msg.get("more_body") else 5
+                    )
             await send(msg)
 
         try:
@@ -268,14 +313,19 @@ def rpc_session(ledger: TrafficLedger, functions: Mapping[str, str] | None = Non
         req = resp.request
         body = req.body
         raw = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else b""
+        # the wire's request and status lines, headers and blank lines; http.client adds the Host header
+        host = 0 if "host" in {k.lower() for k in req.headers} else len(urlsplit(req.url or "").netloc) + 8
         counts = {
             "sent": len(raw),
             "sent_overhead": len(req.method or "")
             + len(req.path_url)
-            + 12
+            + 14
+            + host
             + sum(len(k) + len(v) + 4 for k, v in req.headers.items()),
             "received": len(resp.content),
-            "received_overhead": 17 + sum(len(k) + len(v) + 4 for k, v in resp.headers.items()),
+            "received_overhead": len(f"HTTP/1.1 {resp.status_code} {resp.reason}\r\n")
+            + 2
+            + sum(len(k) + len(v) + 4 for k, v in resp.headers.items()),
         }
         label = rpc_label(body if isinstance(body, bytes | str) else None, names)
         ledger.add_call(label, sum(counts.values()))

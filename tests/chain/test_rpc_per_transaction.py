@@ -50,11 +50,12 @@ def test_three_transactions_read_the_nonce_and_fees_once(net1: Net) -> None:
 
 def test_a_request_sends_only_the_headers_it_needs(net1: Net) -> None:
     """No ``Accept``, no ``Connection`` (HTTP/1.1 keeps the connection anyway) and a short agent: a block
-    number read moves under 450 bytes both ways (it was 525 with requests' and web3's defaults)."""
+    number read moves under 450 bytes both ways (it was 525 with requests' and web3's defaults), counted as
+    the ledger did then; 27 more since the ledger counts the wire's Host header and blank lines (issue 26)."""
     ledger = TrafficLedger()
     chain = Chain.connect(net1.deployment, traffic=ledger)
     chain.block_number()
-    assert ledger.call_bytes_json()[str(ledger.round)]["eth_blockNumber"] < 450
+    assert ledger.call_bytes_json()[str(ledger.round)]["eth_blockNumber"] < 450 + 27
     sent = requests.Session().prepare_request(
         requests.Request("POST", "http://127.0.0.1/", headers=RPC_HEADERS, data=b"{}")
     )
