@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from benchmarks.traffic_watch import flows, split
-from protocol.chain.transport import http_web3
+from protocol.chain.endpoint import http_web3
 from protocol.node.api import NodeServer
 from protocol.node.sockstats import TcpSocket, dump_tcp, socket_inodes
 from protocol.node.traffic import Kind, TrafficLedger, TrafficMiddleware, kind_totals, merge_ledgers
