@@ -2,13 +2,16 @@
 
 Each node keeps a :class:`TrafficLedger`. Its HTTP server counts every request it answers
 (:class:`TrafficMiddleware`: bodies and header bytes, in and out, by what the path and the blob hold) and
-its chain client counts every JSON-RPC exchange (:func:`rpc_session`). Node-to-node transfers are counted
+its chain client counts every JSON-RPC exchange (:func:`rpc_session`), each as the wire carries it: the
+headers the server or ``http.client`` add, blank lines and chunked framing included (issue 26: held to the
+byte against the kernel's counters, ``benchmarks/traffic_outside.py``). Node-to-node transfers are counted
 once, by the node that serves them: every HTTP transfer between Tessera nodes has a Tessera node as its
 server, so the sum of ``sent`` + ``received`` over all nodes' non-RPC kinds is the network's HTTP traffic,
 and the RPC kind is each node's own traffic with its chain endpoint. The DHT (hivemind's own transport;
 records go over HTTP too, where they are counted) is read from the kernel's counters of the daemon's
 sockets, each byte once, by the node whose daemon received it (:mod:`protocol.node.dhttraffic`). What is
-not counted: TCP/IP and TLS framing, and HTTP requests that never reach a handler (refused connections).
+not counted: TCP/IP headers (52 bytes a packet on a loopback) and TLS framing, and HTTP requests that
+never reach a handler (refused connections).
 
 The devnet report adds the ledgers up per round and divides by the trained parameters and inner steps:
 bits per trained parameter per inner step, the figure issue 13 sets at 0.05.
