@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         old = json.loads(args.out.read_text())
         report = json.loads((args.dir / "report.json").read_text())
         kept = {k: old[k] for k in ("command", "devnet", "devnet_rc", "wall_seconds", "label")}
-        out = compare(old, report) | kept
+        out = compare(old, report, args.dir) | kept
         args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
         print(summary(out))
         return 0
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seen = watch.stop()
     report_file = args.dir / "report.json"
     report = json.loads(report_file.read_text()) if report_file.exists() else {}
-    out = compare(seen, report) | {
+    out = compare(seen, report, args.dir) | {
         "command": " ".join(["python -m benchmarks.traffic_outside", *argv]),
         "devnet": " ".join(devnet[1:]),
         "devnet_rc": rc,
@@ -95,10 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return rc
 
 
-def compare(seen: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+def compare(seen: dict[str, Any], report: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """The outside count (``seen``: :meth:`SocketWatch.stop`) beside the devnet report's ledgers, in all
     and by term: JSON-RPC (anvil's connections, less the deployment, which no ledger holds), the nodes'
-    HTTP, the DHT."""
+    HTTP (less the model export's checkpoint fetch, which the devnet makes after it has read the ledgers:
+    its body's bytes are the blob's in validator0's store under ``workdir``), the DHT."""
     lo = seen["loopback"]
     payload = lo["bytes"] - lo["packets"] * TCP_IP_HEADER
     by_server = seen["by_server"]
@@ -113,11 +114,19 @@ def compare(seen: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
     anvil = by_server.get("anvil", {"bytes": 0, "by_client": {}})
     deploy = anvil["by_client"].get("deploy", 0)
     http = sum(row["bytes"] for role, row in by_server.items() if role in ("miner", "validator"))
+    blob = (
+        workdir
+        / "validator0"
+        / "public"
+        / str((report.get("model") or {}).get("checkpoint", "")).removeprefix("0x")
+    )
+    export = blob.stat().st_size if blob.is_file() else 0
     terms = {
         "rpc": [anvil["bytes"] - deploy, kinds.get("rpc", 0) + ledger["driver_rpc"]],
-        "node_http": [http, sum(b for k, b in kinds.items() if k not in ("rpc", "dht"))],
+        "node_http": [http - export, sum(b for k, b in kinds.items() if k not in ("rpc", "dht"))],
         "dht": [by_server.get("dht", {}).get("bytes", 0), kinds.get("dht", 0) + ledger["driver_dht"]],
         "deployment (no ledger)": [deploy, 0],
+        "model export's checkpoint body, after the ledgers were read": [export, 0],
         "no listener seen, or not in any socket": [
             payload
             - seen["sockets"]["flows"]
@@ -135,6 +144,9 @@ def compare(seen: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
         "ledger_share_of_loopback_bytes": _pct(ledger["total"], lo["bytes"]),
         "ledger_share_of_loopback_payload": _pct(ledger["total"], payload),
         "ledger_share_of_payload_less_deployment": _pct(ledger["total"], payload - deploy),
+        "ledger_share_of_payload_less_deployment_and_export": _pct(
+            ledger["total"], payload - deploy - export
+        ),
     }
 
 
@@ -161,7 +173,9 @@ def summary(out: dict[str, Any]) -> str:
         f" {led['driver_dht']:,} = {led['total']:,}:"
         f" {out['ledger_share_of_loopback_bytes']}% of the loopback's bytes,"
         f" {out['ledger_share_of_loopback_payload']}% of its payload,"
-        f" {out['ledger_share_of_payload_less_deployment']}% of the payload less the deployment"
+        f" {out['ledger_share_of_payload_less_deployment']}% of the payload less the deployment,"
+        f" {out['ledger_share_of_payload_less_deployment_and_export']}% less the deployment and the model"
+        " export read after the ledgers"
     )
     for term, row in out["by_term"].items():
         lines.append(f"  {term}: outside {row['outside']:,}, ledger {row['ledger']:,} ({row['ledger_pct']}%)")
