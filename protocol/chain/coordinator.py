@@ -196,7 +196,7 @@ class ChainCoordinator:
     def _round_open_block(self, round: int) -> int | None:
         if round in self._opened:
             return self._opened[round]
-        evs = translate("read phases", lambda: self.chain.events("PhaseAdvanced", round=round))
+        evs = translate("read phases", lambda: self.chain.round_events(["PhaseAdvanced"], round))
         starts = [e.block_number for e in evs if int(e.phase) == int(Phase.COMMIT)]
         if not starts:
             return None
@@ -262,14 +262,15 @@ class ChainCoordinator:
         return got
 
     def seed_share_status(self, round: int) -> tuple[bool, bool]:
-        if round in self._shares_done:
-            return True, True
-        # a commitment stays: once seen, only the reveal is asked for (two log queries a step were most of
-        # a validator's eth_getLogs while it waited out the commit phase)
-        # both events in one log query (issue 26)
-        names = ["SeedRevealed"] if round in self._shares_committed else ["SeedCommitted", "SeedRevealed"]
+        # a commitment stays: once seen, only the reveal is asked for, and only from the reveal phase on
+        # (issue 26: a log query a step through the commit phase); both events in one log query
+        committed, last = round in self._shares_committed, self._last
+        in_commit = last is not None and (last[1].round, last[1].phase) == (round, Phase.COMMIT)
+        if round in self._shares_done or (committed and in_commit):
+            return True, round in self._shares_done
+        names = ["SeedRevealed"] if committed else ["SeedCommitted", "SeedRevealed"]
         evs = translate("read seed share", lambda: self.chain.round_events(names, round, self.address))
-        c = round in self._shares_committed or any(isinstance(e, SeedCommitted) for e in evs)
+        c = committed or any(isinstance(e, SeedCommitted) for e in evs)
         if not c:
             return False, False
         self._shares_committed.add(round)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,9 +22,40 @@ from protocol.rounds.phases import Phase
 from protocol.wire import bls
 from protocol.wire.commitments import update_commitment
 
+#: Blocks below the newest block this client had seen when it last ran an event query that the next run of
+#: the same query reads again (issue 26: each run read from the deployment block): a reorg shallower than
+#: this replaces what it changed, and a provider's node a few blocks behind misses nothing. A chain seen
+#: going back (a block read lower than one read before) has every query read from the deployment again.
+LOG_OVERLAP_BLOCKS = 12
+#: Event queries whose logs a client keeps (the oldest dropped first): a few per round.
+LOG_QUERIES_KEPT = 64
+
 
 class ChainReads(ChainTransport):
     """Typed reads of the network and token contracts."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head = -1
+        """The newest block a read of this client saw (-1: none yet)."""
+        self._logs: dict[str, tuple[int, list[Any]]] = {}
+        """Per event query: the block its logs are complete to, and the logs (raw, in chain order)."""
+        self._logs_epoch = 0  # bumped when the chain is seen going back: a query in flight keeps nothing
+        self._logs_lock = threading.Lock()
+
+    def saw_block(self, block: int) -> int:
+        """Note ``block`` as read from the chain; one lower than the newest seen means the chain went back
+        (restarted from an older state, or reorged), so the kept event logs are dropped. Returns ``block``."""
+        with self._logs_lock:
+            if block < self._head:
+                self._logs.clear()
+                self._logs_epoch += 1
+            self._head = block
+        return block
+
+    def block_number(self) -> int:
+        """Latest block number."""
+        return self.saw_block(super().block_number())
 
     # ------------------------------------------------------------------ reads
 
@@ -75,7 +108,7 @@ class ChainReads(ChainTransport):
                 checkpoint=bytes(cp),
                 seed=bytes(seed),
                 assign_seed=bytes(assign),
-                block=int(block),
+                block=self.saw_block(int(block)),
             )
 
     def account_info(self, address: str) -> AccountInfo:
@@ -203,26 +236,46 @@ class ChainReads(ChainTransport):
         topics: list[Any] = [list(events), "0x" + round.to_bytes(32, "big").hex()]
         if account is not None:
             topics.append("0x" + bytes.fromhex(to_checksum_address(account)[2:]).rjust(32, b"\0").hex())
-        query: Any = {
-            "address": self.network.address,
-            "fromBlock": self.deployment.block,
-            "toBlock": "latest",
-            "topics": topics,
-        }
         with decoding(f"{','.join(names)} logs"):
-            logs = retrying(lambda: self.w3.eth.get_logs(query), ",".join(names))
+            logs = self._logs_since_deployment(topics, ",".join(names))
             out = []
             for log_ in logs:
                 name, ev = events["0x" + bytes(log_["topics"][0]).hex()]
                 out.append(decode_event(name, ev.process_log(log_)))
             return out
 
+    def _logs_since_deployment(self, topics: list[Any], what: str) -> list[Any]:
+        """The network contract's logs matching ``topics`` since the deployment block, in chain order: read
+        from :data:`LOG_OVERLAP_BLOCKS` below the newest block seen at the last run of the same query (the
+        logs before that are kept here), not from the deployment block every time."""
+        key = json.dumps(topics)
+        with self._logs_lock:
+            held, head, epoch = self._logs.get(key), self._head, self._logs_epoch
+        start = self.deployment.block
+        if held is not None:
+            start = max(start, held[0] - LOG_OVERLAP_BLOCKS + 1)
+        query: Any = {
+            "address": self.network.address,
+            "fromBlock": start,
+            "toBlock": "latest",
+            "topics": topics,
+        }
+        got = list(retrying(lambda: self.w3.eth.get_logs(query), what))
+        logs = [log_ for log_ in (held[1] if held else []) if int(log_["blockNumber"]) < start] + got
+        with self._logs_lock:
+            if head >= start and epoch == self._logs_epoch:  # complete to ``head``, which it has read past
+                self._logs.pop(key, None)
+                self._logs[key] = (head, logs)
+                while len(self._logs) > LOG_QUERIES_KEPT:
+                    del self._logs[next(iter(self._logs))]
+        return logs
+
     def committed_miners(self, round: int) -> list[UpdateCommitted]:
         """Update commitments of ``round``, in ascending miner address order (the score vector order)."""
-        evs: list[UpdateCommitted] = self.events("UpdateCommitted", round=round)
+        evs: list[UpdateCommitted] = self.round_events(["UpdateCommitted"], round)
         return sorted(evs, key=lambda e: int(e.miner, 16))
 
     def revealed_scores(self, round: int) -> list[ScoresRevealed]:
         """Revealed score vectors of ``round``, in ascending validator address order."""
-        evs: list[ScoresRevealed] = self.events("ScoresRevealed", round=round)
+        evs: list[ScoresRevealed] = self.round_events(["ScoresRevealed"], round)
         return sorted(evs, key=lambda e: int(e.validator, 16))

@@ -74,3 +74,24 @@ def test_a_chain_that_goes_back_drops_the_cache(net1: Net) -> None:
     st = coord.current()  # the chain is behind what this node saw
     assert st.round == r and int(st.phase) == 0
     assert coord.update_commitments(r) == {}  # read again: the commitment is gone
+
+
+def test_a_committed_seed_share_is_not_asked_about_again_in_the_commit_phase(net1: Net) -> None:
+    """No reveal can land before the reveal phase: a share seen committed costs no request until then
+    (it was a log query at every step of the commit phase); from the reveal phase on the reveal is read."""
+    for client in (net1.deployer, *net1.validators, *net1.miners):
+        client.forget_nonce()  # a test before may have sent the chain back past their counted nonces
+    r = net1.fresh_round()
+    validator = net1.validators[0]
+    coord, ledger = _coord(net1, validator)
+    assert int(coord.current().phase) == 0 and coord.seed_share_status(r) == (False, False)
+    validator.commit_seed(r, b"\x06" * 32)
+    assert coord.seed_share_status(r) == (True, False)
+    before = _requests(ledger)
+    assert coord.seed_share_status(r) == (True, False) and _requests(ledger) == before
+    net1.mine_past_deadline()
+    validator.advance()
+    coord.current()
+    assert coord.seed_share_status(r) == (True, False) and _requests(ledger) > before + 1  # asked again
+    validator.reveal_seed(r, b"\x06" * 32)
+    assert coord.seed_share_status(r) == (True, True)

@@ -45,7 +45,7 @@ def test_three_transactions_read_the_nonce_and_fees_once(net1: Net) -> None:
     assert calls.get("batch", 0) <= 1 and "eth_getBlockByNumber" not in calls
     assert "eth_maxPriorityFeePerGas" not in calls
     assert calls.get("eth_getTransactionByHash", 0) == 0  # anvil mines at once: the first receipt poll has it
-    assert calls["eth_getTransactionReceipt"] == 3
+    assert calls["eth_getTransactionReceipt"] <= 6  # a look or two each (one at once where anvil keeps up)
 
 
 def test_a_request_sends_only_the_headers_it_needs(net1: Net) -> None:
