@@ -82,11 +82,17 @@ def test_descendants_are_found_by_name_down_to_a_depth() -> None:
 
 
 def test_a_process_without_a_daemon_counts_no_dht_bytes() -> None:
-    ledger = TrafficLedger()
-    meter = DhtTraffic(ledger, every=0.05).start()
-    time.sleep(0.2)
-    meter.stop()
-    assert "dht" not in kind_totals(merge_ledgers([ledger.to_json()]))
+    proc = subprocess.Popen(["sleep", "30"])  # a process with no DHT daemon under it
+    try:
+        ledger = TrafficLedger()
+        meter = DhtTraffic(ledger, root=proc.pid, every=0.05).start()
+        time.sleep(0.2)
+        meter.stop()
+        assert meter.pids == []
+        assert "dht" not in kind_totals(merge_ledgers([ledger.to_json()]))
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_the_dht_daemons_received_bytes_enter_the_ledger_once() -> None:
