@@ -24,6 +24,11 @@ from types import TracebackType
 from protocol.errors import ProtocolError
 
 HARDFORK = "prague"
+PERSISTED_STATES = 128
+"""States anvil may write to its disk cache (``~/.foundry/anvil/tmp``): left alone it writes one state of
+about 1 MB a block once its in-memory history is full and keeps them all, and deletes none of a process
+that was killed, so a devnet on 1-s blocks left 3.4 GB an hour (a session's fault and attack runs filled a
+252-GB disk). Nodes read recent blocks only."""
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ANVIL_BIN = REPO_ROOT / "contracts" / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
 
@@ -99,6 +104,8 @@ class Anvil:
             "--gas-limit",
             str(self.gas_limit),
             "--silent",
+            "--max-persisted-states",
+            str(PERSISTED_STATES),
         ]
         if self.block_time:
             cmd += ["--block-time", str(self.block_time)]

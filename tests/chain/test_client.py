@@ -133,3 +133,18 @@ def test_connect_names_a_missing_contract_and_a_bad_url(net: Net) -> None:
     for bad in ["127.0.0.1:8545", "ftp://h", "http://", "http:///x", "localhost"]:
         with pytest.raises(ChainError, match="must look like http://HOST:PORT"):
             Chain.connect(net.deployment, rpc_url=bad)
+
+
+def test_anvil_bounds_its_disk_cache_and_still_reads_recent_blocks() -> None:
+    # Unbounded, anvil kept about 1 MB of state a block on disk (``anvil_mod.PERSISTED_STATES``): the
+    # bound must be one the pinned anvil accepts, and the recent history the nodes read must stay readable.
+    node = Anvil()
+    cmd = node.command()
+    assert cmd[cmd.index("--max-persisted-states") + 1] == str(anvil_mod.PERSISTED_STATES)
+    with node:
+        w3 = Web3(Web3.HTTPProvider(node.rpc_url))
+        rich = w3.eth.accounts[0]
+        w3.provider.make_request("anvil_mine", ["0x12c"])  # type: ignore[arg-type]
+        head = w3.eth.block_number
+        assert head >= 300
+        assert w3.eth.get_balance(rich, block_identifier=head - 100) == w3.eth.get_balance(rich)
