@@ -69,7 +69,7 @@ def run_scenario(
     net.faults = [Fault(*f) for f in sc.faults]
     net.start()
     try:
-        return net.run(rounds, timeout=max(timeout, sc.timeout_s))
+        return net.run(max(rounds, sc.min_rounds), timeout=max(timeout, sc.timeout_s))
     finally:
         net.stop()
 
@@ -94,14 +94,14 @@ def reference(sc: Scenario) -> Scenario:
 
     return Scenario(
         f"reference:{sc.name}", "baseline", f"all-honest counterpart of {sc.name}", build, tee=sc.tee,
-        audit_params=dict(sc.audit_params),
+        audit_params=dict(sc.audit_params), min_rounds=sc.min_rounds,
     )  # fmt: skip
 
 
 def reference_key(sc: Scenario) -> tuple[Any, ...]:
     """Scenarios with the same key share one reference run."""
     audits = tuple(sorted(sc.audit_params.items()))
-    return (sc.tee, audits, tuple((p.role, p.stake) for p in sc.build()))
+    return (sc.tee, audits, sc.min_rounds, tuple((p.role, p.stake) for p in sc.build()))
 
 
 def _failed(sc: Scenario, rounds: int, exc: BaseException) -> ScenarioResult:

@@ -5,6 +5,7 @@ from measured parts)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 
 from miner.behaviour import Behaviour, BehaviourContext
 from protocol.errors import ProtocolError
+from protocol.rounds.audits import REPORT_WINDOW_ROUNDS
 from tessera.attack import auditchecks, partial
+from tessera.attack.harness import Network
 from tessera.attack.miners import WithholdWhenAudited
 from tessera.attack.runner import reference, reference_key, run_scenario
 from tessera.attack.scenarios import get
@@ -47,6 +50,23 @@ def test_the_audit_scenarios_set_their_chain_and_share_no_reference() -> None:
     assert withhold.audit_params == {"audit_rate_bps": 8_000} and not withhold.provable
     assert reference(withhold).audit_params == withhold.audit_params
     assert reference_key(withhold) != reference_key(get("withholder"))
+
+
+def test_a_scenario_runs_the_rounds_its_effect_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `tessera attack --all` runs 3 rounds: a false report of round 1 expires only in round 1 + window + 1,
+    # so the scenario (and its reference, for the held-out comparison) must run that many or its
+    # "closed reports released the pay" check can never pass.
+    false = get("false-unanswered-report")
+    assert false.min_rounds == REPORT_WINDOW_ROUNDS + 2
+    assert reference(false).min_rounds == false.min_rounds
+    assert reference_key(false) != reference_key(replace(false, min_rounds=0))
+    asked: list[int] = []
+    monkeypatch.setattr(Network, "start", lambda self: None)
+    monkeypatch.setattr(Network, "stop", lambda self: None)
+    monkeypatch.setattr(Network, "run", lambda self, rounds, timeout: asked.append(rounds))
+    run_scenario(false, 3, chain="memory")
+    run_scenario(get("withholder"), 3, chain="memory")
+    assert asked == [REPORT_WINDOW_ROUNDS + 2, 3]
 
 
 def _doc() -> dict[str, Any]:
