@@ -81,6 +81,9 @@ class RecordStore(Generic[R]):
         self._records: dict[int, R] = {}
         self._lock = threading.RLock()
         self._sections: dict[str, dict[str, str]] = {name: {} for name in sections}
+        # Sections the file holds: a section added to a role later (the validator's ``contested``) is
+        # written only once it has a value, so a node's existing file is rewritten byte for byte.
+        self._written: set[str] = set(sections)
         if self.path.exists():
             self._load()
 
@@ -101,6 +104,7 @@ class RecordStore(Generic[R]):
         rounds = doc.get("rounds")
         if not isinstance(rounds, dict):
             raise RecordError(f"{self.path}: 'rounds' must be an object")
+        self._written = {name for name in self._sections if name in doc}
         for name in self._sections:
             section = doc.get(name, {})
             if not isinstance(section, dict) or not all(isinstance(v, str) for v in section.values()):
@@ -115,9 +119,10 @@ class RecordStore(Generic[R]):
         doc: dict[str, Any] = {
             "version": FILE_VERSION,
             "rounds": {str(r): rec.to_json() for r, rec in self._records.items()},
-            **self._sections,
+            **{name: v for name, v in self._sections.items() if v or name in self._written},
         }
         atomic_write(self.path, json.dumps(doc, sort_keys=True, indent=1).encode())
+        self._written.update(name for name in self._sections if name in doc)
 
     # -- records ---------------------------------------------------------------------------------------
     def __contains__(self, round: int) -> bool:
