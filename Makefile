@@ -37,7 +37,7 @@ test-contracts: setup-contracts
 	cd contracts && npm run --silent test
 
 test-python: setup
-	$(BIN)/python -m pytest -q -m "not slow" --durations=40
+	$(BIN)/python -m pytest -q -m "not slow" -n 2 --dist loadgroup --durations=40
 
 test: lint typecheck test-contracts test-python
 
