@@ -87,9 +87,7 @@ class Scenario:
     """Issue 26's checks read from the chain (``tessera.attack.auditchecks``): ``proven-by-one``,
     ``withhold-when-audited`` or ``false-unanswered-report``; "" for none."""
     timeout_s: float = 900.0  # wall-clock limit of one run (longer where the effect lands rounds later)
-    min_rounds: int = 0
-    """Fewest rounds whose run can show the effect the checks look for (a report's window closing, for
-    example): the suite runs at least these, whatever ``--rounds`` says, and so does its reference."""
+    min_rounds: int = 0  # rounds the checks need (a report's window closing), whatever --rounds says
 
 
 def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
@@ -295,8 +293,7 @@ def _audit_scenarios() -> list[Scenario]:
                  lambda: [*_honest(1, 0), Participant("validator", "false-reporter", VALIDATOR_STAKE,
                                                       _validator_factory(FalseReporterValidator)), *_honest(0, 3)],
                  scores_dishonestly=False, audit_params={"audit_rate_bps": 10_000, "committee_size": 1},
-                 audit_checks="false-unanswered-report", timeout_s=2_400.0,
-                 min_rounds=REPORT_WINDOW_ROUNDS + 2),  # round 1's report expires in round 4
+                 audit_checks="false-unanswered-report", timeout_s=2_400.0, min_rounds=REPORT_WINDOW_ROUNDS + 2),
     ]  # fmt: skip
 
 
