@@ -6,6 +6,11 @@ worker, as they do without xdist, and never two networks at once: their phase wi
 sized for one network on the machine (measured: two anvil attack suites at once under load 20 ran the
 quick one past its 600 s timeout). The other worker runs the in-process tests meanwhile.
 
+Every other module is a work unit of its own, so its tests run in file order on one worker: several
+modules build one network in a module-scoped fixture and let later tests go on from where earlier ones
+left it (``tests/network/test_inprocess_network.py``). Scheduled test by test, such a test landed alone on
+the other worker with a fresh fixture and failed (fresh-clone CI of 28353e3).
+
 xdist's own ``xdist_group`` mark cannot do this here: pytest-xdist 3.8 renames a grouped test's node id
 through ``item._nodeid``, which pytest 9.2 no longer reads, so the mark is silently ignored and every test
 is scheduled alone. The grouping is therefore made by the scheduler (:func:`pytest_xdist_make_scheduler`),
@@ -28,6 +33,11 @@ def is_end_to_end(nodeid: str) -> bool:
     return path.startswith("tests/e2e/") or path.endswith("_e2e.py")
 
 
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of the test ``nodeid``: :data:`E2E_GROUP` or the test's module path."""
+    return E2E_GROUP if is_end_to_end(nodeid) else nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``--dist loadgroup``: xdist's load-group scheduling with the end-to-end modules as one unit."""
@@ -36,9 +46,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class EndToEndTogether(LoadScopeScheduling):
-        """One unit for the end-to-end modules; every other test is a unit of its own."""
+        """One unit for the end-to-end modules; every other module is a unit of its own."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return E2E_GROUP if is_end_to_end(nodeid) else nodeid
+            return work_unit(nodeid)
 
     return EndToEndTogether(config, log)

@@ -152,6 +152,7 @@ def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[
 def test_restarted_miner_does_not_commit_twice(network) -> None:  # type: ignore[no-untyped-def]
     ledger, dht, validators, miners, spec, tmp = network
     m0 = miners[0]
+    _drive(ledger, [*validators, *miners], until_round=2)  # alone (-k): past the join round first
     r = ledger.round
     # finish the round's certificate so round r is open with a checkpoint
     while ledger.checkpoints.get(r) is None:
@@ -180,7 +181,13 @@ def test_miner_restarted_after_serving_announces_its_new_url(network) -> None:  
         coord = MemoryCoordinator(ledger, miners[0].address)
         return MinerNode(MinerConfig(data_dir=data_dir), spec, coord, Discovery(31337, key, dht)).start()
 
+    # run alone (-k), the network is still in its join round, where nobody commits
+    _drive(ledger, [*validators, *miners], until_round=2)
     r = ledger.round
+    while ledger.checkpoints.get(r) is None:
+        for v in validators:
+            v.step()
+        ledger.mine(1)
     first = restart()
     first.step()  # commits round r if the previous test did not already
     assert first.state.committed(r)
