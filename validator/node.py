@@ -45,10 +45,10 @@ from validator.audits import round_audits
 from validator.checkpoints import Checkpoints
 from validator.config import ValidatorConfig
 from validator.connections import Connections, Theta
-from validator.context import CheckEvidence, Verdict
+from validator.context import CheckEvidence, RoundContext, Verdict
 from validator.intake import Intake
 from validator.pipeline import VerificationPipeline
-from validator.schedule import RETRY_MARGIN_BLOCKS, VerifyScheduler
+from validator.schedule import RETRY_MARGIN_BLOCKS, STEP_SLICE_S, VerifyScheduler
 from validator.slashing import Slashing
 from validator.stages import Stage
 from validator.state import ValidatorState
@@ -129,6 +129,8 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         self._entropy = entropy or (lambda purpose, round: os.urandom(32))
         self._last_phase: tuple[int, int] = (0, -1)
         self.scheduler = VerifyScheduler(s.conn, s.intake, s.pipeline)
+        self._verifying: tuple[int, RoundContext, float] | None = None
+        """The round being verified, its context (audit draws read once) and when its verification began."""
         """Runs each round's verification against the score-commit deadline (issue 27)."""
 
     # -- the role's parts of the runtime ---------------------------------------------------------------
@@ -170,13 +172,15 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
             self.intake.prefetch(r)
         elif st.phase == Phase.SCORE_COMMIT:
             self.phase = "verify"
-            complete = self._verify_all(st, theta) is not False
             # a reading the verification's own schedule just took will do (issue 26: a read every step)
             late = (
                 self.coord.current(max_age=self.cfg.poll_interval / 2).block
                 >= st.deadline - RETRY_MARGIN_BLOCKS
             )
-            if (complete and not self.intake.cache.pending) or late:
+            complete = self._verify_all(st, theta, until_done=late)
+            if complete is False:
+                return  # still verifying: the workers go on, the next step takes their verdicts
+            if not self.intake.cache.pending or late:
                 # near the deadline, commit what was verified (the rest scores 0) rather than miss the phase
                 self._commit_scores(r)
         elif st.phase == Phase.SCORE_REVEAL:
@@ -212,21 +216,29 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
 
     # -- verification ----------------------------------------------------------------------------------
 
-    def _verify_all(self, st: RoundState, theta: Theta) -> bool | None:
+    def _verify_all(self, st: RoundState, theta: Theta, until_done: bool = False) -> bool | None:
         """Verify every committed update not judged yet, on the deadline's schedule
         (``validator.schedule.VerifyScheduler``): until each has a final verdict or the score-commit
-        point has come, the unfinished then recorded as unverified (issue 27); None, from subclasses that
-        do not say, counts as complete."""
+        point has come, the unfinished then recorded as unverified (issue 27). One call verifies for at
+        most ``STEP_SLICE_S`` (``until_done``: to the end) and returns False while work is left; None,
+        from subclasses that do not say, counts as complete."""
         r = st.round
         if self.state.round(r).scores is not None:
             return True
         if st.seed is None:
             log.warning("round %d: in SCORE_COMMIT without a seed", r)
             return False
-        t0 = time.perf_counter()
-        ctx = self.conn.round_context(st, theta)
-        round_audits(self.coord, ctx, list(self.coord.update_commitments(r)))  # whom it audits (issue 26)
-        self.scheduler.run(st, ctx, lambda miner, v: self._record_verdict(r, miner, v))
+        if self._verifying is None or self._verifying[0] != r:
+            ctx = self.conn.round_context(st, theta)
+            round_audits(self.coord, ctx, list(self.coord.update_commitments(r)))  # whom it audits (issue 26)
+            self._verifying = (r, ctx, time.perf_counter())
+        _, ctx, t0 = self._verifying
+
+        def record(miner: str, v: Verdict) -> None:
+            self._record_verdict(r, miner, v)
+
+        if not self.scheduler.run(st, ctx, record, slice_s=None if until_done else STEP_SLICE_S):
+            return False
         with COMPUTE_LOCK:
             before = heldout_loss(self.conn.spec, self.conn.dataset, theta.params, device=self.cfg.device)
         with self.state.edit(r) as rec:

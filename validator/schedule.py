@@ -58,6 +58,11 @@ VERIFY_WORKERS = 4
 """Miners verified at once: their fetches overlap, their compute takes turns under ``COMPUTE_LOCK``."""
 RETRY_MARGIN_BLOCKS = 4
 """Blocks before the SCORE_COMMIT deadline kept free of verification: the commit point."""
+STEP_SLICE_S = 2.0
+"""Seconds one node step spends in :meth:`VerifyScheduler.run` before it hands the loop back (the workers go
+on verifying meanwhile): the node's other duties (the key-use check, metrics, a stop signal) and, in the
+attack harness, every other in-process node's step wait no longer than this. A step that held the whole
+phase kept a restarted miner from announcing its new URL until the validators had given up on it."""
 OBSERVE_SHARE = 8
 """The chain's block is read again once the last reading is this share of the time left to the commit point
 old (issue 26: a read every 0.5 s of verification was most of a validator's requests in a long phase; the
@@ -268,9 +273,12 @@ class VerifyScheduler:
         """When (``time.monotonic``) :meth:`_observe` last read the chain."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="verify")
 
-    def run(self, st: RoundState, ctx: RoundContext, record: Record) -> None:
-        """Verify every committed update of ``st.round`` that has no verdict yet (see the class doc)."""
+    def run(self, st: RoundState, ctx: RoundContext, record: Record, slice_s: float | None = None) -> bool:
+        """Verify every committed update of ``st.round`` that has no verdict yet (see the class doc); True
+        once each has a final verdict or the commit point has come, False when ``slice_s`` seconds passed
+        first (call again: the schedule and its running workers carry over)."""
         sched = self._schedule(st)
+        ends = math.inf if slice_s is None else sched.clock() + slice_s
         while True:
             self._collect(sched, record)
             while (slot := sched.start_next()) is not None:
@@ -281,6 +289,8 @@ class VerifyScheduler:
                 slot.work = self._pool.submit(self.pipeline.verify, inc, ctx)
             if sched.complete() or sched.due():
                 break
+            if sched.clock() >= ends:
+                return False
             if sched.running:
                 wait([s.work for s in sched.running.values()], timeout=0.5, return_when=FIRST_COMPLETED)
             else:  # every miner left waits for its next try
@@ -295,6 +305,7 @@ class VerifyScheduler:
             v = Verdict(miner=miner, round=sched.round, accepted=False, stage=Stage.BUDGET, reason=reason)
             v.metrics["budget_s"] = sched.budgets.get(miner, 0.0)
             record(miner, v)
+        return True
 
     def _schedule(self, st: RoundState) -> RoundSchedule:
         """The round's schedule, made at its first SCORE_COMMIT step (after a restart: of the miners

@@ -37,9 +37,8 @@ class _ScoringValidator(ValidatorNode):
         """The score vector to commit (ascending miner address order)."""
         raise NotImplementedError
 
-    def _verify_all(self, st: RoundState, theta: Any) -> None:
-        if not self.lazy:
-            super()._verify_all(st, theta)
+    def _verify_all(self, st: RoundState, theta: Any, until_done: bool = False) -> bool | None:
+        return super()._verify_all(st, theta, until_done) if not self.lazy else None
 
     def _round_scores(self, round: int, miners: list[str]) -> list[int]:
         return [max(0, min(SCORE_MAX, int(s))) for s in self.choose_scores(round, miners)]

@@ -100,3 +100,41 @@ def test_retries_are_bounded() -> None:
     assert s.complete() is False or not s.queue
     s.finish(m)
     assert s.complete()
+
+
+def test_a_step_hands_the_loop_back_while_a_worker_waits() -> None:
+    """One step verifies for at most its slice and returns False; the worker goes on, and a later step
+    records its verdict (a step that held the phase kept a restarted miner from re-announcing)."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from validator.context import Verdict
+    from validator.schedule import VerifyScheduler
+    from validator.stages import Stage
+
+    release = threading.Event()
+    miner = MINERS[0]
+
+    def verify(inc: object, ctx: object) -> Verdict:
+        release.wait(10)  # a fetch from a miner that answers late
+        return Verdict(miner=miner, round=2, accepted=True, stage=Stage.OK, reason="", score=7)
+
+    coord = SimpleNamespace(
+        update_commitments=lambda r: {miner: b"\1" * 32},
+        current=lambda max_age=0: SimpleNamespace(block=100),
+    )
+    conn = SimpleNamespace(coord=coord, state=SimpleNamespace(verdict=lambda r, m: None),
+                           cfg=SimpleNamespace(poll_interval=0.5))  # fmt: skip
+    intake = SimpleNamespace(incoming=lambda *a: a, cache=SimpleNamespace(updates={}))
+    sched = VerifyScheduler(conn, intake, SimpleNamespace(verify=verify), workers=2)  # type: ignore[arg-type]
+    sched.blocks.observe(100)
+    st = SimpleNamespace(round=2, seed=b"\2" * 32, deadline=100 + 200)  # 196 blocks to the commit point
+    got: dict[str, Verdict] = {}
+    ctx = SimpleNamespace(registry=[miner])
+    t0 = time.monotonic()
+    assert sched.run(st, ctx, got.__setitem__, slice_s=0.3) is False  # type: ignore[arg-type]
+    assert time.monotonic() - t0 < 3 and got == {}
+    release.set()
+    assert sched.run(st, ctx, got.__setitem__, slice_s=5.0) is True  # type: ignore[arg-type]
+    assert got[miner].score == 7 and got[miner].stage == Stage.OK
