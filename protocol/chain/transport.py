@@ -32,6 +32,7 @@ from protocol.chain.errors import (
     decoding,
 )
 from protocol.chain.events import EVENT_TYPES, ChainEvent, decode_event
+from protocol.chain.nonces import GAP_CHECK_S, SentTransactions, empty_transaction
 from protocol.chain.values import TxResult
 from protocol.node.traffic import TrafficLedger
 from protocol.rounds.deployment import Deployment
@@ -135,6 +136,7 @@ class ChainTransport:
         self._mined_after = 0.0
         """Seconds before the first receipt look: the last transaction's wait for its receipt, decayed."""
         self._tx_lock = threading.Lock()
+        self._sent = SentTransactions()
 
     @classmethod
     def connect(
@@ -225,6 +227,7 @@ class ChainTransport:
                     )
                     continue
                 self._next_nonce = nonce + 1
+                self._sent.remember(nonce, tx_hash)
                 break
         try:
             receipt = self._wait_receipt(fn_name, tx_hash)
@@ -249,6 +252,28 @@ class ChainTransport:
         }
         tx = retrying(lambda: fn.build_transaction(fields), fn_name)
         return nonce, acct.sign_transaction(tx)
+
+    def _fill_nonce_gap(self, fn_name: str, nonce: int) -> None:
+        """Fill the nonces below ``nonce`` the chain lost (``protocol.chain.nonces``) with empty
+        transactions, so the one at ``nonce`` can be mined."""
+        acct = self.account
+        assert acct is not None
+        latest = int(retrying(lambda: self.w3.eth.get_transaction_count(acct.address, "latest"), "nonce"))
+
+        def known(h: bytes) -> bool:
+            got = retrying(lambda: self.w3.eth.get_transaction(HexBytes(h)), fn_name, not_found=True)
+            return got is not None
+
+        with self._tx_lock:
+            for n in self._sent.lost_below(nonce, latest, known):
+                log.warning("%s: nonce %d was lost when the chain went back; an empty transaction takes it "
+                            "so nonce %d can be mined", fn_name, n, nonce)  # fmt: skip
+                fields = empty_transaction(acct.address, n, self.chain_id, self._fee_fields())
+                signed = acct.sign_transaction(fields)
+                try:
+                    self._sent.remember(n, self._send(fn_name, signed))
+                except NonceTaken:  # taken after all (another sender of the key)
+                    return
 
     def forget_nonce(self) -> None:
         """Ask the node for the account's nonce before the next transaction: the chain went back (restarted
@@ -323,7 +348,7 @@ class ChainTransport:
         the timeout would only delay the caller, who must re-read the chain and decide again."""
         start = time.monotonic()
         unknown_since: float | None = None
-        checked, wait, misses = 0.0, RECEIPT_POLL_S / 2, 0
+        checked, gap_checked, wait, misses = 0.0, start, RECEIPT_POLL_S / 2, 0
         # the first look waits about as long as the last transaction took to be mined (issue 26: on 2-s
         # blocks the look at once and the one after half a second found nothing, 2 of 3 receipt polls)
         time.sleep(min(self._mined_after, RECEIPT_POLL_MAX_S))
@@ -353,6 +378,9 @@ class ChainTransport:
                     raise TransactionDropped(f"{fn_name}: transaction 0x{tx_hash.hex()} dropped by the node")
             else:
                 unknown_since = None
+                if known.get("blockNumber") is None and now - gap_checked >= GAP_CHECK_S:
+                    gap_checked = now
+                    self._fill_nonce_gap(fn_name, int(known["nonce"]))
             if now - start > timeout:
                 raise ChainError(f"{fn_name}: transaction 0x{tx_hash.hex()} not mined in {timeout:.0f} s")
             time.sleep(wait)
