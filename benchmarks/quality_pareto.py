@@ -152,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--bars", type=Path, help="a quality JSON whose per-seed diloco_loss are the bars")
     p.add_argument("--table", type=Path, help="write the rows of the cached runs here")
     p.add_argument("--plot", type=Path, help="with --table: the gap against wire bits as a PNG here")
+    p.add_argument("--markdown", type=Path, help="with --table: the rows as a Markdown table here")
     p.add_argument(
         "--arms",
         default="tessera,sparseloco",
@@ -170,7 +171,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.table.write_text(json.dumps(rows, indent=1) + "\n")
     if args.plot is not None:
         plot(rows, args.plot)
+    if args.markdown is not None:
+        args.markdown.write_text(markdown(rows))
     return 0
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as the Markdown table of docs/benchmarks.md (per-seed losses and bars, means, spreads)."""
+    out = [
+        "| mode | wire budget | arm | payload bits | wire bits | final loss (per seed) | uncompressed DiLoCo "
+        "| gap to DiLoCo (mean) | spread | Tessera vs SparseLoCo (mean) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        seeds = r["seeds"]
+        losses = " / ".join(f"{s['final_loss']:.3f}" for s in seeds)
+        bars = " / ".join(f"{s['diloco_loss']:.3f}" for s in seeds)
+        names = "s" + ",".join(str(s["seed"]) for s in seeds)
+        vs = r.get("vs_sparseloco_pct")
+        out.append(
+            f"| {r['mode']} | {r['budget_wire_bits']:g} | {r['arm']} | {r['payload_bits_per_param_step']:.5f} "
+            f"| {r['wire_bits_per_param_step']:.5f} | {losses} ({names}) | {bars} "
+            f"| **{r['gap_diloco_pct']:+.1f}%** | {r['gap_diloco_spread']:.1f} "
+            f"| {'' if vs is None else f'**{vs:+.1f}%**'} |"
+        )
+    return "\n".join(out) + "\n"
 
 
 def _bars(path: Path | None, corpus: Any, cache: RunCache, rounds: int) -> dict[tuple[str, int], float]:
@@ -223,10 +248,10 @@ def table(
                         continue
                 if runs:
                     rows.append(row(mode, budget, arm, runs, {s: bars[(mode, s)] for s in runs}))
-    return _against_sparseloco(rows)
+    return against_sparseloco(rows)
 
 
-def _against_sparseloco(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def against_sparseloco(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each Tessera row gains ``vs_sparseloco_pct``: its mean final loss against SparseLoCo's at the same
     mode and budget, over the seeds both have (negative: Tessera lower)."""
     slc = {(r["mode"], r["budget_wire_bits"]): r for r in rows if r["arm"] == "sparseloco"}

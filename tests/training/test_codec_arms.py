@@ -99,6 +99,27 @@ def test_pareto_rows_and_arms() -> None:
     assert [s["seed"] for s in r["seeds"]] == [0, 1]
 
 
+def test_pareto_markdown_has_a_line_per_row_with_seeds_and_the_comparison() -> None:
+    from benchmarks.quality_pareto import against_sparseloco, markdown, row
+
+    def runs(losses: list[float]) -> dict[int, dict[str, float]]:
+        bits = {"payload_bits_per_param_step": 0.009, "wire_bits_per_param_step": 0.0095}
+        return {s: {"final_loss": x, **bits} for s, x in enumerate(losses)}
+
+    rows = against_sparseloco(
+        [
+            row("moe", 0.01, "tessera", runs([2.0, 2.2]), {0: 1.6, 1: 2.0}),
+            row("moe", 0.01, "sparseloco", runs([2.2, 2.2]), {0: 1.6, 1: 2.0}),
+        ]
+    )
+    lines = markdown(rows).splitlines()
+    assert len(lines) == 2 + 2
+    assert "| moe | 0.01 | tessera |" in lines[2] and "2.000 / 2.200 (s0,1)" in lines[2]
+    assert "**+17.5%**" in lines[2]  # (25% + 10%) / 2
+    assert lines[2].endswith("| **-4.5%** |")  # 2.1 against 2.2
+    assert lines[3].endswith("|  |")  # SparseLoCo is not compared with itself
+
+
 def test_arm_tweaks_name_the_outer_step_codec_and_merger() -> None:
     from benchmarks.quality_pareto import arm_variant
 
