@@ -177,10 +177,8 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
                 self.coord.current(max_age=self.cfg.poll_interval / 2).block
                 >= st.deadline - RETRY_MARGIN_BLOCKS
             )
-            complete = self._verify_all(st, theta, until_done=late)
-            if complete is False:
-                return  # still verifying: the workers go on, the next step takes their verdicts
-            if not self.intake.cache.pending or late:
+            complete = self._verify_all(st, theta, until_done=late) is not False
+            if (complete and not self.intake.cache.pending) or late:
                 # near the deadline, commit what was verified (the rest scores 0) rather than miss the phase
                 self._commit_scores(r)
         elif st.phase == Phase.SCORE_REVEAL:
