@@ -266,8 +266,8 @@ class RecordExchange:
             try:
                 recs, refused, tag = fut.result(timeout=self.timeout + 1.0)
             except NotModifiedError:
-                if held is not None:
-                    out.extend(held[1])  # verified when they came, and the peer still serves them
+                if held is not None:  # verified when they came, the peer still serves them: not expired here
+                    out.extend(r for r in held[1] if r.expires > time.time())
                 continue
             except Exception as exc:  # TransferError, RecordError, or the pool's own timeout
                 self.errors += 1

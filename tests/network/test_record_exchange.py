@@ -134,6 +134,32 @@ def test_a_pull_of_unchanged_records_moves_no_records(validator: tuple[Discovery
     assert httpx.get(f"{url}/records/7", headers={"If-None-Match": tag}).status_code == 200
 
 
+def test_a_304_does_not_bring_back_a_record_expired_on_this_clock(
+    validator: tuple[Discovery, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records a 304 re-uses were verified when they came; one that has expired since, on the puller's
+    clock (here ahead of the peer's), is dropped, not handed on as current."""
+    from types import SimpleNamespace
+
+    from protocol.p2p import recordbook
+
+    v, url = validator
+    v.book.add(_record(KEYS[1], 7, ttl=60))
+    v.book.add(_record(KEYS[2], 7, ttl=3600))
+    exchange = RecordExchange(CHAIN)
+    assert len(exchange.pull([url], 7)) == 2
+    now = time.time()
+    served = v.book.records
+    monkeypatch.setattr(
+        v.book, "records", lambda round, now=None, t=now: served(round, now=t)
+    )  # peer's clock
+    monkeypatch.setattr(recordbook, "time", SimpleNamespace(time=lambda: now + 600, monotonic=time.monotonic))
+    assert httpx.get(f"{url}/records/7", headers={"If-None-Match": records_etag(
+        httpx.get(f"{url}/records/7").content)}).status_code == 304  # fmt: skip
+    got = exchange.pull([url], 7)  # answered 304
+    assert [r.address for r in got] == [_record(KEYS[2], 7).address] and exchange.errors == 0
+
+
 def test_discovery_works_when_the_dht_answers_junk(validator: tuple[Discovery, str]) -> None:
     v, url = validator
     # the stranger's node stores anything (no validator); the reader knows no other DHT node
