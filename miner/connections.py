@@ -104,6 +104,8 @@ class MinerConnections(NodeConnections[MinerConfig, MinerState]):
         )
         if held:
             self.commits_seen[(round, digest)] = block
+            for key in [k for k in self.commits_seen if k[0] < round - 1]:  # bounded: two rounds kept
+                del self.commits_seen[key]
         else:
             self.commits_seen.pop((round, digest), None)
         return held
