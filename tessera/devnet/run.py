@@ -328,24 +328,24 @@ def _round_figures(
 
 def traffic_figures(kinds: dict[str, int], miner_records: list[dict[str, Any]]) -> dict[str, Any]:
     """A round's traffic (every node's ledger summed, :mod:`protocol.node.traffic`) by kind and in bits per
-    trained parameter per inner step, over the miners that trained in the round (issue 13's figure;
-    operators' reads of /status, /metrics and the live pages are listed but not counted)."""
-    protocol = {k: b for k, b in kinds.items() if Kind(k).protocol}
+    trained parameter per inner step, over the miners that trained in the round (issue 13's figure; the
+    operators' reads of /status, /metrics and the live pages listed, not counted)."""
+    known = {k.value for k in Kind}  # a kind a newer node's ledger has and this driver not: counted
+    protocol = {k: b for k, b in kinds.items() if k not in known or Kind(k).protocol}
     trained = sum(int(m.get("trained_params", 0)) for m in miner_records)
     steps = max((int(m.get("inner_steps", 0)) for m in miner_records), default=0)
     out: dict[str, Any] = {
         "traffic_bytes": dict(sorted(kinds.items())),
         "traffic_protocol_bytes": sum(protocol.values()),
+        "traffic_unknown_kinds": sorted(k for k in kinds if k not in known),
         "trained_params": trained,
         "inner_steps": steps,
     }
     if trained and steps:
-        out["traffic_bits_per_param_step"] = {
-            k: round(bits_per_param_step(b, trained, steps), 6) for k, b in sorted(protocol.items())
-        }
-        out["traffic_bits_per_param_step_total"] = round(
-            bits_per_param_step(sum(protocol.values()), trained, steps), 6
-        )
+        bits = {k: bits_per_param_step(b, trained, steps) for k, b in sorted(protocol.items())}
+        out["traffic_bits_per_param_step"] = {k: round(b, 6) for k, b in bits.items()}
+        total = bits_per_param_step(sum(protocol.values()), trained, steps)
+        out["traffic_bits_per_param_step_total"] = round(total, 6)
     return out
 
 

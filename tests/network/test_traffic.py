@@ -204,3 +204,5 @@ def test_the_devnet_report_counts_protocol_bytes_per_trained_parameter_and_step(
     assert fig["traffic_bits_per_param_step_total"] == pytest.approx(8 * 3_508_000 / (4 * 136_320 * 60), 1e-5)
     assert set(fig["traffic_bits_per_param_step"]) == {"update", "state", "rpc"}
     assert "traffic_bits_per_param_step_total" not in traffic_figures(kinds, []), "no miner trained"
+    newer = traffic_figures({**kinds, "gossip": 1_000}, miners)  # a kind from a newer node's ledger
+    assert newer["traffic_protocol_bytes"] == 3_509_000 and newer["traffic_unknown_kinds"] == ["gossip"]
