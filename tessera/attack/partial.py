@@ -16,7 +16,7 @@ model's default), minus the stake its confirmed slashes took; the model's ``E[pr
 **Measured expected profit at the default stake** = ``f C - q_draw * eta * d * L``: ``q_draw`` is measured,
 the share of (miner, round) pairs the real draw (``protocol.rounds.audits.audit_draw``) audits over
 :data:`DRAWS` random seeds at the deployed default rate; ``d``, the chance that one audit catches the fake,
-is measured as (share of a tenth as many seeds whose replayed step, chosen by the validators' own
+is measured as (share of as many seeds whose replayed step, chosen by the validators' own
 ``validator.sampling.segments_to_check``, lands on a faked step) x (share of the run's audits that landed
 on a faked step and were proven); ``C``, ``R``, ``L = sS + max(K,1) R`` and ``eta = 1 - (1/3)^c`` are the
 model's (the default stake, emission and slash; a third of the validators assumed dishonest).
@@ -191,7 +191,7 @@ def _random_pairs(count: int) -> list[tuple[bytes, str]]:
 
 
 def measured_default(
-    doc: dict[str, Any], draws: int = DRAWS, landing_draws: int = DRAWS // 10
+    doc: dict[str, Any], draws: int = DRAWS, landing_draws: int = DRAWS
 ) -> dict[str, Any]:
     """The expected profit of each lazy fraction at the default stake from measured parts (module doc):
     ``q_draw`` from ``draws`` random (seed, miner) pairs through the real draw at the deployed rate, the
