@@ -190,9 +190,7 @@ def _random_pairs(count: int) -> list[tuple[bytes, str]]:
     return [(os.urandom(32), "0x" + os.urandom(20).hex()) for _ in range(count)]
 
 
-def measured_default(
-    doc: dict[str, Any], draws: int = DRAWS, landing_draws: int = DRAWS
-) -> dict[str, Any]:
+def measured_default(doc: dict[str, Any], draws: int = DRAWS, landing_draws: int = DRAWS) -> dict[str, Any]:
     """The expected profit of each lazy fraction at the default stake from measured parts (module doc):
     ``q_draw`` from ``draws`` random (seed, miner) pairs through the real draw at the deployed rate, the
     landing rate from ``landing_draws`` pairs through the validators' segment choice, the catch rate of a
