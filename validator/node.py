@@ -129,9 +129,9 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         self._entropy = entropy or (lambda purpose, round: os.urandom(32))
         self._last_phase: tuple[int, int] = (0, -1)
         self.scheduler = VerifyScheduler(s.conn, s.intake, s.pipeline)
+        """Runs each round's verification against the score-commit deadline (issue 27)."""
         self._verifying: tuple[int, RoundContext, float] | None = None
         """The round being verified, its context (audit draws read once) and when its verification began."""
-        """Runs each round's verification against the score-commit deadline (issue 27)."""
 
     # -- the role's parts of the runtime ---------------------------------------------------------------
 

@@ -267,7 +267,8 @@ class RecordExchange:
                 recs, refused, tag = fut.result(timeout=self.timeout + 1.0)
             except NotModifiedError:
                 if held is not None:  # verified when they came, the peer still serves them: not expired here
-                    out.extend(r for r in held[1] if r.expires > time.time())
+                    now = time.time()
+                    out.extend(r for r in held[1] if r.expires > now)
                 continue
             except Exception as exc:  # TransferError, RecordError, or the pool's own timeout
                 self.errors += 1

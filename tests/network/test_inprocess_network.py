@@ -91,6 +91,18 @@ def _drive(ledger: MemoryLedger, nodes: list, until_round: int, budget: float = 
             ledger.mine(8)
 
 
+def _open_round(ledger: MemoryLedger, validators: list, miners: list) -> int:  # type: ignore[type-arg]
+    """Past the join round (a test run alone with ``-k`` starts there), with the round's checkpoint
+    certified: the round a miner can commit in."""
+    _drive(ledger, [*validators, *miners], until_round=2)
+    r = ledger.round
+    while ledger.checkpoints.get(r) is None:
+        for v in validators:
+            v.step()
+        ledger.mine(1)
+    return r
+
+
 def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[no-untyped-def]
     ledger, dht, validators, miners, spec, tmp = network
     # malformed and forged records in round 1's key: refused, nobody stops
@@ -152,13 +164,7 @@ def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[
 def test_restarted_miner_does_not_commit_twice(network) -> None:  # type: ignore[no-untyped-def]
     ledger, dht, validators, miners, spec, tmp = network
     m0 = miners[0]
-    _drive(ledger, [*validators, *miners], until_round=2)  # alone (-k): past the join round first
-    r = ledger.round
-    # finish the round's certificate so round r is open with a checkpoint
-    while ledger.checkpoints.get(r) is None:
-        for v in validators:
-            v.step()
-        ledger.mine(1)
+    r = _open_round(ledger, validators, miners)
     m0.step()  # trains and commits round r
     assert m0.state.committed(r)
     m0.stop()
@@ -181,13 +187,7 @@ def test_miner_restarted_after_serving_announces_its_new_url(network) -> None:  
         coord = MemoryCoordinator(ledger, miners[0].address)
         return MinerNode(MinerConfig(data_dir=data_dir), spec, coord, Discovery(31337, key, dht)).start()
 
-    # run alone (-k), the network is still in its join round, where nobody commits
-    _drive(ledger, [*validators, *miners], until_round=2)
-    r = ledger.round
-    while ledger.checkpoints.get(r) is None:
-        for v in validators:
-            v.step()
-        ledger.mine(1)
+    r = _open_round(ledger, validators, miners)
     first = restart()
     first.step()  # commits round r if the previous test did not already
     assert first.state.committed(r)

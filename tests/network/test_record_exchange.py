@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
+from protocol.p2p import recordbook
 from protocol.p2p.blobs import BlobStore, NotModifiedError
 from protocol.p2p.dht import DHTConfig, DHTNode, record_key
 from protocol.p2p.discovery import Discovery
@@ -139,10 +141,6 @@ def test_a_304_does_not_bring_back_a_record_expired_on_this_clock(
 ) -> None:
     """The records a 304 re-uses were verified when they came; one that has expired since, on the puller's
     clock (here ahead of the peer's), is dropped, not handed on as current."""
-    from types import SimpleNamespace
-
-    from protocol.p2p import recordbook
-
     v, url = validator
     v.book.add(_record(KEYS[1], 7, ttl=60))
     v.book.add(_record(KEYS[2], 7, ttl=3600))

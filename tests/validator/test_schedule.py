@@ -4,8 +4,20 @@ number of miners, the seed's order, leftovers to later miners, a paused chain, a
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
+from types import SimpleNamespace
 
-from validator.schedule import MAX_TRIES, RETRY_DELAY_S, BlockClock, RoundSchedule, seeded_order
+from validator.context import Verdict
+from validator.schedule import (
+    MAX_TRIES,
+    RETRY_DELAY_S,
+    BlockClock,
+    RoundSchedule,
+    VerifyScheduler,
+    seeded_order,
+)
+from validator.stages import Stage
 
 
 class FakeClock:
@@ -105,14 +117,6 @@ def test_retries_are_bounded() -> None:
 def test_a_step_hands_the_loop_back_while_a_worker_waits() -> None:
     """One step verifies for at most its slice and returns False; the worker goes on, and a later step
     records its verdict (a step that held the phase kept a restarted miner from re-announcing)."""
-    import threading
-    import time
-    from types import SimpleNamespace
-
-    from validator.context import Verdict
-    from validator.schedule import VerifyScheduler
-    from validator.stages import Stage
-
     release = threading.Event()
     miner = MINERS[0]
 
