@@ -58,19 +58,19 @@ come closest under the budget on these models."""
 
 
 OUTER_KEYS = ("lr", "momentum", "merge")
-CODEC_KEYS = ("ef_beta", "bits", "topk")
+CODEC_KEYS = ("ef_beta", "bits", "topk", "transform")
 
 
 def tweaked(variant: dict[str, Any], tweaks: Sequence[str]) -> dict[str, Any]:
     """``variant`` with ``key=value`` changes: outer-step keys (:data:`OUTER_KEYS`), codec keys
     (:data:`CODEC_KEYS`), ``epoch_rounds`` or ``merger`` (the variant's merge); the screening runs of issue 28 name them in the arm,
-    e.g. ``tessera+merge=sender_mean``."""
+    e.g. ``tessera+merge=sender_mean`` or ``tessera+transform=tiles`` (the shaped tiles without the DCT)."""
     out = {**variant, "outer": dict(variant["outer"]), "codec": dict(variant["codec"])}
     for t in tweaks:
         key, _, raw = t.partition("=")
         value: Any = (
             raw
-            if key in ("merge", "merger")
+            if key in ("merge", "merger", "transform")
             else (int(raw) if key in ("bits", "topk", "epoch_rounds") else float(raw))
         )
         if key in OUTER_KEYS:

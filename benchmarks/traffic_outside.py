@@ -47,6 +47,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--every", type=float, default=1.0, help="seconds between samples of the sockets")
     p.add_argument("--timeout", type=float, default=1400.0, help="seconds the devnet may take")
     p.add_argument("--label", default="", help="what was measured (a commit, a change), kept in the JSON")
+    p.add_argument("--preset", default="tiny", help="the devnet's model preset (tessera devnet --preset)")
     p.add_argument(
         "--recompare",
         action="store_true",
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loopback_up()
     watch = SocketWatch(every=args.every).start()
     devnet = [sys.executable, "-m", "tessera", "devnet", "--rounds", str(args.rounds), "--no-live"]
-    devnet += ["--dir", str(args.dir), "--timeout", str(args.timeout)]
+    devnet += ["--dir", str(args.dir), "--timeout", str(args.timeout), "--preset", args.preset]
     t0 = time.time()
     rc = subprocess.run(devnet, check=False).returncode
     wall = time.time() - t0

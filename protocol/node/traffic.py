@@ -356,6 +356,24 @@ def merge_ledgers(ledgers: Iterable[dict[str, dict[str, dict[str, int]]]]) -> di
     return out
 
 
+FIXED_KINDS = (Kind.RPC, Kind.DHT, Kind.RECORD)
+"""The terms that do not grow with the model (issue 26's "fixed terms": at most 200 kB per node and round)."""
+
+
+def fixed_bytes_by_node(
+    ledgers: Mapping[str, dict[str, dict[str, dict[str, int]]]],
+) -> dict[int, dict[str, int]]:
+    """Each node's :data:`FIXED_KINDS` bytes per round, ``{round: {node: bytes}}``, from its
+    :meth:`TrafficLedger.to_json` (a node counts the JSON-RPC it makes, the records it serves and what its
+    DHT daemon received, so nothing is counted at two nodes)."""
+    fixed = {k.value for k in FIXED_KINDS}
+    out: dict[int, dict[str, int]] = {}
+    for node, led in ledgers.items():
+        for r, kinds in led.items():
+            out.setdefault(int(r), {})[node] = sum(total_bytes(e) for k, e in kinds.items() if k in fixed)
+    return out
+
+
 def kind_totals(merged: Mapping[int, Mapping[str, int]]) -> dict[str, int]:
     """Bytes by kind over every round of a :func:`merge_ledgers` result."""
     out: dict[str, int] = {}

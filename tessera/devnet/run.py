@@ -2,13 +2,12 @@
 
 The view (rich) shows the round, phase and block, the held-out loss, and each miner's state, score,
 consensus and reward. The report (``report.json`` and ``report.png`` in the workdir) has per round: the
-held-out loss before and after the merge, rewards per miner, the traffic of every node's ledger by kind and
-in bits per trained parameter per inner step (issue 13), verification cost (validator compute per miner against that miner's training compute),
-the round's wall time with the share spent outside training, and samples: continuations of a fixed prompt
-generated from the round's certified checkpoint (fetched from a validator and checked against the chain),
-also shown under the live view as rounds certify (issue 17). Before it stops, the devnet exports the
-newest certified checkpoint to ``DIR/model`` (``tessera model eval`` / ``model sample`` read it).
-"""
+held-out loss before and after the merge, rewards per miner, every node's ledger by kind and in bits per
+trained parameter per inner step (issue 13), each node's fixed terms (issue 26), verification cost
+(validator compute against the miners' training compute), the wall time and its share outside training,
+and samples: continuations of a fixed prompt from the round's certified checkpoint (fetched from a
+validator, checked against the chain), shown under the live view as rounds certify (issue 17). Last, it
+exports the newest certified checkpoint to ``DIR/model`` (read by ``tessera model eval`` and ``sample``)."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from protocol.node.traffic import Kind, bits_per_param_step, kind_totals, merge_ledgers
+from protocol.node.traffic import Kind, bits_per_param_step, fixed_bytes_by_node, kind_totals, merge_ledgers
 from protocol.runspec import RunSpec
 from tessera import modelout
 from tessera.devnet.config import DevnetConfig, DevnetError
@@ -236,7 +235,8 @@ def build_report(
     miners = {n.address: name for name, n in net.nodes.items() if n.role == "miner"}
     mrec: dict[str, dict[str, Any]] = {name: net.get(name, "/rounds") or {} for name in miners.values()}
     verdicts = {r: net.get("validator0", f"/verdicts/{r}") or {} for r in range(1, rounds + 1)}
-    traffic = merge_ledgers(net.get(name, "/traffic") or {} for name in net.nodes)
+    ledgers = {name: net.get(name, "/traffic") or {} for name in net.nodes}
+    traffic, fixed = merge_ledgers(ledgers.values()), fixed_bytes_by_node(ledgers)
     per_round = []
     prev_mark = t_started
     for r in range(1, rounds + 1):
@@ -251,7 +251,7 @@ def build_report(
         per_round.append(
             {"round": r, "join_round": r == 1 and not v.get("consensus")}
             | figures
-            | {"certified": certified, **traffic_r}
+            | {"certified": certified, "fixed_bytes_by_node": fixed.get(r, {}), **traffic_r}
         )
     totals: dict[str, int] = {}
     for pr in per_round:

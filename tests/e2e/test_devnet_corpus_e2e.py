@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.traffic_terms import terms
 from tessera.cli import main
 from tessera.devnet.config import DevnetConfig
 from tessera.devnet.run import run_devnet
@@ -47,6 +48,11 @@ def test_a_folder_of_text_files_to_generated_text(tmp_path: Path, capsys: pytest
     last = report["per_round"][-1]
     assert last["certified"] and last["heldout_after"] is not None, last
     assert last["samples"]["samples"], last["samples"]
+    # issue 26's fixed terms: every node polled the chain in the round (JSON-RPC, counted at that node)
+    fixed = last["fixed_bytes_by_node"]
+    assert set(fixed) == {"miner0", "miner1", "validator0", "validator1"} and min(fixed.values()) > 0, fixed
+    figures = terms(report, audit_rate_bps=10_000, committee_size=1)["summary"]
+    assert figures["training_rounds"] == 1 and figures["per_param_bits"]["min"] > 0, figures
     model = report["model"]
     assert model.get("theta_round") == 3, model
     capsys.readouterr()

@@ -128,6 +128,7 @@ def test_arm_tweaks_name_the_outer_step_codec_and_merger() -> None:
     assert got["merge"] == "coefficients" and got["outer"]["momentum"] == 0.0
     assert got["codec"] == {**base["codec"], "ef_beta": 0.9}
     assert base["merge"] == "validators" and base["outer"]["momentum"] == 0.5  # the recipe is untouched
+    assert arm_variant(0.01, "tessera+transform=tiles", "moe")["codec"]["transform"] == "tiles"
     with pytest.raises(ValueError, match="unknown tweak"):
         arm_variant(0.01, "tessera+warmup=3", "moe")
 
