@@ -21,9 +21,9 @@ CHOSEN: dict[str, Any] = {
     "codec": {
         "name": "topk",
         "chunk": 4096,
-        "topk": 54,
+        "topk": 110,
         "bits": 2,
-        "transform": "shaped",
+        "transform": "tiles",
         "ef_beta": 0.95,
         "index": "elias-fano",
     },

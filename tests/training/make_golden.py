@@ -76,10 +76,13 @@ def fixed_dct_encoding() -> tuple[Encoded, CodecConfig]:
     return Encoded(shape, fields), cfg
 
 
-def fixed_shaped_encoding() -> tuple[Encoded, CodecConfig]:
-    """A valid encoding of a 96 x 32 tensor with the network's codec (``CodecConfig.recipe()``: shaped
-    tiles, here two 48 x 32 tiles), built from integers only so the bytes are the same everywhere."""
-    cfg = CodecConfig.recipe()
+SHAPED_DCT = CodecConfig(topk=54, bits=2, transform="shaped", ef_beta=0.95, index="elias-fano")
+"""The network's codec before issue 28 (top-54 shaped DCT): still a codec a run file may name."""
+
+
+def fixed_shaped_encoding(cfg: CodecConfig = SHAPED_DCT) -> tuple[Encoded, CodecConfig]:
+    """A valid encoding of a 96 x 32 tensor with a shaped codec (``shaped``, the DCT, or ``tiles``, the
+    recipe's; here two 48 x 32 tiles), built from integers only so the bytes are the same everywhere."""
     shape = (96, 32)
     lay = layout_of(shape, cfg)
     _, _, tr, tc = tile_grid(shape)
@@ -170,6 +173,8 @@ def main() -> int:
     golden["dct_decode"] = state_digest({"x": decode(enc, cfg)}).hex()
     enc, cfg = fixed_shaped_encoding()
     golden["shaped_decode"] = state_digest({"x": decode(enc, cfg)}).hex()
+    enc, cfg = fixed_shaped_encoding(CodecConfig.recipe())
+    golden["recipe_decode"] = state_digest({"x": decode(enc, cfg)}).hex()
     golden["recipe"] = recipe()
     theta, delta, info = pseudo_gradient_case()
     golden["pseudo_gradient"] = {

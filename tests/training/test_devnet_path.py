@@ -36,7 +36,7 @@ def test_the_devnet_runs_the_recipe() -> None:
     spec = devnet_spec(DevnetConfig(mode="dipaco"))
     assert spec.inner.carry_optimizer
     assert spec.codec == CodecConfig.recipe()
-    assert spec.codec == CodecConfig(topk=54, transform="shaped", ef_beta=0.95, index="elias-fano")
+    assert spec.codec == CodecConfig(topk=110, transform="tiles", ef_beta=0.95, index="elias-fano")
     assert spec.outer == OuterConfig.recipe() == OuterConfig(lr=1.0, momentum=0.5, nesterov=True)
 
 

@@ -29,7 +29,7 @@ from tests.training.make_golden import (
 from tests.training.training_fixtures import tiny_model
 from training.assignment import assign
 from training.codecs import decode, encode
-from training.config import OuterConfig
+from training.config import CodecConfig, OuterConfig
 from training.corpus import load_bundled_corpus
 from training.data import prepare, window_offsets
 from training.digest import state_digest
@@ -81,10 +81,12 @@ def test_dct_decode_is_exact() -> None:
     assert state_digest({"x": decode(enc, cfg)}).hex() == GOLDEN["dct_decode"]
 
 
-def test_shaped_decode_is_exact_and_the_recipe_is_pinned() -> None:
+def test_shaped_and_recipe_decodes_are_exact_and_the_recipe_is_pinned() -> None:
     enc, cfg = fixed_shaped_encoding()
     assert state_digest({"x": decode(enc, cfg)}).hex() == GOLDEN["shaped_decode"]
     assert recipe() == GOLDEN["recipe"]  # a new default recipe means regenerating, deliberately
+    enc, cfg = fixed_shaped_encoding(CodecConfig.recipe())
+    assert state_digest({"x": decode(enc, cfg)}).hex() == GOLDEN["recipe_decode"]
 
 
 def test_pseudo_gradient_and_outer_step() -> None:
