@@ -52,7 +52,8 @@ def _round_row(pr: dict[str, Any], v: int, m: int) -> dict[str, Any] | None:
     miners = len(pr.get("miner_train_seconds", [])) or m
     # one miner's update on the wire over its own trained parameters (a round's updates are alike)
     update_wire = 8.0 * int(pr.get("update_bytes", 0)) / (trained * steps)
-    fixed = {n: b / 1000 for n, b in (pr.get("fixed_bytes_by_node") or {}).items()}
+    by_node = pr.get("fixed_bytes_by_node") or {}
+    fixed = {n: (sum(b.values()) if isinstance(b, dict) else b) / 1000 for n, b in by_node.items()}
     return {
         "round": pr["round"],
         "wall_seconds": pr.get("wall_seconds"),
@@ -63,6 +64,7 @@ def _round_row(pr: dict[str, Any], v: int, m: int) -> dict[str, Any] | None:
         "update_wire_bits": update_wire,
         "per_param_bound": (v + miners - 1) * update_wire + TARGETS["verification_bits"],
         "fixed_kB_by_node": fixed,
+        "fixed_bytes_by_node_kind": {n: b for n, b in by_node.items() if isinstance(b, dict)},
         "fixed_kB_max": max(fixed.values(), default=0.0),
         "verify_pct": pr.get("verification_cost_pct"),
         "recomputed_miners": pr.get("recomputed_miners", 0),
@@ -101,6 +103,7 @@ def terms(report: dict[str, Any], audit_rate_bps: int, committee_size: int) -> d
         if rows
         else None,
         "fixed_kB_per_node_round": _stats(fixed_all),
+        "fixed_kB_by_role_kind": _by_role_kind(rows),
         "rounds_with_a_node_over_200_kB": sum(
             1 for r in rows if r["fixed_kB_max"] > TARGETS["fixed_kB_per_node"]
         ),
@@ -109,6 +112,17 @@ def terms(report: dict[str, Any], audit_rate_bps: int, committee_size: int) -> d
         "wall_seconds": _stats([float(r["wall_seconds"]) for r in rows if r["wall_seconds"] is not None]),
     }
     return {"rounds": rows, "summary": summary, "targets": TARGETS, "preset": cfg.get("preset"), "h": h}
+
+
+def _by_role_kind(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Mean kB per node and round of each fixed kind, per role (a node's name less its number)."""
+    sums: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        for node, kinds in r["fixed_bytes_by_node_kind"].items():
+            role = node.rstrip("0123456789")
+            for k, b in kinds.items():
+                sums.setdefault(role, {}).setdefault(k, []).append(b / 1000)
+    return {role: {k: statistics.fmean(v) for k, v in ks.items()} for role, ks in sorted(sums.items())}
 
 
 def text(out: dict[str, Any]) -> str:
@@ -136,6 +150,10 @@ def text(out: dict[str, Any]) -> str:
         f" {s['per_param_expected'] or 0:.4f}",
         f"fixed terms per node and round: {_fmt(s['fixed_kB_per_node_round'], 1)} kB (target 200);"
         f" rounds with a node over: {s['rounds_with_a_node_over_200_kB']}",
+        *(
+            f"  {role}: " + ", ".join(f"{k} {kb:.1f}" for k, kb in kinds.items()) + " kB per node and round"
+            for role, kinds in s["fixed_kB_by_role_kind"].items()
+        ),
         f"verification CPU / training CPU: {_fmt(s['verify_pct'], 2)} %, after the first training round"
         f" {_fmt(s['verify_pct_after_first_round'], 2)} % (target 5)",
     ]

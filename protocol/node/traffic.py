@@ -362,15 +362,16 @@ FIXED_KINDS = (Kind.RPC, Kind.DHT, Kind.RECORD)
 
 def fixed_bytes_by_node(
     ledgers: Mapping[str, dict[str, dict[str, dict[str, int]]]],
-) -> dict[int, dict[str, int]]:
-    """Each node's :data:`FIXED_KINDS` bytes per round, ``{round: {node: bytes}}``, from its
-    :meth:`TrafficLedger.to_json` (a node counts the JSON-RPC it makes, the records it serves and what its
-    DHT daemon received, so nothing is counted at two nodes)."""
+) -> dict[int, dict[str, dict[str, int]]]:
+    """Each node's :data:`FIXED_KINDS` bytes per round and kind, ``{round: {node: {kind: bytes}}}``, from
+    its :meth:`TrafficLedger.to_json` (a node counts the JSON-RPC it makes, the records it serves and what
+    its DHT daemon received, so nothing is counted at two nodes)."""
     fixed = {k.value for k in FIXED_KINDS}
-    out: dict[int, dict[str, int]] = {}
+    out: dict[int, dict[str, dict[str, int]]] = {}
     for node, led in ledgers.items():
         for r, kinds in led.items():
-            out.setdefault(int(r), {})[node] = sum(total_bytes(e) for k, e in kinds.items() if k in fixed)
+            row = {k: total_bytes(e) for k, e in sorted(kinds.items()) if k in fixed}
+            out.setdefault(int(r), {})[node] = row
     return out
 
 

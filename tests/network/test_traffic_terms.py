@@ -27,10 +27,13 @@ def test_fixed_terms_are_each_nodes_rpc_dht_and_records() -> None:
         "miner0": {"2": {"rpc": _entry(100), "dht": _entry(20), "update": _entry(5_000)}},
         "validator0": {"2": {"record": _entry(7), "state": _entry(9_000)}, "3": {"rpc": _entry(1)}},
     }
-    assert fixed_bytes_by_node(ledgers) == {2: {"miner0": 120, "validator0": 7}, 3: {"validator0": 1}}
+    assert fixed_bytes_by_node(ledgers) == {
+        2: {"miner0": {"dht": 20, "rpc": 100}, "validator0": {"record": 7}},
+        3: {"validator0": {"rpc": 1}},
+    }
 
 
-def _round(r: int, kinds: dict[str, int], fixed: dict[str, int], *, join: bool = False) -> dict[str, Any]:
+def _round(r: int, kinds: dict[str, int], fixed: dict[str, Any], *, join: bool = False) -> dict[str, Any]:
     return {
         "round": r,
         "join_round": join,
@@ -51,7 +54,11 @@ REPORT = {
     "per_round": [
         _round(1, {"rpc": 10_000}, {"m": 10_000}, join=True),
         _round(2, {"update": 250, "transcript": 125}, {"m": 150_000, "v": 90_000}),
-        _round(3, {"update": 250, "transcript": 125, "state": 1_250, "rpc": 9}, {"m": 100_000, "v": 300_000}),
+        _round(
+            3,
+            {"update": 250, "transcript": 125, "state": 1_250},
+            {"m": 100_000, "v": {"rpc": 2e5, "dht": 1e5}},
+        ),
     ],
 }
 
@@ -68,6 +75,9 @@ def test_the_figures_of_a_report() -> None:
     assert s["per_param_expected"] == pytest.approx(0.3 + 0.48)
     assert s["fixed_kB_per_node_round"] == {"mean": 160.0, "min": 90.0, "max": 300.0}
     assert s["rounds_with_a_node_over_200_kB"] == 1
+    assert s["fixed_kB_by_role_kind"] == {
+        "v": {"dht": 100.0, "rpc": 200.0}
+    }  # kinds known where the report has them
     assert s["verify_pct"]["mean"] == 8.0 and s["verify_pct_after_first_round"]["mean"] == 4.0
     assert s["audited_pairs"] == 1
 
