@@ -45,6 +45,12 @@ class Discovery:
     """Seconds of wall time for one push or pull of records over HTTP."""
     book: RecordBook = field(init=False)
     exchange: RecordExchange = field(init=False)
+    dht_every_s: float = 15.0
+    """A round's records are read from the DHT again only after this long (at once when a caller asks
+    ``fresh``: a record it needs is missing). A lookup asks every peer holding the round for all of its
+    records, 23-34 kB on the devnet's 7 peers (issue 26, ``benchmarks.dht_ops``); the record book and the
+    peers' ``/records`` (a 304 when unchanged) are still read at every lookup."""
+    _dht_read: dict[int, tuple[float, list[NodeRecord]]] = field(default_factory=dict, init=False)
     first_announced: int | None = field(default=None, init=False)
     """The first round this process announced: a record of this node in the DHT for a later round than the
     next one can only be this process's own, which the book holds (issue 26: a DHT lookup moves 23-34 kB)."""
@@ -109,7 +115,7 @@ class Discovery:
         if not fresh and hit is not None and time.monotonic() - hit[0] < self.cache_seconds:
             return list(hit[1])
         self.book.note_round(round)
-        found = self._from_dht(round)
+        found = self._dht_records(round, fresh)
         refused_before = self.exchange.refused
         pulled = self.exchange.pull(self._peers(), round)
         self.refused += self.exchange.refused - refused_before
@@ -128,6 +134,18 @@ class Discovery:
         records = sorted(best.values(), key=lambda r: r.address)
         self._cache[round] = (time.monotonic(), list(records))
         return records
+
+    def _dht_records(self, round: int, fresh: bool) -> list[NodeRecord]:
+        """The round's records from the DHT, read again when ``fresh`` or :attr:`dht_every_s` after the last
+        read (a node's own announcements are in its book, others' also reach it over HTTP)."""
+        held = self._dht_read.get(round)
+        if not fresh and held is not None and time.monotonic() - held[0] < self.dht_every_s:
+            return list(held[1])
+        found = self._from_dht(round)
+        self._dht_read[round] = (time.monotonic(), list(found))
+        for old in [r for r in self._dht_read if r < round - 4]:  # bounded: a few rounds back
+            del self._dht_read[old]
+        return found
 
     def _from_dht(self, round: int) -> list[NodeRecord]:
         if self.dht is None or not self.dht.running:

@@ -4,6 +4,7 @@ node still announces a record that expires after the one it left (its new URL wi
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from protocol.p2p.dht import LookupResult
@@ -48,3 +49,20 @@ def test_a_restarted_node_outlives_the_record_its_previous_process_left() -> Non
     old = dht.stored[8][0]
     new = after.announce(8, "validator", "http://127.0.0.1:2", SERVES, ttl=60)
     assert dht.lookups[-1] == 8 and new.expires > old.expires
+
+
+def test_a_rounds_dht_records_are_read_again_only_when_due_or_asked_fresh() -> None:
+    dht = _Dht()
+    Discovery(CHAIN, "0x" + "4d" * 32, dht=dht).announce(5, "miner", "http://127.0.0.1:3", SERVES)  # type: ignore[arg-type]
+    d = Discovery(CHAIN, KEY, dht=dht, cache_seconds=0.0, dht_every_s=0.2)  # type: ignore[arg-type]
+    dht.lookups.clear()  # the writer's own (its first round: a restart's record?)
+    assert len(d.find(5)) == 1 and len(d.find(5)) == 1
+    assert dht.lookups == [5]  # the second find took the DHT's answer of the first
+    late = Discovery(CHAIN, "0x" + "4e" * 32, dht=dht)  # type: ignore[arg-type]
+    late.announce(5, "miner", "http://127.0.0.1:4", SERVES)  # announced after the read, in the DHT only
+    dht.lookups.clear()
+    assert len(d.find(5)) == 1 and dht.lookups == [], "not due yet"
+    assert len(d.find(5, fresh=True)) == 2 and dht.lookups == [5]  # a caller missing a record asks
+    time.sleep(0.25)
+    d.find(5)
+    assert dht.lookups == [5, 5]  # due again
