@@ -87,7 +87,9 @@ def terms(report: dict[str, Any], audit_rate_bps: int, committee_size: int) -> d
         "training_rounds": len(rows),
         "audit_rate_bps": audit_rate_bps,
         "committee_size": committee_size,
-        "audited_pairs": sum(int(r["recomputed_miners"]) for r in rows),
+        # validator0's verdicts only (a committee of one: the other validator's audits are not in them)
+        "audited_pairs_validator0": sum(int(r["recomputed_miners"]) for r in rows),
+        "rounds_with_audit_traffic": [r["round"] for r in rows if r["verification_bits"] > 0],
         "verification_bits": _stats([r["verification_bits"] for r in rows]),
         "expected_verification_bits": {
             "audits": expected_audit,
@@ -142,7 +144,8 @@ def text(out: dict[str, Any]) -> str:
     exp = s["expected_verification_bits"]
     lines += [
         f"{s['training_rounds']} training rounds, q {s['audit_rate_bps']} bps, c {s['committee_size']},"
-        f" {s['audited_pairs']} pairs audited",
+        f" audit traffic in rounds {s['rounds_with_audit_traffic'] or 'none'}"
+        f" ({s['audited_pairs_validator0']} audits in validator0's verdicts)",
         f"verification bits: measured {_fmt(s['verification_bits'])}; expected q c 160 / H {exp['audits']:.4f}"
         f" + digests {exp['digests']:.4f} = {exp['total']:.4f} (target 0.02)",
         f"per-parameter terms: {_fmt(s['per_param_bits'])} against (V + M - 1) x update + 0.02 ="

@@ -50,7 +50,9 @@ def test_a_folder_of_text_files_to_generated_text(tmp_path: Path, capsys: pytest
     assert last["samples"]["samples"], last["samples"]
     # issue 26's fixed terms: every node polled the chain in the round (JSON-RPC, counted at that node)
     fixed = last["fixed_bytes_by_node"]
-    assert set(fixed) == {"miner0", "miner1", "validator0", "validator1"} and all(f["rpc"] > 0 for f in fixed.values()), fixed
+    assert set(fixed) == {"miner0", "miner1", "validator0", "validator1"} and all(
+        f["rpc"] > 0 for f in fixed.values()
+    ), fixed
     figures = terms(report, audit_rate_bps=10_000, committee_size=1)["summary"]
     assert figures["training_rounds"] == 1 and figures["per_param_bits"]["min"] > 0, figures
     model = report["model"]

@@ -79,7 +79,7 @@ def test_the_figures_of_a_report() -> None:
         "v": {"dht": 100.0, "rpc": 200.0}
     }  # kinds known where the report has them
     assert s["verify_pct"]["mean"] == 8.0 and s["verify_pct_after_first_round"]["mean"] == 4.0
-    assert s["audited_pairs"] == 1
+    assert s["audited_pairs_validator0"] == 1 and s["rounds_with_audit_traffic"] == [3]
 
 
 def test_the_command_reads_the_deployed_audit_rate(
@@ -90,5 +90,5 @@ def test_the_command_reads_the_deployed_audit_rate(
         json.dumps({"params": {"audit_rate_bps": 40, "committee_size": 1}})
     )
     assert main([str(tmp_path), "--out", str(tmp_path / "terms.json")]) == 0
-    assert "q 40 bps, c 1, 1 pairs audited" in capsys.readouterr().out
+    assert "q 40 bps, c 1, audit traffic in rounds [3]" in capsys.readouterr().out
     assert json.loads((tmp_path / "terms.json").read_text())["summary"]["audit_rate_bps"] == 40
