@@ -143,8 +143,8 @@ class Discovery:
             return list(held[1])
         found = self._from_dht(round)
         self._dht_read[round] = (time.monotonic(), list(found))
-        for old in [r for r in self._dht_read if r < round - 4]:  # bounded: a few rounds back
-            del self._dht_read[old]
+        for old in [r for r in list(self._dht_read) if r < round - 4]:  # bounded: a few rounds back
+            self._dht_read.pop(old, None)  # list(): other threads may add a round meanwhile
         return found
 
     def _from_dht(self, round: int) -> list[NodeRecord]:
