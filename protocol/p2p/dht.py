@@ -15,7 +15,10 @@ Values are bytes (canonical JSON); hivemind serialises them with msgpack; nothin
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -109,6 +112,54 @@ async def _validator_stats(_dht: Any, node: Any) -> dict[str, int]:
     return out
 
 
+class _IdentityLock:
+    """Hold ``<identity_path>.lock`` while a node runs with that key, so a second node with the same key on
+    this machine is refused at once. hivemind's own check (asking the network whether the peer id answers)
+    stays on for a key copied to another machine, but it races the bootstrap of a node that has just
+    started and misses it now and then. A POSIX record lock (``lockf``) is per process and is not inherited
+    by hivemind's forked DHT process, so a killed node leaves no stale lock; ``_held`` covers a second
+    node in the same process, which ``lockf`` does not see."""
+
+    _held: set[str] = set()
+    _guard = threading.Lock()
+
+    def __init__(self, identity_path: str) -> None:
+        self.path = os.path.abspath(identity_path) + ".lock"
+        self._fh: Any = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise :class:`DHTStartError` naming the holder."""
+        taken = f"DHT identity {self.path[:-5]} is already taken by a running node on this machine"
+        with self._guard:
+            if self.path in self._held:
+                raise DHTStartError(f"{taken} (this process); run one node per key")
+            try:
+                fh = open(self.path, "a+")
+            except OSError as exc:
+                raise DHTStartError(f"cannot open the DHT key's lock {self.path}: {exc}") from exc
+            try:
+                fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.seek(0)
+                other = fh.read().strip() or "?"
+                fh.close()
+                raise DHTStartError(f"{taken} (pid {other}); run one node per key") from None
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{os.getpid()}\n")
+            fh.flush()
+            self._fh = fh
+            self._held.add(self.path)
+
+    def release(self) -> None:
+        """Give the lock back (idempotent)."""
+        with self._guard:
+            if self._fh is not None:
+                self._fh.close()  # closing drops the record lock
+                self._fh = None
+                self._held.discard(self.path)
+
+
 @dataclass
 class LookupResult:
     """The outcome of reading one round's records: valid ones and refused ones (subkey, error)."""
@@ -123,11 +174,14 @@ class DHTNode:
     def __init__(self, config: DHTConfig) -> None:
         self.config = config
         self._dht: Any = None
+        self._lock = _IdentityLock(config.identity_path) if config.identity_path else None
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> DHTNode:
         """Start the node, retrying with backoff; raise :class:`DHTStartError` with the cause on failure."""
         cfg = self.config
+        if self._lock is not None:
+            self._lock.acquire()  # a key in use on this machine: refused at once, not retried
         last: BaseException | None = None
         delay = cfg.backoff
         for attempt in range(1, max(1, cfg.start_attempts) + 1):
@@ -157,6 +211,8 @@ class DHTNode:
                 if attempt < cfg.start_attempts:
                     time.sleep(delay)
                     delay *= 2
+        if self._lock is not None:
+            self._lock.release()
         hint = (
             "check that the bootstrap peers are reachable and running"
             if cfg.initial_peers
@@ -169,11 +225,13 @@ class DHTNode:
 
     def shutdown(self) -> None:
         """Stop the node (idempotent)."""
-        if self._dht is not None:
-            try:
+        try:
+            if self._dht is not None:
                 self._dht.shutdown()
-            finally:
-                self._dht = None
+        finally:
+            self._dht = None
+            if self._lock is not None:
+                self._lock.release()
 
     def rejoin(self) -> None:
         """Restart and re-bootstrap: the retry path for a node that finds itself alone (a DHT split)."""
