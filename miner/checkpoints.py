@@ -92,7 +92,8 @@ class CheckpointSource:
         """``round``'s accepted updates, each fetched by the digest its miner announced and kept only if it
         matches that miner's on-chain commitment (a few kB each)."""
         commitments = {m.lower(): c for m, c in self.coord.update_commitments(round).items()}
-        records = {r.address.lower(): r for r in self.discovery.find(round) if r.role == "miner"}
+        want = [m for m, _ in accepted(consensus)]
+        records = {r.address.lower(): r for r in self.discovery.find(round, want=want) if r.role == "miner"}
         out: dict[str, bytes] = {}
         for miner, _score in accepted(consensus):
             rec = records.get(miner.lower())

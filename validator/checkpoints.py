@@ -170,13 +170,14 @@ class Checkpoints:
         if own is None:
             raise CertificationError(f"round {round}: theta_{round + 1} is not signed by this validator")
         sigs: dict[str, bytes] = {c.address: bytes.fromhex(own[2:])}
+        validators = set(c.coord.validators())
+        others = validators - {c.address}
         peers = {
             r.url
-            for r in c.discovery.find(round + 1, fresh=True)
+            for r in c.discovery.find(round + 1, fresh=True, want=others)
             if r.role == "validator" and r.address != c.address
         }
         peers |= set(c.peer_urls())
-        validators = set(c.coord.validators())
         for url in sorted(peers):
             try:
                 doc = c.peer_json(url, f"/signatures/{round}", MAX_SIGNATURE_RESPONSE_BYTES)

@@ -101,16 +101,11 @@ class Intake:
             return cache.updates[miner]
         discovery = self.conn.discovery
         with self._lookups:
-            rec = next((x for x in discovery.find(round) if x.address == miner and x.role == "miner"), None)
-            if rec is None:
-                rec = next(
-                    (
-                        x
-                        for x in discovery.find(round, fresh=True)
-                        if x.address == miner and x.role == "miner"
-                    ),
-                    None,
-                )
+            for fresh in (False, True):
+                found = discovery.find(round, fresh=fresh, want=(miner,))
+                rec = next((x for x in found if x.address == miner and x.role == "miner"), None)
+                if rec is not None:
+                    break
         if rec is None:
             raise NotAnnouncedError(f"{miner} announced nothing for round {round}")
         digest = rec.digest_of("update")
@@ -248,7 +243,10 @@ class Intake:
         v = conn.state.verdict(round, miner)
         if v and v.digest:
             digests.append("0x" + v.digest)
-        records = [*conn.discovery.find(round, fresh=True), *conn.discovery.find(round + 1, fresh=True)]
+        records = [
+            *conn.discovery.find(round, fresh=True, want=(miner,)),
+            *conn.discovery.find(round + 1, fresh=True, want=(miner,)),
+        ]
         for rec in records:
             if rec.address.lower() == miner.lower() and rec.role == "miner":
                 d = rec.digest_of("update")

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from eth_account import Account
 
 from protocol.p2p.dht import DHTError, DHTNode
+from protocol.p2p.dhtreads import DhtReadSchedule
 from protocol.p2p.recordbook import RecordBook, RecordExchange
 from protocol.wire.records import NodeRecord, RecordError, Served, make_record
 
@@ -46,17 +47,23 @@ class Discovery:
     book: RecordBook = field(init=False)
     exchange: RecordExchange = field(init=False)
     dht_every_s: float = 15.0
-    """A round's records are read from the DHT again only after this long (at once when a caller asks
-    ``fresh``: a record it needs is missing). A lookup asks every peer holding the round for all of its
-    records, 23-34 kB on the devnet's 7 peers (issue 26, ``benchmarks.dht_ops``); the record book and the
-    peers' ``/records`` (a 304 when unchanged) are still read at every lookup."""
-    _dht_read: dict[int, tuple[float, list[NodeRecord]]] = field(default_factory=dict, init=False)
+    """The wait before a round's second DHT read for callers that name no record they want, doubled before
+    each later one (:class:`protocol.p2p.dhtreads.DhtReadSchedule`)."""
+    dht_fresh_s: float = 1.0
+    """The wait before reading the DHT for a wanted record that is missing, doubled before each later read
+    while it stays missing (issue 26: a read at every ask grew with the round's length)."""
+    schedule: DhtReadSchedule = field(init=False)
+    dht_reads: int = 0
+    """DHT lookups of rounds' records so far (``/status``, tests)."""
+    clock: Callable[[], float] = time.monotonic
+    """The clock of the caches and the DHT's waits (monotonic seconds)."""
     first_announced: int | None = field(default=None, init=False)
     """The first round this process announced: a record of this node in the DHT for a later round than the
     next one can only be this process's own, which the book holds (issue 26: a DHT lookup moves 23-34 kB)."""
 
     def __post_init__(self) -> None:
         self.book = RecordBook(self.chain_id)
+        self.schedule = DhtReadSchedule(self.dht_every_s, self.dht_fresh_s, self.clock)
         self.exchange = RecordExchange(self.chain_id, timeout=self.http_timeout)
 
     def _peers(self) -> tuple[str, ...]:
@@ -109,13 +116,15 @@ class Discovery:
                 self.errors.append(str(exc))
         return rec
 
-    def find(self, round: int, fresh: bool = False) -> list[NodeRecord]:
-        """Valid records of a round from the DHT, the book and the peers (``fresh``: bypass the cache)."""
+    def find(self, round: int, fresh: bool = False, want: Collection[str] | None = None) -> list[NodeRecord]:
+        """Valid records of a round from the book, the peers and the DHT (``fresh``: bypass the cache).
+        ``want``: the addresses whose records the caller needs; while the book, the peers and the last DHT
+        read hold all of them the DHT is not read again (None: read it when due). When the DHT is read
+        again: :class:`protocol.p2p.dhtreads.DhtReadSchedule`."""
         hit = self._cache.get(round)
-        if not fresh and hit is not None and time.monotonic() - hit[0] < self.cache_seconds:
+        if not fresh and hit is not None and self.clock() - hit[0] < self.cache_seconds:
             return list(hit[1])
         self.book.note_round(round)
-        found = self._dht_records(round, fresh)
         refused_before = self.exchange.refused
         pulled = self.exchange.pull(self._peers(), round)
         self.refused += self.exchange.refused - refused_before
@@ -124,32 +133,29 @@ class Discovery:
                 self.book.add(rec)  # relayed to whoever pulls from this node
             except RecordError:
                 pass
+        near = [*self.book.records(round), *pulled, *self.schedule.held(round)]
+        missing = None
+        if want is not None:
+            missing = {a.lower() for a in want} - {r.address.lower() for r in near}
+        found = near
+        if (missing is None or missing) and self.schedule.due(round, missing, fresh):
+            found = [*near, *self._from_dht(round)]
+            self.schedule.note(round, found[len(near) :])
         best: dict[str, NodeRecord] = {}
-        for rec in [*found, *self.book.records(round), *pulled]:
+        for rec in found:
             if rec.round != round or rec.chain_id != self.chain_id:
                 continue
-            held = best.get(rec.address)
-            if held is None or rec.expires > held.expires:
+            kept = best.get(rec.address)
+            if kept is None or rec.expires > kept.expires:
                 best[rec.address] = rec
         records = sorted(best.values(), key=lambda r: r.address)
-        self._cache[round] = (time.monotonic(), list(records))
+        self._cache[round] = (self.clock(), list(records))
         return records
-
-    def _dht_records(self, round: int, fresh: bool) -> list[NodeRecord]:
-        """The round's records from the DHT, read again when ``fresh`` or :attr:`dht_every_s` after the last
-        read (a node's own announcements are in its book, others' also reach it over HTTP)."""
-        held = self._dht_read.get(round)
-        if not fresh and held is not None and time.monotonic() - held[0] < self.dht_every_s:
-            return list(held[1])
-        found = self._from_dht(round)
-        self._dht_read[round] = (time.monotonic(), list(found))
-        for old in [r for r in list(self._dht_read) if r < round - 4]:  # bounded: a few rounds back
-            self._dht_read.pop(old, None)  # list(): other threads may add a round meanwhile
-        return found
 
     def _from_dht(self, round: int) -> list[NodeRecord]:
         if self.dht is None or not self.dht.running:
             return []
+        self.dht_reads += 1
         try:
             res = self.dht.lookup(self.chain_id, round)
         except DHTError as exc:
@@ -165,18 +171,18 @@ class Discovery:
 
     def urls_for(self, round: int, kind: str, digest: str, *, address: str | None = None) -> list[str]:
         """URLs announcing ``digest`` of ``kind`` for a round (optionally only ``address``'s), then fallbacks."""
-        want = digest.removeprefix("0x")
+        hexd = digest.removeprefix("0x")
         urls = [
             r.url
-            for r in self.find(round)
+            for r in self.find(round, want=None if address is None else (address,))
             if (address is None or r.address.lower() == address.lower())
-            and any(s.kind == kind and s.digest.removeprefix("0x") == want for s in r.serves)
+            and any(s.kind == kind and s.digest.removeprefix("0x") == hexd for s in r.serves)
         ]
         return urls + [u for u in self.fallback_urls if u not in urls]
 
     def url_of(self, round: int, address: str) -> str | None:
         """The URL ``address`` announced for a round."""
-        for r in self.find(round):
+        for r in self.find(round, want=(address,)):
             if r.address.lower() == address.lower():
                 return r.url
         return None

@@ -35,6 +35,9 @@ from validator.errors import ValidatorError
 from validator.node import ValidatorNode
 from validator.policy import VerifyPolicy
 
+FRESH_S = 0.05
+"""The DHT's wait for a missing record (1 s in a node): the in-memory chain runs a phase in about a second."""
+
 KEYS = ["0x" + f"{i:064x}" for i in range(11, 16)]
 
 
@@ -59,14 +62,20 @@ def network(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     for i, k in enumerate(KEYS[:2]):
         c = MemoryCoordinator(ledger, Account.from_key(k).address)
         cfg = ValidatorConfig(data_dir=tmp / f"v{i}", verify=VerifyPolicy(segments_per_miner=2))
-        validators.append(ValidatorNode(cfg, spec, c, Discovery(31337, k, dht), k).start())
+        validators.append(
+            ValidatorNode(cfg, spec, c, Discovery(31337, k, dht, dht_fresh_s=FRESH_S), k).start()
+        )
     miners = []
     for i, k in enumerate(KEYS[2:]):
         c = MemoryCoordinator(ledger, Account.from_key(k).address)
         beh = Junk() if i == 2 else None
         miners.append(
             MinerNode(
-                MinerConfig(data_dir=tmp / f"m{i}"), spec, c, Discovery(31337, k, dht), behaviour=beh
+                MinerConfig(data_dir=tmp / f"m{i}"),
+                spec,
+                c,
+                Discovery(31337, k, dht, dht_fresh_s=FRESH_S),
+                behaviour=beh,
             ).start()
         )
     yield ledger, dht, validators, miners, spec, tmp

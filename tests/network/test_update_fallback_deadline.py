@@ -89,7 +89,7 @@ def honest() -> Iterator[str]:
 def _validator(peers: list[str], kept: list[bytes]) -> Any:
     conn = SimpleNamespace(
         state=SimpleNamespace(verdict=lambda _p, _m: None),
-        discovery=SimpleNamespace(find=lambda _r, fresh=False: []),
+        discovery=SimpleNamespace(find=lambda _r, fresh=False, want=None: []),
         cfg=SimpleNamespace(
             peer_urls=tuple(peers), fetch_timeout=1.0, verify=SimpleNamespace(max_update_bytes=1 << 20)
         ),

@@ -33,6 +33,9 @@ from validator.errors import ValidatorError
 from validator.node import ValidatorNode
 from validator.policy import VerifyPolicy
 
+FRESH_S = 0.05
+"""The DHT's wait for a missing record (1 s in a node): the in-memory chain runs a phase in about a second."""
+
 KEYS = ["0x" + f"{i:064x}" for i in range(41, 45)]
 
 
@@ -73,10 +76,14 @@ def network(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[An
         c = MemoryCoordinator(ledger, Account.from_key(k).address)
         if i == 0:
             cfg = ValidatorConfig(data_dir=tmp_path / "v0", stake=2000 * 10**18)
-            nodes.append(ValidatorNode(cfg, spec, c, Discovery(31337, k, dht), k).start())
+            nodes.append(
+                ValidatorNode(cfg, spec, c, Discovery(31337, k, dht, dht_fresh_s=FRESH_S), k).start()
+            )
         elif request.param == "lazy":
             cfg = ValidatorConfig(data_dir=tmp_path / "v1", stake=1000 * 10**18, slash=False)
-            nodes.append(LazyValidator(cfg, spec, c, Discovery(31337, k, dht), k).start())
+            nodes.append(
+                LazyValidator(cfg, spec, c, Discovery(31337, k, dht, dht_fresh_s=FRESH_S), k).start()
+            )
         else:  # an honest disagreement: a threshold no update meets, so every update is refused
             cfg = ValidatorConfig(
                 data_dir=tmp_path / "v1",
@@ -84,11 +91,18 @@ def network(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[An
                 slash=False,
                 verify=VerifyPolicy(min_final_cosine=1.01),
             )
-            nodes.append(ValidatorNode(cfg, spec, c, Discovery(31337, k, dht), k).start())
+            nodes.append(
+                ValidatorNode(cfg, spec, c, Discovery(31337, k, dht, dht_fresh_s=FRESH_S), k).start()
+            )
     for i, k in enumerate(KEYS[2:]):
         c = MemoryCoordinator(ledger, Account.from_key(k).address)
         nodes.append(
-            MinerNode(MinerConfig(data_dir=tmp_path / f"m{i}"), spec, c, Discovery(31337, k, dht)).start()
+            MinerNode(
+                MinerConfig(data_dir=tmp_path / f"m{i}"),
+                spec,
+                c,
+                Discovery(31337, k, dht, dht_fresh_s=FRESH_S),
+            ).start()
         )
     yield ledger, nodes
     for n in nodes:
