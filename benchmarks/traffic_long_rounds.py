@@ -5,8 +5,9 @@ the windows are ``--windows`` blocks as given; the default 60/10/30/10 blocks at
 for ``--rounds`` training rounds, and reads every node's traffic ledger (``GET /traffic``,
 ``/traffic/rpc`` and ``/traffic/rpc-bytes``, :mod:`protocol.node.traffic`) every ``--every`` seconds
 while it runs (the last reading is up to that long before the nodes stop). Per node and training round it
-reports the JSON-RPC bytes (bodies and headers both ways), the discovery records served, the requests, and
-per role the mean calls and bytes of every JSON-RPC method. Writes JSON (``--out``) and prints a summary.
+reports the JSON-RPC bytes (bodies and headers both ways), the discovery records served, the DHT bytes
+its ``p2pd`` received (:mod:`protocol.node.dhttraffic`), their sum (``fixed_kB``), the requests, and per
+role the mean calls and bytes of every JSON-RPC method. Writes JSON (``--out``) and prints a summary.
 
     nice -n 5 timeout 1800 python -m benchmarks.traffic_long_rounds --dir /tmp/lr --out lr.json
 
@@ -97,12 +98,14 @@ def node_round(reading: dict[str, Any], round: int) -> dict[str, Any]:
     kinds = reading["kinds"].get(r, {})
     rpc = total_bytes(kinds.get("rpc", {}))
     records = total_bytes(kinds.get("record", {}))
+    dht = total_bytes(kinds.get("dht", {}))
     calls = reading["calls"].get(r, {})
     nbytes = reading["bytes"].get(r, {})
     return {
         "rpc_kB": round_kb(rpc),
         "records_kB": round_kb(records),
-        "total_kB": round_kb(rpc + records),
+        "dht_kB": round_kb(dht),
+        "total_kB": round_kb(rpc + records + dht),
         "requests": sum(calls.values()),
         "calls": calls,
         "bytes": nbytes,
@@ -135,6 +138,8 @@ def per_role(nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "rpc_kB_mean": mean("rpc_kB"),
             "rpc_kB_range": [min(r["rpc_kB"] for r in rows), max(r["rpc_kB"] for r in rows)],
             "records_kB_mean": mean("records_kB"),
+            "dht_kB_mean": mean("dht_kB"),
+            "dht_kB_range": [min(r["dht_kB"] for r in rows), max(r["dht_kB"] for r in rows)],
             "total_kB_mean": mean("total_kB"),
             "total_kB_range": [min(r["total_kB"] for r in rows), max(r["total_kB"] for r in rows)],
             "calls_per_node_round": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
@@ -191,7 +196,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "ledger_readings": reader.readings,
         "per_role": per_role(nodes),
         "per_node_round_kB": {k: v["total_kB"] for k, v in nodes.items()},
-        "rpc_plus_records_kB": {
+        "fixed_kB": {
             "mean": round(statistics.fmean(totals), 1) if totals else None,
             "min": min(totals, default=None),
             "max": max(totals, default=None),
@@ -210,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             f"{role}: {fig['node_rounds']} node-rounds, requests {fig['requests_mean']}, "
             f"RPC {fig['rpc_kB_mean']} kB {fig['rpc_kB_range']}, records {fig['records_kB_mean']} kB, "
+            f"DHT {fig['dht_kB_mean']} kB {fig['dht_kB_range']}, "
             f"total {fig['total_kB_mean']} kB {fig['total_kB_range']}"
         )
         for m, kb in list(fig["kB_per_node_round_by_method"].items())[:12]:
