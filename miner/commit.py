@@ -13,6 +13,7 @@ from miner.errors import MinerError, MinerStateError
 from miner.state import ABANDONED, COMMITTED, MinerRoundRecord
 from miner.work import BuiltUpdate, RoundInputs, build_update
 from protocol.rounds.coordinator import CoordinatorError, RoundState
+from protocol.rounds.epochs import RoundEpoch, round_epoch
 from protocol.rounds.phases import Phase
 from protocol.runspec import COMPUTE_LOCK
 from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
@@ -44,14 +45,18 @@ class Committer:
             return
         self._phase("training")
         ef_state, ef_source = c.state.ef_carry_for(r)
-        inputs = RoundInputs(r, c.address, ckpt, st.checkpoint, st.assign_seed, registry, ef_state, ef_source)
+        epoch = round_epoch(c.coord, r, st.assign_seed, c.spec.epoch_rounds)
+        inputs = RoundInputs(
+            r, c.address, ckpt, st.checkpoint, st.assign_seed, registry, ef_state, ef_source,
+            epoch_seed=epoch.seed, epoch_registry=epoch.registry,
+        )  # fmt: skip
         built = self._train(inputs)
         c.metrics.phase_seconds.labels(phase="train").observe(built.train_seconds)
         c.state.blobs.put(built.update)
         snaps = {}
         for step, tensors in built.snapshots.items():
             snaps[str(step)] = c.state.blobs.put(encode_tensors(tensors), digest_fn=tensor_blob_digest)
-        record = _round_record(st, built, registry, snaps, ef_source, c.spec.inner.steps)
+        record = _round_record(st, built, (registry, epoch), snaps, ef_source, c.spec.inner.steps)
         c.state.prepare(r, record, built.ef_state)
         live = self.material.live
         live.built = built
@@ -134,13 +139,15 @@ class Committer:
 def _round_record(
     st: RoundState,
     built: BuiltUpdate,
-    registry: list[str],
+    registries: tuple[list[str], RoundEpoch],
     snaps: dict[str, str],
     ef_source: tuple[int, bytes] | None,
     inner_steps: int,
 ) -> MinerRoundRecord:
-    """What ``miner.state`` keeps of a prepared round: enough to commit, serve and resume it."""
+    """What ``miner.state`` keeps of a prepared round: enough to commit, serve and resume it (``registries``:
+    the round's registry and its assignment epoch)."""
     assert st.checkpoint is not None
+    registry, epoch = registries
     return MinerRoundRecord(
         round=st.round,
         update_digest=built.digest.hex(),
@@ -148,6 +155,8 @@ def _round_record(
         checkpoint=st.checkpoint.hex(),
         assign_seed=st.assign_seed.hex(),
         registry=registry,
+        epoch_seed=epoch.seed.hex(),
+        epoch_registry=list(epoch.registry),
         modules=list(built.assignment.module_ids),
         loss_first=built.losses[0],
         loss_last=built.losses[-1],

@@ -129,13 +129,14 @@ class Publisher:
             rec = c.state.record(live.round)
             if rec is None or rec.status != SERVED or digest not in live.parts or live.checkpoint is None:
                 return None
-            if rec.assign_seed is None or rec.registry is None:
+            drawn = rec.assignment_inputs()
+            if rec.assign_seed is None or drawn is None:
                 return None
             ctx = BehaviourContext(live.round, c.address, tuple(rec.modules or ()), c.spec.inner.steps)
             if not c.behaviour.serves_state(ctx):
                 return None
             step, is_params = live.parts[digest]
-            a = assignment_for(c.spec, bytes.fromhex(rec.assign_seed), rec.registry, c.address)
+            a = assignment_for(c.spec, drawn[0], drawn[1], c.address, drawn[2])
             with COMPUTE_LOCK:
                 kept = KeptTranscript(
                     live.round, live.checkpoint, bytes.fromhex(rec.assign_seed), a, live.snapshots

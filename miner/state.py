@@ -64,9 +64,14 @@ class MinerRoundRecord:
     checkpoint: str | None = None
     """Digest of theta_r the update was trained from (hex)."""
     assign_seed: str | None = None
-    """The round's assignment seed (hex)."""
+    """The round's assignment seed (hex): its batches."""
     registry: list[str] | None = None
     """The miners registered for the round, in the order the assignment reads them."""
+    epoch_seed: str | None = None
+    """The seed of the round's assignment epoch (hex), its modules (``protocol.rounds.epochs``); absent
+    (records written before epochs): ``assign_seed``."""
+    epoch_registry: list[str] | None = None
+    """The registry of the epoch's first round, whose miners rank first; absent: ``registry``."""
     modules: list[str] | None = None
     """Module ids this miner was assigned and trained."""
     loss_first: float | None = None
@@ -118,6 +123,16 @@ class MinerRoundRecord:
         """The record as ``state.json`` holds it: the fields set; ``ef_source`` (null when there was none)
         on every record of a built update."""
         return record_to_json(self, ("ef_source",) if self.update_digest is not None else ())
+
+    def assignment_inputs(self) -> tuple[bytes, list[str], list[str]] | None:
+        """(epoch seed, round registry, epoch registry) the round's assignment was drawn from
+        (``miner.work.assignment_for``); a record written before epochs stands for an epoch of one round
+        (its ``assign_seed`` and ``registry``); None if the round was not built."""
+        if self.assign_seed is None or self.registry is None:
+            return None
+        seed = self.assign_seed if self.epoch_seed is None else self.epoch_seed
+        epoch = self.registry if self.epoch_registry is None else self.epoch_registry
+        return bytes.fromhex(seed), list(self.registry), list(epoch)
 
     @classmethod
     def from_json(cls, doc: object, where: str = "round record") -> MinerRoundRecord:

@@ -19,7 +19,7 @@ from miner.behaviour import Behaviour, BehaviourContext
 from protocol.runspec import RunSpec
 from protocol.wire.update import encode_update, make_update, update_digest
 from protocol.wire.updateheader import HeaderFields, transcript_root, transcript_tensors
-from training.assignment import Assignment, assign
+from training.assignment import Assignment, assign_in_epoch
 from training.codecs import Encoded
 from training.config import CodecConfig
 from training.data import Dataset, miner_batches
@@ -42,7 +42,7 @@ class RoundInputs:
     checkpoint_digest: bytes
     """theta_r's certified digest (the header's ``base_checkpoint``)."""
     assign_seed: bytes
-    """The round's assignment seed: the miner's modules and batches."""
+    """The round's assignment seed: the miner's batches (and its modules when ``epoch_seed`` is None)."""
     registry: Sequence[str]
     """The round's registered miners, among whom the modules are assigned."""
     ef_state: Mapping[str, Tensor] = field(default_factory=dict)
@@ -51,6 +51,11 @@ class RoundInputs:
     ef_source: tuple[int, bytes] | None = None
     """(round, update digest) of the earlier update whose residual ``ef_state`` holds; named in the header
     so that a validator fetches the same residual (F12)."""
+    epoch_seed: bytes | None = None
+    """The seed of the round's assignment epoch (``protocol.rounds.epochs``): the miner's modules; None:
+    ``assign_seed`` (epochs of one round)."""
+    epoch_registry: Sequence[str] | None = None
+    """The registry of the epoch's first round, whose miners rank first; None: ``registry``."""
 
 
 @dataclass
@@ -124,9 +129,18 @@ class BuiltUpdate:
         return self._published
 
 
-def assignment_for(spec: RunSpec, assign_seed: bytes, registry: Sequence[str], miner: str) -> Assignment:
-    """This miner's assignment for the round."""
-    return assign(assign_seed, list(registry), spec.model, spec.experts_per_miner)[miner]
+def assignment_for(
+    spec: RunSpec,
+    epoch_seed: bytes,
+    registry: Sequence[str],
+    miner: str,
+    epoch_registry: Sequence[str] | None = None,
+) -> Assignment:
+    """This miner's assignment for the round: drawn from its epoch's seed (the round's ``assign_seed``
+    with epochs of one round) among the round's ``registry``, the miners of ``epoch_registry`` (the
+    epoch's first round's; None: the round's) ranked first (``training.assignment.assign_in_epoch``)."""
+    epoch = registry if epoch_registry is None else epoch_registry
+    return assign_in_epoch(epoch_seed, list(epoch), list(registry), spec.model, spec.experts_per_miner)[miner]
 
 
 def round_batches(spec: RunSpec, ds: Dataset, assign_seed: bytes, a: Assignment) -> Tensor:
@@ -153,7 +167,8 @@ def build_update(
     """
     round, miner, checkpoint = inputs.round, inputs.miner, inputs.checkpoint
     assign_seed, ef_state, ef_source = inputs.assign_seed, inputs.ef_state, inputs.ef_source
-    a = assignment_for(spec, assign_seed, inputs.registry, miner)
+    epoch_seed = assign_seed if inputs.epoch_seed is None else inputs.epoch_seed
+    a = assignment_for(spec, epoch_seed, inputs.registry, miner, inputs.epoch_registry)
     ctx = BehaviourContext(round, miner, a.module_ids, spec.inner.steps)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
     t0, cpu0 = time.perf_counter(), time.thread_time()

@@ -51,13 +51,17 @@ def assign(
     miners: Sequence[str],
     cfg: ModelConfig,
     experts_per_miner: int | None = None,
+    late: Sequence[str] = (),
 ) -> dict[str, Assignment]:
-    """Assignments of ``miners`` for the round with ``seed``; ``experts_per_miner`` defaults to ``top_k``."""
-    if not miners:
+    """Assignments of ``miners`` for the round with ``seed``; ``experts_per_miner`` defaults to ``top_k``.
+    ``late`` (miners that joined after ``miners`` was fixed, :func:`assign_in_epoch`) are ranked after
+    every miner of ``miners``, among themselves by the same seed, so nobody of ``miners`` moves."""
+    everyone = [*miners, *late]
+    if not everyone:
         raise AssignmentError("no miners to assign")
-    if len(set(miners)) != len(miners):
+    if len(set(everyone)) != len(everyone):
         raise AssignmentError("duplicate miner addresses in the registry")
-    ranked = _rank(seed, b"miners", list(miners))
+    ranked = _rank(seed, b"miners", list(miners)) + _rank(seed, b"miners", list(late))
     shared = shared_module_ids(cfg)
     out: dict[str, Assignment] = {}
     if cfg.mode == "dipaco":
@@ -114,3 +118,21 @@ def assign_epoch(
     ``epoch_rounds`` rounds. Batches still draw from the round's own seed (``training.data.miner_batches``),
     so a miner sees new windows of its shard every round."""
     return assign(seed_of(epoch_start(round, epoch_rounds)), miners, cfg, experts_per_miner)
+
+
+def assign_in_epoch(
+    seed: bytes,
+    epoch_miners: Sequence[str],
+    miners: Sequence[str],
+    cfg: ModelConfig,
+    experts_per_miner: int | None = None,
+) -> dict[str, Assignment]:
+    """Assignments of a round inside an epoch (the nodes' rule, docs/protocol.md "Assignment epochs"):
+    ``seed`` is the epoch seed, ``epoch_miners`` the registry of the epoch's first round and ``miners``
+    the round's. The epoch's miners keep the ranks they had at its first round; a miner registered later
+    in the epoch is ranked after all of them (among the late ones by the same seed), so it trains from
+    its first round while nobody's path moves until the epoch ends. With epochs of one round the two
+    registries are the same and this is :func:`assign`."""
+    known = set(epoch_miners)
+    late = [m for m in miners if m not in known]
+    return assign(seed, epoch_miners, cfg, experts_per_miner, late=late)

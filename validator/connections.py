@@ -19,6 +19,7 @@ from protocol.node.traffic import TrafficLedger
 from protocol.p2p.discovery import Discovery
 from protocol.p2p.transfer import FetchPolicy, get_capped
 from protocol.rounds.coordinator import Coordinator, RoundState
+from protocol.rounds.epochs import round_epoch
 from protocol.runspec import RunSpec
 from protocol.wire.canonical import check_json_depth
 from protocol.wire.tensorblob import tensor_blob_digest
@@ -93,6 +94,7 @@ class Connections(NodeConnections[ValidatorConfig, ValidatorState]):
     def round_context(self, st: RoundState, theta: Theta) -> RoundContext:
         """What is fixed for every miner verified in round ``st`` (the seed must be set)."""
         assert st.seed is not None
+        epoch = round_epoch(self.coord, st.round, st.assign_seed, self.spec.epoch_rounds)
         return RoundContext(
             spec=self.spec,
             dataset=self.dataset,
@@ -106,6 +108,8 @@ class Connections(NodeConnections[ValidatorConfig, ValidatorState]):
             seed=st.seed,
             registry=self.coord.miners(st.round),
             validators=self.coord.validators(),
+            epoch_seed=epoch.seed,
+            epoch_registry=epoch.registry,
         )
 
     def peer_json(self, url: str, path: str, max_bytes: int) -> Any:

@@ -16,7 +16,7 @@ from protocol.p2p.blobs import FetchTimeoutError, PeerUnavailableError
 from protocol.rounds.audits import AuditDraw
 from protocol.runspec import RunSpec
 from protocol.wire.update import Update
-from training.assignment import Assignment, assign
+from training.assignment import Assignment, assign_in_epoch
 from training.config import CodecConfig
 from training.data import Dataset
 from training.model import TesseraModel, model_holding
@@ -95,6 +95,7 @@ class RoundContext:
     checkpoint: dict[str, Tensor]
     checkpoint_digest: bytes
     assign_seed: bytes
+    """``seed(round - 1)``: the miners' batches (and their modules without ``epoch_seed``)."""
     seed: bytes
     registry: Sequence[str]
     validators: Sequence[str] = ()
@@ -106,6 +107,11 @@ class RoundContext:
     a miner without one is audited by every validator (the contract's defaults, q = 1 and c = all)."""
     validator_index: int | None = None
     """This validator's index in :attr:`validators` (its bit in a committee); None: on no committee."""
+    epoch_seed: bytes | None = None
+    """The seed of the round's assignment epoch (``protocol.rounds.epochs``): the miners' modules; None:
+    :attr:`assign_seed` (epochs of one round)."""
+    epoch_registry: Sequence[str] | None = None
+    """The registry of the epoch's first round, whose miners rank first; None: :attr:`registry`."""
     assignments: dict[str, Assignment] = field(default_factory=dict)
     """Each miner's assignment, computed once for the round (:meth:`assignment`)."""
     heldout: dict[int, tuple[Tensor, float]] = field(default_factory=dict, repr=False)
@@ -137,10 +143,14 @@ class RoundContext:
         return list(self.validators) if draw is None else draw.members(self.validators)
 
     def assignment(self, miner: str) -> Assignment:
-        """The miner's assignment (computed once for the round)."""
+        """The miner's assignment (computed once for the round): drawn from the epoch seed among the round's
+        registry, the epoch registry's miners ranked first (``training.assignment.assign_in_epoch``), as
+        the miner draws it."""
         if not self.assignments:
-            self.assignments = assign(
-                self.assign_seed, list(self.registry), self.spec.model, self.spec.experts_per_miner
+            seed = self.assign_seed if self.epoch_seed is None else self.epoch_seed
+            epoch = self.registry if self.epoch_registry is None else self.epoch_registry
+            self.assignments = assign_in_epoch(
+                seed, list(epoch), list(self.registry), self.spec.model, self.spec.experts_per_miner
             )
         return self.assignments[miner]
 

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar
 
 from eth_utils import keccak, to_checksum_address
@@ -101,9 +102,8 @@ class ChainCoordinator:
         self._settled: dict[int, Settlement] = {}
         self._last: tuple[float, RoundState] | None = None
         self._full_at: float | None = None  # when ``_last``'s status was read in full (None: it was)
-        # reads of what the chain never changes once written (issue 26: cached, not asked again each step):
-        # a certified checkpoint, a round's registry and opening block, a closed phase's commitments, a
-        # revealed seed share
+        # what never changes once written (issue 26: cached, not asked each step): a certified checkpoint,
+        # a round's registry and opening block, a closed phase's commitments, a revealed seed share
         self._checkpoints: dict[int, bytes] = {}
         self._opened: dict[int, int] = {}
         self._registry: dict[int, list[str]] = {}
@@ -183,6 +183,10 @@ class ChainCoordinator:
         self._checkpoints[round] = cp
         return cp
 
+    def seed(self, round: int) -> bytes | None:
+        seed = translate("read seed", lambda: self.chain.seed(round))  # an epoch's, read once a round
+        return None if seed == b"\0" * 32 else seed
+
     def _registered(self, role: int, before_block: int | None = None) -> list[str]:
         evs = translate("read registrations", lambda: self.chain.events("Registered"))
         out: list[str] = []
@@ -234,10 +238,8 @@ class ChainCoordinator:
 
     def audit_witnesses(self, round: int, miners: Sequence[str]) -> dict[str, int]:
         """Each miner's witness bitmap of ``round``: who decides an unanswered report besides its committee."""
-        return {to_checksum_address(m): self._witnesses(round, m) for m in miners}
-
-    def _witnesses(self, round: int, miner: str) -> int:
-        return translate("read audit witnesses", lambda: self.chain.audit_witnesses(round, miner))
+        read = partial(translate, "read audit witnesses")
+        return {to_checksum_address(m): read(partial(self.chain.audit_witnesses, round, m)) for m in miners}
 
     def unanswered_report(self, miner: str, round: int) -> UnansweredReport:
         """The unanswered-audit report on ``miner`` in ``round`` (open? voted on by this node?)."""

@@ -5,7 +5,8 @@ the deployed ``TesseraNetwork`` contract; ``protocol.rounds.memcoordinator.Memor
 same semantics in memory (used by in-process tests and the attack harness). The semantics are the contract's:
 
 - rounds start at 1; round r trains from ``checkpoint(r)`` (round 1: the genesis checkpoint) and its
-  assignment and batches come from ``seed(r - 1)``, fixed before round r opened;
+  batches come from ``seed(r - 1)``, fixed before round r opened; its assignment comes from the seed of
+  its assignment epoch (``protocol.rounds.epochs``: ``seed(r - 1)`` with epochs of one round);
 - phases COMMIT -> REVEAL -> SCORE_COMMIT -> SCORE_REVEAL -> FINALIZE, each a fixed number of blocks;
   anyone may :meth:`advance` after a deadline; leaving REVEAL fixes ``seed(r)`` from the validators'
   revealed seed shares, so the segments to recompute are unknown while miners can still commit;
@@ -122,6 +123,11 @@ class Coordinator(Protocol):
 
     def checkpoint(self, round: int) -> bytes | None:
         """Certified digest of theta_round, if certified."""
+        ...
+
+    def seed(self, round: int) -> bytes | None:
+        """``seed(round)`` (``round`` 0: the genesis seed), None until fixed: an epoch's seed is that of
+        the round before its first (``protocol.rounds.epochs``)."""
         ...
 
     def miners(self, round: int | None = None) -> list[str]:

@@ -142,6 +142,9 @@ class MemoryCoordinator:
     def checkpoint(self, round: int) -> bytes | None:
         return self.ledger.checkpoints.get(round)
 
+    def seed(self, round: int) -> bytes | None:
+        return self.ledger.seeds.get(round)
+
     def miners(self, round: int | None = None) -> list[str]:
         led = self.ledger
         if round is None:

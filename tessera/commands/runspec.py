@@ -62,6 +62,12 @@ def _add_init(sub: Any) -> None:
         "follows it (default: byte-level tokens)",
     )
     init.add_argument("--genesis-seed", type=int, default=0, help="seed of theta_0")
+    init.add_argument(
+        "--epoch-rounds",
+        type=int,
+        default=1,
+        help="rounds a DiPaCo assignment is kept (default 1; the devnet's DiPaCo run uses 8; dipaco only)",
+    )
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=_init)
 
@@ -150,6 +156,7 @@ def _init(args: argparse.Namespace) -> int:
         genesis_seed=args.genesis_seed,
         corpus_digest=corpus_digest,
         tokenizer=tokenizer,
+        epoch_rounds=args.epoch_rounds,
     )
     # the same validation a node applies when it loads the file, paths resolved from where it is written
     spec = replace(RunSpec.from_json(spec.to_json()), base_dir=args.out.parent)
@@ -183,6 +190,7 @@ def summary(spec: Any, path: Path) -> dict[str, Any]:
         **({"corpus_digest": spec.corpus_digest} if spec.corpus_digest else {}),
         "tokenizer": "bytes (vocab 256)" if spec.tokenizer is None else spec.tokenizer.to_json(),
         "vocab_size": spec.model.vocab_size,
+        "epoch_rounds": spec.epoch_rounds,
         "deploy_with": f"tessera contracts deploy --run-file {path} ...",
     }
 

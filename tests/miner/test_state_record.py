@@ -104,3 +104,20 @@ def test_a_record_it_cannot_read_is_refused_naming_the_key(
     (tmp_path / "state.json").write_text(json.dumps(doc))
     with pytest.raises(MinerStateError, match=f"round 3: {message}"):
         MinerState(tmp_path)
+
+
+def test_a_record_written_before_epochs_draws_its_assignment_from_its_assign_seed(tmp_path: Path) -> None:
+    (tmp_path / "state.json").write_text(json.dumps(OLD_MINER_STATE))
+    st = MinerState(tmp_path)
+    two = st.record(2)
+    assert two is not None and two.epoch_seed is None and two.epoch_registry is None
+    assert two.assignment_inputs() == (bytes(32), ["0xaa", "0xbb"], ["0xaa", "0xbb"])
+    one = st.record(1)
+    assert one is not None and one.assignment_inputs() is None  # skipped: nothing was drawn
+    # a record of an epoch keeps both seeds and both registries
+    st.prepare(
+        4, MinerRoundRecord(**{**_BUILT, "round": 4}, epoch_seed="ab" * 32, epoch_registry=["0xaa"]), {}
+    )
+    four = MinerState(tmp_path).record(4)
+    assert four is not None and four.assign_seed == "00" * 32
+    assert four.assignment_inputs() == (b"\xab" * 32, ["0xaa", "0xbb"], ["0xaa"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.training.training_fixtures import tiny_model
-from training.assignment import assign, assign_epoch, epoch_start, trainers_per_module
+from training.assignment import assign, assign_epoch, assign_in_epoch, epoch_start, trainers_per_module
 from training.config import ModelConfig
 from training.errors import AssignmentError
 
@@ -83,3 +83,23 @@ def test_epoch_errors() -> None:
         epoch_start(3, 0)
     with pytest.raises(AssignmentError):
         epoch_start(-1, 4)
+
+
+def test_in_epoch_with_the_round_registry_is_assign(mode: str) -> None:
+    cfg = tiny_model(mode)
+    assert assign_in_epoch(b"s" * 32, MINERS, list(reversed(MINERS)), cfg) == assign(b"s" * 32, MINERS, cfg)
+
+
+def test_a_late_miner_ranks_after_the_epoch_and_moves_nobody() -> None:
+    cfg = tiny_model("dipaco")
+    before = assign(b"e" * 32, MINERS[:5], cfg)
+    after = assign_in_epoch(b"e" * 32, MINERS[:5], MINERS[:7], cfg)
+    assert {m: after[m] for m in MINERS[:5]} == before
+    assert sorted(after[m].rank for m in MINERS[5:7]) == [5, 6]
+    # the round-robin goes on: 7 miners on 4 paths, no path with more than two
+    paths = [a.path for a in after.values()]
+    assert sorted(paths.count(p) for p in set(paths)) == [1, 2, 2, 2]
+    # an epoch whose first round had nobody registered: the late miners alone, ranked by the seed
+    assert assign_in_epoch(b"e" * 32, [], MINERS[:3], cfg) == assign(b"e" * 32, MINERS[:3], cfg)
+    with pytest.raises(AssignmentError):
+        assign_in_epoch(b"e" * 32, [], [], cfg)
