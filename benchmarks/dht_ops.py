@@ -61,11 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--nodes", type=int, default=6, help="DHT nodes besides the bootstrap peer (the devnet: 6)"
     )
+    p.add_argument("--replicas", type=int, default=DHTConfig.num_replicas, help="peers storing a record")
+    p.add_argument(
+        "--cache-nearest", type=int, default=DHTConfig.cache_nearest, help="peers a lookup copies to"
+    )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    boot = DHTNode(DHTConfig(validate_records=False))
+    tune = {"num_replicas": args.replicas, "cache_nearest": args.cache_nearest, "validate_records": False}
+    boot = DHTNode(DHTConfig(**tune))  # type: ignore[arg-type]
     boot.start()
     nodes = [
-        DHTNode(DHTConfig(initial_peers=tuple(boot.visible_maddrs()), validate_records=False))
+        DHTNode(DHTConfig(initial_peers=tuple(boot.visible_maddrs()), **tune))  # type: ignore[arg-type]
         for _ in range(args.nodes)
     ]
     try:
@@ -87,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             assert len(found) == args.nodes, f"a lookup found {len(found)} of {args.nodes} records"
         out = {
             "nodes": args.nodes + 1,
+            "num_replicas": args.replicas,
+            "cache_nearest": args.cache_nearest,
             "record_bytes": [len(r.encode()) for r in recs],
             "store_bytes": stores,
             "lookup_bytes": lookups,

@@ -76,6 +76,14 @@ class DHTConfig:
     #: File holding this node's DHT key (created on first start): its peer id, so its multiaddr and every
     #: other node's ``--dht-peers`` pointing at it, survive restarts. None: a fresh peer id per start.
     identity_path: str | None = None
+    #: Peers asked to store each record (hivemind's default is 5). Every record also travels over HTTP
+    #: (pushed to the node's peers and relayed from their books), so the DHT need not hold many copies;
+    #: each replica costs a store RPC and answers every lookup with the whole round (issue 26:
+    #: ``benchmarks.dht_ops`` on 7 peers, a store 22.6 -> 17.6 kB and a lookup 30.0 -> 24.0 kB).
+    num_replicas: int = 3
+    #: Peers a lookup copies a found value to (hivemind's Kademlia caching; its default 1 is a store per
+    #: lookup; the records' owners store them, so none).
+    cache_nearest: int = 0
 
 
 def record_key(chain_id: int, round: int) -> str:
@@ -194,6 +202,8 @@ class DHTNode:
                     wait_timeout=cfg.wait_timeout,
                     ensure_bootstrap_success=bool(cfg.initial_peers),
                     record_validators=[RecordValidator(cfg.chain_id)] if cfg.validate_records else [],
+                    num_replicas=cfg.num_replicas,
+                    cache_nearest=cfg.cache_nearest,
                     **({"identity_path": cfg.identity_path} if cfg.identity_path else {}),
                 )
                 dht.run_in_background(await_ready=True, timeout=cfg.start_timeout)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from eth_account import Account
 
 from protocol.p2p.dht import DHTError, DHTNode
-from protocol.p2p.dhtreads import DhtReadSchedule
+from protocol.p2p.dhtreads import KEEP_ROUNDS, DhtReadSchedule
 from protocol.p2p.recordbook import RecordBook, RecordExchange
 from protocol.wire.records import NodeRecord, RecordError, Served, make_record
 
@@ -57,6 +57,7 @@ class Discovery:
     """DHT lookups of rounds' records so far (``/status``, tests)."""
     clock: Callable[[], float] = time.monotonic
     """The clock of the caches and the DHT's waits (monotonic seconds)."""
+    _published: dict[int, NodeRecord] = field(default_factory=dict, init=False)
     first_announced: int | None = field(default=None, init=False)
     """The first round this process announced: a record of this node in the DHT for a later round than the
     next one can only be this process's own, which the book holds (issue 26: a DHT lookup moves 23-34 kB)."""
@@ -87,11 +88,18 @@ class Discovery:
     def announce(
         self, round: int, role: str, url: str, serves: Sequence[Served], ttl: int = 3600
     ) -> NodeRecord:
-        """Sign and publish a record in the DHT, the book and to the peers (failures are logged, not raised)."""
+        """Sign and publish a record in the DHT, the book and to the peers (failures are logged, not raised).
+        A record this process already published for the round with the same role and URL, serving at
+        least ``serves``, and good for half of ``ttl`` more, is returned as it is: a validator announces
+        the checkpoint it merged and again when the round opens, and a DHT store moves 14-23 kB."""
+        now = time.time()
+        prior = self._published.get(round)
+        if prior is not None and prior.role == role and prior.url == url and prior.expires - now > ttl / 2:
+            if all(_served_in(s, prior.serves) for s in serves):
+                return prior
         self._cache.pop(round, None)
         # the newest record must expire last, or a node restarted within the second of its previous
         # announcement keeps its old URL where records are merged (the DHT keeps the later expiry)
-        now = time.time()
         address = Account.from_key(self.private_key).address
         held = [r.expires for r in self.book.records(round) if r.address == address]
         if self.first_announced is None:
@@ -114,6 +122,10 @@ class Discovery:
             except DHTError as exc:
                 log.warning("DHT announce failed: %s", exc)
                 self.errors.append(str(exc))
+                return rec  # not kept as published: the next announcement stores it again
+        self._published[round] = rec
+        for old in [r for r in list(self._published) if r < round - KEEP_ROUNDS]:
+            self._published.pop(old, None)
         return rec
 
     def find(self, round: int, fresh: bool = False, want: Collection[str] | None = None) -> list[NodeRecord]:
@@ -186,3 +198,12 @@ class Discovery:
             if r.address.lower() == address.lower():
                 return r.url
         return None
+
+
+def _served_in(s: Served, held: Sequence[Served]) -> bool:
+    """Whether ``held`` serves ``s`` (the same kind and digest; its size when ``s`` names one)."""
+    digest = s.digest.removeprefix("0x").lower()
+    return any(
+        h.kind == s.kind and h.digest.removeprefix("0x").lower() == digest and s.size in (0, h.size)
+        for h in held
+    )

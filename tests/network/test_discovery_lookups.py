@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.p2p.dht import LookupResult
+from protocol.p2p.dht import DHTError, LookupResult
 from protocol.p2p.dhtreads import DhtReadSchedule
 from protocol.p2p.discovery import Discovery
 from protocol.wire.records import NodeRecord, Served
@@ -119,3 +119,32 @@ def test_a_failed_or_empty_read_keeps_what_earlier_reads_found() -> None:
     assert schedule.held(3) == [rec] and schedule.reads(3) == 2
     schedule.note(3 + 5, [])
     assert schedule.held(3) == [] and schedule.reads(3) == 0  # forgotten 5 rounds later
+
+
+def test_announcing_what_was_already_published_stores_nothing_again() -> None:
+    dht = _Dht()
+    d = Discovery(CHAIN, KEY, dht=dht)  # type: ignore[arg-type]
+    merged = d.announce(6, "validator", "http://127.0.0.1:1", [Served("checkpoint", "ab" * 32, 900)])
+    opened = d.announce(6, "validator", "http://127.0.0.1:1", [Served("checkpoint", "0x" + "ab" * 32)])
+    assert opened is merged and len(dht.stored[6]) == 1  # the round opens on the checkpoint it merged
+    d.announce(6, "validator", "http://127.0.0.1:1", [Served("checkpoint", "cd" * 32)])
+    d.announce(6, "validator", "http://127.0.0.1:2", [Served("checkpoint", "cd" * 32)])
+    assert len(dht.stored[6]) == 3  # another checkpoint, another URL: published
+
+
+def test_a_record_the_dht_refused_is_stored_again_at_the_next_announcement() -> None:
+    @dataclass
+    class _Refusing(_Dht):
+        refuse: bool = True
+
+        def announce(self, record: NodeRecord) -> None:
+            if self.refuse:
+                raise DHTError("no peer stored it")
+            super().announce(record)
+
+    dht = _Refusing()
+    d = Discovery(CHAIN, KEY, dht=dht)  # type: ignore[arg-type]
+    d.announce(6, "validator", "http://127.0.0.1:1", SERVES)
+    dht.refuse = False
+    d.announce(6, "validator", "http://127.0.0.1:1", SERVES)
+    assert len(dht.stored[6]) == 1 and d.errors == ["no peer stored it"]
