@@ -130,25 +130,18 @@ class Discovery:
 
     def find(self, round: int, fresh: bool = False, want: Collection[str] | None = None) -> list[NodeRecord]:
         """Valid records of a round from the book, the peers and the DHT (``fresh``: bypass the cache).
-        ``want``: the addresses whose records the caller needs; while the book, the peers and the last DHT
-        read hold all of them the DHT is not read again (None: read it when due). When the DHT is read
-        again: :class:`protocol.p2p.dhtreads.DhtReadSchedule`."""
+        ``want``: the addresses whose records the caller needs; while the book and the DHT's last answer
+        hold all of them the peers are not asked, and while the peers' answers complete them the DHT is
+        not read (None: the peers are asked, and the DHT when due). When the DHT is read again:
+        :class:`protocol.p2p.dhtreads.DhtReadSchedule`."""
         hit = self._cache.get(round)
         if not fresh and hit is not None and self.clock() - hit[0] < self.cache_seconds:
             return list(hit[1])
         self.book.note_round(round)
-        refused_before = self.exchange.refused
-        pulled = self.exchange.pull(self._peers(), round)
-        self.refused += self.exchange.refused - refused_before
-        for rec in pulled:
-            try:
-                self.book.add(rec)  # relayed to whoever pulls from this node
-            except RecordError:
-                pass
-        near = [*self.book.records(round), *pulled, *self.schedule.held(round)]
-        missing = None
-        if want is not None:
-            missing = {a.lower() for a in want} - {r.address.lower() for r in near}
+        near = [*self.book.records(round), *self.schedule.held(round)]
+        if want is None or _missing(want, near):  # the book covers what is wanted: no pull (issue 26)
+            near += self._pull(round)
+        missing = None if want is None else _missing(want, near)
         found = near
         if (missing is None or missing) and self.schedule.due(round, missing, fresh):
             found = [*near, *self._from_dht(round)]
@@ -163,6 +156,18 @@ class Discovery:
         records = sorted(best.values(), key=lambda r: r.address)
         self._cache[round] = (self.clock(), list(records))
         return records
+
+    def _pull(self, round: int) -> list[NodeRecord]:
+        """The round's records from the peers' ``/records`` (kept in the book, so relayed onwards)."""
+        refused_before = self.exchange.refused
+        pulled = self.exchange.pull(self._peers(), round)
+        self.refused += self.exchange.refused - refused_before
+        for rec in pulled:
+            try:
+                self.book.add(rec)  # relayed to whoever pulls from this node
+            except RecordError:
+                pass
+        return pulled
 
     def _from_dht(self, round: int) -> list[NodeRecord]:
         if self.dht is None or not self.dht.running:
@@ -198,6 +203,11 @@ class Discovery:
             if r.address.lower() == address.lower():
                 return r.url
         return None
+
+
+def _missing(want: Collection[str], records: Sequence[NodeRecord]) -> set[str]:
+    """The addresses of ``want`` (lower case) that no record of ``records`` is of."""
+    return {a.lower() for a in want} - {r.address.lower() for r in records}
 
 
 def _served_in(s: Served, held: Sequence[Served]) -> bool:

@@ -148,3 +148,15 @@ def test_a_record_the_dht_refused_is_stored_again_at_the_next_announcement() -> 
     dht.refuse = False
     d.announce(6, "validator", "http://127.0.0.1:1", SERVES)
     assert len(dht.stored[6]) == 1 and d.errors == ["no peer stored it"]
+
+
+def test_the_peers_are_not_asked_while_the_book_holds_the_wanted_records() -> None:
+    d = Discovery(CHAIN, KEY, dht=_Dht(), cache_seconds=0.0, record_urls=("http://127.0.0.1:9",))  # type: ignore[arg-type]
+    pulls: list[int] = []
+    d.exchange.pull = lambda peers, round: pulls.append(round) or []  # type: ignore[method-assign]
+    rec = Discovery(CHAIN, "0x" + "4d" * 32).sign_record(7, "miner", "http://127.0.0.1:5", SERVES, ttl=60)
+    d.book.add(rec)
+    assert d.url_of(7, rec.address) == rec.url and pulls == []
+    d.find(7)  # naming nobody: the peers are asked
+    d.find(7, want=(rec.address, "0x" + "11" * 20))  # someone wanted is missing: asked
+    assert pulls == [7, 7]
