@@ -86,21 +86,23 @@ class StepLoop:
 IDLE_POLL_MAX_S = 4.0
 """Seconds: the longest wait between looks at the chain while a node's view of it stays the same, in a phase
 of at most ``PHASE_POLLS`` times as long (a longer phase raises the cap with it)."""
-PHASE_POLLS = 16
+PHASE_POLLS = 8
 """Looks at the chain an idle node takes in one phase window at the cap, whatever the window's length: the
-cap is the window over this (issue 26: a fixed cap made the requests grow with the round's length)."""
+cap is the window over this (issue 26: a fixed cap made the requests grow with the round's length; 16
+were half a validator's requests in a 220-s round of 2-s blocks). Deadlines are met by the halving
+below, not by this."""
 
 
 class PollPacer:
     """How long a node waits before its next look at the chain (issue 26: a look every 0.5 s was most of a
     node's JSON-RPC requests, about 1,660 a 220-s round on a chain of 2-s blocks).
 
-    The wait is ``base`` after anything changed (round, phase or what the node says it is doing), and
-    doubles while nothing does, up to ``cap`` or the phase window over ``phase_polls`` (the window from the
-    first reading of the phase to its deadline, at the block time measured from the readings), whichever
-    is longer, and never past half the time left to the phase's deadline, so a node that waits for a peer
-    or a deadline asks about ``phase_polls`` times a phase however long it lasts, and one whose deadline
-    passed (a phase to advance) asks at ``base``."""
+    The wait is ``base`` (or half a block, if longer) after anything changed (round, phase or what the
+    node says it is doing), and doubles while nothing does, up to ``cap`` or the phase window over
+    ``phase_polls`` (the window from the first reading of the phase to its deadline, at the block time
+    measured from the readings), whichever is longer, and never past half the time left to the phase's
+    deadline, so a node that waits for a peer or a deadline asks about ``phase_polls`` times a phase
+    however long it lasts, and one whose deadline passed (a phase to advance) asks at that first wait."""
 
     def __init__(
         self,
@@ -135,15 +137,17 @@ class PollPacer:
         key = (round, phase, doing)
         if not isinstance(self._key, tuple) or self._key[:2] != (round, phase):
             self._window = max(0, deadline - block) * self.block_seconds()  # the phase as first seen
+        # nothing on the chain changes between blocks: no wait shorter than half a block
+        floor = max(self.base, self.block_seconds() / 2)
         if key != self._key:
-            self._key, self._wait = key, self.base
-            return self.base
+            self._key, self._wait = key, floor
+            return floor
         cap = max(self.cap, self._window / self.phase_polls)
         self._wait = min(self._wait * 2, cap)
         if block > deadline:
-            return self.base
+            return floor
         left = (deadline - block) * self.block_seconds()
-        return max(self.base, min(self._wait, left / 2))
+        return max(floor, min(self._wait, left / 2))
 
 
 class _Reporting(Protocol):
