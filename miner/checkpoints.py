@@ -108,9 +108,9 @@ class CheckpointSource:
                 out[miner] = self.state.blobs.get(digest)
                 continue
             try:
-                out[miner] = fetch_blob(
-                    self.discovery.urls_for(round, "update", digest), digest, policy=self.fetch_policy
-                )
+                # from the miner that announced it (a record in hand: no new pull of the round's records)
+                urls = self.discovery.urls_for(round, "update", digest, address=miner)
+                out[miner] = fetch_blob(urls, digest, policy=self.fetch_policy)
             except TransferError as exc:
                 log.info("round %d: update of %s not fetched for the rebuild: %s", round, miner[:10], exc)
         return out
