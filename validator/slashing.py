@@ -47,6 +47,8 @@ class Slashing:
         """(round, phase) in which peers' evidence was re-checked already (once per phase)."""
         self.witness = Witness(conn, intake, pipeline, self.slash)
         """Audits the miners its committees reported unanswered where this validator is a witness."""
+        self.peers_of: tuple[int, list[str]] | None = None
+        """(round, the other validators) read once a round: whose records the re-check wants."""
 
     def slash(self, v: Verdict) -> None:
         """Propose (or vote for) slashing ``v.miner`` on the provable verdict ``v`` (a fraud proof: the
@@ -85,7 +87,10 @@ class Slashing:
         self.witness.check(st, theta)  # unanswered reports this validator witnesses (issue 26)
         done: dict[str, bool] = dict(c.state.round(r).rechecked or {})
         commits = c.coord.update_commitments(r)
-        peers = [x.url for x in c.discovery.find(r) if x.role == "validator" and x.address != c.address]
+        if self.peers_of is None or self.peers_of[0] != r:
+            self.peers_of = (r, [v for v in c.coord.validators() if v != c.address])
+        found = c.discovery.find(r, want=self.peers_of[1])  # named: no DHT read while HTTP brought them
+        peers = [x.url for x in found if x.role == "validator" and x.address != c.address]
         peers += list(c.cfg.peer_urls)
         for url in [u for u in dict.fromkeys(peers) if u != c.url]:
             try:
