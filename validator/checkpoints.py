@@ -174,7 +174,7 @@ class Checkpoints:
         others = validators - {c.address}
         peers = {
             r.url
-            for r in c.discovery.find(round + 1, want=others)  # the configured peers are asked anyway
+            for r in c.discovery.find(round + 1, fresh=True, want=others)
             if r.role == "validator" and r.address != c.address
         }
         peers |= set(c.peer_urls())

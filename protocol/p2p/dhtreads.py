@@ -7,8 +7,7 @@ every wait doubles after each read it allowed, so over a round of length T a nod
 times for each record it keeps missing, and not at all while the records it wants came over HTTP:
 
 - a caller that names the addresses it wants and misses some: the first read for a missing address waits
-  ``fresh_s`` (``every_s`` unless ``fresh``: the caller can go on without it) after the round's last
-  read, each later read for it twice as long as the one before;
+  ``fresh_s`` after the round's last read, each later read for it twice as long as the one before;
 - a caller that names none: the round is read again ``every_s`` (``fresh_s`` when ``fresh``) after the
   round's first read, then at doubling waits.
 """
@@ -67,8 +66,7 @@ class DhtReadSchedule:
         since = self.clock() - r.at
         if missing is None:
             return since >= (self.fresh_s if fresh else self.every_s) * 2 ** (r.reads - 1)
-        base = self.fresh_s if fresh else self.every_s
-        waits = [base * 2 ** (r.reads - r.missed.setdefault(a, r.reads)) for a in missing]
+        waits = [self.fresh_s * 2 ** (r.reads - r.missed.setdefault(a, r.reads)) for a in missing]
         return bool(waits) and since >= min(waits)
 
     def note(self, round: int, records: list[NodeRecord]) -> None:

@@ -50,8 +50,9 @@ class Discovery:
     """The wait before a round's second DHT read for callers that name no record they want, doubled before
     each later one (:class:`protocol.p2p.dhtreads.DhtReadSchedule`)."""
     dht_fresh_s: float = 1.0
-    """The wait before reading the DHT for a wanted record that a caller misses (``fresh``), doubled before
-    each later read while it stays missing (issue 26: a read at every ask grew with the round's length)."""
+    """The wait before reading the DHT for a wanted record that is missing (or for any record, ``fresh``),
+    doubled before each later read while it stays missing (issue 26: a read at every ask grew with the
+    round's length)."""
     schedule: DhtReadSchedule = field(init=False)
     dht_reads: int = 0
     """DHT lookups of rounds' records so far (``/status``, tests)."""
