@@ -50,6 +50,17 @@ class Slashing:
         self.peers_of: tuple[int, list[str]] | None = None
         """(round, the other validators) read once a round: whose records the re-check wants."""
 
+    def peer_validator_urls(self, round: int) -> list[str]:
+        """The other validators' URLs for ``round``: their records (named, so no DHT read while they came
+        over HTTP; the validator list read once a round), then the configured peers."""
+        c = self.conn
+        if self.peers_of is None or self.peers_of[0] != round:
+            self.peers_of = (round, [v for v in c.coord.validators() if v != c.address])
+        found = c.discovery.find(round, want=self.peers_of[1])
+        peers = [x.url for x in found if x.role == "validator" and x.address != c.address]
+        peers += list(c.cfg.peer_urls)
+        return [u for u in dict.fromkeys(peers) if u != c.url]
+
     def slash(self, v: Verdict) -> None:
         """Propose (or vote for) slashing ``v.miner`` on the provable verdict ``v`` (a fraud proof: the
         first one freezes the miner's pay for the round); report an audit ``v`` shows unanswered to the
@@ -87,12 +98,7 @@ class Slashing:
         self.witness.check(st, theta)  # unanswered reports this validator witnesses (issue 26)
         done: dict[str, bool] = dict(c.state.round(r).rechecked or {})
         commits = c.coord.update_commitments(r)
-        if self.peers_of is None or self.peers_of[0] != r:
-            self.peers_of = (r, [v for v in c.coord.validators() if v != c.address])
-        found = c.discovery.find(r, want=self.peers_of[1])  # named: no DHT read while HTTP brought them
-        peers = [x.url for x in found if x.role == "validator" and x.address != c.address]
-        peers += list(c.cfg.peer_urls)
-        for url in [u for u in dict.fromkeys(peers) if u != c.url]:
+        for url in self.peer_validator_urls(r):
             try:
                 doc = c.peer_json(url, f"/verdicts/{r}", MAX_VERDICTS_RESPONSE_BYTES)
             except (ProtocolError, httpx.HTTPError, ValueError, RecursionError) as exc:
