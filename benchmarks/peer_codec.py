@@ -12,9 +12,9 @@ SparseLoCo with Templar's published settings, and their ratio (best and median).
 
 Codecs and settings:
 
-* Tessera recipe: ``training.codecs.encode`` + ``decode`` with ``CodecConfig.recipe()``: top-54 of every
-  4,096 DCT coefficients in 64x64 tiles that follow the tensor's shape (``transform="shaped"``), 2-bit
-  values, one fp32 scale per tile, Elias-Fano indices. Also the previous recipe (top-32, 12-bit packed
+* Tessera recipe: ``training.codecs.encode`` + ``decode`` with ``CodecConfig.recipe()``: top-110 of every
+  4,096 values in 64x64 tiles that follow the tensor's shape, without the DCT (``transform="tiles"``,
+  issue 28), 2-bit values, one fp32 scale per tile, Elias-Fano indices. Also the previous recipe (top-32, 12-bit packed
   indices) and Tessera's ``tiles`` codec (top-32 without DCT).
 * SparseLoCo (Templar's ``src/tplr/compress.py``), run as the miner of ``tplr/neurons.py`` does:
   ``ChunkingTransformer.encode -> TopKCompressor.compress -> TopKCompressor.decompress ->
@@ -80,7 +80,7 @@ __all__ = [
     "time_pair",
 ]
 
-TESSERA_RECIPE = "tessera recipe: top-54/4096 2-bit shaped DCT, Elias-Fano indices"
+TESSERA_RECIPE = "tessera recipe: top-110/4096 2-bit shaped tiles (no DCT), Elias-Fano indices"
 """Label of ``CodecConfig.recipe()`` (checked against it in :func:`_coders`)."""
 SPARSELOCO_PUBLISHED = "sparseloco published (hparams.json): top-64/4096, no DCT, 4 bins"
 
@@ -207,7 +207,7 @@ def _coders(tess_cfg: CodecConfig, slc: dict[str, SparseLoCo]) -> dict[str, Code
     def tessera(cfg: CodecConfig) -> Coder:
         return (lambda x: encode(x, cfg)), (lambda p, e: decode(e, cfg)), cfg
 
-    if (tess_cfg.topk, tess_cfg.index) != (54, "elias-fano"):
+    if (tess_cfg.topk, tess_cfg.index, tess_cfg.transform) != (110, "elias-fano", "tiles"):
         raise ValueError(f"TESSERA_RECIPE's label does not describe {tess_cfg}")
     coders: dict[str, Coder] = {
         TESSERA_RECIPE: tessera(tess_cfg),

@@ -23,7 +23,7 @@ def codec_speed(n_values: int = 1 << 22, repeats: int = 3) -> list[dict[str, Any
     n_values = side * side
     rows = []
     for label, cfg in [
-        ("recipe: top-54/4096 2-bit shaped DCT, Elias-Fano indices", CodecConfig.recipe()),
+        ("recipe: top-110/4096 2-bit shaped tiles (no DCT), Elias-Fano indices", CodecConfig.recipe()),
         ("previous recipe: top-32/4096 2-bit shaped DCT", CodecConfig(topk=32, bits=2, transform="shaped")),
         ("top-32/4096 2-bit tiles (no DCT)", CodecConfig(topk=32, bits=2, transform="tiles")),
         ("top-32/4096, 2-bit", CodecConfig(topk=32, bits=2)),
