@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import fcntl
 import ipaddress
 import logging
 import os
@@ -25,6 +24,7 @@ from typing import Any
 from eth_account import Account
 
 from protocol.node.settings import setting_defaults, setting_docs, setting_types
+from protocol.pidlock import LockHeldError, hold_pid_lock
 from protocol.rounds.deployment import Deployment
 from tessera.cli import add_log_level_flag
 from tessera.errors import TesseraError
@@ -172,21 +172,12 @@ def lock_data_dir(data_dir: Path) -> Any:
     does not leave its data dir locked."""
     d = data_dir.expanduser()
     d.mkdir(parents=True, exist_ok=True)
-    fh = open(d / "node.lock", "a+")  # held for the life of the process
     try:
-        fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.seek(0)
-        other = fh.read().strip() or "?"
-        fh.close()
+        return hold_pid_lock(d / "node.lock")  # held for the life of the process
+    except LockHeldError as exc:
         raise TesseraError(
-            f"data dir {d} is in use by another node (pid {other}): run one node per data dir and key"
+            f"data dir {d} is in use by another node (pid {exc.holder}): run one node per data dir and key"
         ) from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
-    return fh
 
 
 def dht_listen_maddr(host: str, port: int) -> str:

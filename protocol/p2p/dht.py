@@ -15,7 +15,6 @@ Values are bytes (canonical JSON); hivemind serialises them with msgpack; nothin
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -23,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import hivemind
@@ -30,6 +30,7 @@ from hivemind.utils import get_dht_time
 
 from protocol.errors import ProtocolError
 from protocol.p2p.dhtvalidator import RecordValidator
+from protocol.pidlock import LockHeldError, hold_pid_lock
 from protocol.wire.records import NodeRecord, RecordError, decode_record
 
 log = logging.getLogger(__name__)
@@ -124,9 +125,8 @@ class _IdentityLock:
     """Hold ``<identity_path>.lock`` while a node runs with that key, so a second node with the same key on
     this machine is refused at once. hivemind's own check (asking the network whether the peer id answers)
     stays on for a key copied to another machine, but it races the bootstrap of a node that has just
-    started and misses it now and then. A POSIX record lock (``lockf``) is per process and is not inherited
-    by hivemind's forked DHT process, so a killed node leaves no stale lock; ``_held`` covers a second
-    node in the same process, which ``lockf`` does not see."""
+    started and misses it now and then. :func:`protocol.pidlock.hold_pid_lock` is per process (a killed
+    node leaves no stale lock); ``_held`` covers a second node in the same process, which it does not see."""
 
     _held: set[str] = set()
     _guard = threading.Lock()
@@ -142,20 +142,11 @@ class _IdentityLock:
             if self.path in self._held:
                 raise DHTStartError(f"{taken} (this process); run one node per key")
             try:
-                fh = open(self.path, "a+")
+                fh = hold_pid_lock(Path(self.path))
+            except LockHeldError as exc:
+                raise DHTStartError(f"{taken} (pid {exc.holder}); run one node per key") from None
             except OSError as exc:
                 raise DHTStartError(f"cannot open the DHT key's lock {self.path}: {exc}") from exc
-            try:
-                fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                fh.seek(0)
-                other = fh.read().strip() or "?"
-                fh.close()
-                raise DHTStartError(f"{taken} (pid {other}); run one node per key") from None
-            fh.seek(0)
-            fh.truncate()
-            fh.write(f"{os.getpid()}\n")
-            fh.flush()
             self._fh = fh
             self._held.add(self.path)
 

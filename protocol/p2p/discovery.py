@@ -55,7 +55,7 @@ class Discovery:
     round's length)."""
     schedule: DhtReadSchedule = field(init=False)
     dht_reads: int = 0
-    """DHT lookups of rounds' records so far (``/status``, tests)."""
+    """DHT lookups of rounds' records so far (tests, debugging)."""
     clock: Callable[[], float] = time.monotonic
     """The clock of the caches and the DHT's waits (monotonic seconds)."""
     _published: dict[int, NodeRecord] = field(default_factory=dict, init=False)
