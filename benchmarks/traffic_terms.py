@@ -175,9 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("dir", type=Path, help="a devnet's work directory (report.json, deployment.json)")
     p.add_argument("--out", type=Path, help="write the figures here as JSON")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    report = json.loads((args.dir / "report.json").read_text())
-    params = json.loads((args.dir / "deployment.json").read_text())["params"]
-    out = terms(report, int(params["audit_rate_bps"]), int(params["committee_size"]))
+    try:
+        report = json.loads((args.dir / "report.json").read_text())
+        params = json.loads((args.dir / "deployment.json").read_text())["params"]
+        rate, committee = int(params["audit_rate_bps"]), int(params["committee_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        p.error(f"{args.dir} is not a finished devnet's directory: {type(exc).__name__}: {exc}")
+    out = terms(report, rate, committee)
     print(text(out))
     if args.out:
         args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")

@@ -185,6 +185,7 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
             "unanswered_reports": OwnReports.to_json(recs),
             "key_in_use": acc.conflict if acc is not None else "",
             "dht_refused_records": self.discovery.refused,
+            "dht_refused_at_node": self.discovery.refused_by_dht(),
             "dht_maddrs": dht.visible_maddrs() if dht is not None and dht.running else [],
         }
 

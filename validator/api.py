@@ -126,6 +126,7 @@ class ValidatorApi:
             "account": self._account_json(),
             "key_in_use": self.key_use.conflict,
             "dht_refused_records": c.discovery.refused,
+            "dht_refused_at_node": c.discovery.refused_by_dht(),
             "dht_maddrs": c.discovery.dht.visible_maddrs()
             if c.discovery.dht is not None and c.discovery.dht.running
             else [],

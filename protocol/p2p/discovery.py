@@ -205,6 +205,20 @@ class Discovery:
                 return r.url
         return None
 
+    def refused_by_dht(self) -> int:
+        """Records this node's DHT validator refused: stores peers sent it and reads alike (0 without a DHT).
+
+        ``refused`` counts only what this node's own lookups threw out, and a node that reads no DHT while
+        it holds the records it wants (issue 26) may never look at junk its DHT refused on store."""
+        dht = self.dht
+        if dht is None or not dht.running:
+            return 0
+        try:
+            return sum(n for k, n in dht.validator_stats().items() if k != "accepted")
+        except DHTError as exc:
+            log.debug("DHT validator stats: %s", exc)
+            return 0
+
 
 def _missing(want: Collection[str], records: Sequence[NodeRecord]) -> set[str]:
     """The addresses of ``want`` (lower case) that no record of ``records`` is of."""

@@ -273,6 +273,9 @@ def build_report(
         "dht_refused_records": {
             name: (net.get(name, "/status") or {}).get("dht_refused_records") for name in net.nodes
         },
+        "dht_refused_at_node": {
+            name: (net.get(name, "/status") or {}).get("dht_refused_at_node") for name in net.nodes
+        },
     }
 
 

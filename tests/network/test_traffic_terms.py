@@ -92,3 +92,18 @@ def test_the_command_reads_the_deployed_audit_rate(
     assert main([str(tmp_path), "--out", str(tmp_path / "terms.json")]) == 0
     assert "q 40 bps, c 1, audit traffic in rounds [3]" in capsys.readouterr().out
     assert json.loads((tmp_path / "terms.json").read_text())["summary"]["audit_rate_bps"] == 40
+
+
+@pytest.mark.parametrize("files", [{}, {"report.json": "{", "deployment.json": "{}"}, {"deployment.json": "[]"}])
+def test_a_directory_without_a_finished_devnet_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: dict[str, str]
+) -> None:
+    (tmp_path / "report.json").write_text(json.dumps(REPORT))
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    if not files:
+        (tmp_path / "report.json").unlink()
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path)])
+    assert exc.value.code == 2
+    assert "is not a finished devnet's directory" in capsys.readouterr().err
