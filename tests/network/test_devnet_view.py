@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from tessera.devnet.config import DevnetConfig
-from tessera.devnet.run import _view, write_report
+from tessera.devnet.report import write_report
+from tessera.devnet.run import _view
 from tests.support.devnet_view import devnet_stub
 
 

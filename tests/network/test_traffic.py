@@ -194,7 +194,7 @@ def test_json_rpc_requests_are_counted_by_method_and_contract_function() -> None
 
 
 def test_the_devnet_report_counts_protocol_bytes_per_trained_parameter_and_step() -> None:
-    from tessera.devnet.run import traffic_figures
+    from tessera.devnet.report import traffic_figures
 
     kinds = {"update": 8_000, "state": 3_000_000, "rpc": 500_000, "api": 9_999_999}
     miners = [{"trained_params": 136_320, "inner_steps": 60}] * 4

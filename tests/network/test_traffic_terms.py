@@ -94,7 +94,9 @@ def test_the_command_reads_the_deployed_audit_rate(
     assert json.loads((tmp_path / "terms.json").read_text())["summary"]["audit_rate_bps"] == 40
 
 
-@pytest.mark.parametrize("files", [{}, {"report.json": "{", "deployment.json": "{}"}, {"deployment.json": "[]"}])
+@pytest.mark.parametrize(
+    "files", [{}, {"report.json": "{", "deployment.json": "{}"}, {"deployment.json": "[]"}]
+)
 def test_a_directory_without_a_finished_devnet_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], files: dict[str, str]
 ) -> None:
