@@ -36,6 +36,8 @@ class BehaviourContext:
     modules: tuple[str, ...]
     inner_steps: int
     extra: dict[str, Any] = field(default_factory=dict)
+    epoch_rounds: int = 1
+    """Rounds per assignment epoch in the run file (a DiPaCo miner knows its path that long ahead)."""
 
 
 class Behaviour:

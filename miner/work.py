@@ -169,7 +169,7 @@ def build_update(
     assign_seed, ef_state, ef_source = inputs.assign_seed, inputs.ef_state, inputs.ef_source
     epoch_seed = assign_seed if inputs.epoch_seed is None else inputs.epoch_seed
     a = assignment_for(spec, epoch_seed, inputs.registry, miner, inputs.epoch_registry)
-    ctx = BehaviourContext(round, miner, a.module_ids, spec.inner.steps)
+    ctx = BehaviourContext(round, miner, a.module_ids, spec.inner.steps, epoch_rounds=spec.epoch_rounds)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
     t0, cpu0 = time.perf_counter(), time.thread_time()
     res = _train(spec, checkpoint, a, batches, round, ef_state, device)

@@ -22,6 +22,7 @@ from attestation import report_data
 from attestation.simulated import SimulatedEnclave
 from miner.behaviour import Behaviour, BehaviourContext, register
 from protocol.errors import ProtocolError
+from protocol.rounds.epochs import epoch_first_round
 from protocol.wire.update import Update, decode_update, encode_update
 from tessera.nodes import dev_tee_seed
 
@@ -112,6 +113,26 @@ class LazyOtherData(LazyMiner):
 
     def __init__(self) -> None:
         super().__init__(1.0)
+
+
+class EpochPrepared(Behaviour):
+    """Knows its DiPaCo path for a whole assignment epoch (issue 28) and prepares its data once: trains
+    every round of the epoch on the batches it drew at the epoch's first round it trained in (no new data
+    reads, the same windows each round). Each round's batches come from that round's own seed, so a
+    validator replaying any segment refuses the update, provably."""
+
+    name = "epoch-prepared"
+
+    def __init__(self) -> None:
+        self.prepared: dict[
+            tuple[int, tuple[str, ...]], Tensor
+        ] = {}  # (epoch's first round, path) -> batches
+
+    def batches(self, ctx: BehaviourContext, batches: Tensor) -> Tensor:
+        """The epoch's first batches from its second round on (the round's own where the shape differs)."""
+        key = (epoch_first_round(ctx.round, ctx.epoch_rounds), ctx.modules)
+        held = self.prepared.setdefault(key, batches.clone())
+        return held.clone() if held.shape == batches.shape else batches
 
 
 class OverfitScorer(Behaviour):
@@ -300,6 +321,7 @@ def register_all() -> None:
         LazyMiner,
         LazyOtherData,
         OverfitScorer,
+        EpochPrepared,
         Replayer,
         QuoteReplayer,
         Withholder,

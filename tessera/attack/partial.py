@@ -37,9 +37,9 @@ from protocol.rounds import economics as ev
 from protocol.rounds.audits import audit_draw
 from protocol.rounds.auditspec import AuditSpec
 from protocol.rounds.deployment import NetworkParams
+from tessera.attack.casting import MINER_STAKE, VALIDATOR_STAKE
 from tessera.attack.harness import Network, NetworkRun, Participant, tiny_spec
 from tessera.attack.miners import LazyMiner
-from tessera.attack.scenarios import MINER_STAKE, VALIDATOR_STAKE
 from validator.sampling import segments_to_check
 
 FRACTIONS = (0.01, 0.1, 0.5, 1.0)

@@ -16,8 +16,8 @@ from typing import Any
 
 from protocol.rounds.consensus import weighted_median
 from tessera.attack import auditchecks
+from tessera.attack.casting import Scenario
 from tessera.attack.harness import NetworkRun
-from tessera.attack.scenarios import Scenario
 from validator.stages import Stage
 
 WEI = 10**18

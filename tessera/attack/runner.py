@@ -17,13 +17,14 @@ from typing import Any
 
 from protocol.runspec import RunSpec
 from protocol.wire.records import decode_record
+from tessera.attack.casting import Scenario
 from tessera.attack.harness import Fault, Network, NetworkRun, Participant, tiny_spec
 from tessera.attack.results import (
     ScenarioResult,
     evaluate,
     rebase,
 )
-from tessera.attack.scenarios import Scenario, get
+from tessera.attack.scenarios import get
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,10 @@ def run_scenario(
 ) -> NetworkRun:
     """Run one scenario's network for ``rounds`` rounds on ``chain`` (``anvil``: a fresh anvil and
     deployment; ``memory``: the in-memory ledger)."""
+    spec = spec or tiny_spec()
     net = Network(
         sc.build(),
-        spec=spec or tiny_spec(),
+        spec=sc.adapt_spec(spec) if sc.adapt_spec is not None else spec,
         on_step=_fill_board(sc),
         chain=chain,
         phase_blocks=sc.phase_blocks,
@@ -94,14 +96,14 @@ def reference(sc: Scenario) -> Scenario:
 
     return Scenario(
         f"reference:{sc.name}", "baseline", f"all-honest counterpart of {sc.name}", build, tee=sc.tee,
-        audit_params=dict(sc.audit_params), min_rounds=sc.min_rounds,
+        audit_params=dict(sc.audit_params), min_rounds=sc.min_rounds, adapt_spec=sc.adapt_spec,
     )  # fmt: skip
 
 
 def reference_key(sc: Scenario) -> tuple[Any, ...]:
     """Scenarios with the same key share one reference run."""
     audits = tuple(sorted(sc.audit_params.items()))
-    return (sc.tee, audits, sc.min_rounds, tuple((p.role, p.stake) for p in sc.build()))
+    return (sc.tee, audits, sc.min_rounds, sc.adapt_spec, tuple((p.role, p.stake) for p in sc.build()))
 
 
 def _failed(sc: Scenario, rounds: int, exc: BaseException) -> ScenarioResult:

@@ -8,23 +8,33 @@ honest and is excluded from their "reward while cheating" (``cheat_from``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from miner.behaviour import Behaviour, BehaviourContext
-from miner.node import MinerNode, simulated_evidence
+from miner.node import MinerNode
 from protocol.chain.coordinator import ChainCoordinator, translate
 from protocol.rounds.audits import REPORT_WINDOW_ROUNDS
 from protocol.rounds.memcoordinator import MemoryCoordinator
 from protocol.rounds.phases import Phase
+from protocol.runspec import RunSpec
 from protocol.wire.update import Update, decode_update, encode_update
+from tessera.attack.casting import (
+    DEV_SEED,
+    MINER_STAKE,
+    VALIDATOR_STAKE,
+    Scenario,
+    adversary,
+    honest,
+    tee_validators,
+    validator_factory,
+)
 from tessera.attack.errors import UnknownScenarioError
 from tessera.attack.harness import Participant
 from tessera.attack.miners import (
-    Board,
     Copier,
+    EpochPrepared,
     Forger,
     FreeRiderRandom,
     FreeRiderStale,
@@ -46,66 +56,6 @@ from tessera.attack.validators import (
     RandomValidator,
     SilentValidator,
 )
-from validator.devtee import dev_evidence_checker
-from validator.node import ValidatorNode
-
-MINER_STAKE = 100
-VALIDATOR_STAKE = 1000
-CHAIN_ID = 31337
-DEV_SEED = os.urandom(32)
-"""This process's development-enclave root: fresh per run, like the devnet's (issue 10)."""
-
-
-@dataclass
-class Scenario:
-    """A named attack: its participants (built fresh per run) and what counts as cheating."""
-
-    name: str
-    kind: str
-    """``miner``, ``validator`` or ``baseline``."""
-    description: str
-    build: Callable[[], list[Participant]]
-    cheat_from: int = 1
-    """First round in which the adversaries cheat."""
-    provable: bool = True
-    """Whether the cheat leaves slashing evidence."""
-    board: Board = field(default_factory=Board)
-    tee: bool = False
-    """Validators check TEE evidence (development root)."""
-    faults: list[tuple[int, int, int] | tuple[int, int, int, float]] = field(default_factory=list)
-    """Crash-and-restart faults: (round, phase, participant index[, seconds down]); see ``harness.Fault``."""
-    scores_dishonestly: bool = True
-    """A validator attack on the scores (checked: it earns less per stake than honest validators); False
-    for one that attacks something else, such as the certificate (checked: the network stays live)."""
-    phase_blocks: int = 40
-    """Blocks per phase. The harness mines one block per step of every node (about 0.3 s here), so 40 holds
-    the nodes' work; a fault that keeps a node down must get a window that outlasts it, as a deployment's
-    windows are sized to (``tessera.devnet.sizing``). The fast-forward skips a phase once all are done."""
-    audit_params: dict[str, int] = field(default_factory=dict)
-    """The chain's audit rate, committee size or vesting where not the suite's (q = 1, every validator)."""
-    audit_checks: str = ""
-    """Issue 26's checks read from the chain (``tessera.attack.auditchecks``): ``proven-by-one``,
-    ``withhold-when-audited`` or ``false-unanswered-report``; "" for none."""
-    timeout_s: float = 900.0  # wall-clock limit of one run (longer where the effect lands rounds later)
-    min_rounds: int = 0  # rounds the checks need (a report's window closing), whatever --rounds says
-
-
-def _honest(validators: int = 2, miners: int = 3) -> list[Participant]:
-    return [Participant("validator", "honest", VALIDATOR_STAKE) for _ in range(validators)] + [
-        Participant("miner", "honest", MINER_STAKE) for _ in range(miners)
-    ]
-
-
-def _miner_factory(behaviour: Any, evidence: bool = False) -> Callable[..., Any]:
-    def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
-        ev = simulated_evidence(CHAIN_ID, DEV_SEED) if evidence else None
-        return MinerNode(cfg, spec, coord, disc, behaviour=behaviour, evidence_fn=ev)
-
-    return make
-
-
-def _adversary(label: str, behaviour: Any, evidence: bool = False, stake: int = MINER_STAKE) -> Participant:
-    return Participant("miner", label, stake, _miner_factory(behaviour, evidence))
 
 
 def _commitment_copier(victim: Participant) -> Callable[..., Any]:
@@ -161,38 +111,20 @@ def _sybils(n: int) -> list[Participant]:
             up = decode_update(src)
             return encode_update(Update(replace(up.header, miner=ctx.miner), up.tensors))
 
-    out = [_adversary("sybil-leader", Leader(), stake=MINER_STAKE // 4)]
-    out += [_adversary("sybil", Member(), stake=MINER_STAKE // 4) for _ in range(n - 1)]
+    out = [adversary("sybil-leader", Leader(), stake=MINER_STAKE // 4)]
+    out += [adversary("sybil", Member(), stake=MINER_STAKE // 4) for _ in range(n - 1)]
     return out
-
-
-def _validator_factory(cls: Any, **kwargs: Any) -> Callable[..., Any]:
-    def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str, **extra: Any) -> Any:
-        return cls(cfg, spec, coord, disc, key, **kwargs, **extra)
-
-    return make
-
-
-def _tee_validators(n: int = 2) -> list[Participant]:
-    return [
-        Participant(
-            "validator",
-            "honest",
-            VALIDATOR_STAKE,
-            _validator_factory(ValidatorNode, check_evidence=dev_evidence_checker(CHAIN_ID, DEV_SEED)),
-        )
-        for _ in range(n)
-    ]
 
 
 def _build_registry() -> dict[str, Scenario]:
     """Every scenario, in the order ``tessera attack --list`` shows them."""
     scenarios = [
-        Scenario("baseline", "baseline", "all honest (the reference run)", lambda: _honest()),
+        Scenario("baseline", "baseline", "all honest (the reference run)", lambda: honest()),
         *_free_riders_and_lazy(),
         *_copiers(),
         *_poisoners_forgers_and_sybils(),
         *_audit_scenarios(),
+        *_knowing_ahead(),
         *_validator_scenarios(),
         *_fault_scenarios(),
     ]
@@ -203,18 +135,18 @@ def _free_riders_and_lazy() -> list[Scenario]:
     """Miners that skip the work: free riders, lazy trainers, a TEE-attested overfitter."""
     return [
         Scenario("free-rider-zero", "miner", "sends a zero update",
-                 lambda: [*_honest(), _adversary("free-rider-zero", FreeRiderZero())]),
+                 lambda: [*honest(), adversary("free-rider-zero", FreeRiderZero())]),
         Scenario("free-rider-random", "miner", "sends noise with a real update's norm",
-                 lambda: [*_honest(), _adversary("free-rider-random", FreeRiderRandom())]),
+                 lambda: [*honest(), adversary("free-rider-random", FreeRiderRandom())]),
         Scenario("free-rider-stale", "miner", "re-sends its round-1 update", cheat_from=2,
-                 build=lambda: [*_honest(), _adversary("free-rider-stale", FreeRiderStale())]),
+                 build=lambda: [*honest(), adversary("free-rider-stale", FreeRiderStale())]),
         Scenario("lazy-33", "miner", "skips 1/3 of its steps (trains them on other data): 1 of 3 segments",
-                 lambda: [*_honest(), _adversary("lazy-33", LazyMiner(1 / 3, 3))]),
+                 lambda: [*honest(), adversary("lazy-33", LazyMiner(1 / 3, 3))]),
         Scenario("lazy-other-data", "miner", "trains on other data than assigned",
-                 lambda: [*_honest(), _adversary("lazy-other-data", LazyOtherData())]),
+                 lambda: [*honest(), adversary("lazy-other-data", LazyOtherData())]),
         Scenario("overfit-scorer", "miner", "fits the batch it knows at commit time, attested by an honest TEE",
-                 tee=True, build=lambda: [*_tee_validators(), *_honest(0, 3),
-                                          _adversary("overfit-scorer", OverfitScorer(), True)]),
+                 tee=True, build=lambda: [*tee_validators(), *honest(0, 3),
+                                          adversary("overfit-scorer", OverfitScorer(), True)]),
     ]  # fmt: skip
 
 
@@ -227,7 +159,7 @@ def _copiers() -> list[Scenario]:
     copier.build = lambda sc=copier: _copier(sc)  # type: ignore[misc]
 
     def commit_copier() -> list[Participant]:
-        parts = _honest()
+        parts = honest()
         victim = parts[2]
         return [*parts, Participant("miner", "commitment-copier", MINER_STAKE, _commitment_copier(victim))]
 
@@ -235,14 +167,14 @@ def _copiers() -> list[Scenario]:
         "commitment-copier", "miner", "commits another miner's commitment", commit_copier, provable=False
     )
     replayer = Scenario("replayer", "miner", "re-sends its own previous update", lambda: [], cheat_from=2)
-    replayer.build = lambda sc=replayer: [*_honest(), _adversary("replayer", Replayer(sc.board))]  # type: ignore[misc]
+    replayer.build = lambda sc=replayer: [*honest(), adversary("replayer", Replayer(sc.board))]  # type: ignore[misc]
     qr = Scenario(
         "quote-replayer", "miner", "serves its previous round's TEE quote", lambda: [], cheat_from=2, tee=True
     )
     qr.build = lambda sc=qr: [  # type: ignore[misc]
-        *_tee_validators(),
-        *_honest(0, 3),
-        _adversary("quote-replayer", QuoteReplayer(sc.board), evidence=True),
+        *tee_validators(),
+        *honest(0, 3),
+        adversary("quote-replayer", QuoteReplayer(sc.board), evidence=True),
     ]
     return [copier, commitment_copier, replayer, qr]
 
@@ -251,7 +183,7 @@ def _poisoners_forgers_and_sybils() -> list[Scenario]:
     """Miners that poison the model, forge TEE evidence, withhold, or split into Sybil identities."""
 
     def poisoner(mode: str) -> Callable[[], list[Participant]]:
-        return lambda: [*_honest(), _adversary(f"poisoner-{mode}", Poisoner(mode))]
+        return lambda: [*honest(), adversary(f"poisoner-{mode}", Poisoner(mode))]
 
     out = [
         Scenario(f"poisoner-{mode}", "miner", f"sends its true update {mode}", poisoner(mode))
@@ -259,15 +191,15 @@ def _poisoners_forgers_and_sybils() -> list[Scenario]:
     ]
     return out + [
         Scenario("forger", "miner", "serves corrupted TEE evidence", tee=True,
-                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger", Forger("corrupt"), True)]),
+                 build=lambda: [*tee_validators(), *honest(0, 3), adversary("forger", Forger("corrupt"), True)]),
         Scenario("forger-mismatch", "miner", "serves a valid quote bound to another digest", tee=True,
-                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-mismatch", Forger("mismatch", DEV_SEED), True)]),
+                 build=lambda: [*tee_validators(), *honest(0, 3), adversary("forger-mismatch", Forger("mismatch", DEV_SEED), True)]),
         Scenario("forger-public-seed", "miner", "serves well-bound quotes from the old public devnet TEE seed", tee=True,
-                 build=lambda: [*_tee_validators(), *_honest(0, 3), _adversary("forger-public-seed", Forger("public-seed"), True)]),
+                 build=lambda: [*tee_validators(), *honest(0, 3), adversary("forger-public-seed", Forger("public-seed"), True)]),
         Scenario("withholder", "miner", "commits but never serves", provable=False,
-                 build=lambda: [*_honest(), _adversary("withholder", Withholder())]),
+                 build=lambda: [*honest(), adversary("withholder", Withholder())]),
         Scenario("sybil", "miner", "4 low-stake identities: one trains, three re-label its update",
-                 lambda: [*_honest(), *_sybils(4)]),
+                 lambda: [*honest(), *_sybils(4)]),
     ]  # fmt: skip
 
 
@@ -284,16 +216,44 @@ def _audit_scenarios() -> list[Scenario]:
     return [
         Scenario("fake-proven-by-one-of-three", "miner",
                  "fakes 1 of 3 segments; 3 validators replay one each: one proves it, two score it well",
-                 lambda: [*_honest(3, 3), _adversary("lazy-33", LazyMiner(1 / 3, 3))], audit_checks="proven-by-one"),
+                 lambda: [*honest(3, 3), adversary("lazy-33", LazyMiner(1 / 3, 3))], audit_checks="proven-by-one"),
         Scenario("withhold-when-audited", "miner", "honest, but refuses its states exactly when audited (q = 0.8)",
-                 lambda: [*_honest(), Participant("miner", "withhold-when-audited", MINER_STAKE, withholder)],
+                 lambda: [*honest(), Participant("miner", "withhold-when-audited", MINER_STAKE, withholder)],
                  provable=False, audit_params={"audit_rate_bps": 8_000}, audit_checks="withhold-when-audited"),
         Scenario("false-unanswered-report", "validator",
                  "a validator (c = 1 of 2, q = 1) reports the honest miners it audits unanswered",
-                 lambda: [*_honest(1, 0), Participant("validator", "false-reporter", VALIDATOR_STAKE,
-                                                      _validator_factory(FalseReporterValidator)), *_honest(0, 3)],
+                 lambda: [*honest(1, 0), Participant("validator", "false-reporter", VALIDATOR_STAKE,
+                                                      validator_factory(FalseReporterValidator)), *honest(0, 3)],
                  scores_dishonestly=False, audit_params={"audit_rate_bps": 10_000, "committee_size": 1},
                  audit_checks="false-unanswered-report", timeout_s=2_400.0, min_rounds=REPORT_WINDOW_ROUNDS + 2),
+    ]  # fmt: skip
+
+
+EPOCH_ROUNDS = 8
+"""Assignment epochs of the DiPaCo scenarios, as the devnet's (rounds 1-7, then 8-15:
+``protocol.rounds.epochs``). A miner prepares at the first round it trains in, 1 on the in-memory chain and
+2 on anvil (round 1 is the join round), so a run of up to 6 rounds cheats from its second round on; a longer
+one crosses an epoch, whose first round the cheater trains honestly and is paid for."""
+
+
+def _dipaco_epochs(spec: RunSpec) -> RunSpec:
+    """The suite's run as DiPaCo with assignment epochs of :data:`EPOCH_ROUNDS` rounds."""
+    return replace(spec, model=replace(spec.model, mode="dipaco"), epoch_rounds=EPOCH_ROUNDS)
+
+
+def _knowing_ahead() -> list[Scenario]:
+    """Issue 28: a DiPaCo miner knows its path, and who shares it, for a whole epoch. It prepares its data at
+    the epoch's first round and trains every later round on it (each round's batches come from the round's
+    own seed), or identities of one operator copy the one that trains (each miner's batches are its own)."""
+    return [
+        Scenario("epoch-prepared", "miner",
+                 f"DiPaCo, epochs of {EPOCH_ROUNDS} rounds: trains each round of an epoch on its first round's batches",
+                 lambda: [*honest(), adversary("epoch-prepared", EpochPrepared())], cheat_from=2,
+                 adapt_spec=_dipaco_epochs),
+        Scenario("path-sybils", "miner",
+                 f"DiPaCo, epochs of {EPOCH_ROUNDS} rounds: 4 low-stake identities, one trains, three re-label its "
+                 "update (those on its path know it for the epoch)",
+                 lambda: [*honest(), *_sybils(4)], adapt_spec=_dipaco_epochs),
     ]  # fmt: skip
 
 
@@ -301,26 +261,26 @@ def _validator_scenarios() -> list[Scenario]:
     """Validators that score dishonestly, stay silent or sign another checkpoint."""
     return [
         Scenario("copier-validator", "validator", "a validator (20% of stake) commits last round's consensus",
-                 lambda: [*_honest(2, 0),
-                          Participant("validator", "copier-validator", VALIDATOR_STAKE // 2, _validator_factory(CopierValidator)),
-                          *_honest(0, 3)]),
+                 lambda: [*honest(2, 0),
+                          Participant("validator", "copier-validator", VALIDATOR_STAKE // 2, validator_factory(CopierValidator)),
+                          *honest(0, 3)]),
         Scenario("random-validator", "validator", "a validator (20% of stake) scores at random",
-                 lambda: [*_honest(2, 0),
-                          Participant("validator", "random-validator", VALIDATOR_STAKE // 2, _validator_factory(RandomValidator)),
-                          *_honest(0, 3)]),
+                 lambda: [*honest(2, 0),
+                          Participant("validator", "random-validator", VALIDATOR_STAKE // 2, validator_factory(RandomValidator)),
+                          *honest(0, 3)]),
         Scenario("colluding-validators", "validator",
                  "a validator with 25% of stake gives a free-riding miner the top score and the others 0",
                  _colluders),
         Scenario("silent-validator", "validator", "a validator verifies and commits but never reveals",
-                 lambda: [*_honest(2, 0),
-                          Participant("validator", "silent-validator", VALIDATOR_STAKE, _validator_factory(SilentValidator)),
-                          *_honest(0, 3)]),
+                 lambda: [*honest(2, 0),
+                          Participant("validator", "silent-validator", VALIDATOR_STAKE, validator_factory(SilentValidator)),
+                          *honest(0, 3)]),
         Scenario("bad-signer-validator", "validator",
                  "a validator (1 of 3) serves a valid signature of another checkpoint digest",
                  scores_dishonestly=False,
-                 build=lambda: [*_honest(2, 0),
-                          Participant("validator", "bad-signer-validator", VALIDATOR_STAKE, _validator_factory(BadSignerValidator)),
-                          *_honest(0, 3)]),
+                 build=lambda: [*honest(2, 0),
+                          Participant("validator", "bad-signer-validator", VALIDATOR_STAKE, validator_factory(BadSignerValidator)),
+                          *honest(0, 3)]),
     ]  # fmt: skip
 
 
@@ -329,7 +289,7 @@ def _fault_scenarios() -> list[Scenario]:
     # participant 0 is a validator, 2 the first honest miner (see _honest)
     out = [
         Scenario(label, "fault", f"kill -9 and restart participant {who} in round {rnd}, phase {phase}",
-                 lambda: _honest(), faults=[(rnd, phase, who)])
+                 lambda: honest(), faults=[(rnd, phase, who)])
         for label, rnd, phase, who in (
             ("fault-miner-crash-commit", 2, 0, 2),
             ("fault-miner-crash-reveal", 2, 1, 2),
@@ -339,9 +299,9 @@ def _fault_scenarios() -> list[Scenario]:
     ]  # fmt: skip
     return out + [
         Scenario("fault-miner-down-18s-reveal", "fault", "kill -9 a miner in round 2 REVEAL, restart it 18 s later",
-                 lambda: _honest(), faults=[(2, 1, 2, 18.0)], phase_blocks=200),
+                 lambda: honest(), faults=[(2, 1, 2, 18.0)], phase_blocks=200),
         Scenario("fault-corrupt-server", "miner", "a miner serves bytes that do not match its commitment",
-                 lambda: [*_honest(), _adversary("corrupt-server", _CorruptServer())], provable=False),
+                 lambda: [*honest(), adversary("corrupt-server", _CorruptServer())], provable=False),
     ]  # fmt: skip
 
 
@@ -359,7 +319,7 @@ class _CorruptServer(Withholder):
 
 
 def _copier(sc: Scenario) -> list[Participant]:
-    parts = _honest()
+    parts = honest()
     victim = parts[2]
 
     def make(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
@@ -369,7 +329,7 @@ def _copier(sc: Scenario) -> list[Participant]:
 
 
 def _colluders() -> list[Participant]:
-    free_rider = _adversary("free-rider-zero", FreeRiderZero())
+    free_rider = adversary("free-rider-zero", FreeRiderZero())
 
     def make(cfg: Any, spec: Any, coord: Any, disc: Any, key: str, **extra: Any) -> Any:
         return ColludingValidator(
@@ -378,7 +338,7 @@ def _colluders() -> list[Participant]:
 
     colluder = Participant("validator", "colluding-validator", VALIDATOR_STAKE, make)
     # miners first: the colluder's factory reads the free rider's address
-    return [*_honest(0, 3), free_rider, *_honest(3, 0), colluder]
+    return [*honest(0, 3), free_rider, *honest(3, 0), colluder]
 
 
 _REGISTRY: dict[str, Scenario] | None = None

@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 from eth_account import Account
-from torch import Tensor
 
 from miner.behaviour import Behaviour, BehaviourContext
 from miner.work import BuiltUpdate, RoundInputs, assignment_for, build_update, round_batches
@@ -20,6 +19,10 @@ from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.rounds.phases import Phase
 from protocol.runspec import RunSpec
 from protocol.wire.tensorblob import tensors_digest
+from tessera.attack.harness import tiny_spec
+from tessera.attack.miners import EpochPrepared
+from tessera.attack.runner import reference, reference_key
+from tessera.attack.scenarios import get
 from tests.training.training_fixtures import tiny_model
 from training.config import InnerConfig
 from validator.connections import Connections, Theta
@@ -29,17 +32,6 @@ from validator.policy import VerifyPolicy
 
 KEYS = ["0x" + f"{i:064x}" for i in range(61, 64)]
 SPEC = RunSpec(model=tiny_model("dipaco"), inner=InnerConfig(steps=4, transcript_interval=1), epoch_rounds=4)
-
-
-class EpochPrepared(Behaviour):
-    """Trains on the batches it drew for its path at the epoch's first round (``prepared``)."""
-
-    def __init__(self, prepared: Tensor) -> None:
-        self.prepared = prepared
-
-    def batches(self, ctx: BehaviourContext, batches: Tensor) -> Tensor:
-        assert self.prepared.shape == batches.shape  # the same path and shape: only the windows are stale
-        return self.prepared.clone()
 
 
 def _to_commit_phase_of(ledger: MemoryLedger, coord: MemoryCoordinator, round: int) -> None:
@@ -79,7 +71,8 @@ def test_batches_prepared_at_the_epochs_first_round_are_refused_provably() -> No
             a = assignment_for(SPEC, epoch.seed, m.miners(6), m.address, epoch.registry)
             prepared = round_batches(SPEC, conn.dataset, first_assign_seed, a)
             assert not torch.equal(prepared, round_batches(SPEC, conn.dataset, st.assign_seed, a))
-            behaviour = EpochPrepared(prepared)
+            behaviour = EpochPrepared()  # the attack suite's mode, primed as at round 4
+            behaviour.batches(BehaviourContext(4, m.address, a.module_ids, 4, epoch_rounds=4), prepared)
         built[m.address] = build_update(SPEC, conn.dataset, inputs, behaviour)
         m.commit_update(6, built[m.address].digest)
     while ledger.phase != Phase.SCORE_COMMIT:  # leaving REVEAL fixes seed(6), which picks the segments
@@ -97,3 +90,22 @@ def test_batches_prepared_at_the_epochs_first_round_are_refused_provably() -> No
     assert verdicts[honest.address].accepted, verdicts[honest.address].reason
     caught = verdicts[cheat.address]
     assert not caught.accepted and caught.stage == "recompute" and caught.provable, caught
+
+
+def test_the_mode_trains_an_epochs_later_rounds_on_its_first_batches() -> None:
+    mode, path = EpochPrepared(), ("block0.1",)
+    first, later, next_epoch = (torch.full((2, 3), float(i)) for i in range(3))
+    ctx = [BehaviourContext(r, "0xm", path, 2, epoch_rounds=4) for r in (1, 3, 4)]
+    assert torch.equal(mode.batches(ctx[0], first), first)  # epoch of rounds 1-3: drawn at round 1
+    assert torch.equal(mode.batches(ctx[1], later), first)  # round 3: round 1's batches again
+    assert torch.equal(mode.batches(ctx[2], next_epoch), next_epoch)  # round 4 opens the next epoch
+    assert torch.equal(mode.batches(ctx[1], torch.zeros(3, 3)), torch.zeros(3, 3))  # another shape: its own
+
+
+def test_the_scenario_runs_dipaco_epochs_and_its_reference_too() -> None:
+    sc = get("epoch-prepared")
+    assert sc.adapt_spec is not None
+    spec = sc.adapt_spec(tiny_spec())
+    assert spec.model.mode == "dipaco" and spec.epoch_rounds == 8 and sc.cheat_from == 2
+    assert reference(sc).adapt_spec is sc.adapt_spec
+    assert reference_key(sc) != reference_key(get("baseline"))  # not compared with the MoE baseline
