@@ -194,6 +194,10 @@ class Harness:
             if self.stranger is not None and hasattr(self.net.dht, "validator_stats"):
                 self.poison["bootstrap_dht_validator"] = self.net.dht.validator_stats()
                 self.note(f"bootstrap DHT node's record validator: {self.poison['bootstrap_dht_validator']}")
+                self.poison["refused_at_node"] = {
+                    n: (self.net.get(n, "/status") or {}).get("dht_refused_at_node") for n in self.net.nodes
+                }
+                self.note(f"records each node's DHT refused: {self.poison['refused_at_node']}")
         finally:
             self._stop()
         return self._result(checks, error, t0)
