@@ -7,6 +7,8 @@ Modules:
   strategy given stake, slash fraction, reward and compute cost;
 - :mod:`tessera.attack.miners` -- adversarial miner modes as ``miner.behaviour.Behaviour`` subclasses;
 - :mod:`tessera.attack.validators` -- adversarial validator scoring modes;
+- :mod:`tessera.attack.casting` -- the :class:`~tessera.attack.casting.Scenario` record and the casts
+  scenarios are built from (honest nodes, adversarial miners, validators by class);
 - :mod:`tessera.attack.scenarios` and :mod:`tessera.attack.runner` -- scenarios run round by round beside
   honest nodes, and the report.
 """
