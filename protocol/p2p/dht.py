@@ -264,19 +264,21 @@ class DHTNode:
         fut = self._require().run_coroutine(partial(_set_registered, addresses=arg), return_future=True)
         self._result(fut, "set_registered")
 
-    def validator_stats(self) -> dict[str, int]:
-        """Records this node's validator accepted and refused (by error class), stores and reads alike."""
+    def validator_stats(self, timeout: float | None = None) -> dict[str, int]:
+        """Records this node's validator accepted and refused (by error class), stores and reads alike;
+        ``timeout`` seconds at most (default ``op_timeout``)."""
         fut = self._require().run_coroutine(_validator_stats, return_future=True)
-        return dict(self._result(fut, "validator_stats"))
+        return dict(self._result(fut, "validator_stats", timeout))
 
-    def _result(self, fut: Any, what: str) -> Any:
+    def _result(self, fut: Any, what: str, timeout: float | None = None) -> Any:
+        limit = self.config.op_timeout if timeout is None else timeout
         try:
-            return fut.result(timeout=self.config.op_timeout)
+            return fut.result(timeout=limit)
         except TimeoutError as exc:
-            raise DHTTimeoutError(f"DHT {what} did not finish in {self.config.op_timeout}s") from exc
+            raise DHTTimeoutError(f"DHT {what} did not finish in {limit}s") from exc
         except Exception as exc:
             if type(exc).__name__ == "TimeoutError":
-                raise DHTTimeoutError(f"DHT {what} did not finish in {self.config.op_timeout}s") from exc
+                raise DHTTimeoutError(f"DHT {what} did not finish in {limit}s") from exc
             raise DHTError(f"DHT {what} failed: {type(exc).__name__}: {exc}") from exc
 
     # -- records ---------------------------------------------------------------------------------------

@@ -25,6 +25,9 @@ from protocol.wire.records import NodeRecord, RecordError, Served, make_record
 
 log = logging.getLogger(__name__)
 
+STATS_TIMEOUT_S = 1.0
+"""Seconds :meth:`Discovery.refused_by_dht` waits for the DHT process's counters."""
+
 
 @dataclass
 class Discovery:
@@ -209,12 +212,13 @@ class Discovery:
         """Records this node's DHT validator refused: stores peers sent it and reads alike (0 without a DHT).
 
         ``refused`` counts only what this node's own lookups threw out, and a node that reads no DHT while
-        it holds the records it wants (issue 26) may never look at junk its DHT refused on store."""
+        it holds the records it wants (issue 26) may never look at junk its DHT refused on store. Read for
+        ``/status``, so a stuck DHT process holds the page up for :data:`STATS_TIMEOUT_S` at most."""
         dht = self.dht
         if dht is None or not dht.running:
             return 0
         try:
-            return sum(n for k, n in dht.validator_stats().items() if k != "accepted")
+            return sum(n for k, n in dht.validator_stats(STATS_TIMEOUT_S).items() if k != "accepted")
         except DHTError as exc:
             log.debug("DHT validator stats: %s", exc)
             return 0

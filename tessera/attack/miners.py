@@ -124,9 +124,8 @@ class EpochPrepared(Behaviour):
     name = "epoch-prepared"
 
     def __init__(self) -> None:
-        self.prepared: dict[
-            tuple[int, tuple[str, ...]], Tensor
-        ] = {}  # (epoch's first round, path) -> batches
+        # (the epoch's first round, the path) -> the batches drawn at the first round it trained in
+        self.prepared: dict[tuple[int, tuple[str, ...]], Tensor] = {}
 
     def batches(self, ctx: BehaviourContext, batches: Tensor) -> Tensor:
         """The epoch's first batches from its second round on (the round's own where the shape differs)."""

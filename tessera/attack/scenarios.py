@@ -286,7 +286,7 @@ def _validator_scenarios() -> list[Scenario]:
 
 def _fault_scenarios() -> list[Scenario]:
     """Crashed and restarted nodes, a node down for a while, a peer serving corrupt bytes."""
-    # participant 0 is a validator, 2 the first honest miner (see _honest)
+    # participant 0 is a validator, 2 the first honest miner (see honest)
     out = [
         Scenario(label, "fault", f"kill -9 and restart participant {who} in round {rnd}, phase {phase}",
                  lambda: honest(), faults=[(rnd, phase, who)])
