@@ -11,7 +11,13 @@ is checked (that is ``validator.pipeline``'s plan):
 - each miner gets a budget when it starts: its share of the time left to the commit point,
   ``left / ceil(unfinished / workers)`` (what a fast miner leaves goes to the later ones), and every fetch
   it makes is bounded by what is left of it (:meth:`Slot.remaining`);
-- at the commit point the node commits with what is finished; the unfinished are scored as unverified.
+- at the commit point the node commits with what is finished; the unfinished are scored as unverified;
+- an audit the miner left unanswered in any try stays unanswered (issue 38): a later try that fails too,
+  on another way of not serving (a miner the transfer layer now skips as stalling, the update no longer
+  served), never turns it into a verdict that cannot be reported, and the update that matched its
+  commitment is kept for the retry. Only a try in which the miner answers (served and checked, or proven
+  fake) replaces it. A fetch the member cut short of the serving window, or a link that reached nobody,
+  is the member's own fault and is not reported (``validator.audits.own_fault``).
 
 The clock is injected (``time.monotonic`` by default) and :class:`BlockClock` turns the chain's blocks into
 that clock's seconds from the node's own readings, so nothing here reads the chain: a validator whose RPC
@@ -32,8 +38,9 @@ from typing import Any
 
 from protocol.errors import ProtocolError
 from protocol.rounds.coordinator import RoundState
+from validator.audits import ServeWatch, answered, mark_audit, own_fault, unanswered
 from validator.connections import Connections
-from validator.context import RoundContext, Verdict
+from validator.context import Incoming, RoundContext, Verdict
 from validator.intake import Intake
 from validator.pipeline import VerificationPipeline
 from validator.stages import Stage
@@ -134,6 +141,8 @@ class Slot:
     commit_at_start: float
     work: Any = None
     """What the node runs it as (a ``concurrent.futures.Future``)."""
+    watch: ServeWatch | None = None
+    """Its fetches' windows (whether a failed one was cut short by this budget)."""
 
     @property
     def end(self) -> float:
@@ -170,6 +179,9 @@ class RoundSchedule:
     """Each miner's budget at its last start (reported with its verdict)."""
     not_before: dict[str, float] = field(default_factory=dict)
     """When a miner put back after a transient failure may start again."""
+    unanswered: dict[str, Verdict] = field(default_factory=dict)
+    """The first try of each miner that left its audit unanswered (kept whatever later tries end in,
+    unless the miner answers one: issue 38)."""
 
     @classmethod
     def create(
@@ -280,12 +292,15 @@ class VerifyScheduler:
         sched = self._schedule(st)
         ends = math.inf if slice_s is None else sched.clock() + slice_s
         while True:
-            self._collect(sched, record)
+            self._collect(sched, ctx, record)
             while (slot := sched.start_next()) is not None:
                 inc = self.intake.incoming(
                     sched.round, slot.miner, self._commits.get(slot.miner), len(ctx.registry),
                     slot.out_of_time, slot.remaining,
                 )  # fmt: skip
+                if isinstance(inc, Incoming):
+                    slot.watch = ServeWatch(slot.remaining)
+                    inc = slot.watch.wrap(inc)
                 slot.work = self._pool.submit(self.pipeline.verify, inc, ctx)
             if sched.complete() or sched.due():
                 break
@@ -304,8 +319,48 @@ class VerifyScheduler:
             reason = "not verified by the score-commit point (scored 0, unprovable)"
             v = Verdict(miner=miner, round=sched.round, accepted=False, stage=Stage.BUDGET, reason=reason)
             v.metrics["budget_s"] = sched.budgets.get(miner, 0.0)
-            record(miner, v)
+            record(miner, self._final(sched, miner, v))
         return True
+
+    @staticmethod
+    def _final(sched: RoundSchedule, miner: str, v: Verdict) -> Verdict:
+        """The verdict to record for ``miner`` whose last try ended in ``v``: the first try that left the
+        audit unanswered (the furthest the miner let it get), unless the miner answered in ``v``
+        (issue 38)."""
+        kept = sched.unanswered.get(miner)
+        if kept is None or kept is v or answered(v):
+            return v
+        kept.metrics.update(v.metrics)
+        kept.evidence["tries"] = sched.tries.get(miner, 1)
+        kept.evidence["last_try"] = f"{v.stage}: {v.reason}"
+        log.info(
+            "round %d: %s's audit stays unanswered (last try: %s: %s)",
+            sched.round,
+            miner[:10],
+            v.stage,
+            v.reason,
+        )
+        return kept
+
+    def _judge(self, sched: RoundSchedule, ctx: RoundContext, slot: Slot, v: Verdict) -> None:
+        """Tag ``v`` with the miner's audit (``validator.audits.mark_audit``) and, when it leaves the audit
+        unanswered, with this validator's own fault if it is one: a fetch its budget cut short of the
+        serving window (the fetch policy's per-attempt ``timeout``), or a link that brought in nothing
+        this round. Keep the first unanswered try."""
+        mark_audit(v, ctx)
+        if not unanswered(v):
+            return
+        cache = self.intake.cache
+        link_ok = bool(cache.updates) or not v.evidence.get("unreachable")
+        fault = own_fault(v, slot.watch, self.conn.fetch_policy.timeout, link_ok)
+        if fault is not None:
+            v.evidence["own_fault"] = str(fault)
+            log.info(
+                "round %d: %s's audit not finished through this validator's own %s; not reported (%s)",
+                sched.round, slot.miner[:10], fault, v.reason,
+            )  # fmt: skip
+            return
+        sched.unanswered.setdefault(slot.miner, v)
 
     def _schedule(self, st: RoundState) -> RoundSchedule:
         """The round's schedule, made at its first SCORE_COMMIT step (after a restart: of the miners
@@ -339,8 +394,9 @@ class VerifyScheduler:
         except ProtocolError as exc:
             log.info("chain not readable (%s); the score-commit point is kept by the clock", exc)
 
-    def _collect(self, sched: RoundSchedule, record: Record) -> None:
-        """Take the finished workers' verdicts: final ones to ``record``, transient ones back in the queue."""
+    def _collect(self, sched: RoundSchedule, ctx: RoundContext, record: Record) -> None:
+        """Take the finished workers' verdicts: final ones to ``record``, transient ones back in the queue
+        (an audit left unanswered in any try is recorded unanswered unless a later try is answered)."""
         cache = self.intake.cache
         for miner, slot in list(sched.running.items()):
             if slot.work is None or not slot.work.done():
@@ -352,6 +408,7 @@ class VerifyScheduler:
                 v = Verdict(miner=miner, round=sched.round, accepted=False, stage=Stage.ERROR, reason=reason)
             v.metrics["budget_s"] = round(slot.budget_s, 3)
             v.metrics["verify_wall_seconds"] = round(sched.clock() - slot.started, 3)
+            self._judge(sched, ctx, slot, v)
             stage = Stage(v.stage)
             unreachable = stage.retryable(v.provable) and bool(v.evidence.get("unreachable"))
             own = stage is Stage.ERROR  # an error no check anticipated: the validator's RPC, its peers
@@ -359,7 +416,8 @@ class VerifyScheduler:
             # its budget, not a withholding grace, is what bounds its cost (issue 27)
             transient = own or (unreachable and not slot.out_of_time())
             if transient and sched.retry(miner):
-                cache.updates.pop(miner, None)
+                if stage is not Stage.RECOMPUTE:  # past digest the update matched: kept for the retry
+                    cache.updates.pop(miner, None)
                 log.info(
                     "round %d: %s not verifiable yet (%s); retried in the phase",
                     sched.round,
@@ -373,4 +431,4 @@ class VerifyScheduler:
                     "round %d: %s over its budget (%.1fs): not served in time; scored 0 (%s)",
                     sched.round, miner[:10], slot.budget_s, v.reason,
                 )  # fmt: skip
-            record(miner, v)
+            record(miner, self._final(sched, miner, v))

@@ -6,12 +6,23 @@ by the committee together with up to c witnesses drawn from the round's seed amo
 states itself, with the same audit a committee member runs (the pipeline's ``audit`` plan, its fetch
 deadlines included), and votes on what it finds:
 
-- not served: for the report (a real withholder is slashed by the committee and its witnesses);
+- not served: for the report (a real withholder is slashed by the committee and its witnesses), whatever
+  the way (issue 38): the update itself, the transcript, a state or a residual not served or not the
+  committed bytes -- 404, a hang or a drip past the whole fetch window, partial or wrong bytes, a refused
+  connection -- once its own link is known to work (it brought in some update this round): a witness that
+  reached nobody does not vote on a miner it could not reach;
 - served and checking out: against it (one lying committee member cannot slash an honest miner);
 - served but fake: its normal fraud proof (``Slashing.slash``), which forfeits the round's pay even where
   the report had frozen it first;
 - undecided (a stage before the states failed, the budget ran out): no vote; the report expires after its
   window and releases the pay.
+
+How a witness tells a committee member's own fault from the miner's: the witness repeats the audit itself,
+later (after the score commit), from another machine, through its own RPC, with the whole serving window
+(no verification budget cuts its fetches short). A member's RPC outage, its bandwidth or its deadline does
+not recur there: the miner serves the witness, the audit checks out, and the witness votes against the
+report (2/3 against slashes the reporter; neither way, the report expires and the pay is released). Only a
+miner that does not serve the witness either is confirmed.
 
 A report it voted against is kept in the validator's state file (:class:`ContestedReports`), so that the
 witness expires it after the window even when it was restarted meanwhile; the reported miner's own node
@@ -27,7 +38,7 @@ from typing import Protocol, runtime_checkable
 
 from protocol.rounds.audits import REPORT_WINDOW_ROUNDS, AuditDraw
 from protocol.rounds.coordinator import AlreadyDoneError, CoordinatorError, RoundState
-from validator.audits import AuditBoard, round_audits, unanswered
+from validator.audits import AuditBoard, mark_audit, round_audits, unanswered
 from validator.connections import Connections, Theta
 from validator.context import RoundContext, Verdict
 from validator.intake import Intake
@@ -88,13 +99,15 @@ class WitnessBoard(Protocol):
         ...
 
 
-def witness_vote(v: Verdict) -> bool | None:
-    """The vote a witness's own audit ``v`` calls for: True (not served), False (served and checking
-    out, whatever the usefulness score), None (a fraud proof instead, or undecided)."""
+def witness_vote(v: Verdict, link_ok: bool = True) -> bool | None:
+    """The vote a witness's own audit ``v`` calls for: True (not served, any way: the update, the
+    transcript, a state), False (served and checking out, whatever the usefulness score), None (a fraud
+    proof instead, or undecided: a miner it could not reach while its own link, ``link_ok``, brought in
+    nothing this round)."""
     if v.provable:
         return None
     if unanswered(v):
-        return True
+        return True if link_ok or not v.evidence.get("unreachable") else None
     if v.stage in _BEFORE_STATES:
         return None
     if v.stage == Stage.RECOMPUTE:  # a replay that failed unprovably (not a missing state): no opinion
@@ -167,8 +180,8 @@ class Witness:
         audits[miner] = AuditDraw(audited=True, committee=draw.committee | 1 << me)
         as_auditor = dataclasses.replace(ctx, audits=audits)
         inc = self.intake.incoming(ctx.round, miner, commitment, len(ctx.registry))
-        v = self.pipeline.verify(inc, as_auditor)
-        vote = witness_vote(v)
+        v = mark_audit(self.pipeline.verify(inc, as_auditor), as_auditor)
+        vote = witness_vote(v, link_ok=bool(self.intake.cache.updates))
         if v.provable:
             log.warning("round %d: witness of %s was served a fake: %s", ctx.round, miner[:10], v.reason)
             self.prove(v)

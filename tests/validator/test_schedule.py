@@ -135,7 +135,7 @@ def test_a_step_hands_the_loop_back_while_a_worker_waits() -> None:
     sched.blocks.observe(100)
     st = SimpleNamespace(round=2, seed=b"\2" * 32, deadline=100 + 200)  # 196 blocks to the commit point
     got: dict[str, Verdict] = {}
-    ctx = SimpleNamespace(registry=[miner])
+    ctx = SimpleNamespace(registry=[miner], audits={})  # no draw: every validator audits
     t0 = time.monotonic()
     assert sched.run(st, ctx, got.__setitem__, slice_s=0.3) is False  # type: ignore[arg-type]
     assert time.monotonic() - t0 < 3 and got == {}

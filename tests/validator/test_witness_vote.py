@@ -1,12 +1,26 @@
 """The vote a witness's own audit calls for (issue 26, the reverse attack): not served -> for the report,
 served and checking out -> against it, a fake -> a fraud proof instead, a verdict that never reached
-the states -> no vote (the report then expires)."""
+the states -> no vote (the report then expires). Issue 38: the update not served any way confirms it too,
+a witness whose own link brought nothing does not vote on a miner it could not reach, and a report filed
+through a member's own fault is voted down by a witness the miner serves."""
 
 from __future__ import annotations
 
-from validator.context import AuditRole, Verdict
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from torch import Tensor
+
+from protocol.p2p.blobs import FetchTimeoutError
+from protocol.rounds.audits import AuditDraw
+from protocol.wire.commitments import update_commitment
+from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, VALIDATOR, Round, make_round
+from validator.context import AuditRole, Incoming, Verdict
+from validator.pipeline import VerificationPipeline
+from validator.policy import VerifyPolicy
 from validator.stages import Stage
-from validator.witness import witness_vote
+from validator.witness import Witness, witness_vote
 
 
 def _v(stage: Stage, accepted: bool = False, provable: bool = False, **evidence: object) -> Verdict:
@@ -31,3 +45,82 @@ def test_no_vote_before_the_states() -> None:
     for stage in (Stage.FETCH, Stage.DIGEST, Stage.FORMAT, Stage.BOUNDS, Stage.BUDGET, Stage.ERROR):
         assert witness_vote(_v(stage)) is None
     assert witness_vote(_v(Stage.RECOMPUTE)) is None  # an unprovable replay failure: no opinion
+
+
+# -- issue 38: not served any way, and whose fault ----------------------------------------------------
+
+
+def test_the_update_not_served_to_the_witness_confirms_the_report() -> None:
+    for stage in (Stage.FETCH, Stage.DIGEST):
+        assert witness_vote(_v(stage, unanswered=True)) is True
+
+
+def test_a_witness_whose_link_brought_nothing_does_not_vote_on_an_unreachable_miner() -> None:
+    hang = _v(Stage.RECOMPUTE, unanswered=True, unreachable=True)
+    assert witness_vote(hang, link_ok=True) is True
+    assert witness_vote(hang, link_ok=False) is None
+    # a miner that answered 404 or with the wrong bytes reached the witness: its link is not in question
+    assert witness_vote(_v(Stage.RECOMPUTE, unanswered=True), link_ok=False) is True
+
+
+OTHER = "0x" + "d4" * 20
+
+
+@pytest.fixture(scope="module")
+def rnd() -> Round:
+    return make_round()
+
+
+class Board:
+    """The chain as a witness sees it: takes its votes."""
+
+    def __init__(self) -> None:
+        self.votes: list[tuple[bytes, bool]] = []
+
+    def vote_unanswered(self, evidence: bytes, support: bool) -> None:
+        self.votes.append((evidence, support))
+
+
+def witness(rnd: Round, *, states: str, link_ok: bool = True) -> tuple[Board, list[Verdict]]:
+    """This validator (index 0) witnesses a report that validators[1], the committee, filed on MINERS[0]:
+    the miner serves its states to the witness (``states="served"``) or hangs (``"hang"``)."""
+    miner = MINERS[0]
+    built = rnd.build(miner)
+    served = dict(built.published())
+    parts = {d for i in range(len(built.transcript_steps)) for d in built.state_parts(i)}
+
+    def fetch_state(digest: str) -> dict[str, Tensor]:
+        if states == "hang" and digest in parts:
+            raise FetchTimeoutError("no complete answer within 10.0s (stalling peer)")
+        return {k: t.clone() for k, t in served[digest].items()}
+
+    commitment = update_commitment(CHAIN_ID, CONTRACT, rnd.round, miner, built.digest)
+    inc = Incoming(miner, commitment, lambda: built.update, fetch_state, fetch_source=rnd.fetch_source)
+    cache = SimpleNamespace(updates={MINERS[1]: b"v"} if link_ok else {})
+    intake = SimpleNamespace(incoming=lambda *a, **k: inc, cache=cache)
+    conn = SimpleNamespace(state=SimpleNamespace(put_contested=lambda e, r: None))
+    proofs: list[Verdict] = []
+    w = Witness(conn, intake, VerificationPipeline(VerifyPolicy()), proofs.append)  # type: ignore[arg-type]
+    ctx = replace(
+        rnd.ctx(), validators=[VALIDATOR, OTHER], audits={miner: AuditDraw(True, 0b10)}, validator_index=0
+    )
+    board = Board()
+    w._audit_and_vote(board, ctx, miner, commitment, b"\xee" * 32)  # type: ignore[arg-type]
+    return board, proofs
+
+
+def test_a_report_from_a_members_own_fault_is_voted_down_by_the_witness(rnd: Round) -> None:
+    """The member's RPC, bandwidth or deadline failed it; the miner serves the witness, from another machine
+    with the whole window, and the audit checks out: the witness votes against the report."""
+    board, proofs = witness(rnd, states="served")
+    assert board.votes == [(b"\xee" * 32, False)] and proofs == []
+
+
+def test_a_miner_that_hangs_for_the_witness_too_is_confirmed(rnd: Round) -> None:
+    board, _ = witness(rnd, states="hang")
+    assert board.votes == [(b"\xee" * 32, True)]
+
+
+def test_a_witness_that_reached_nobody_this_round_does_not_vote(rnd: Round) -> None:
+    board, _ = witness(rnd, states="hang", link_ok=False)
+    assert board.votes == []
