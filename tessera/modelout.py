@@ -26,6 +26,7 @@ from protocol.p2p.blobs import TransferError
 from protocol.p2p.transfer import get_capped
 from protocol.wire.tensorblob import decode_tensors, split_checkpoint, tensors_digest
 from tessera.errors import TesseraError
+from tessera.hfexport import MANIFEST_FILE, HFExportError, is_hf_export, path_dir, read_hf, write_hf
 from training.config import ModelConfig, from_dict, to_dict
 from training.data import is_heldout, prepare
 from training.errors import TrainingError
@@ -37,6 +38,8 @@ from validator.usefulness import heldout_loss
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
+#: Export formats: Tessera's own files, or a directory Hugging Face transformers loads.
+FORMATS = ("tessera", "hf")
 
 
 class ModelOutError(TesseraError):
@@ -88,6 +91,26 @@ def theta_of(blob: bytes, expect_digest: str | None) -> tuple[dict[str, Tensor],
     return params, digest
 
 
+def theta_of_export(
+    directory: Path, cfg: ModelConfig, expect_digest: str | None
+) -> tuple[dict[str, Tensor], str, Certified | None]:
+    """theta of an exported model (either format) to export again (``--from DIR``), with the checkpoint
+    digest and the certificate its config records; refuses a model of another config, or one whose
+    recorded checkpoint digest is not ``expect_digest`` (when given). The weights are checked against
+    the theta digest the config records (:func:`load_export`)."""
+    params, got, doc = load_export(directory)
+    if got != cfg:
+        raise ModelOutError(f"{directory} is not a model of the run (model configs differ)")
+    digest = str(doc.get("checkpoint_digest"))
+    if expect_digest is not None and digest != expect_digest:
+        raise ModelOutError(f"{directory} holds checkpoint {digest}, not the certified {expect_digest}")
+    cert = doc.get("certified")
+    try:
+        return params, digest, Certified(**cert) if isinstance(cert, dict) else None
+    except TypeError as exc:
+        raise ModelOutError(f"{directory}: its certificate record is not one: {exc}") from exc
+
+
 def certified_digest(chain: Any, round: int | None) -> Certified:
     """The digest certified on chain for theta_``round`` (None: the newest certified checkpoint)."""
     r = chain.round_state().round if round is None else round
@@ -102,21 +125,26 @@ def certified_digest(chain: Any, round: int | None) -> Certified:
 
 
 def export(
-    params: Mapping[str, Tensor], spec: Any, out: Path, certified: Certified | None, digest: str
+    params: Mapping[str, Tensor],
+    spec: Any,
+    out: Path,
+    certified: Certified | None,
+    digest: str,
+    fmt: str = "tessera",
 ) -> Path:
-    """Write ``out/model.safetensors`` (theta, fp32) and ``out/config.json`` (the model config, the run's
-    digest and where the checkpoint was certified), and the run's BPE tokenizer as ``out/tokenizer.json``
-    (checked against the run file's digest first); returns ``out``."""
+    """Write theta and what it is into ``out``; returns ``out``. ``fmt`` ``tessera``: ``model.safetensors``
+    (theta, fp32), ``config.json`` (the model config, the run's digest and where the checkpoint was
+    certified) and the run's BPE tokenizer as ``tokenizer.json`` (checked against the run file's digest
+    first). ``fmt`` ``hf``: a directory Hugging Face transformers loads, the same document in
+    ``tessera.json`` (``tessera.hfexport``)."""
+    if fmt not in FORMATS:
+        raise ModelOutError(f"unknown export format {fmt!r} (one of {', '.join(FORMATS)})")
     tokenizer: Any = "bytes (UTF-8, vocab 256)"
     tok_bytes = None
     if spec.tokenizer is not None:
         spec.load_tokenizer()  # refuses a file whose digest is not the pinned one
         tok_bytes = spec.resolve(spec.tokenizer.file).read_bytes()
         tokenizer = spec.tokenizer.to_json() | {"file": TOKENIZER_FILE}
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({k: params[k].detach().contiguous().cpu() for k in sorted(params)}, str(out / WEIGHTS_FILE))
-    if tok_bytes is not None:
-        (out / TOKENIZER_FILE).write_bytes(tok_bytes)
     doc = {
         "format": "tessera-model-v1",
         "model": to_dict(spec.model),
@@ -126,6 +154,14 @@ def export(
         "certified": None if certified is None else certified.__dict__,
         "tokenizer": tokenizer,
     }
+    if fmt == "hf":
+        if isinstance(tokenizer, dict) and spec.model.mode == "dipaco":
+            tokenizer["file"] = f"{path_dir(0)}/{TOKENIZER_FILE}"
+        return write_hf(params, spec.model, out, doc, tok_bytes)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: params[k].detach().contiguous().cpu() for k in sorted(params)}, str(out / WEIGHTS_FILE))
+    if tok_bytes is not None:
+        (out / TOKENIZER_FILE).write_bytes(tok_bytes)
     (out / CONFIG_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return out
 
@@ -136,17 +172,21 @@ def theta_digest(params: Mapping[str, Tensor]) -> str:
 
 
 def load_export(directory: Path) -> tuple[dict[str, Tensor], Any, dict[str, Any]]:
-    """(theta, model config, config document) of an exported model; checks the weights' digest."""
+    """(theta, model config, config document) of an exported model, either format; checks the weights'
+    digest (and, ``hf``, every file against the SHA-256 ``tessera.json`` names)."""
+    hf = is_hf_export(directory)
+    doc_file = MANIFEST_FILE if hf else CONFIG_FILE
     try:
-        doc = json.loads((directory / CONFIG_FILE).read_text())
+        doc = json.loads((directory / doc_file).read_text())
         cfg = from_dict(ModelConfig, doc["model"])
-        params = load_file(str(directory / WEIGHTS_FILE))
+        params = read_hf(directory, cfg, doc) if hf else load_file(str(directory / WEIGHTS_FILE))
+    except HFExportError as exc:
+        raise ModelOutError(str(exc)) from exc
     except (OSError, ValueError, KeyError, TypeError, TrainingError, SafetensorError) as exc:
         raise ModelOutError(f"{directory} is not an exported Tessera model: {exc}") from exc
     if theta_digest(params) != doc.get("theta_digest"):
-        raise ModelOutError(
-            f"{directory}/{WEIGHTS_FILE} is not the model its {CONFIG_FILE} names (digest differs)"
-        )
+        weights = "its weights" if hf else f"{directory}/{WEIGHTS_FILE}"
+        raise ModelOutError(f"{weights} is not the model its {doc_file} names (digest differs)")
     return params, cfg, doc
 
 
@@ -156,13 +196,14 @@ def export_tokenizer(directory: Path, doc: dict[str, Any]) -> Any:
     spec = doc.get("tokenizer")
     if not isinstance(spec, dict):
         return ByteTokenizer()
+    name = str(spec.get("file", TOKENIZER_FILE))
     try:
-        data = (directory / TOKENIZER_FILE).read_bytes()
+        data = (directory / name).read_bytes()
         tok = BPETokenizer(data)
     except (OSError, TokenizerError) as exc:
         raise ModelOutError(f"{directory}: cannot load its tokenizer: {exc}") from exc
     if tok.digest != spec.get("digest"):
-        raise ModelOutError(f"{directory}/{TOKENIZER_FILE} is not the tokenizer its {CONFIG_FILE} names")
+        raise ModelOutError(f"{directory}/{name} is not the tokenizer its config names")
     return tok
 
 
@@ -210,11 +251,30 @@ def sample(
 ) -> str:
     """Text the model continues ``prompt`` with (``max_new`` tokens of ``tokenizer``, byte-level when None;
     ``temperature`` 0: greedy). Deterministic for a seed on one machine."""
+    tok = tokenizer if tokenizer is not None else ByteTokenizer()
+    tokens = tok.encode(prompt) or tok.encode("\n") or [DOC_SEP_ID]
+    ids = sample_ids(
+        model, tokens, max_new=max_new, temperature=temperature, top_k=top_k, seed=seed, path=path
+    )
+    return str(tok.decode(ids))
+
+
+def sample_ids(
+    model: Any,
+    tokens: Sequence[int],
+    *,
+    max_new: int = 200,
+    temperature: float = 0.8,
+    top_k: int = 40,
+    seed: int = 0,
+    path: Sequence[int] | None = None,
+) -> list[int]:
+    """The ``max_new`` token ids the model continues ``tokens`` with (what :func:`sample` decodes); the
+    context is the last ``seq_len`` tokens."""
     if temperature < 0 or top_k < 1 or max_new < 0:
         raise ModelOutError("temperature must be >= 0, top_k >= 1 and the length >= 0")
-    tok = tokenizer if tokenizer is not None else ByteTokenizer()
     cfg = model.cfg
-    tokens = tok.encode(prompt) or tok.encode("\n") or [DOC_SEP_ID]
+    tokens = list(tokens)
     gen = torch.Generator().manual_seed(seed)
     out: list[int] = []
     with torch.no_grad():
@@ -228,4 +288,4 @@ def sample(
                 vals, idx = torch.topk(last / temperature, min(top_k, last.numel()))
                 nxt = int(idx[torch.multinomial(torch.softmax(vals, -1), 1, generator=gen)])
             out.append(nxt)
-    return str(tok.decode(out))
+    return out

@@ -2,8 +2,11 @@
 
 ``export`` takes a checkpoint from a node (``--from http://validator:port``) or a file, checks its digest
 against the certificate on chain (``--deployment``, newest certified round unless ``--round``), and writes
-``model.safetensors`` (theta, fp32) and ``config.json``. ``eval`` reports held-out loss and perplexity on
-the run's corpus; ``sample`` continues a prompt.
+``model.safetensors`` (theta, fp32) and ``config.json`` (``--format tessera``, the default), or a directory
+Hugging Face transformers loads with ``AutoModelForCausalLM.from_pretrained`` (``--format hf``: GPT-2 for
+a dense model and each DiPaCo path, ``path-N/``; a custom model for MoE, ``trust_remote_code=True``).
+``eval`` reports held-out loss and perplexity on the run's corpus; ``sample`` continues a prompt; both
+read either format and refuse a directory with a file missing or altered.
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ def register(subparsers: Any) -> None:
     )
     sub = parser.add_subparsers(dest="model_command", metavar="ACTION")
     ex = sub.add_parser("export", help="check a checkpoint against the chain and write safetensors + config")
-    ex.add_argument("--from", dest="source", required=True, help="a node's URL, or a checkpoint blob file")
+    ex.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="a node's URL, a checkpoint blob file, or an exported model's directory (to change its format)",
+    )
     ex.add_argument(
         "--deployment", type=Path, help="deployment file: the digest is checked against the chain"
     )
@@ -36,6 +44,14 @@ def register(subparsers: Any) -> None:
     ex.add_argument("--digest", default=None, help="expected 0x digest, when no --deployment is given")
     ex.add_argument("--run-file", type=Path, default=Path("run.json"), help="the run's run.json")
     ex.add_argument("--out", type=Path, required=True, help="directory to write")
+    ex.add_argument(
+        "--format",
+        choices=("tessera", "hf"),
+        default="tessera",
+        help="tessera: model.safetensors + config.json (default); hf: a directory Hugging Face "
+        "transformers loads (GPT-2, or for MoE a custom model needing trust_remote_code=True; DiPaCo: "
+        "one per path, path-N/)",
+    )
     ex.set_defaults(handler=_export)
     ev = sub.add_parser("eval", help="held-out loss and perplexity of an exported model")
     ev.add_argument("model_dir", type=Path)
@@ -66,7 +82,7 @@ def register(subparsers: Any) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     from protocol.runspec import RunSpec
-    from tessera.modelout import certified_digest, export, fetch_checkpoint, theta_of
+    from tessera.modelout import certified_digest, export, fetch_checkpoint, theta_of, theta_of_export
 
     spec = RunSpec.load(args.run_file)
     certified = None
@@ -77,13 +93,18 @@ def _export(args: argparse.Namespace) -> int:
         chain = Chain.connect(Deployment.load(args.deployment), rpc_url=args.rpc_url)
         certified = certified_digest(chain, args.round)
         expect = certified.digest
-    blob = fetch_checkpoint(args.source, expect)
-    params, digest = theta_of(blob, expect)
-    export(params, spec, args.out, certified, digest)
+    checked = "chain" if certified else ("--digest" if expect else "nothing (no --deployment)")
+    if Path(args.source).is_dir():  # an export, e.g. the devnet's model/: the same theta in another format
+        params, digest, recorded = theta_of_export(Path(args.source), spec.model, expect)
+        certified = certified or recorded
+    else:
+        params, digest = theta_of(fetch_checkpoint(args.source, expect), expect)
+    export(params, spec, args.out, certified, digest, args.format)
     out = {
         "out": str(args.out),
+        "format": args.format,
         "checkpoint_digest": digest,
-        "checked_against": "chain" if certified else ("--digest" if expect else "nothing (no --deployment)"),
+        "checked_against": checked,
         "round": certified.round if certified else None,
         "parameters": sum(v.numel() for v in params.values()),
     }
