@@ -7,7 +7,7 @@ inner step differ between them. A *setting* is one such choice (environment vari
 device). For each setting, in its own process, an honest miner trains with the miner's own code
 (``miner.work.build_update``: two rounds, the second carrying the first's error-feedback residual, as a node
 does) for each *case*: the devnet's run spec (``devnet``: H = 60, a transcript state every step) and the
-default run spec (``run``, ``RunSpec()``: H = 30, a state every 10 steps, so a replayed segment is 10
+default run spec (``run``, ``InnerConfig()``: H = 30, a state every 10 steps, so a replayed segment is 10
 steps), each in MoE and DiPaCo mode. The transcript states, the residuals, the checkpoint and the encoded
 updates go to a temporary directory (safetensors, update bytes). Then, in a process per setting, a
 validator verifies the round-2 update of every *other* setting with the validator's own
@@ -90,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--specs",
         default="devnet,run",
-        help="run specs: devnet (H=60, a state every step), run (RunSpec(): H=30, every 10 steps)",
+        help="run specs: devnet (the recipe: H=60, a state every step), run (InnerConfig(): H=30, every 10 steps)",
     )
     p.add_argument("--modes", default="moe,dipaco", help="model modes (default moe,dipaco)")
     p.add_argument("--steps", type=int, help="inner steps H per round (default: each spec's)")

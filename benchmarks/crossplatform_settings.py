@@ -114,13 +114,14 @@ SPECS = ("devnet", "run")
 
 
 def run_spec(spec: str, mode: str, steps: int | None) -> dict[str, Any]:
-    """The run spec of a case: ``devnet`` is the one ``tessera devnet`` writes (``tessera.devnet.network``),
-    ``run`` is ``RunSpec()``'s inner loop; both with ``mode``, H overridden by ``steps``."""
+    """The run spec of a case: ``devnet`` is the recipe's inner loop, which ``tessera devnet`` and ``tessera
+    runspec init`` write (``protocol.recipe``), ``run`` the plain ``InnerConfig()`` that run files written
+    before the recipe use (H = 30, a state every 10 steps); both with ``mode``, H overridden by ``steps``."""
     from protocol.runspec import RunSpec
+    from tessera.devnet.runfile import devnet_spec
 
     if spec == "devnet":
-        d = DevnetConfig()
-        inner = InnerConfig(steps=d.inner_steps, batch_size=d.batch_size, transcript_interval=1)
+        inner = devnet_spec(DevnetConfig()).inner
     elif spec == "run":
         inner = InnerConfig()
     else:

@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from protocol.rounds.auditspec import AUDIT_BYTES_PER_PARAM
+
 VERIFICATION_KINDS = ("state", "residual", "checkpoint")
 """What only a check moves (a checkpoint re-fetch: a miner whose rebuilt theta differs)."""
 PER_PARAM_KINDS = ("update", "transcript", *VERIFICATION_KINDS)
 """The terms that grow with the trained parameters."""
-AUDIT_BYTES_PER_PARAM = 20
-"""An audit's states: one start state (12 bytes), the final parameters (4) and the source residual (4)."""
 TARGETS = {"verification_bits": 0.02, "per_param_bits": 0.05, "fixed_kB_per_node": 200.0, "verify_pct": 5.0}
 
 

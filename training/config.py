@@ -96,6 +96,15 @@ class InnerConfig:
     carries them (``miner.work``); the step-0 state it serves holds them, and a validator checks that its
     parameters are theta_r and replays from it."""
 
+    @classmethod
+    def recipe(cls, batch_size: int = 8, lr: float = 3e-3) -> InnerConfig:
+        """The network's inner loop (``protocol.recipe.run_recipe`` writes it into every run file): H = 60
+        and a transcript state after every step, at a preset's batch and learning rate. H = 60 halves the
+        wire bits per parameter and inner step of H = 30 (docs/decisions/training-recipe.md), and a state
+        every step makes an audit replay one step from one state (docs/decisions/traffic-budget.md). The
+        field defaults above are what a run file written before the recipe means where it omits a field."""
+        return cls(steps=60, batch_size=batch_size, lr=lr, transcript_interval=1)
+
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.transcript_interval < 1:
             raise ConfigError("steps, batch_size and transcript_interval must be positive")
@@ -105,7 +114,10 @@ class InnerConfig:
 
 @dataclass(frozen=True)
 class OuterConfig:
-    """The DiLoCo outer step applied per module to the merged pseudo-gradients (see ``training.diloco``)."""
+    """The DiLoCo outer step applied per module to the merged pseudo-gradients (see ``training.diloco``).
+
+    A run takes :meth:`recipe` (``protocol.recipe.run_recipe``); the field defaults are DiLoCo's, the
+    benchmarks' uncompressed reference arm."""
 
     lr: float = 0.7
     """Outer learning rate (DiLoCo default 0.7)."""
@@ -139,7 +151,10 @@ def _codecs_with(part: str, value: str) -> str:
 
 @dataclass(frozen=True)
 class CodecConfig:
-    """How a miner compresses each pseudo-gradient tensor (see ``training.codecs``)."""
+    """How a miner compresses each pseudo-gradient tensor (see ``training.codecs``).
+
+    A run takes :meth:`recipe` (``protocol.recipe.run_recipe``); the field defaults are the plain top-k
+    codec, which run files written before the recipe mean where they omit a field."""
 
     name: str = "topk"
     """A codec of ``training.codecregistry.CODECS``: ``dense`` sends every value (quantised to ``bits``);

@@ -112,6 +112,14 @@ def module_param_counts(cfg: ModelConfig) -> dict[str, int]:
     return out
 
 
+def trained_params_per_miner(cfg: ModelConfig, experts_per_miner: int | None = None) -> tuple[int, list[str]]:
+    """Parameters one miner trains a round (its assignment's modules, from the shapes alone) and those
+    modules' ids; every miner's assignment has the same size."""
+    counts = module_param_counts(cfg)
+    a = assign(b"\0" * 32, ["miner"], cfg, experts_per_miner)["miner"]
+    return sum(counts[m] for m in a.module_ids), list(a.module_ids)
+
+
 def fast_model(cfg: ModelConfig) -> Any:
     """A model of shape ``cfg`` with torch's default initialisation instead of the canonical one (seconds
     instead of tens of seconds at 125M): for timing and memory only, never for a run."""
@@ -163,10 +171,9 @@ def estimate(
     the outer momentum and the merged next checkpoint, plus one miner's replay of a segment (a model,
     gradients and moments, activations, and the segment's start and end states).
     """
-    counts = module_param_counts(cfg)
-    total = sum(counts.values())
+    total = sum(module_param_counts(cfg).values())
+    trained, module_ids = trained_params_per_miner(cfg, experts_per_miner)
     a = assign(b"\0" * 32, ["miner"], cfg, experts_per_miner)["miner"]
-    trained = sum(counts[m] for m in a.module_ids)
     path = a.path if cfg.mode == "dipaco" else None
     model = fast_model(cfg).to(device)
     B, T = inner.batch_size, cfg.seq_len
@@ -181,7 +188,7 @@ def estimate(
         "inner_steps": inner.steps,
         "params_total": total,
         "params_trained_per_miner": trained,
-        "modules_per_miner": list(a.module_ids),
+        "modules_per_miner": module_ids,
         "paths": len(all_paths(cfg)) if cfg.mode == "dipaco" else None,
         "miner_bytes": miner | {"total": sum(miner.values())},
         "validator_bytes": validator | {"total": sum(validator.values())},

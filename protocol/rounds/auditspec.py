@@ -21,6 +21,51 @@ TOKEN = 10**18
 """Wei per token (the economics are in tokens, the contract in wei)."""
 
 
+AUDIT_BYTES_PER_PARAM = 20
+"""Bytes one audit moves per trained parameter of the audited miner: one start state (parameters and both
+AdamW moments, 12 bytes), the final parameters (4) and the source residual (4)
+(docs/decisions/traffic-budget.md)."""
+
+
+@dataclass(frozen=True)
+class AuditTraffic:
+    """The verification bytes a deployment's audits are expected to move per round (means over rounds)."""
+
+    audit_bytes: int
+    """One audit: :data:`AUDIT_BYTES_PER_PARAM` times a miner's trained parameters."""
+    audits_per_round: float
+    """Expected (miner, validator) audits a round: ``q x miners x`` the committee size."""
+    per_miner_bytes: float
+    """What a miner serves a round, in expectation."""
+    per_validator_bytes: float
+    """What a validator fetches a round, in expectation."""
+
+    def describe(self) -> str:
+        """One line for an operator."""
+        return (
+            f"one audit moves {self.audit_bytes / 1e6:.2f} MB; expected per round: "
+            f"{self.audits_per_round:.3g} audits, each miner serves {self.per_miner_bytes / 1e3:,.1f} kB, "
+            f"each validator fetches {self.per_validator_bytes / 1e3:,.1f} kB"
+        )
+
+
+def audit_traffic(
+    audit_rate_bps: int, committee_size: int, miners: int, validators: int, trained_params: int
+) -> AuditTraffic:
+    """Expected audit traffic of a deployment with q = ``audit_rate_bps`` and committees of
+    ``committee_size`` (0: every validator) on a network of ``miners`` and ``validators``, each miner
+    training ``trained_params`` parameters (the step digests and update fetches are not audits)."""
+    q = audit_rate_bps / 10_000
+    members = validators if committee_size == 0 else min(committee_size, validators)
+    one = AUDIT_BYTES_PER_PARAM * trained_params
+    return AuditTraffic(
+        audit_bytes=one,
+        audits_per_round=q * miners * members,
+        per_miner_bytes=q * members * one,
+        per_validator_bytes=q * miners * members / validators * one,
+    )
+
+
 class AuditSpecError(ProtocolError):
     """The run file's ``audits`` section is malformed or out of range."""
 

@@ -54,6 +54,13 @@ def register(subparsers: Any) -> None:
         "its audits section the audit rate (from the deterrence formula), committee, vesting and slash",
     )
     d.add_argument(
+        "--audit-every-update",
+        action="store_true",
+        help="deploy q = 1 with every validator on each committee where the run file has no audits section "
+        "(also: --audit-rate-bps 10000 --committee-size 0): every validator fetches every miner's "
+        "transcript states every round",
+    )
+    d.add_argument(
         "--params", type=Path, help="JSON object of NetworkParams fields (overridden by flags below)"
     )
     for f in fields(NetworkParams):
@@ -98,7 +105,57 @@ def _params(args: argparse.Namespace) -> Any:
     except TypeError as exc:
         raise DeploymentError(f"bad parameters: {exc}") from exc
     params.validate()
-    return _with_genesis(params, getattr(args, "run_file", None))
+    params = _with_genesis(params, getattr(args, "run_file", None))
+    _check_audits(params, args)
+    return params
+
+
+def _asked_every_update(args: argparse.Namespace) -> bool:
+    """Whether the command line asks for q = 1 with every validator on each committee: the flag, or both
+    ``--audit-rate-bps 10000`` and ``--committee-size 0`` given (in flags or ``--params``)."""
+    if args.audit_every_update:
+        return True
+    given: dict[str, Any] = {}
+    if args.params:
+        loaded = json.loads(args.params.read_text())  # read and checked by _params already
+        given |= {k: loaded[k] for k in ("audit_rate_bps", "committee_size") if k in loaded}
+    given |= {
+        k: getattr(args, k) for k in ("audit_rate_bps", "committee_size") if getattr(args, k) is not None
+    }
+    return given.get("audit_rate_bps") == 10_000 and given.get("committee_size") == 0
+
+
+def _check_audits(params: Any, args: argparse.Namespace) -> None:
+    """Print the deployment's q, committee and expected audit traffic (stderr); refuse a deployment where
+    every validator audits every update unless ``--audit-every-update`` says so, with what it costs."""
+    from protocol.rounds.auditspec import AuditSpec, audit_traffic
+
+    run_file = getattr(args, "run_file", None)
+    traffic, plan = None, AuditSpec()
+    if run_file is not None:
+        from protocol.runspec import RunSpec
+        from training.presets import trained_params_per_miner
+
+        spec = RunSpec.load(run_file)
+        plan = spec.audits or plan
+        trained, _ = trained_params_per_miner(spec.model, spec.experts_per_miner)
+        traffic = audit_traffic(
+            params.audit_rate_bps, params.committee_size, plan.miners, plan.validators, trained
+        )
+    committee = "every validator" if params.committee_size == 0 else f"{params.committee_size} validator(s)"
+    print(
+        f"audits: q = {params.audit_rate_bps / 100:g}% of (miner, round) pairs, committees of {committee} "
+        f"(planned network: {plan.miners} miners, {plan.validators} validators)"
+        + (f"; {traffic.describe()}" if traffic is not None else ""),
+        file=sys.stderr,
+    )
+    if params.audit_rate_bps == 10_000 and params.committee_size == 0 and not _asked_every_update(args):
+        cost = "" if traffic is None else f" ({traffic.describe()})"
+        raise DeploymentError(
+            "this deployment audits every update by every validator: each validator fetches every miner's "
+            f"transcript states every round{cost}. Give the run file an audits section (`tessera runspec "
+            "init` writes one; q then follows from the stake) or pass --audit-every-update to deploy it so"
+        )
 
 
 def _with_audits(params: Any, args: argparse.Namespace) -> Any:
@@ -149,9 +206,10 @@ def _deploy(args: argparse.Namespace) -> int:
     from protocol.chain.endpoint import http_web3
     from protocol.chain.transport import check_rpc_url, retrying
 
+    rpc_url = check_rpc_url(args.rpc_url)  # a URL without a scheme: one line at once, not a traceback
     params = _params(args)
     account = load_account(keystore=args.keystore, key_env=args.key_env, password_env=args.password_env)
-    w3 = http_web3(check_rpc_url(args.rpc_url), 60)  # a URL without a scheme: one line, not a traceback
+    w3 = http_web3(rpc_url, 60)
     chain_id = retrying(lambda: int(w3.eth.chain_id), "eth_chainId")
 
     existing = _existing_deployment(args, w3, chain_id, params)

@@ -66,7 +66,9 @@ def _add_network_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dipaco", dest="mode", action="store_const", const="dipaco", help="same as --mode dipaco"
     )
-    p.add_argument("--inner-steps", type=int, default=60, help="H, inner steps per round (default 60)")
+    p.add_argument(
+        "--inner-steps", type=int, default=None, help="H, inner steps per round (default: the recipe's, 60)"
+    )
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:

@@ -46,8 +46,12 @@ def _add_init(sub: Any) -> None:
         default="tiny",
         help="model size: tiny (default, ~0.2M), 1m, 10m, 50m, 125m (see `tessera runspec estimate`)",
     )
-    init.add_argument("--inner-steps", type=int, default=None, help="H, inner steps per round")
-    init.add_argument("--batch-size", type=int, default=None, help="sequences per inner step")
+    init.add_argument(
+        "--inner-steps", type=int, default=None, help="H, inner steps per round (default: the recipe's, 60)"
+    )
+    init.add_argument(
+        "--batch-size", type=int, default=None, help="sequences per inner step (default: the preset's)"
+    )
     init.add_argument(
         "--corpus",
         default="bundled",
@@ -65,8 +69,26 @@ def _add_init(sub: Any) -> None:
     init.add_argument(
         "--epoch-rounds",
         type=int,
-        default=1,
-        help="rounds a DiPaCo assignment is kept (default 1; the devnet's DiPaCo run uses 8; dipaco only)",
+        default=None,
+        help="rounds a DiPaCo assignment is kept (default: the recipe's, 8 in dipaco, 1 otherwise)",
+    )
+    init.add_argument(
+        "--miners",
+        type=int,
+        default=None,
+        help="miners the run plans for (the audit section: an honest miner's pay, hence q; default 4)",
+    )
+    init.add_argument(
+        "--validators",
+        type=int,
+        default=None,
+        help="validators the run plans for (the audit section: a committee's catch odds; default 2)",
+    )
+    init.add_argument(
+        "--merge",
+        default="mean",
+        help="how validators merge accepted updates, a method of training.merge (miners rebuild "
+        "theta_{r+1} the same way; default mean)",
     )
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=_init)
@@ -128,35 +150,31 @@ def _add_show(sub: Any) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
+    from protocol.recipe import run_recipe
     from protocol.runspec import RunSpec
 
     if args.out.exists() and not args.force:
         raise TesseraError(f"{args.out} exists; pass --force to overwrite it")
-    from training.presets import get_preset
-
-    preset = get_preset(args.preset)
-    inner = preset.inner()
-    if args.inner_steps is not None:
-        inner = replace(inner, steps=args.inner_steps)
-    if args.batch_size is not None:
-        inner = replace(inner, batch_size=args.batch_size)
     corpus, corpus_digest = "bundled", None
     if args.corpus != "bundled":
         corpus_digest = load_corpus_path(args.corpus).digest
         corpus = run_file_path(args.corpus, args.out)
-    model = preset.model(args.mode)
     tokenizer = None
     if args.tokenizer is not None:
         tokenizer = replace(tokenizer_spec(args.tokenizer), file=run_file_path(args.tokenizer, args.out))
-        model = replace(model, vocab_size=tokenizer.vocab_size)
-    spec = RunSpec(
-        model=model,
-        inner=inner,
-        corpus=corpus,
-        genesis_seed=args.genesis_seed,
-        corpus_digest=corpus_digest,
+    spec = run_recipe(
+        args.preset,
+        args.mode,
         tokenizer=tokenizer,
+        inner_steps=args.inner_steps,
+        batch_size=args.batch_size,
+        miners=args.miners,
+        validators=args.validators,
+        merge_method=args.merge,
         epoch_rounds=args.epoch_rounds,
+        corpus=corpus,
+        corpus_digest=corpus_digest,
+        genesis_seed=args.genesis_seed,
     )
     # the same validation a node applies when it loads the file, paths resolved from where it is written
     spec = replace(RunSpec.from_json(spec.to_json()), base_dir=args.out.parent)
@@ -167,11 +185,10 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def run_file_path(path: str | Path, run_file: Path) -> str:
-    """``path`` (as given on the command line: relative to the working directory) as the run file at
-    ``run_file`` names it: absolute stays absolute, relative becomes relative to the run file's folder,
-    where nodes resolve it (``protocol.runspec.RunSpec.resolve``) whatever their working directory."""
-    if Path(path).is_absolute():
-        return str(path)
+    """``path`` (as given on the command line: relative to the working directory, or absolute) as the run
+    file at ``run_file`` names it: always relative to the run file's folder, where nodes resolve it
+    (``protocol.runspec.RunSpec.resolve``) whatever their working directory, so the folder can be handed
+    out as it is."""
     return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(run_file.parent))).as_posix()
 
 
@@ -191,6 +208,7 @@ def summary(spec: Any, path: Path) -> dict[str, Any]:
         "tokenizer": "bytes (vocab 256)" if spec.tokenizer is None else spec.tokenizer.to_json(),
         "vocab_size": spec.model.vocab_size,
         "epoch_rounds": spec.epoch_rounds,
+        "audits": None if spec.audits is None else spec.audits.to_json(),
         "deploy_with": f"tessera contracts deploy --run-file {path} ...",
     }
 

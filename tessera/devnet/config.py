@@ -22,9 +22,10 @@ class DevnetConfig:
     validators: int = 2
     mode: str = "moe"
     """``moe`` or ``dipaco``."""
-    inner_steps: int = 60
-    """H: inner steps per round."""
-    batch_size: int = 8
+    inner_steps: int | None = None
+    """H: inner steps per round (None: the recipe's, ``training.config.InnerConfig.recipe``)."""
+    batch_size: int | None = None
+    """Sequences per inner step (None: the preset's)."""
     preset: str = "tiny"
     """The model preset (``training.presets``: tiny, 1m, 10m, 50m, 125m); its shape and learning rate."""
     corpus: str = "bundled"

@@ -14,6 +14,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 
 from protocol.node.traffic import Kind, bits_per_param_step, fixed_bytes_by_node, kind_totals, merge_ledgers
+from protocol.runspec import RunSpec
 from tessera.devnet.network import Devnet
 from tessera.devnet.payouts import chain_payouts
 
@@ -49,7 +50,9 @@ def build_report(
         for m, w in pr["rewards_wei"].items():
             totals[m] = totals.get(m, 0) + w
     return {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(net.cfg).items()},
+        # the driver's flags, with H and the batch as the run file fixed them (None in the flags: the recipe's)
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(net.cfg).items()}
+        | _run_shape(net.run_path),
         "phases": net.phases.to_json() if net.phases is not None else {},
         "streams": net.streams,
         "rounds": rounds,
@@ -62,6 +65,12 @@ def build_report(
         "driver_rpc_bytes": _driver_bytes(net).get(Kind.RPC.value, 0),
         "driver_dht_bytes": _driver_bytes(net).get(Kind.DHT.value, 0),
     } | _refusals(net)
+
+
+def _run_shape(run_path: Path) -> dict[str, int]:
+    """H and the batch of the run file the nodes ran."""
+    spec = RunSpec.load(run_path)
+    return {"inner_steps": spec.inner.steps, "batch_size": spec.inner.batch_size}
 
 
 def _refusals(net: Devnet) -> dict[str, dict[str, Any]]:

@@ -3,20 +3,13 @@ token streams every node derives from it (issue 17)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tessera.commands.runspec import tokenizer_spec
+from tessera.commands.runspec import run_file_path, tokenizer_spec
 from tessera.devnet.config import DevnetConfig
-from training.config import CodecConfig, InnerConfig, OuterConfig
 from training.corpus import load_corpus_path
-
-#: Rounds a DiPaCo assignment is kept in the devnet's run (``RunSpec.epoch_rounds``): epochs of 8 measured
-#: -3.6% / -4.4% held-out loss on top of the recipe, seeds 0 / 1 (``benchmarks.quality_pareto.EPOCH_ROUNDS``,
-#: docs/decisions/training-recipe.md); MoE keeps 1 (epochs cost it 3.3%).
-DIPACO_EPOCH_ROUNDS = 8
 
 #: The devnet's BPE tokenizer file, next to its run file (which names it by this relative path).
 TOKENIZER_FILE = "tokenizer.json"
@@ -50,38 +43,32 @@ def build_streams(spec: Any) -> dict[str, Any]:
 
 
 def devnet_spec(cfg: DevnetConfig) -> Any:
-    """The devnet's run: the configured preset (``training.presets``; ``tiny`` is the devnet's historical
-    model) in the configured mode, its inner loop, the network's training recipe (``OuterConfig.recipe()``,
-    ``CodecConfig.recipe()``; docs/decisions/training-recipe.md), the configured corpus (a user corpus by
-    absolute path, its content digest pinned; ``training.corpus.CorpusError`` if unusable) and, with
-    :attr:`DevnetConfig.bpe_vocab`, the BPE tokenizer at :func:`tokenizer_path` (which must exist), named
-    relative to the run file; in DiPaCo mode assignments are kept for :data:`DIPACO_EPOCH_ROUNDS` rounds.
-    Its ``base_dir`` is the workdir, where ``run.json`` goes."""
-    from protocol.rounds.auditspec import AuditSpec
-    from protocol.runspec import RunSpec
-    from training.merge import MergePolicy
-    from training.presets import get_preset
+    """The devnet's run: ``protocol.recipe.run_recipe`` (the function ``tessera runspec init`` calls) with
+    the configured preset, mode, H and batch (None: the recipe's), merge and network size, the configured
+    corpus (a user corpus named relative to the run file, its content digest pinned;
+    ``training.corpus.CorpusError`` if unusable) and, with :attr:`DevnetConfig.bpe_vocab`, the BPE
+    tokenizer at :func:`tokenizer_path` (which must exist). Its ``base_dir`` is the workdir, where
+    ``run.json`` goes; the devnet sets nothing of its own."""
+    from protocol.recipe import run_recipe
 
-    preset = get_preset(cfg.preset)
+    run_file = cfg.workdir.resolve() / "run.json"
     tokenizer = None
     if cfg.bpe_vocab is not None:
         tokenizer = replace(tokenizer_spec(str(tokenizer_path(cfg))), file=TOKENIZER_FILE)
     corpus, corpus_digest = "bundled", None
     if cfg.corpus != "bundled":
-        corpus = os.path.abspath(cfg.corpus)
-        corpus_digest = load_corpus_path(corpus).digest
-    inner = InnerConfig(steps=cfg.inner_steps, batch_size=cfg.batch_size, transcript_interval=1)
-    return RunSpec(
-        model=preset.model(cfg.mode, 256 if tokenizer is None else tokenizer.vocab_size),
-        inner=replace(inner, lr=preset.lr),
-        outer=OuterConfig.recipe(),
-        codec=CodecConfig.recipe(),
+        corpus_digest = load_corpus_path(cfg.corpus).digest
+        corpus = run_file_path(cfg.corpus, run_file)
+    return run_recipe(
+        cfg.preset,
+        cfg.mode,
+        tokenizer=tokenizer,
+        inner_steps=cfg.inner_steps,
+        batch_size=cfg.batch_size,
+        miners=cfg.miners,
+        validators=cfg.validators,
+        merge_method=cfg.merge_method,
         corpus=corpus,
         corpus_digest=corpus_digest,
-        tokenizer=tokenizer,
-        merge=MergePolicy(cfg.merge_method),  # the validators' (--merge), which miners rebuild with
-        # audits by committees of one validator; q follows from the stake at deployment (issue 26)
-        audits=AuditSpec(committee_size=1, miners=cfg.miners, validators=cfg.validators),
-        epoch_rounds=DIPACO_EPOCH_ROUNDS if cfg.mode == "dipaco" else 1,
-        base_dir=cfg.workdir.resolve(),
+        base_dir=run_file.parent,
     )

@@ -50,15 +50,16 @@ def test_the_audit_rate_follows_the_stake_and_the_committee() -> None:
 
 
 def test_the_section_round_trips_and_its_absence_keeps_the_digest() -> None:
-    plain = RunSpec()
-    assert "audits" not in plain.to_json()
+    plain = RunSpec(audits=None)  # a run file written without the section
+    assert "audits" not in plain.to_json() and RunSpec.from_json(plain.to_json()).audits is None
+    assert RunSpec().audits == AuditSpec()  # the recipe's section is the default
     a = RunSpec(audits=AuditSpec(committee_size=2, compute_cost=12.5))
     assert RunSpec.from_json(a.to_json()) == a and a.digest() != plain.digest()
     assert "compute_cost" not in RunSpec(audits=AuditSpec()).to_json()["audits"]
     bad: object
     for bad in ({"committee": 1}, {"slash_bps": 20_000}, {"miners": 0}, {"compute_cost": -1}, []):
-        with pytest.raises(RunSpecError):
-            RunSpec.from_json({"audits": bad})
+        with pytest.raises(RunSpecError, match="audits"):
+            RunSpec.from_json(plain.to_json() | {"audits": bad})
     with pytest.raises(AuditSpecError):
         AuditSpec(vesting_rounds=True)  # type: ignore[arg-type]
 

@@ -54,6 +54,9 @@ def test_deploy_is_idempotent_and_resumable(
     monkeypatch.setenv("TESSERA_KEYSTORE_PASSWORD", "hunter2")
     base = ["contracts", "deploy", "--rpc-url", anvil.rpc_url, "--keystore", str(ks), "--out", str(tmp_out)]
     base += ["--genesis-checkpoint", GENESIS]
+    # no run file: q = 1 with every validator on each committee, which takes a flag saying so
+    assert cli([*base, "--commit-blocks", "6"]) == 2 and not tmp_out.exists()
+    base += ["--audit-every-update"]
     assert cli([*base, "--commit-blocks", "6"]) == 0
     first = tmp_out.read_bytes()
     dep = Deployment.load(tmp_out)
@@ -78,6 +81,10 @@ def test_deploy_is_idempotent_and_resumable(
         str(tmp_out),
         "--genesis-checkpoint",
         GENESIS,
+        "--audit-rate-bps",  # q = 1 with every validator, said in the flags
+        "10000",
+        "--committee-size",
+        "0",
     ]
     assert cli([*env_run, "--fund", f"{who}=5"]) == 0
     dep2 = Deployment.load(tmp_out)

@@ -27,6 +27,12 @@ def test_deploy_with_an_rpc_url_without_a_scheme_is_one_line(
     assert err.strip().splitlines() == [
         "tessera: error: ChainError: RPC URL '127.0.0.1:8545' must look like http://HOST:PORT or https://HOST/PATH"
     ]
+    # checked before anything slow: the run file (torch, theta_0) is not even read
+    rc = main(
+        ["contracts", "deploy", "--rpc-url", "127.0.0.1:8545", "--key-env", "DEPLOYER_KEY",
+         "--run-file", str(tmp_path / "missing-run.json"), "--out", str(tmp_path / "d.json")]
+    )  # fmt: skip
+    assert rc == 2 and "ChainError: RPC URL" in capsys.readouterr().err
 
 
 def test_a_keystore_with_the_wrong_password_says_so(

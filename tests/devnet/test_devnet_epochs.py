@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protocol.runspec import RunSpec
+from protocol.runspec import DIPACO_EPOCH_ROUNDS, RunSpec
 from tessera.devnet.config import DevnetConfig
-from tessera.devnet.runfile import DIPACO_EPOCH_ROUNDS, devnet_spec
+from tessera.devnet.runfile import devnet_spec
 
 
 def test_dipaco_runs_in_epochs_and_moe_does_not(tmp_path: Path) -> None:

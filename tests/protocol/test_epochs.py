@@ -17,7 +17,7 @@ from tests.training.training_fixtures import tiny_model
 from training.assignment import assign, assign_in_epoch
 
 KEYS = ["0x" + f"{i:064x}" for i in range(41, 46)]
-DIPACO = RunSpec(model=tiny_model("dipaco"))
+DIPACO = RunSpec(model=tiny_model("dipaco"), epoch_rounds=1)
 
 
 def test_epoch_rounds_round_trips_and_is_left_out_at_one() -> None:
