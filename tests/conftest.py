@@ -15,6 +15,10 @@ xdist's own ``xdist_group`` mark cannot do this here: pytest-xdist 3.8 renames a
 through ``item._nodeid``, which pytest 9.2 no longer reads, so the mark is silently ignored and every test
 is scheduled alone. The grouping is therefore made by the scheduler (:func:`pytest_xdist_make_scheduler`),
 from the node ids the workers report. Without ``-n`` nothing here applies.
+
+Device settings: ``CUBLAS_WORKSPACE_CONFIG`` is put into the environment here, before any test module is
+imported (:func:`training.cudaenv.prepare_cuda_env`), so the test run is a process whose CUDA, wherever a
+test starts it, starts with the deterministic setting.
 """
 
 from __future__ import annotations
@@ -22,6 +26,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from training.cudaenv import prepare_cuda_env
+
+# The CUDA environment before any test module is imported, so no test order can initialise CUDA first
+# (tests/training/test_device.py's CUDA tests in any order; training.cudaenv says why).
+prepare_cuda_env()
 
 E2E_GROUP = "e2e"
 """The work unit of the end-to-end modules (scheduled first: ``--dist loadgroup`` orders units by size)."""
