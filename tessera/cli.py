@@ -13,6 +13,11 @@ from typing import Any
 
 import tessera.commands as commands
 from tessera import __version__
+from training.cudaenv import prepare_cuda_env
+
+# CUBLAS_WORKSPACE_CONFIG into the environment before any command can touch CUDA, whatever it imports first
+# (training.cudaenv says why); importing the command modules above does not initialise CUDA.
+prepare_cuda_env()
 
 # Every package's exception root: an error of one of these is a user-facing failure (exit 2, one line),
 # anything else is a bug and keeps its traceback.
