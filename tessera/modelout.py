@@ -3,7 +3,9 @@
 A checkpoint blob (what validators serve at ``/blobs/{digest}`` and keep under their data dir) holds
 ``param/*`` (theta) and ``momentum/*`` (the outer optimizer's buffers). What leaves the network is theta
 alone, as a plain safetensors file with the run's model config beside it, after its digest was checked
-against the certificate on chain: nobody has to trust the peer it came from.
+against the certificate on chain: nobody has to trust the peer it came from. ``--format hf`` writes the
+same theta as a directory Hugging Face transformers loads (``tessera.hfexport``); :func:`load_export`
+reads either format.
 """
 
 from __future__ import annotations
@@ -159,6 +161,7 @@ def export(
             tokenizer["file"] = f"{path_dir(0)}/{TOKENIZER_FILE}"
         return write_hf(params, spec.model, out, doc, tok_bytes)
     out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST_FILE).unlink(missing_ok=True)  # an earlier hf export's: this directory is native now
     save_file({k: params[k].detach().contiguous().cpu() for k in sorted(params)}, str(out / WEIGHTS_FILE))
     if tok_bytes is not None:
         (out / TOKENIZER_FILE).write_bytes(tok_bytes)

@@ -96,6 +96,8 @@ def _export(args: argparse.Namespace) -> int:
     checked = "chain" if certified else ("--digest" if expect else "nothing (no --deployment)")
     if Path(args.source).is_dir():  # an export, e.g. the devnet's model/: the same theta in another format
         params, digest, recorded = theta_of_export(Path(args.source), spec.model, expect)
+        if certified is None and recorded is not None:
+            checked = f"{checked}; {args.source} records round {recorded.round}'s certificate"
         certified = certified or recorded
     else:
         params, digest = theta_of(fetch_checkpoint(args.source, expect), expect)

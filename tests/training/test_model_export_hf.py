@@ -15,7 +15,10 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+import contextlib
+import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +202,12 @@ def test_an_export_is_exported_again_in_the_other_format(
     assert doc["format"] == "tessera-hf-v1" and all(again[k].equal(v) for k, v in params.items())
     assert main([*base, "--digest", "0x" + "11" * 32, "--out", str(tmp_path / "bad")]) == 2
     assert "not the certified" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+    # README.md's three lines, as written, on this (MoE) export: no prompt, text out
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    lines = re.findall(r"```python\n(from transformers.*?)```", readme, flags=re.S)[0]
+    assert len(lines.strip().splitlines()) == 3
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(lines.replace('"my-model-hf"', repr(str(tmp_path / "hf"))), {})
+    assert printed.getvalue().startswith("The ")
