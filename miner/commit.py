@@ -12,7 +12,7 @@ from miner.connections import MinerConnections, RoundMaterial, part_index
 from miner.errors import MinerError, MinerStateError
 from miner.state import ABANDONED, COMMITTED, MinerRoundRecord
 from miner.work import BuiltUpdate, RoundInputs, build_update
-from protocol.rounds.coordinator import CoordinatorError, RoundState
+from protocol.rounds.coordinator import CoordinatorError, NotRegisteredError, RoundState
 from protocol.rounds.epochs import RoundEpoch, round_epoch
 from protocol.rounds.phases import Phase
 from protocol.runspec import COMPUTE_LOCK
@@ -106,6 +106,12 @@ class Committer:
             return
         try:
             c.coord.commit_update(round, digest)
+        except NotRegisteredError as exc:
+            # stake below the run's minimum (after an unbond) or not a miner: no retry can commit this round
+            self._abandon(round, f"not allowed to commit: {exc}")
+            self._phase("not staked: bond stake (`tessera account bond`) to commit again")
+            log.warning("round %d: cannot commit (%s); bond stake to commit again", round, exc)
+            return
         except CoordinatorError as exc:
             if c.chain_has_commit(round, digest):
                 log.info("round %d: commitment already on-chain", round)

@@ -40,24 +40,28 @@ LOG_LEVEL_ENV = "TESSERA_LOG_LEVEL"
 """The environment's ``--log-level``: the devnet passes its own to the nodes it starts this way."""
 
 
-def add_log_level_flag(parser: argparse.ArgumentParser) -> None:
-    """``--log-level LEVEL`` on a long-running command; it wins over ``-v`` and ``$TESSERA_LOG_LEVEL``."""
+def add_log_level_flag(parser: argparse.ArgumentParser, default: str = "WARNING") -> None:
+    """``--log-level LEVEL`` on a long-running command; it wins over ``-v`` and ``$TESSERA_LOG_LEVEL``.
+    ``default`` is the command's level when none of them is given (a node: INFO, its line per round)."""
     parser.add_argument(
         "--log-level",
         type=str.upper,
         choices=LOG_LEVELS,
         default=None,
-        help="log level: DEBUG, INFO (one line per round and action), WARNING (default: problems only), "
-        f"ERROR; default from -v or ${LOG_LEVEL_ENV}",
+        help=f"log level: DEBUG, INFO (one line per round and action), WARNING (problems only), ERROR; "
+        f"default from -v or ${LOG_LEVEL_ENV}, else {default}",
     )
+    parser.set_defaults(log_level_default=default)
 
 
 def log_level(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """The root log level: ``--log-level``, else ``$TESSERA_LOG_LEVEL``, else WARNING lowered 10 per ``-v``."""
+    """The root log level: ``--log-level``, else ``$TESSERA_LOG_LEVEL``, else the command's default (WARNING
+    where it declares none) lowered 10 per ``-v``."""
     named = getattr(args, "log_level", None) or environ.get(LOG_LEVEL_ENV, "").upper()
     if named in LOG_LEVELS:
         return int(getattr(logging, named))
-    return logging.WARNING - 10 * min(args.verbose, 2)
+    base = int(getattr(logging, getattr(args, "log_level_default", "WARNING")))
+    return max(base - 10 * min(args.verbose, 2), logging.DEBUG)
 
 
 def _error_roots() -> tuple[type[BaseException], ...]:

@@ -297,7 +297,7 @@ def add_run_command(
         f"${getattr(cls, 'key_env', '')} (or --key-env NAME) or an encrypted --keystore.",
     )
     add_config_flags(run, cls)
-    add_log_level_flag(run)
+    add_log_level_flag(run, default="INFO")  # a node's log has its line per round unless told otherwise
     run.set_defaults(handler=handler)
     parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
 

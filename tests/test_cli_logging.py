@@ -55,7 +55,11 @@ def test_log_level_flag_wins_over_verbose_and_the_environment(
     args = parser.parse_args(["-vv", "miner", "run"])
     assert log_level(args, {LOG_LEVEL_ENV: "error"}) == logging.ERROR
     assert log_level(args, {}) == logging.DEBUG
-    assert log_level(parser.parse_args(["miner", "run"]), {}) == logging.WARNING
+    # a node logs its line per round by default; other commands only problems
+    assert log_level(parser.parse_args(["miner", "run"]), {}) == logging.INFO
+    assert log_level(parser.parse_args(["validator", "run"]), {}) == logging.INFO
+    assert log_level(parser.parse_args(["devnet"]), {}) == logging.WARNING
+    assert log_level(parser.parse_args(["runspec", "show"]), {}) == logging.WARNING
     with pytest.raises(SystemExit):
         parser.parse_args(["miner", "run", "--log-level", "chatty"])
     # the level reaches the root logger of a real run (here one that stops at its missing config file)

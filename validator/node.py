@@ -159,7 +159,8 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         theta = self.checkpoints.ensure_theta(r, st.checkpoint)
         key = (r, int(st.phase))
         if key != self._last_phase:
-            log.info("round %d: phase %s (block %d, deadline %d)", r, st.phase.name, st.block, st.deadline)
+            until = "no deadline" if st.phase == Phase.FINALIZE else f"deadline {st.deadline}"
+            log.info("round %d: phase %s (block %d, %s)", r, st.phase.name, st.block, until)
             self._last_phase = key
         if st.block > st.deadline and st.phase != Phase.FINALIZE:
             self.phase = f"{st.phase.name.lower()} closed"
@@ -193,7 +194,8 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
             except CoordinatorError as exc:
                 if self.coord.current().round == r:
                     raise
-                log.info("round %d finalized by another validator (%s)", r, exc)
+                log.info("round %d was finalized by another validator first", r)
+                log.debug("round %d: our finalize reverted: %s", r, exc)
 
     # -- seed ------------------------------------------------------------------------------------------
     def _seed_commit(self, round: int) -> None:

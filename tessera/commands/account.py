@@ -139,8 +139,7 @@ def _claim(args: argparse.Namespace) -> int:
     except NothingToWithdraw:
         unvested = chain.unvested_of(chain.address)
         raise TesseraError(
-            f"{chain.address} has no rewards to claim (owed 0); {tokens(unvested)} tokens still vesting "
-            "(claimable vesting_rounds after their round)"
+            vesting_note(chain.address, unvested, chain.params().vesting_rounds, chain.round_state().round)
         ) from None
     amount = sum(e.amount for e in tx.events if isinstance(e, Claimed))
     _print(
@@ -148,6 +147,19 @@ def _claim(args: argparse.Namespace) -> int:
         args.json,
     )
     return 0
+
+
+def vesting_note(address: str, unvested: int, vesting_rounds: int, current_round: int) -> str:
+    """Why a claim found nothing, in numbers: what is still vesting and when a round's pay vests."""
+    head = f"{address} has no rewards to claim (owed 0)"
+    if unvested == 0:
+        return head
+    first = max(current_round - vesting_rounds, 1)
+    return (
+        f"{head}; {tokens(unvested)} tokens still vesting: a round's pay vests when the round "
+        f"{vesting_rounds} after it is finalized (round {current_round} is open now, so pay of round {first} "
+        f"and later has not vested; claim again after round {current_round} is finalized)"
+    )
 
 
 def _unbond(args: argparse.Namespace) -> int:

@@ -185,6 +185,10 @@ def test_guides_stand_up_a_network_and_pay(tmp_path: Path) -> None:
             launcher.bash(f"tessera runspec show {net / 'run.json'} --json", "runspec show", 60)
         )  # fmt: skip
         assert spec["genesis_checkpoint"] in json.dumps(dep["params"]), "deployed with the run's theta_0"
+        # the guides launch the recipe's network: audits drawn at q < 1 by committees, not every validator
+        # fetching every state (the run file's audits section; one validator here, so a committee of one)
+        assert spec["spec"]["audits"]["committee_size"] == 1 and spec["spec"]["codec"]["topk"] == 110
+        assert 0 < dep["params"]["audit_rate_bps"] < 10_000 and dep["params"]["committee_size"] == 1, dep
         for sh in operators.values():  # the launcher publishes both files
             for f in ("run.json", "deployment.json"):
                 shutil.copy(net / f, sh.cwd / f)

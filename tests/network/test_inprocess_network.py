@@ -218,3 +218,33 @@ def test_miner_restarted_after_serving_announces_its_new_url(network) -> None:  
     got = httpx.get(f"{second.url}/blobs/{digest}", timeout=10)
     assert got.status_code == 200 and got.content == second.state.blobs.get(digest)
     second.stop()
+
+
+class _Unbonded(MemoryCoordinator):
+    """The chain's answer to a miner whose stake fell below the minimum (``StakeTooLow``)."""
+
+    def commit_update(self, round: int, update_digest: bytes) -> None:
+        from protocol.rounds.coordinator import NotRegisteredError
+
+        raise NotRegisteredError(f"commit round {round}: StakeTooLow(stake=0, minimum=1)")
+
+
+def test_a_miner_below_the_stake_abandons_the_round_once(network) -> None:  # type: ignore[no-untyped-def]
+    """After ``unbond --all`` a miner's commits revert with StakeTooLow: it abandons the round, says how to
+    commit again, and does not retry the commit (nor raise) on later steps of the round."""
+    ledger, dht, validators, miners, spec, tmp = network
+    r = _open_round(ledger, validators, miners)
+    m0 = miners[0]
+    m0.stop()
+    coord = _Unbonded(ledger, m0.address)
+    node = MinerNode(MinerConfig(data_dir=tmp / "m0-unbonded"), spec, coord, Discovery(31337, KEYS[2], dht))
+    node = node.start()
+    try:
+        node.step()
+        node.step()  # a second look in the same round changes nothing
+        rec = node.state.record(r)
+        assert rec.status == "abandoned" and "StakeTooLow" in str(rec.reason), rec
+        assert m0.address not in ledger.rounds[r].commits
+        assert "bond stake" in node.runtime.phase
+    finally:
+        node.stop()
