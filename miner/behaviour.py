@@ -6,6 +6,8 @@ replayers, poisoners and forgers as subclasses and registers them with :func:`re
 in round order:
 
 - ``batches``: the token batches the miner trains on (a lazy miner trains on other data);
+- ``inner_result``: the inner loop's result, transcript included (a free rider makes one up instead of
+  training: issue 38's last-delta rider);
 - ``pseudo_gradient``: the per-parameter delta before compression (poisoners scale or flip it);
 - ``update_bytes``: the encoded update before its digest is committed (a copier substitutes another's);
 - ``should_commit``: whether to commit at all;
@@ -17,13 +19,14 @@ in round order:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
 
 from miner.errors import MinerConfigError
+from training.inner import InnerResult
 
 
 @dataclass
@@ -48,6 +51,13 @@ class Behaviour:
     def batches(self, ctx: BehaviourContext, batches: Tensor) -> Tensor:
         """The batches to train on (honest: the assigned ones)."""
         return batches
+
+    def inner_result(
+        self, ctx: BehaviourContext, checkpoint: Mapping[str, Tensor], train: Callable[[], InnerResult]
+    ) -> InnerResult:
+        """The inner loop's result from ``checkpoint`` (theta_r) (honest: ``train()``, the assigned
+        training on the batches :meth:`batches` chose)."""
+        return train()
 
     def pseudo_gradient(self, ctx: BehaviourContext, delta: dict[str, Tensor]) -> dict[str, Tensor]:
         """The delta to compress and send (honest: the true one)."""

@@ -172,7 +172,9 @@ def build_update(
     ctx = BehaviourContext(round, miner, a.module_ids, spec.inner.steps, epoch_rounds=spec.epoch_rounds)
     batches = behaviour.batches(ctx, round_batches(spec, ds, assign_seed, a))
     t0, cpu0 = time.perf_counter(), time.thread_time()
-    res = _train(spec, checkpoint, a, batches, round, ef_state, device)
+    res = behaviour.inner_result(
+        ctx, checkpoint, lambda: _train(spec, checkpoint, a, batches, round, ef_state, device)
+    )
     train_s, train_cpu = time.perf_counter() - t0, time.thread_time() - cpu0
     tr = res.transcript
     delta = behaviour.pseudo_gradient(ctx, pseudo_gradient(checkpoint, res.params))

@@ -143,7 +143,7 @@ class StrategyRow:
 def strategy_rows(
     e: RunEconomics, q: float, fractions: Sequence[float] = LAZY_FRACTIONS
 ) -> list[StrategyRow]:
-    """Every strategy of issue 26 at audit rate ``q``."""
+    """Every strategy of issues 26 and 38 at audit rate ``q`` (every way around an audit among them)."""
     if not 0.0 <= q <= 1.0:
         raise EconomicsError(f"audit rate {q} is not in [0, 1]")
     L, eta, C, R = e.loss_when_caught(), e.committee_catch(), e.compute_cost, e.reward
@@ -151,19 +151,32 @@ def strategy_rows(
     for f in fractions:
         p = q * eta * f  # one seed-chosen replayed step lands on a faked one with probability ~f
         rows.append(StrategyRow(f"lazy f={f:g}", f * C, p * L, p, "audit replays a seed-chosen step"))
-    # free riders fail checks that move no state (format, commitments, transcript root, usefulness) on
-    # every pair, audited or not: they are paid 0 every round, so there is no reward to gain (the compute
-    # they skip buys nothing), and a provable failure is slashed on top
+    # free riders whose update is refused by a check that moves no state (format, commitments, the
+    # transcript root and its anchor, usefulness) on every pair, audited or not: paid 0 every round, so
+    # there is no reward to gain (the compute they skip buys nothing); a provable failure is slashed on top
     for name, provable in (
         ("free-rider-zero", True),
         ("free-rider-random", True),
         ("free-rider-stale", True),
-        ("free-rider-last-delta", False),
     ):
         loss = e.slash_fraction * e.stake if provable else 0.0
         rows.append(StrategyRow(name, 0.0, loss, 1.0 if provable else 0.0, "stateless checks: paid 0"))
     p = q * eta
-    rows.append(StrategyRow("withholding-when-audited", C, p * L, p, "committee quorum: unanswered"))
+    # the last-delta rider (issue 38) trains nothing and builds its transcript and error feedback from the
+    # states it serves: every check that moves no state passes and it is paid R in a round not audited;
+    # only an audit stops it -- its replay of any step proves it (every step is made up), or, if it hangs
+    # instead, the unanswered report costs the same
+    rows.append(StrategyRow("free-rider-last-delta", C, p * L, p, "audit only: a replayed step (proof)"))
+    rows.append(StrategyRow("free-rider-last-delta-hang", C, p * L, p, "audit only: unanswered (hang)"))
+    # every way around an audit is an unanswered audit (issue 38), confirmed by the committee and its
+    # witnesses and costed like a caught fake; the gain is what the dodge hides (at most C)
+    for name in (
+        "withholding-when-audited",
+        "hang-when-audited",
+        "drip-when-audited",
+        "withhold-update-when-audited",
+    ):
+        rows.append(StrategyRow(name, C, p * L, p, "committee quorum: unanswered"))
     # trains honestly (saves nothing) and bends its update to take up to one more share of the reward;
     # the update-to-transcript tie (error feedback) fails on every audit
     rows.append(StrategyRow("overfit-scorer", R, p * L, p, "audit checks the update-transcript tie"))

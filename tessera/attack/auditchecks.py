@@ -8,6 +8,12 @@
 - ``false-unanswered-report``: a validator that reports the honest miners it audits as unanswered (c = 1)
   slashes none of them: its witness (the other validator) is served, votes against, and expires the
   contested report after its window, which releases the held pay; the liar moves no token off them;
+- ``caught-when-audited`` (issue 38): a miner every audit catches, whichever way it takes around it (a
+  hang, a drip, the update withheld, a last-delta rider's replay, the rider that also hangs), is paid 0
+  and confirmed (proof or unanswered report) in every round it is audited; ``partial-faker``: a lazy
+  miner's figures only (one replayed step lands on its fake with probability f);
+- every way around an audit: its realized profit against an honest miner beside the model's expected
+  profit (:func:`profit_vs_honest`);
 - every miner and validator scenario: honest miners are paid in every round they complete.
 
 On anvil the figures come from ``MinerRewarded``, ``ScoresRevealed``, ``SlashProposed``, ``Slashed`` and
@@ -19,7 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocol.rounds import economics as ev
 from protocol.rounds.audits import REPORT_WINDOW_ROUNDS, audit_draw
+from protocol.rounds.deployment import NetworkParams
 from tessera.attack.harness import NetworkRun
 
 WEI = 10**18
@@ -172,3 +180,113 @@ def false_unanswered_report(run: NetworkRun) -> tuple[dict[str, bool], dict[str,
         "released_total": sum(x.get("released", 0) for x in reports) / WEI,
     }  # fmt: skip
     return checks, figures
+
+
+def caught_when_audited(run: NetworkRun, cheat_from: int = 1) -> tuple[dict[str, bool], dict[str, Any]]:
+    """Checks and figures of a miner every audit catches, whichever way it takes around it (issue 38: a
+    hang, a drip, the update withheld, a last-delta rider's replay, the rider that also hangs): in every
+    round from ``cheat_from`` the seed drew it for an audit, a proposal on it -- a fraud proof or an
+    unanswered report -- is confirmed, it is paid 0 that round, and the confirmation costs what a caught
+    fake costs (stake taken). The rounds it is not audited are figures, not a claim (a rider that passes
+    every check that moves no state is paid in them: only the audit's expected loss deters it)."""
+    settled, drawn, props = _settled(run), audits(run), proposals(run)
+    checks = {
+        "audited_at_least_once": False,
+        "paid_0_when_audited": True,
+        "confirmed_when_audited": True,
+        "costs_like_a_caught_fake": True,
+    }
+    figures: dict[str, Any] = {"rounds": {}}
+    for p in _cheaters(run):
+        for r, st in settled.items():
+            if r < cheat_from:
+                continue
+            audited = drawn.get((r, p.address))
+            paid = st.miner_rewards.get(p.address, 0) if st is not None else 0
+            mine = [x for x in props if x["target"] == p.address and x["round"] == r]
+            confirmed = [x for x in mine if x["executed"]]
+            figures["rounds"][r] = {
+                "audited": audited, "paid": paid / WEI,
+                "confirmed": [("unanswered" if x["unanswered"] else "proof") for x in confirmed],
+            }  # fmt: skip
+            if audited:
+                checks["audited_at_least_once"] = True
+                checks["paid_0_when_audited"] &= paid == 0
+                checks["confirmed_when_audited"] &= bool(confirmed)
+                checks["costs_like_a_caught_fake"] &= all(x["stake_taken"] > 0 for x in confirmed)
+    return checks, figures
+
+
+#: The model's row (``protocol.rounds.economics.strategy_rows``) and the share of an honest round's compute
+#: each way around an audit saves, by the cheater's label prefix (longest first).
+MODEL_ROWS: dict[str, tuple[str, float]] = {
+    "withhold-when-audited": ("withholding-when-audited", 0.0),
+    "withhold-update-when-audited": ("withhold-update-when-audited", 0.0),
+    "hang-when-audited": ("hang-when-audited", 0.0),
+    "drip-when-audited": ("drip-when-audited", 0.0),
+    "free-rider-last-delta-hang": ("free-rider-last-delta-hang", 1.0),
+    "free-rider-last-delta": ("free-rider-last-delta", 1.0),
+    "lazy f=0.1": ("lazy f=0.1", 0.1),
+    "lazy f=0.5": ("lazy f=0.5", 0.5),
+}
+
+
+def model_row(label: str) -> tuple[str, float] | None:
+    """The model's row name and the compute share saved for a cheater labelled ``label`` (None: no row)."""
+    for prefix in sorted(MODEL_ROWS, key=len, reverse=True):
+        if label.startswith(prefix):
+            return MODEL_ROWS[prefix]
+    return None
+
+
+def profit_vs_honest(
+    run: NetworkRun,
+    *,
+    cheat_from: int = 1,
+    stake: float,
+    slash_fraction: float,
+    audit_params: dict[str, int],
+) -> list[dict[str, Any]]:
+    """Per cheater with a model row (:func:`model_row`): its realized profit per cheating round against an
+    honest miner's, beside the model's expected profit (``protocol.rounds.economics``) at the run's q, c, K,
+    stake and slash, with ``R`` the honest miners' mean pay per round and ``C = R`` (the model's default).
+
+    Realized = (its pay kept - an honest miner's pay - the stake its slashes took) / rounds + saved x C,
+    where the pay kept is what it was credited minus what confirmed proposals forfeited, and ``saved`` is
+    the share of an honest round's compute it did not spend (0 for a miner that trains honestly and only
+    dodges the audit; its model row assumes the dodge hides a fake, gain C)."""
+    settled = {r: st for r, st in _settled(run).items() if r >= cheat_from and st is not None}
+    n = len(settled)
+    honest = [p for p in run.participants if p.role == "miner" and p.label in HONEST_LABELS]
+    if not n or not honest:
+        return []
+    reward = sum(st.miner_rewards.get(p.address, 0) for st in settled.values() for p in honest) / WEI
+    reward /= len(honest) * n
+    validators = sum(p.role == "validator" for p in run.participants)
+    econ = ev.RunEconomics(
+        stake=stake, slash_fraction=slash_fraction, reward=reward, compute_cost=reward,
+        vesting_rounds=audit_params.get("vesting_rounds", NetworkParams().vesting_rounds),
+        committee_size=audit_params.get("committee_size", 0), validators=max(1, validators), honest_fraction=1.0,
+    )  # fmt: skip
+    q = audit_params.get("audit_rate_bps", 10_000) / 10_000
+    model = {row.name: row for row in ev.strategy_rows(econ, q)}
+    rows = []
+    for p in _cheaters(run):
+        found = model_row(p.label)
+        if found is None or found[0] not in model:
+            continue
+        name, saved = found
+        credited = sum(st.miner_rewards.get(p.address, 0) for st in settled.values()) / WEI
+        forfeited = sum(x["forfeited"] for x in proposals(run) if x["target"] == p.address) / WEI
+        slashes = int(run.ledger.slashed.get(p.address, 0))
+        stake_lost = stake * (1 - (1 - slash_fraction) ** slashes)
+        realized = (credited - forfeited - reward * n - stake_lost) / n + saved * reward
+        m = model[name]
+        rows.append({
+            "label": p.label, "rounds": n, "honest_pay_per_round": round(reward, 4), "credited": round(credited, 4),
+            "forfeited": round(forfeited, 4), "slashes": slashes, "stake_lost": round(stake_lost, 4),
+            "saved": saved, "realized_profit_per_round": round(realized, 4), "model_row": name, "q": q,
+            "model_expected_profit_per_round": round(m.expected_profit, 4),
+            "below_honest": realized < 0,
+        })  # fmt: skip
+    return rows

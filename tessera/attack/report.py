@@ -35,7 +35,8 @@ def table(results: Sequence[ScenarioResult]) -> str:
 SAVED: dict[str, float] = {
     "free-rider": 1.0, "copier": 1.0, "commitment-copier": 1.0, "replayer": 1.0, "withholder": 1.0,
     "sybil": 1.0, "quote-replayer": 0.0, "poisoner": 0.0, "forger": 0.0, "lazy-other-data": 0.0,
-    "lazy-33": 1 / 3,
+    "lazy-33": 1 / 3, "lazy f=0.1": 0.1, "lazy f=0.5": 0.5, "hang-when-audited": 0.0, "drip-when-audited": 0.0,
+    "withhold-update-when-audited": 0.0, "withhold-when-audited": 0.0,
 }  # fmt: skip
 
 
@@ -68,9 +69,12 @@ def profit_rows(doc: dict[str, Any], segments: int = 3, checked: int = 1) -> lis
             if r["label"].startswith("lazy-33"):
                 p = ec.p_detect_any(1 / 3, segments, checked, len(weights))
                 st = ec.Strategy(r["label"], saved, p, p)
-            elif r["label"] == "withhold-when-audited":
-                q = sc.audit_params.get("audit_rate_bps", 10_000) / 10_000
+            elif sc.audit_checks in ("withhold-when-audited", "caught-when-audited"):
+                q = sc.audit_params.get("audit_rate_bps", 10_000) / 10_000  # every audit catches it
                 st = ec.Strategy(r["label"], saved, q, q)
+            elif sc.audit_checks == "partial-faker":  # one replayed step lands on a fake with p = f
+                p = sc.audit_params.get("audit_rate_bps", 10_000) / 10_000 * saved
+                st = ec.Strategy(r["label"], saved, p, p)
             else:
                 st = ec.deterministic_strategy(r["label"], saved, sc.provable)
             e = ec.Economy(reward, reward / 2, r["stake"], SLASH_FRACTION)
@@ -94,6 +98,27 @@ def profit_markdown(doc: dict[str, Any]) -> str:
         lines.append(
             f"| {p['scenario']} ({p['mode']}) | {p['rounds_cheating']} | {p['model_p_zero']:.3f} | {p['refused']} | "
             f"{p['model_profit']:.1f} | {p['measured_profit']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def ways_markdown(doc: dict[str, Any]) -> str:
+    """Every way around an audit (issue 38) with its realized profit per round against an honest miner
+    beside the model's expected profit (``tessera.attack.auditchecks.profit_vs_honest``), as Markdown;
+    "" when the report has none."""
+    rows = [(res["name"], r) for res in doc["scenarios"] for r in res.get("audit", {}).get("profit", [])]
+    if not rows:
+        return ""
+    lines = [
+        "| scenario | mode | rounds | q | honest pay/round | credited | forfeited | slashes | compute saved "
+        "| realized profit/round vs honest | model E[profit]/round |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in rows:
+        lines.append(
+            f"| {name} | {r['label']} | {r['rounds']} | {r['q']:.2f} | {r['honest_pay_per_round']:.2f} | "
+            f"{r['credited']:.2f} | {r['forfeited']:.2f} | {r['slashes']} | {r['saved']:.0%} | "
+            f"{r['realized_profit_per_round']:.2f} | {r['model_expected_profit_per_round']:.2f} |"
         )
     return "\n".join(lines)
 
@@ -140,4 +165,6 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{sum(r['stake_slashed'] for r in bad):.1f} | {det} | {res['honest_share']:.4f} | "
             f"{held:.4f} ({res['heldout_rel_diff']:+.2%}) |"
         )
-    return "\n".join(head) + "\n\n" + "\n".join(summary) + "\n\n" + "\n".join(out)
+    ways = ways_markdown(doc)
+    tail = "\n\n" + ways if ways else ""
+    return "\n".join(head) + "\n\n" + "\n".join(summary) + "\n\n" + "\n".join(out) + tail

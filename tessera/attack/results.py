@@ -16,7 +16,7 @@ from typing import Any
 
 from protocol.rounds.consensus import weighted_median
 from tessera.attack import auditchecks
-from tessera.attack.casting import Scenario
+from tessera.attack.casting import MINER_STAKE, Scenario
 from tessera.attack.harness import NetworkRun
 from validator.stages import Stage
 
@@ -123,11 +123,27 @@ def evaluate(
         res.checks.pop("cheaters_earn_0", None)
         res.checks.pop("honest_share>=0.99", None)
         res.checks.update(checks)
+    elif sc.audit_checks in ("caught-when-audited", "partial-faker"):
+        # issue 38: paid in the rounds it is not audited (only the audit's expected loss deters it), so
+        # earning 0 overall is not the claim; every audit catching it is (except a partial faker's)
+        res.checks.pop("cheaters_earn_0", None)
+        res.checks.pop("honest_share>=0.99", None)
+        if sc.audit_checks == "caught-when-audited":
+            checks, res.audit = auditchecks.caught_when_audited(run, sc.cheat_from)
+            res.checks.update(checks)
     elif sc.audit_checks == "false-unanswered-report":
         # a reported honest miner's pay is held until the report expires: paid, just later
         checks, res.audit = auditchecks.false_unanswered_report(run)
         res.checks.pop("honest_miners_paid_every_round", None)
         res.checks.update(checks)
+    if sc.kind == "miner" and sc.audit_params:
+        profit = auditchecks.profit_vs_honest(
+            run, cheat_from=sc.cheat_from, stake=MINER_STAKE, slash_fraction=SLASH_FRACTION,
+            audit_params=sc.audit_params,
+        )  # fmt: skip
+        if profit:
+            res.audit["profit"] = profit
+            res.checks["earns_no_more_than_honest"] = all(r["realized_profit_per_round"] <= 0 for r in profit)
     if sc.kind == "fault":
         _fault_checks(res, sc, run)
     if sc.kind == "validator":
