@@ -39,13 +39,13 @@ OLMoE, ...) use RMSNorm, rotary positions and gated SiLU experts, where Tessera 
 positions and two-layer GELU experts; mapping onto one would change the maths. The custom model keeps
 Tessera's parameter names, so its ``model.safetensors`` holds theta under the names the chain certified.
 
-**Tokenizer**: the run's BPE ``tokenizer.json`` as is (byte-level BPE, ``<|doc|>`` id 0), or for
-byte-level runs a ``tokenizers`` JSON whose 256 tokens are the bytes (id = byte value: ByteLevel
-pre-tokenizer and decoder, no merges), both loaded by ``PreTrainedTokenizerFast``.
+**Tokenizer** (:mod:`tessera.hftokenizer`): the run's BPE ``tokenizer.json`` as is, or for byte-level
+runs one whose 256 tokens are the bytes; both loaded by ``PreTrainedTokenizerFast``.
 
 **Layout**: dense and MoE write the files at the top of the directory; DiPaCo writes one GPT-2 directory
 per path, ``path-{n}/`` (``n`` the index into ``training.model.all_paths``, as ``tessera model sample
---path``). ``tessera.json`` holds what the native ``config.json`` holds (the model config, digests, where
+--path``): every path up to :data:`MAX_DEFAULT_PATHS`, else the ones ``--path`` names (embeddings and
+head are copied into each; ``tessera model eval``/``sample`` read only a complete export). ``tessera.json`` holds what the native ``config.json`` holds (the model config, digests, where
 the checkpoint was certified) and the SHA-256 of every file written; :func:`read_hf` refuses a directory
 with a file missing or altered, and checks the theta rebuilt from the GPT-2 weights against the digest.
 """
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from safetensors.torch import load_file, save
 from torch import Tensor
 
 from tessera.errors import TesseraError
+from tessera.hftokenizer import byte_tokenizer_json, tokenizer_config
 from training.config import ModelConfig
 from training.model import all_paths
 
@@ -79,6 +80,8 @@ HF_WEIGHTS_FILE = "model.safetensors"
 HF_TOKENIZER_FILE = "tokenizer.json"
 HF_TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 HF_GENERATION_FILE = "generation_config.json"
+#: DiPaCo paths an export writes unless told which (``--path``): 16, the ``1m`` preset's.
+MAX_DEFAULT_PATHS = 16
 
 _LINEAR = (
     ("attn.qkv", "attn.c_attn"),
@@ -205,64 +208,6 @@ def _token_ids() -> dict[str, int]:
     return {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
 
 
-def byte_tokenizer_json() -> bytes:
-    """A ``tokenizers`` JSON encoding text to its UTF-8 bytes (id = byte value), as ``ByteTokenizer``."""
-    alphabet = _bytes_to_unicode()
-    doc: dict[str, Any] = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [],
-        "normalizer": None,
-        "pre_tokenizer": {
-            "type": "ByteLevel",
-            "add_prefix_space": False,
-            "trim_offsets": True,
-            "use_regex": False,
-        },
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": {alphabet[b]: b for b in range(256)},
-            "merges": [],
-        },
-    }
-    return (json.dumps(doc, ensure_ascii=False) + "\n").encode()
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table (the ByteLevel pre-tokenizer's alphabet)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {b: chr(b) for b in keep}, 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
-def tokenizer_config(cfg: ModelConfig, bpe: bool) -> dict[str, Any]:
-    """``tokenizer_config.json``: a fast tokenizer that adds nothing to the text it encodes."""
-    doc: dict[str, Any] = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": cfg.seq_len,
-        "clean_up_tokenization_spaces": False,
-        "add_bos_token": False,
-        "add_eos_token": False,
-    }
-    if bpe:  # byte 0 of the byte-level tokenizer is a byte, not a special token (text could hold U+0100)
-        doc |= {"eos_token": "<|doc|>", "bos_token": "<|doc|>", "pad_token": "<|doc|>"}
-    return doc
-
-
 def _model_files(
     cfg: ModelConfig, config: dict[str, Any], weights: dict[str, Tensor], tok: bytes, bpe: bool
 ) -> dict[str, bytes]:
@@ -277,27 +222,46 @@ def _model_files(
     }
 
 
+def chosen_paths(cfg: ModelConfig, paths: Sequence[int] | None) -> list[int]:
+    """The DiPaCo path indices an export writes: ``paths``, or every path when there are at most
+    :data:`MAX_DEFAULT_PATHS` (each is a whole GPT-2: embeddings and head are copied into each)."""
+    n = len(all_paths(cfg))
+    if paths is None:
+        if n > MAX_DEFAULT_PATHS:
+            raise HFExportError(
+                f"the model has {n} DiPaCo paths, each a whole GPT-2 in the export: choose them with --path"
+            )
+        return list(range(n))
+    bad = [i for i in paths if not 0 <= i < n]
+    if bad or not paths:
+        raise HFExportError(f"DiPaCo paths are numbered 0..{n - 1}, not {bad or 'none'}")
+    return sorted(set(paths))
+
+
 def hf_files(
-    params: Mapping[str, Tensor], cfg: ModelConfig, tokenizer_bytes: bytes | None
-) -> dict[str, bytes]:
-    """Every file of the export but ``tessera.json``, by relative path (the module docstring's layout)."""
+    params: Mapping[str, Tensor],
+    cfg: ModelConfig,
+    tokenizer_bytes: bytes | None,
+    paths: Sequence[int] | None = None,
+) -> Iterator[tuple[str, bytes]]:
+    """Every file of the export but ``tessera.json`` as (relative path, bytes), one model at a time (the
+    module docstring's layout); ``paths``: the DiPaCo paths to write (:func:`chosen_paths`)."""
     tok = tokenizer_bytes if tokenizer_bytes is not None else byte_tokenizer_json()
     bpe = tokenizer_bytes is not None
     if cfg.mode == "dense":
         blocks = [f"trunk.{i}" for i in range(cfg.n_layers)]
-        return _model_files(cfg, gpt2_config(cfg, {}), gpt2_state(params, blocks), tok, bpe)
-    if cfg.mode == "moe":
+        yield from _model_files(cfg, gpt2_config(cfg, {}), gpt2_state(params, blocks), tok, bpe).items()
+    elif cfg.mode == "moe":
         weights = {k: params[k].detach().contiguous().cpu() for k in sorted(params)}
-        files = _model_files(cfg, moe_config(cfg, {}), weights, tok, bpe)
-        files[MOE_MODELING_FILE] = (Path(__file__).parent / "hfmoe.py").read_bytes()
-        return files
-    files = {}
-    for n, path in enumerate(all_paths(cfg)):
-        blocks = [f"path.{lv}.{c}" for lv, c in enumerate(path)]
-        config = gpt2_config(cfg, {"tessera_path": list(path)})
-        for name, data in _model_files(cfg, config, gpt2_state(params, blocks), tok, bpe).items():
-            files[f"{path_dir(n)}/{name}"] = data
-    return files
+        yield from _model_files(cfg, moe_config(cfg, {}), weights, tok, bpe).items()
+        yield MOE_MODELING_FILE, (Path(__file__).parent / "hfmoe.py").read_bytes()
+    else:
+        every = all_paths(cfg)
+        for n in chosen_paths(cfg, paths):
+            blocks = [f"path.{lv}.{c}" for lv, c in enumerate(every[n])]
+            config = gpt2_config(cfg, {"tessera_path": list(every[n])})
+            for name, data in _model_files(cfg, config, gpt2_state(params, blocks), tok, bpe).items():
+                yield f"{path_dir(n)}/{name}", data
 
 
 def write_hf(
@@ -306,20 +270,22 @@ def write_hf(
     out: Path,
     doc: Mapping[str, Any],
     tokenizer_bytes: bytes | None,
+    paths: Sequence[int] | None = None,
 ) -> Path:
     """Write the export of theta ``params`` into ``out``: :func:`hf_files` and ``tessera.json`` (``doc``,
-    the native config document, with the format, each file's SHA-256 and, DiPaCo, each path's choices)."""
-    files = hf_files(params, cfg, tokenizer_bytes)
-    manifest = dict(doc) | {
-        "format": HF_FORMAT,
-        "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
-    }
+    the native config document, with the format, each file's SHA-256 and, DiPaCo, each written path's
+    choices); returns ``out``."""
+    manifest = dict(doc) | {"format": HF_FORMAT}
     if cfg.mode == "dipaco":
-        manifest["paths"] = {path_dir(n): list(p) for n, p in enumerate(all_paths(cfg))}
+        every = all_paths(cfg)
+        manifest["paths"] = {path_dir(n): list(every[n]) for n in chosen_paths(cfg, paths)}
     out.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
+    sums = {}
+    for name, data in hf_files(params, cfg, tokenizer_bytes, paths):
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_bytes(data)
+        sums[name] = hashlib.sha256(data).hexdigest()
+    manifest["files"] = dict(sorted(sums.items()))
     (out / MANIFEST_FILE).write_bytes(_json(manifest))
     return out
 
@@ -354,7 +320,14 @@ def read_hf(directory: Path, cfg: ModelConfig, manifest: Mapping[str, Any]) -> d
             hf = load_file(str(directory / HF_WEIGHTS_FILE))
             return theta_of_gpt2(hf, [f"trunk.{i}" for i in range(cfg.n_layers)])
         theta: dict[str, Tensor] = {}
-        for n, path in enumerate(all_paths(cfg)):
+        every = all_paths(cfg)
+        held = manifest.get("paths") or {}
+        if sorted(held) != sorted(path_dir(n) for n in range(len(every))):
+            raise HFExportError(
+                f"{directory} holds {len(held)} of the model's {len(every)} DiPaCo paths (exported with "
+                "--path): tessera model eval/sample need them all; transformers loads each"
+            )
+        for n, path in enumerate(every):
             hf = load_file(str(directory / path_dir(n) / HF_WEIGHTS_FILE))
             part = theta_of_gpt2(hf, [f"path.{lv}.{c}" for lv, c in enumerate(path)])
             for k, v in part.items():

@@ -28,7 +28,15 @@ from protocol.p2p.blobs import TransferError
 from protocol.p2p.transfer import get_capped
 from protocol.wire.tensorblob import decode_tensors, split_checkpoint, tensors_digest
 from tessera.errors import TesseraError
-from tessera.hfexport import MANIFEST_FILE, HFExportError, is_hf_export, path_dir, read_hf, write_hf
+from tessera.hfexport import (
+    MANIFEST_FILE,
+    HFExportError,
+    chosen_paths,
+    is_hf_export,
+    path_dir,
+    read_hf,
+    write_hf,
+)
 from training.config import ModelConfig, from_dict, to_dict
 from training.data import is_heldout, prepare
 from training.errors import TrainingError
@@ -133,12 +141,13 @@ def export(
     certified: Certified | None,
     digest: str,
     fmt: str = "tessera",
+    paths: Sequence[int] | None = None,
 ) -> Path:
     """Write theta and what it is into ``out``; returns ``out``. ``fmt`` ``tessera``: ``model.safetensors``
     (theta, fp32), ``config.json`` (the model config, the run's digest and where the checkpoint was
     certified) and the run's BPE tokenizer as ``tokenizer.json`` (checked against the run file's digest
     first). ``fmt`` ``hf``: a directory Hugging Face transformers loads, the same document in
-    ``tessera.json`` (``tessera.hfexport``)."""
+    ``tessera.json`` (``tessera.hfexport``; ``paths``: which DiPaCo paths, None: every one)."""
     if fmt not in FORMATS:
         raise ModelOutError(f"unknown export format {fmt!r} (one of {', '.join(FORMATS)})")
     tokenizer: Any = "bytes (UTF-8, vocab 256)"
@@ -156,10 +165,15 @@ def export(
         "certified": None if certified is None else certified.__dict__,
         "tokenizer": tokenizer,
     }
+    if paths is not None and (fmt != "hf" or spec.model.mode != "dipaco"):
+        raise ModelOutError("--path chooses the DiPaCo paths of a --format hf export")
     if fmt == "hf":
-        if isinstance(tokenizer, dict) and spec.model.mode == "dipaco":
-            tokenizer["file"] = f"{path_dir(0)}/{TOKENIZER_FILE}"
-        return write_hf(params, spec.model, out, doc, tok_bytes)
+        try:
+            if isinstance(tokenizer, dict) and spec.model.mode == "dipaco":
+                tokenizer["file"] = f"{path_dir(chosen_paths(spec.model, paths)[0])}/{TOKENIZER_FILE}"
+            return write_hf(params, spec.model, out, doc, tok_bytes, paths)
+        except HFExportError as exc:
+            raise ModelOutError(str(exc)) from exc
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST_FILE).unlink(missing_ok=True)  # an earlier hf export's: this directory is native now
     save_file({k: params[k].detach().contiguous().cpu() for k in sorted(params)}, str(out / WEIGHTS_FILE))

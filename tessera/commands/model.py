@@ -52,6 +52,13 @@ def register(subparsers: Any) -> None:
         "transformers loads (GPT-2, or for MoE a custom model needing trust_remote_code=True; DiPaCo: "
         "one per path, path-N/)",
     )
+    ex.add_argument(
+        "--path",
+        dest="paths",
+        type=int,
+        action="append",
+        help="--format hf of a DiPaCo model: write path N (repeatable; default every path, up to 16)",
+    )
     ex.set_defaults(handler=_export)
     ev = sub.add_parser("eval", help="held-out loss and perplexity of an exported model")
     ev.add_argument("model_dir", type=Path)
@@ -101,7 +108,7 @@ def _export(args: argparse.Namespace) -> int:
         certified = certified or recorded
     else:
         params, digest = theta_of(fetch_checkpoint(args.source, expect), expect)
-    export(params, spec, args.out, certified, digest, args.format)
+    export(params, spec, args.out, certified, digest, args.format, args.paths)
     out = {
         "out": str(args.out),
         "format": args.format,

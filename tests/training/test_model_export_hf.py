@@ -30,7 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from protocol.runspec import RunSpec, TokenizerSpec
 from protocol.wire.tensorblob import encode_tensors, tensors_digest
 from tessera.cli import main
-from tessera.modelout import export, export_tokenizer, load_export, model_with, sample_ids
+from tessera.modelout import ModelOutError, export, export_tokenizer, load_export, model_with, sample_ids
 from training.config import ModelConfig
 from training.corpus import load_bundled_corpus
 from training.data import eval_windows, is_heldout, prepare
@@ -211,3 +211,29 @@ def test_an_export_is_exported_again_in_the_other_format(
     with contextlib.redirect_stdout(printed):
         exec(lines.replace('"my-model-hf"', repr(str(tmp_path / "hf"))), {})
     assert printed.getvalue().startswith("The ")
+
+
+def test_dipaco_paths_to_write_are_chosen_and_a_partial_export_is_for_transformers_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = ModelConfig(mode="dipaco", seq_len=16, d_model=16, d_ff=32, n_layers=2)
+    spec = RunSpec(model=cfg)
+    params = _theta(cfg)
+    out = export(params, spec, tmp_path / "two", None, "0x" + "ab" * 32, "hf", paths=[3, 1])
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["path-1", "path-3"]
+    hf = AutoModelForCausalLM.from_pretrained(out / "path-3").eval()
+    x = torch.arange(16).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.equal(hf(input_ids=x).logits, model_with(params, cfg)(x, all_paths(cfg)[3])[0])
+    run = tmp_path / "run.json"
+    spec.save(run)
+    assert main(["model", "eval", str(out), "--run-file", str(run)]) == 2
+    assert "holds 2 of the model's 4 DiPaCo paths" in capsys.readouterr().err
+    with pytest.raises(ModelOutError, match="numbered 0..3"):
+        export(params, spec, tmp_path / "bad", None, "0x" + "ab" * 32, "hf", paths=[4])
+    with pytest.raises(ModelOutError, match="--path chooses"):
+        export(params, spec, tmp_path / "bad", None, "0x" + "ab" * 32, "tessera", paths=[0])
+    deep = ModelConfig(mode="dipaco", seq_len=4, d_model=4, n_heads=1, d_ff=4, n_layers=5)  # 32 paths
+    with pytest.raises(ModelOutError, match="32 DiPaCo paths.*--path"):
+        export(_theta(deep), RunSpec(model=deep), tmp_path / "bad", None, "0x" + "ab" * 32, "hf")
+    assert not (tmp_path / "bad").exists()
