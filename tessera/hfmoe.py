@@ -198,7 +198,9 @@ class TesseraMoeForCausalLM(TesseraMoePreTrainedModel, GenerationMixin):
     ) -> MoeCausalLMOutputWithPast:
         """Logits ``[B, T, vocab]``; ``loss`` given ``labels`` (shifted inside, -100 ignored)."""
         t = input_ids.shape[1]
-        if position_ids is None:
+        if position_ids is None and attention_mask is not None:  # left padding: positions from the text
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        elif position_ids is None:
             position_ids = torch.arange(t, device=input_ids.device).unsqueeze(0)
         x = self.embed.tok(input_ids) + self.embed.pos(position_ids)
         keep = None

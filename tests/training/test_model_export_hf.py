@@ -203,6 +203,18 @@ def test_an_export_is_exported_again_in_the_other_format(
     assert main([*base, "--digest", "0x" + "11" * 32, "--out", str(tmp_path / "bad")]) == 2
     assert "not the certified" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
+    # a left-padded batch (the MoE code's own attention mask and positions): each row's logits as alone
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
+    short, long = torch.tensor([[5, 6, 7]]), torch.tensor([[1, 2, 3, 4, 5, 6]])
+    batch = torch.cat([torch.cat([torch.zeros(1, 3, dtype=torch.long), short], 1), long])
+    mask = torch.cat(
+        [torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones_like(short)], 1), long * 0 + 1]
+    )
+    with torch.no_grad():
+        both = hf(input_ids=batch, attention_mask=mask).logits
+        assert (both[0, 3:] - hf(input_ids=short).logits[0]).abs().max() < 1e-5
+        assert (both[1] - hf(input_ids=long).logits[0]).abs().max() < 1e-5
+
     # README.md's three lines, as written, on this (MoE) export: no prompt, text out
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     lines = re.findall(r"```python\n(from transformers.*?)```", readme, flags=re.S)[0]
