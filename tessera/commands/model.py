@@ -29,37 +29,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="model_command", metavar="ACTION")
-    ex = sub.add_parser("export", help="check a checkpoint against the chain and write safetensors + config")
-    ex.add_argument(
-        "--from",
-        dest="source",
-        required=True,
-        help="a node's URL, a checkpoint blob file, or an exported model's directory (to change its format)",
-    )
-    ex.add_argument(
-        "--deployment", type=Path, help="deployment file: the digest is checked against the chain"
-    )
-    ex.add_argument("--rpc-url", default=None, help="JSON-RPC endpoint (default: the deployment's)")
-    ex.add_argument("--round", type=int, default=None, help="export theta_ROUND (default: newest certified)")
-    ex.add_argument("--digest", default=None, help="expected 0x digest, when no --deployment is given")
-    ex.add_argument("--run-file", type=Path, default=Path("run.json"), help="the run's run.json")
-    ex.add_argument("--out", type=Path, required=True, help="directory to write")
-    ex.add_argument(
-        "--format",
-        choices=("tessera", "hf"),
-        default="tessera",
-        help="tessera: model.safetensors + config.json (default); hf: a directory Hugging Face "
-        "transformers loads (GPT-2, or for MoE a custom model needing trust_remote_code=True; DiPaCo: "
-        "one per path, path-N/)",
-    )
-    ex.add_argument(
-        "--path",
-        dest="paths",
-        type=int,
-        action="append",
-        help="--format hf of a DiPaCo model: write path N (repeatable; default every path, up to 16)",
-    )
-    ex.set_defaults(handler=_export)
+    ex = _add_export(sub)
     ev = sub.add_parser("eval", help="held-out loss and perplexity of an exported model")
     ev.add_argument("model_dir", type=Path)
     ev.add_argument("--run-file", type=Path, default=Path("run.json"), help="the run's run.json (its corpus)")
@@ -85,6 +55,45 @@ def register(subparsers: Any) -> None:
     for p in (ex, ev, sa):
         p.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=lambda args: (parser.print_help(), 1)[1])
+
+
+def _add_export(sub: Any) -> argparse.ArgumentParser:
+    """Add ``tessera model export`` to ``sub``; returns its parser."""
+    ex: argparse.ArgumentParser = sub.add_parser(
+        "export", help="check a checkpoint against the chain and write safetensors + config"
+    )
+    ex.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="a node's URL, a checkpoint blob file, or an exported model's directory (to change its format)",
+    )
+    ex.add_argument(
+        "--deployment", type=Path, help="deployment file: the digest is checked against the chain"
+    )
+    ex.add_argument("--rpc-url", default=None, help="JSON-RPC endpoint (default: the deployment's)")
+    ex.add_argument("--round", type=int, default=None, help="export theta_ROUND (default: newest certified)")
+    ex.add_argument("--digest", default=None, help="expected 0x digest, when no --deployment is given")
+    ex.add_argument("--run-file", type=Path, default=Path("run.json"), help="the run's run.json")
+    ex.add_argument("--out", type=Path, required=True, help="directory to write")
+    ex.add_argument(
+        "--format",
+        choices=("tessera", "hf"),
+        default="tessera",
+        help="tessera: model.safetensors + config.json (default); hf: a directory Hugging Face "
+        "transformers loads (GPT-2, or for MoE a custom model needing trust_remote_code=True; DiPaCo: "
+        "one per path, path-N/)",
+    )
+    ex.add_argument(
+        "--path",
+        dest="paths",
+        metavar="N",
+        type=int,
+        action="append",
+        help="--format hf of a DiPaCo model: write path N (repeatable; default every path, up to 16)",
+    )
+    ex.set_defaults(handler=_export)
+    return ex
 
 
 def _export(args: argparse.Namespace) -> int:
