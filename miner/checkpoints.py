@@ -46,7 +46,7 @@ class CheckpointSource:
         self.fetch_policy = fetch_policy
         self.metrics = metrics
         self.rebuilt = 0
-        """Checkpoints this process rebuilt instead of fetching."""
+        """Checkpoints this process rebuilt (each is used only if its digest is the certified one)."""
 
     def get(self, round: int, hexd: str) -> dict[str, Tensor]:
         """The checkpoint ``hexd`` (``0x`` + hex) that round ``round`` trains from;
@@ -67,6 +67,18 @@ class CheckpointSource:
     def rebuild(self, round: int, hexd: str) -> dict[str, Tensor] | None:
         """theta_round rebuilt from theta_{round-1} (held), round-1's consensus and its accepted updates, if
         its digest is the certified ``hexd``; None: fetch it."""
+        got = self.rebuild_uncertified(round)
+        if got is None or got[1] != hexd:
+            log.info("round %d: theta_r not rebuilt as the certified %s; fetching it", round, hexd[:18])
+            return None
+        log.info("round %d: theta_r rebuilt from the accepted updates, no checkpoint fetched", round)
+        return got[0]
+
+    def rebuild_uncertified(self, round: int) -> tuple[dict[str, Tensor], str] | None:
+        """theta_round and its digest, rebuilt as the validators merge it once round-1 is finalized, before
+        (or without) its certificate; stored by its own digest. None when theta_{round-1}, round-1's
+        settlement or an accepted update is missing. Nothing trained from it may be committed until the
+        chain certifies the same digest."""
         p = round - 1
         prev = self.state.record(p)
         if prev is None or prev.checkpoint is None:
@@ -77,16 +89,12 @@ class CheckpointSource:
             return None
         updates = self.accepted_updates(p, settlement.consensus)
         got = rebuild_checkpoint(self.spec, theta, settlement.consensus, updates)
-        if got is None or got[1] != hexd:
-            log.info("round %d: theta_r not rebuilt from %d updates; fetching it", round, len(updates))
+        if got is None:
             return None
-        tensors, _ = got
+        tensors, hexd = got
         self.state.blobs.put(encode_tensors(tensors), hexd, digest_fn=tensor_blob_digest)
         self.rebuilt += 1
-        log.info(
-            "round %d: theta_r rebuilt from %d accepted updates, no checkpoint fetched", round, len(updates)
-        )
-        return tensors
+        return tensors, hexd
 
     def accepted_updates(self, round: int, consensus: Mapping[str, int]) -> dict[str, bytes]:
         """``round``'s accepted updates, each fetched by the digest its miner announced and kept only if it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from miner.behaviour import BehaviourContext
 from miner.connections import MinerConnections, RoundMaterial, part_index
@@ -28,12 +29,32 @@ class Committer:
     def __init__(self, conn: MinerConnections, material: RoundMaterial) -> None:
         self.conn = conn
         self.material = material
+        self.ahead_tried = 0
+        """The last round this process tried to train ahead of its certificate (once a round)."""
 
     def _phase(self, phase: str) -> None:
         self.conn.runtime.phase = phase
 
-    def work(self, st: RoundState) -> None:
-        """Round ``st``'s work: fetch theta_r, train, keep everything needed to resume, commit."""
+    def work_ahead(self, st: RoundState) -> bool:
+        """Train round ``st`` before its checkpoint is certified, on theta_r rebuilt as the validators merge
+        it (``miner.checkpoints.CheckpointSource.rebuild_uncertified``), so that a slow certificate does not
+        eat the commit window; the update is kept prepared and committed only once the chain certifies the
+        digest it was trained on (:meth:`reconcile`). False when theta_r cannot be rebuilt yet (tried once a
+        round; the miner then waits for the certificate as before)."""
+        if self.ahead_tried == st.round or st.round <= 1:
+            return False
+        self.ahead_tried = st.round
+        got = self.material.checkpoints.rebuild_uncertified(st.round)
+        if got is None:
+            return False
+        digest = bytes.fromhex(got[1].removeprefix("0x"))
+        log.info("round %d: training ahead of the certificate on theta_r %s", st.round, got[1][:18])
+        self.work(replace(st, checkpoint=digest), commit=False)
+        return self.conn.state.record(st.round) is not None
+
+    def work(self, st: RoundState, commit: bool = True) -> None:
+        """Round ``st``'s work: fetch theta_r, train, keep everything needed to resume, commit (unless
+        ``commit`` is False: trained ahead of the certificate, :meth:`work_ahead`)."""
         assert st.checkpoint is not None
         c, r = self.conn, st.round
         self._phase("fetching")
@@ -64,7 +85,10 @@ class Committer:
         live.parts = part_index(
             built.transcript_steps, [(p.hex(), q.hex()) for p, q in built.transcript_parts]
         )
-        self.commit(r, built.digest)
+        if commit:
+            self.commit(r, built.digest)
+        else:
+            self._phase("trained ahead; commits when theta_r's certificate lands")
 
     def _sits_out(self, round: int, registry: list[str]) -> bool:
         """Whether this miner skips ``round`` (recorded as abandoned): registered after it opened, or
@@ -128,10 +152,19 @@ class Committer:
         if rec.update_digest is None:
             raise MinerStateError(f"round {r} is prepared without an update digest")
         digest = bytes.fromhex(rec.update_digest)
+        open_now = st.phase == Phase.COMMIT and st.block <= st.deadline
         if self.conn.chain_has_commit(r, digest):
             with self.conn.state.edit(r) as stored:
                 stored.status, stored.reconciled = COMMITTED, True
-        elif st.phase == Phase.COMMIT and st.block <= st.deadline:
+        elif st.checkpoint is None and open_now:
+            self._phase("trained ahead; commits when theta_r's certificate lands")  # trained ahead: wait
+        elif st.checkpoint is not None and rec.checkpoint != st.checkpoint.hex():
+            # trained ahead on a theta_r the validators did not certify: that update is worth nothing
+            log.warning("round %d: certified theta_r differs from the one trained ahead on; retraining", r)
+            self._abandon(r, "trained ahead on a theta_r that was not certified")
+            if open_now:
+                self.work(st)
+        elif open_now:
             self.commit(r, digest)
         else:
             self._abandon(r, "not committed before the deadline")

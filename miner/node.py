@@ -206,7 +206,8 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
         if st.phase == Phase.COMMIT and st.block <= st.deadline:
             if rec is None:
                 if st.checkpoint is None:
-                    self.runtime.phase = "waiting-checkpoint"
+                    if not self.committer.work_ahead(st):
+                        self.runtime.phase = "waiting-checkpoint"
                     return
                 self.committer.work(st)
             elif rec.status == PREPARED:

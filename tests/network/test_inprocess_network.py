@@ -10,6 +10,7 @@ directory does not commit twice, and theta advances with a quorum certificate.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -24,6 +25,7 @@ from miner.node import MinerNode
 from protocol.errors import ProtocolError
 from protocol.p2p.dht import DHTConfig, DHTNode, record_key
 from protocol.p2p.discovery import Discovery
+from protocol.rounds.coordinator import RoundState
 from protocol.rounds.memcoordinator import MemoryCoordinator, MemoryLedger
 from protocol.rounds.phases import Phase
 from protocol.runspec import RunSpec
@@ -220,6 +222,24 @@ def test_miner_restarted_after_serving_announces_its_new_url(network) -> None:  
     second.stop()
 
 
+def _to_next_round(ledger: MemoryLedger, nodes: list) -> int:  # type: ignore[type-arg]
+    """Steps the network to the opening of the next round and not a node's step further (its checkpoint
+    may not be certified yet); returns it."""
+    r, t = ledger.round, time.time()
+    while ledger.round == r:
+        assert time.time() - t < 120, "network did not progress"
+        for n in nodes:
+            try:
+                n.step()
+            except (ProtocolError, MinerError, ValidatorError):
+                pass
+            if ledger.round != r:
+                break
+        else:
+            ledger.mine(1 if ledger.phase == Phase.COMMIT else 8)
+    return ledger.round
+
+
 class _Unbonded(MemoryCoordinator):
     """The chain's answer to a miner whose stake fell below the minimum (``StakeTooLow``)."""
 
@@ -233,7 +253,12 @@ def test_a_miner_below_the_stake_abandons_the_round_once(network) -> None:  # ty
     """After ``unbond --all`` a miner's commits revert with StakeTooLow: it abandons the round, says how to
     commit again, and does not retry the commit (nor raise) on later steps of the round."""
     ledger, dht, validators, miners, spec, tmp = network
-    r = _open_round(ledger, validators, miners)
+    _open_round(ledger, validators, miners)
+    r = _to_next_round(ledger, [*validators, *miners])  # in its commit phase
+    while ledger.checkpoints.get(r) is None:
+        for v in validators:
+            v.step()
+        ledger.mine(1)
     m0 = miners[0]
     m0.stop()
     coord = _Unbonded(ledger, m0.address)
@@ -248,3 +273,46 @@ def test_a_miner_below_the_stake_abandons_the_round_once(network) -> None:  # ty
         assert "bond stake" in node.runtime.phase
     finally:
         node.stop()
+
+
+class _SlowCertificate(MemoryCoordinator):
+    """A chain whose certificate of theta_r has not landed yet, as a miner sees it (while ``hide``)."""
+
+    hide = True
+
+    def current(self, max_age: float = 0.0) -> RoundState:
+        st = super().current(max_age)
+        return replace(st, checkpoint=None) if self.hide else st
+
+    def checkpoint(self, round: int) -> bytes | None:
+        return None if self.hide else super().checkpoint(round)
+
+
+def test_a_miner_trains_ahead_of_a_slow_certificate(network) -> None:  # type: ignore[no-untyped-def]
+    """A slow certificate cost every miner a round (issue 35): a miner now trains on theta_r rebuilt from
+    the finalized consensus while the certificate is pending, and commits once the chain certifies that
+    digest, without training again."""
+    ledger, dht, validators, miners, spec, tmp = network
+    r = _open_round(ledger, validators, miners)
+    nxt = _to_next_round(ledger, [*validators, *miners])
+    m1 = miners[1]
+    assert m1.state.committed(r), "miner1 took part in round r"
+    m1.stop()
+    coord = _SlowCertificate(ledger, m1.address)
+    node = MinerNode(MinerConfig(data_dir=tmp / "m1"), spec, coord, Discovery(31337, KEYS[3], dht)).start()
+    miners[1] = node
+    node.step()
+    rec = node.state.record(nxt)
+    assert rec is not None and rec.status == "prepared", rec  # trained, not committed: no certificate yet
+    assert m1.address not in ledger.rounds[nxt].commits and "certificate" in node.runtime.phase
+    trained_at = rec.train_seconds
+    while ledger.checkpoints.get(nxt) is None:  # the validators certify, late
+        for v in validators:
+            v.step()
+        ledger.mine(1)
+    coord.hide = False
+    node.step()
+    rec = node.state.record(nxt)
+    assert rec is not None and rec.status in ("committed", "served"), rec
+    assert m1.address in ledger.rounds[nxt].commits
+    assert rec.checkpoint == ledger.checkpoints[nxt].hex() and rec.train_seconds == trained_at
