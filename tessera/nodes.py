@@ -258,6 +258,7 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     ``fallback_urls``; the DHT is shut down on exit."""
     from protocol.node.dhttraffic import DhtTraffic
     from protocol.node.traffic import TrafficLedger
+    from protocol.p2p.clientcount import count_client_http
     from protocol.p2p.discovery import Discovery
     from protocol.runspec import RunSpec
 
@@ -265,6 +266,7 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     spec.load_corpus()  # and its corpus against its digest: before the node registers or bonds (issue 27)
     lock = lock_data_dir(cfg.data_dir)
     traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
+    count_client_http(traffic.count_client)  # and what it fetches and posts (GET /traffic/client, /node)
     coord = connect(cfg.deployment, cfg.rpc_url, key, traffic)
     check_genesis(coord, spec, cfg.run_file)
     dht = start_dht(
@@ -275,6 +277,7 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     try:
         yield NodeRuntime(spec, coord, traffic, Discovery(coord.chain_id, key, dht, fallback_urls), lock)
     finally:
+        count_client_http(None)
         if dht_traffic is not None:
             dht_traffic.stop()
         if dht is not None:

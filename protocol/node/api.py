@@ -261,6 +261,18 @@ def _count_traffic(
         (counted once, by the server) and its own JSON-RPC with the chain."""
         return ledger.to_json()
 
+    @app.get("/traffic/client", summary="HTTP this node made as a client, by round and kind")
+    def get_client_traffic() -> dict[str, dict[str, dict[str, int]]]:
+        """``{round: {kind: {sent, received}}}``: the fetches and posts this node made (each is in its
+        server's ``/traffic`` too), headers included."""
+        return ledger.client_json()
+
+    @app.get("/traffic/node", summary="Every byte this node moved, by round: its bandwidth")
+    def get_node_traffic() -> dict[str, dict[str, int]]:
+        """``{round: {sent, received}}``: served, fetched and posted HTTP, JSON-RPC and DHT, headers
+        included: what a node's link must carry."""
+        return ledger.node_json()
+
     @app.get("/traffic/rpc", summary="JSON-RPC requests this node sent, by round and method")
     def get_rpc_calls() -> dict[str, dict[str, int]]:
         """``{round: {method: requests}}``; a contract read is ``eth_call:<function>``."""

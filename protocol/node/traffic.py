@@ -73,6 +73,7 @@ class TrafficLedger:
         self._rows: dict[int, dict[Kind, dict[str, int]]] = {}
         self._calls: dict[int, dict[str, int]] = {}
         self._call_bytes: dict[int, dict[str, int]] = {}
+        self._client: dict[int, dict[Kind, dict[str, int]]] = {}
         self.on_add: Callable[[Kind, str, int], None] | None = None
         """Called with (kind, field, bytes) for each non-zero count (e.g. a Prometheus counter)."""
         self.on_call: Callable[[str], None] | None = None
@@ -95,6 +96,48 @@ class TrafficLedger:
             for f, n in counts.items():
                 if n > 0:
                     self.on_add(kind, f, int(n))
+
+    def count_client(self, path: str, head: bytes, sent: int, received: int) -> None:
+        """Count one HTTP exchange this node made as a client (``protocol.p2p.clientcount``): ``sent`` and
+        ``received`` as the wire carried them, the kind told by the path or the response's first bytes.
+        Kept apart from the served rows: each such exchange is also in its server's ledger."""
+        kind = blob_kind(head) if path.startswith("/blobs/") else path_kind(path)
+        with self._lock:
+            row = self._client.setdefault(self.round, {}).setdefault(kind, {"sent": 0, "received": 0})
+            row["sent"] += max(0, int(sent))
+            row["received"] += max(0, int(received))
+            if len(self._client) > self._keep:
+                for old in sorted(self._client)[: len(self._client) - self._keep]:
+                    del self._client[old]
+        if self.on_add is not None:
+            for f, n in (("client_sent", sent), ("client_received", received)):
+                if n > 0:
+                    self.on_add(kind, f, int(n))
+
+    def client_json(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{round: {kind: {sent, received}}}`` of :meth:`count_client` (headers included)."""
+        with self._lock:
+            return {
+                str(r): {k.value: dict(v) for k, v in sorted(kinds.items())}
+                for r, kinds in sorted(self._client.items())
+            }
+
+    def node_json(self) -> dict[str, dict[str, int]]:
+        """``{round: {sent, received}}``: every byte this node moved, headers included: what it served,
+        what it fetched and posted as a client, its JSON-RPC and what its DHT daemon received (the figure
+        to size a node's bandwidth by)."""
+        with self._lock:
+            out: dict[str, dict[str, int]] = {}
+            for r in sorted(set(self._rows) | set(self._client)):
+                sent = received = 0
+                for row in self._rows.get(r, {}).values():
+                    sent += row["sent"] + row["sent_overhead"]
+                    received += row["received"] + row["received_overhead"]
+                for row in self._client.get(r, {}).values():
+                    sent += row["sent"]
+                    received += row["received"]
+                out[str(r)] = {"sent": sent, "received": received}
+            return out
 
     def add_call(self, label: str, nbytes: int = 0) -> None:
         """Count one JSON-RPC request of this round (``label``: the method, ``eth_call:<function>`` for a

@@ -35,6 +35,7 @@ from protocol.p2p.blobs import (
     check_digest_str,
     sha256_digest,
 )
+from protocol.p2p.clientcount import CountingTransport, client_counter
 
 log = logging.getLogger(__name__)
 
@@ -178,8 +179,13 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def new_client() -> httpx.Client:
-    """An HTTP client for one transfer (closed to abandon a stalled one), sharing :func:`_tls_context`."""
-    return httpx.Client(follow_redirects=False, verify=_tls_context())
+    """An HTTP client for one transfer (closed to abandon a stalled one), sharing :func:`_tls_context`;
+    its exchanges are counted when the process registered a counter (``protocol.p2p.clientcount``)."""
+    counter = client_counter()
+    if counter is None:
+        return httpx.Client(follow_redirects=False, verify=_tls_context())
+    transport = CountingTransport(httpx.HTTPTransport(verify=_tls_context()), counter)
+    return httpx.Client(follow_redirects=False, transport=transport)
 
 
 def _bounded(

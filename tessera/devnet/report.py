@@ -29,6 +29,8 @@ def build_report(
     verdicts = {r: net.get("validator0", f"/verdicts/{r}") or {} for r in range(1, rounds + 1)}
     ledgers = {name: net.get(name, "/traffic") or {} for name in net.nodes}
     traffic, fixed = merge_ledgers(ledgers.values()), fixed_bytes_by_node(ledgers)
+    # each node's whole bandwidth (served, fetched and posted, RPC, DHT): what an operator's link carries
+    whole = {name: net.get(name, "/traffic/node") or {} for name in net.nodes}
     per_round = []
     prev_mark = t_started
     for r in range(1, rounds + 1):
@@ -44,6 +46,7 @@ def build_report(
             {"round": r, "join_round": r == 1 and not v.get("consensus")}
             | figures
             | {"certified": certified, "fixed_bytes_by_node": fixed.get(r, {}), **traffic_r}
+            | {"node_bytes_by_node": {n: w[str(r)] for n, w in whole.items() if str(r) in w}}
         )
     totals: dict[str, int] = {}
     for pr in per_round:
@@ -62,6 +65,10 @@ def build_report(
         "rewards_total_wei": totals,
         "traffic_ledger_bytes_all_rounds": sum(sum(k.values()) for k in traffic.values()),
         "traffic_ledger_bytes_by_kind": kind_totals(traffic),
+        "node_bytes_total": {
+            n: {d: sum(int(row.get(d, 0)) for row in w.values()) for d in ("sent", "received")}
+            for n, w in whole.items()
+        },
         "driver_rpc_bytes": _driver_bytes(net).get(Kind.RPC.value, 0),
         "driver_dht_bytes": _driver_bytes(net).get(Kind.DHT.value, 0),
     } | _refusals(net)
