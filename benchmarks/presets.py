@@ -83,16 +83,16 @@ def child(
     from training.inner import train_inner
     from training.model import module_params
 
-    cfg, inner, a, theta, batches, model = _setup(preset, mode, steps, interval, batch_size, device)
+    cfg, inner, a, theta, batches, model = loop_setup(preset, mode, steps, interval, batch_size, device)
 
     def miner_round() -> None:
         train_inner(cfg, inner, theta, a, batches, 0, keep_states=True, model=model, device=device)
 
-    def plain_round() -> None:
-        _plain_round(model, theta, a, inner, batches, device)
+    def plain_loop() -> None:
+        plain_round(model, theta, a, inner, batches, device)
 
     times, cpu = _time_alternating(
-        {"miner": miner_round, "plain": plain_round}, kind, repeats, min_seconds, device
+        {"miner": miner_round, "plain": plain_loop}, kind, repeats, min_seconds, device
     )
     tokens = steps * inner.batch_size * cfg.seq_len
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
@@ -125,7 +125,7 @@ def child(
     }
 
 
-def _setup(
+def loop_setup(
     preset: str, mode: str, steps: int, interval: int, batch_size: int, device: str
 ) -> tuple[Any, Any, Any, Any, Any, Any]:
     """What both loops train: the preset's model config and inner config (``batch_size`` 0: the
@@ -149,7 +149,7 @@ def _setup(
     return cfg, inner, a, theta, batches, build_model(cfg).to(device)
 
 
-def _plain_round(model: Any, theta: Any, a: Any, inner: Any, batches: Any, device: str) -> None:
+def plain_round(model: Any, theta: Any, a: Any, inner: Any, batches: Any, device: str) -> None:
     """The textbook loop over ``batches`` from ``theta``, training assignment ``a``'s modules."""
     import torch
 

@@ -15,14 +15,17 @@
 #   device     tests/training/test_device.py in one process, in file order and then in a shuffled order
 #              (DEVICE_ORDER_SEED, default random, printed): its CUDA tests in any order (issue 39)
 #   precision  fp32 "highest" vs TF32 vs bf16 autocast at 50m -> precision.json            [--tiny: tiny]
+#   loopcost   where the miner's round goes beyond a plain loop at 50m MoE (benchmarks.gpu.loopcost: the
+#              intermediate transcript states, SHA-256 digests, host copies into pinned memory, the codec)
+#              -> loopcost.json                                                              [--tiny: 1m]
 #   sizes      the size series' 38M point, 3 arms, seeds 0 and 1 as two processes at once on the one GPU
 #              (tessera bench training --full --only sizes --big-size --size-rounds 0 0 0 0 30); each
 #              seed's training.json is rewritten after each arm -> sizes-seed0.json, sizes-seed1.json
 #   presets50m, presets125m  tessera bench presets --presets 50m|125m --modes moe,dipaco (peak GPU memory in
-#              it) -> presets-50m.json, presets-125m.json                                   [--tiny: tiny, 1m]
-# $OUT (the device tool's; default ./gpu-out) gets at most 8 files, each copied as soon as its step ends:
-# run.log, steps.jsonl, devnet.json, precision.json, sizes-seed0.json, sizes-seed1.json, presets-50m.json,
-# presets-125m.json. Work files go to $WORK (default /tmp/issue39).
+#              it) -> presets.json (the rows of both steps)                                 [--tiny: tiny, 1m]
+# $OUT (the device tool's; default ./gpu-out) gets at most 8 files, each written as soon as its step ends:
+# run.log, steps.jsonl, devnet.json, precision.json, loopcost.json, sizes-seed0.json, sizes-seed1.json,
+# presets.json. Work files go to $WORK (default /tmp/issue39).
 set -uo pipefail
 DEVICE=cuda
 TINY=0
@@ -36,7 +39,7 @@ done
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
 WORK="${WORK:-/tmp/issue39}"
-STEPS="${STEPS:-imports devnet device precision sizes presets50m presets125m}"
+STEPS="${STEPS:-imports devnet device precision loopcost sizes presets50m presets125m}"
 mkdir -p "$OUT" "$WORK"
 LOG="$OUT/run.log"
 PY="${PYTHON:-python3}"
@@ -83,16 +86,27 @@ step() {  # step NAME DEFAULT_LIMIT COMMAND...: run it under its limit, its outp
 keep() {  # keep SRC NAME: copy a step's result into $OUT (partial results survive a later timeout)
   [ -f "$1" ] && cp "$1" "$OUT/$2"
 }
+keep_rows() {  # keep_rows SRC NAME: add the rows of a presets.json to $OUT/NAME (one file for both steps)
+  [ -f "$1" ] && "$PY" -c 'import json, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+new = json.load(open(src))
+old = json.load(open(dst)) if os.path.exists(dst) else None
+if old is not None:
+    new["rows"] = old["rows"] + new["rows"]
+json.dump(new, open(dst, "w"), indent=1, sort_keys=True)' "$1" "$OUT/$2"
+}
 
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts="-ra --strict-markers")
 DEVNET_TEST="tests/devnet/test_gpu_miner.py::test_miner0_is_audited_replayed_on_the_cpu_and_paid"
 if [ "$TINY" = 1 ]; then
   PRECISION=(--preset tiny --steps 2 --interval 1 --rounds 1)
+  LOOPCOST=(--preset 1m --steps 6 --interval 2 --repeats 1 --threads 1)
   SIZES=(--only sizes --size-rounds 1 0 --windows 4)
   PRESETS=(--steps 2 --repeats 1 --min-seconds 0) P50=tiny P125=1m
   DEVNET_ID="$DEVNET_TEST[cpu]"
 else
   PRECISION=(--preset 50m)
+  LOOPCOST=(--preset 50m --steps 20 --interval 10 --repeats 3)
   SIZES=(--full --only sizes --big-size --size-rounds 0 0 0 0 30 --threads 4)
   PRESETS=(--steps 10 --repeats 2 --min-seconds 2) P50=50m P125=125m
   DEVNET_ID="$DEVNET_TEST[cuda]"
@@ -138,16 +152,18 @@ if wanted device; then
 ids = sys.stdin.read().split(); random.Random(int(sys.argv[1])).shuffle(ids); print("\n".join(ids))' \
     "$SEED_ORDER" > "$WORK/device-order.txt"
   echo "device: shuffled order (DEVICE_ORDER_SEED=$SEED_ORDER): $(tr '\n' ' ' < "$WORK/device-order.txt")" >> "$LOG"
-  step device 100 bash -c 'order="$1"; shift; "$@" tests/training/test_device.py &&
+  step device 90 bash -c 'order="$1"; shift; "$@" tests/training/test_device.py &&
     mapfile -t ids < "$order" && "$@" "${ids[@]}"' _ "$WORK/device-order.txt" "${PYTEST[@]}"
 fi
 
 step precision 60 "$PY" -m benchmarks.gpu.precision --device "$DEVICE" "${PRECISION[@]}" --out "$WORK/precision"
 keep "$WORK/precision/precision.json" precision.json
+step loopcost 45 "$PY" -m benchmarks.gpu.loopcost --device "$DEVICE" "${LOOPCOST[@]}" --out "$WORK/loopcost"
+keep "$WORK/loopcost/loopcost.json" loopcost.json
 
 # sizes: seeds 0 and 1 at once, one process each (a 38M model leaves the GPU mostly idle in one)
 if wanted sizes; then
-  SIZES_LIMIT=$(limit_of sizes 250)
+  SIZES_LIMIT=$(limit_of sizes 190)
   echo "=== sizes (seeds 0 and 1 at once, limit ${SIZES_LIMIT}s) $(date -u +%T)" | tee -a "$LOG"
   t0=$SECONDS
   for seed in 0 1; do
@@ -165,12 +181,12 @@ if wanted sizes; then
 fi
 wait_devnet  # the loop comparisons below run alone
 
-step presets50m 90 "$PY" -m tessera bench presets --device "$DEVICE" --presets "$P50" --modes moe,dipaco \
+step presets50m 75 "$PY" -m tessera bench presets --device "$DEVICE" --presets "$P50" --modes moe,dipaco \
   "${PRESETS[@]}" --out "$WORK/presets50m"
-keep "$WORK/presets50m/presets.json" presets-50m.json
-step presets125m 120 "$PY" -m tessera bench presets --device "$DEVICE" --presets "$P125" --modes moe,dipaco \
+keep_rows "$WORK/presets50m/presets.json" presets.json
+step presets125m 90 "$PY" -m tessera bench presets --device "$DEVICE" --presets "$P125" --modes moe,dipaco \
   "${PRESETS[@]}" --out "$WORK/presets125m"
-keep "$WORK/presets125m/presets.json" presets-125m.json
+keep_rows "$WORK/presets125m/presets.json" presets.json
 
 echo "done in $((SECONDS - START))s; steps:" | tee -a "$LOG"
 tee -a "$LOG" < "$OUT/steps.jsonl"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu import carry
+from benchmarks.gpu.loopcost import measure, report_lines
 
 SCRIPT = carry.HERE / "run_issue39.sh"
 
@@ -49,9 +50,28 @@ def test_the_script_returns_at_most_eight_files_with_plain_names() -> None:
     ``-``: every file the script writes there (``"$OUT/NAME"`` and ``keep SRC NAME``) is such a name."""
     text = SCRIPT.read_text()
     names = set(re.findall(r'"\$OUT/([^"/$]+)"', text))
-    names |= set(re.findall(r'^keep "[^"]+" (\S+)$', text, re.MULTILINE))
+    names |= set(re.findall(r'^keep(?:_rows)? "[^"]+" (\S+)$', text, re.MULTILINE))
     names |= {f"sizes-seed{s}.json" for s in (0, 1)} if '"sizes-seed$seed.json"' in text else set()
     names.discard("sizes-seed$seed.json")
-    assert {"run.log", "steps.jsonl", "devnet.json", "precision.json"} <= names
+    assert {
+        "run.log",
+        "steps.jsonl",
+        "devnet.json",
+        "precision.json",
+        "loopcost.json",
+        "presets.json",
+    } <= names
     assert len(names) <= 8, sorted(names)
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", n) for n in names), sorted(names)
+
+
+def test_loopcost_times_the_loops_and_each_piece() -> None:
+    """The tiny preset on the CPU: every loop timed, each piece of the miner's extra work timed alone."""
+    r = measure("tiny", "moe", "cpu", steps=2, interval=1, repeats=1)
+    assert r["states_recorded"] == 3 and r["state_bytes"] > 0
+    assert set(r["round_seconds"]) == {"plain", "miner", "miner_ends"}
+    assert all(len(v) == 1 and v[0] > 0 for v in r["round_seconds"].values())
+    assert set(r["piece_seconds"]) == {"digest", "host_copy", "codec"}
+    assert all(s > 0 for s in r["piece_seconds"].values())
+    lines = report_lines(r)
+    assert "transcript every 1 (3 states" in lines[0] and len(lines) == 5
