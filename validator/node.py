@@ -130,6 +130,9 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         self._last_phase: tuple[int, int] = (0, -1)
         self.scheduler = VerifyScheduler(s.conn, s.intake, s.pipeline)
         """Runs each round's verification against the score-commit deadline (issue 27)."""
+        self._last_state: RoundState | None = None
+        """The round state :meth:`act` last acted on (what :meth:`step` verifies from while the chain is
+        not readable)."""
         self._verifying: tuple[int, RoundContext, float] | None = None
         """The round being verified, its context (audit draws read once) and when its verification began."""
 
@@ -145,8 +148,33 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
 
     # -- loop ------------------------------------------------------------------------------------------
 
+    def step(self) -> None:
+        """One step (``RoleNode.step``); while the chain cannot be read, a round whose verification has
+        begun goes on from the last reading: updates and states come over HTTP and the score-commit point
+        is kept by the clock (``VerifyScheduler``), so only chain writes wait for the RPC (issue 35: a
+        45-s RPC cut in the score-commit window made a commit one block late)."""
+        try:
+            super().step()
+        except CoordinatorError as exc:
+            if not self._verify_offline():
+                raise
+            log.info("chain not readable (%s); verification goes on, chain writes wait", exc)
+
+    def _verify_offline(self) -> bool:
+        """Go on verifying the round in SCORE_COMMIT that :meth:`act` last saw; False when there is none."""
+        st, v = self._last_state, self._verifying
+        if st is None or v is None or st.phase != Phase.SCORE_COMMIT or st.round != v[0]:
+            return False
+        theta = self.checkpoints.theta
+        if theta is None or st.checkpoint is None or theta.digest != "0x" + st.checkpoint.hex():
+            return False
+        self.phase = "verify (chain not readable: verifying; chain writes wait)"
+        self._verify_all(st, theta)
+        return True
+
     def act(self, st: RoundState) -> None:
         """Take whatever action the chain's current state calls for."""
+        self._last_state = st
         r = st.round
         self.scheduler.blocks.observe(st.block)
         self.api.key_use.check(r)  # a second validator on this key stops here (issue 27 item 3)

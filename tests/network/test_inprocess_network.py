@@ -316,3 +316,60 @@ def test_a_miner_trains_ahead_of_a_slow_certificate(network) -> None:  # type: i
     assert rec is not None and rec.status in ("committed", "served"), rec
     assert m1.address in ledger.rounds[nxt].commits
     assert rec.checkpoint == ledger.checkpoints[nxt].hex() and rec.train_seconds == trained_at
+
+
+class _RpcCut(MemoryCoordinator):
+    """A chain endpoint that cannot be reached while ``down`` (reads and writes fail as a dead RPC's do)."""
+
+    down = False
+
+    def current(self, max_age: float = 0.0) -> RoundState:
+        if self.down:
+            from protocol.rounds.coordinator import CoordinatorError
+
+            raise CoordinatorError("read round: ChainConnectionError: RPC unreachable after 5 attempts")
+        return super().current(max_age)
+
+
+def test_verification_goes_on_while_the_rpc_is_down(network, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A validator whose RPC is cut in the score-commit window keeps verifying from its last reading
+    (updates and states come over HTTP); outside a verification a cut is the loop's error as before."""
+    ledger, dht, validators, miners, spec, tmp = network
+    _open_round(ledger, validators, miners)
+    v1 = validators[1]
+    v1.stop()
+    coord = _RpcCut(ledger, v1.address)
+    cfg = ValidatorConfig(data_dir=tmp / "v1", verify=VerifyPolicy(segments_per_miner=2))
+    node = ValidatorNode(cfg, spec, coord, Discovery(31337, KEYS[1], dht, dht_fresh_s=FRESH_S), KEYS[1]).start()
+    validators[1] = node
+    n = _to_next_round(ledger, [*validators, *miners])
+    seen: list[tuple[int, int]] = []
+    real = node._verify_all
+
+    def spy(st: RoundState, theta, until_done: bool = False):  # type: ignore[no-untyped-def]
+        seen.append((st.round, int(st.phase)))
+        return real(st, theta, until_done)
+
+    monkeypatch.setattr(node, "_verify_all", spy)
+    t = time.time()
+    while not (ledger.round == n and ledger.phase == Phase.SCORE_COMMIT and seen):
+        assert time.time() - t < 120 and ledger.round == n, "no score-commit step"
+        for x in [*validators, *miners]:
+            try:
+                x.step()
+            except (ProtocolError, MinerError, ValidatorError):
+                pass
+        if not (ledger.phase == Phase.SCORE_COMMIT and seen):
+            ledger.mine(1 if ledger.phase in (Phase.COMMIT, Phase.SCORE_COMMIT) else 8)
+    calls = len(seen)
+    coord.down = True
+    node.step()  # no error: it verified from its last reading
+    assert len(seen) == calls + 1 and seen[-1] == (n, int(Phase.SCORE_COMMIT))
+    assert "chain writes wait" in node.phase
+    coord.down = False
+    node.step()  # the RPC is back: the round goes on (scores committed when verified)
+    node._last_state = replace(node._last_state, phase=Phase.REVEAL)  # type: ignore[arg-type]
+    coord.down = True
+    with pytest.raises(ProtocolError):
+        node.step()  # nothing to verify: the loop's error, retried with backoff
+    coord.down = False
