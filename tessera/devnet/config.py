@@ -45,7 +45,8 @@ class DevnetConfig:
     demos and tests that need a lazy miner audited every round set it (issue 26)."""
     segments_per_miner: int = 2
     commit_blocks: int = 60
-    """Least blocks of the commit phase (the sized window is never shorter)."""
+    """Least blocks of the commit phase at 1-s blocks: when phases are sized, a floor of that many seconds
+    (the sized window is never shorter); not sized, the window as it is."""
     reveal_blocks: int = 10
     """Least blocks of the reveal phase."""
     score_commit_blocks: int = 30

@@ -253,7 +253,9 @@ class Devnet(NodeProcesses):
             self.anvil.rpc_url, keys["deployer"], self.deployment_path, params, fund, self.run_path
         )
 
-    def _floors(self) -> dict[str, int]:
+    def _floors(self) -> dict[str, float]:
+        """Each phase's least window: seconds when the phases are sized (the ``*_blocks`` settings were
+        set at 1-s blocks), blocks as they are when not."""
         cfg = self.cfg
         return {
             "commit": max(cfg.commit_blocks, 5 * cfg.miners),

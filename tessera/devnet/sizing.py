@@ -7,7 +7,7 @@ validator restarted after its score commitment did not reveal within a 10-block 
 times the work on this machine before it deploys, under every node setting it will run (the slowest
 wins), and derives each window from it:
 
-``blocks(phase) = max(floor(phase), ceil(safety * seconds(phase) / block_time))`` (plus
+``blocks(phase) = max(ceil(floor(phase) / block_time), ceil(safety * seconds(phase) / block_time))`` (plus
 ``RETRY_MARGIN_BLOCKS`` for the score commit, which a validator keeps free of verification), with
 
 - ``seconds(commit)       = start + merge + heldout + train * ceil(miners * threads / cores)``: a miner
@@ -23,7 +23,8 @@ wins), and derives each window from it:
 miner's round (``miner.work.build_update``), ``verify`` one validator's full check of one update
 (``validator.pipeline.VerificationPipeline.verify`` with the segment replay), ``heldout`` one held-out evaluation and
 ``merge`` the merge of ``miners`` updates. ``safety`` (:data:`LOAD_SAFETY`) covers load that arrives after
-the measurement; the floors are the windows the devnet had before it measured anything. The devnet
+the measurement; the floors, in seconds (a window in blocks doubles on 2-s blocks), are the windows the
+devnet had at 1-s blocks before it measured anything. The devnet
 fast-forwards a phase once every node has done its part, so a generous window costs nothing unless a node
 is down. ``python -m tessera.devnet.sizing --run-file run.json --miners N --validators V --block-time 12``
 prints the derivation for a deployment (run it on the slowest machine that must keep up).
@@ -135,7 +136,7 @@ def phase_windows(
     miners: int,
     validators: int,
     block_time: float,
-    floors: Mapping[str, int],
+    floors: Mapping[str, float],
     cores: int | None = None,
     threads: int = 1,
     safety: float = LOAD_SAFETY,
@@ -143,7 +144,8 @@ def phase_windows(
     """Each phase's blocks from the measured ``work`` (see the module docstring for the rule).
 
     ``floors`` maps each phase (``commit``, ``reveal``, ``score_commit``, ``score_reveal``) to its least
-    number of blocks; ``cores`` defaults to the CPUs this process may use."""
+    seconds (its least blocks where ``block_time`` is 0: blocks then come with transactions, not time);
+    ``cores`` defaults to the CPUs this process may use."""
     cores = max(1, cores or len(os.sched_getaffinity(0)))
     mc = math.ceil(max(1, miners) * max(1, threads) / cores)
     vc = math.ceil(max(1, validators) * max(1, threads) / cores)
@@ -151,7 +153,8 @@ def phase_windows(
     out: dict[str, int] = {}
     lines: list[str] = []
     for p in PHASES:
-        out[p], line = _phase_blocks(p, seconds[p], terms[p], int(floors[p]), block_time, safety)
+        floor = math.ceil(floors[p] / block_time) if block_time > 0 else int(floors[p])
+        out[p], line = _phase_blocks(p, seconds[p], terms[p], floor, block_time, safety)
         lines.append(line)
     return PhaseWindows(
         **out,
@@ -206,7 +209,8 @@ def _phase_blocks(
     if block_time > 0:
         return blocks, (
             f"{phase}: {terms} = {seconds:.2f}s of work; x safety {safety:g} / block time "
-            f"{block_time:g}s{margin_txt} = {need} blocks; floor {floor} -> {blocks} blocks"
+            f"{block_time:g}s{margin_txt} = {need} blocks; floor {floor} blocks "
+            f"({floor * block_time:g}s) -> {blocks} blocks"
         )
     return blocks, f"{phase}: not sized (fixed windows) -> {blocks} blocks"
 
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-time", type=float, default=1.0, help="seconds per block (default 1)")
     p.add_argument("--safety", type=float, default=LOAD_SAFETY, help=f"load safety factor ({LOAD_SAFETY:g})")
     p.add_argument(
-        "--floors", default="60,10,30,10", help="least blocks of the four phases (default 60,10,30,10)"
+        "--floors", default="60,10,30,10", help="least seconds of the four phases (default 60,10,30,10)"
     )
     p.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -306,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         a.run_file, miners=a.miners, validators=a.validators, segments=a.segments, merge_method=a.merge,
         threads=a.threads,
     )  # fmt: skip
-    floors = dict(zip(PHASES, (int(x) for x in a.floors.split(",")), strict=True))
+    floors = dict(zip(PHASES, (float(x) for x in a.floors.split(",")), strict=True))
     pw = phase_windows(
         work, miners=a.miners, validators=a.validators, block_time=a.block_time, floors=floors,
         cores=a.cores or None, threads=a.threads, safety=a.safety,

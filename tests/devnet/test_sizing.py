@@ -23,7 +23,7 @@ def test_rule_contention_safety_margin_and_floors() -> None:
     assert pw.reveal == pw.score_reveal == 24
     # score-commit: 6 + (4 x 2 + 1) x ceil(2 / 2) = 15 s -> 60 blocks + the validators' margin
     assert pw.score_commit == 60 + SCORE_COMMIT_MARGIN_BLOCKS
-    assert len(pw.derivation) == 4 and "floor 60 -> 110 blocks" in pw.derivation[0]
+    assert len(pw.derivation) == 4 and "floor 60 blocks (60s) -> 110 blocks" in pw.derivation[0]
     assert pw.blocks() == {
         "commit_blocks": 110,
         "reveal_blocks": 24,
@@ -43,6 +43,15 @@ def test_floors_hold_for_small_work_and_block_time_scales() -> None:
     fast_chain = phase_windows(big, miners=3, validators=2, block_time=1.0, floors=FLOORS, cores=8)
     assert slow_chain.commit < fast_chain.commit
     assert slow_chain.commit * 12.0 >= LOAD_SAFETY * slow_chain.seconds["commit"]
+
+
+def test_floors_are_seconds_whatever_the_block_time() -> None:
+    """A floor in blocks doubled the commit window on 2-s blocks (issue 35): floors are seconds."""
+    small = WorkTimes(train_s=0.1, verify_s=0.1, heldout_s=0.01, merge_s=0.01, start_s=0.5)
+    two = phase_windows(small, miners=3, validators=2, block_time=2.0, floors=FLOORS, cores=2)
+    assert two.blocks() == {f"{k}_blocks": v // 2 for k, v in FLOORS.items()}
+    assert two.round_seconds(2.0) == sum(FLOORS.values())
+    assert "floor 30 blocks (60s)" in two.derivation[0]
 
 
 def test_no_interval_mining_keeps_the_floors() -> None:
