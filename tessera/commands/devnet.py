@@ -127,6 +127,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", type=Path, default=Path(".devnet"), help="work directory (default .devnet)")
     p.add_argument("--resume", action="store_true", help="keep the persisted chain and node state in --dir")
     p.add_argument("--no-fast-forward", action="store_true", help="wait out every phase deadline")
+    p.add_argument(
+        "--block-time",
+        type=float,
+        default=1.0,
+        help="seconds between anvil's blocks (default 1; 2 or 12 for a public testnet's pace)",
+    )
     p.add_argument("--no-live", action="store_true", help="print progress lines instead of the live view")
     p.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
     add_log_level_flag(p)  # the devnet's own and, through $TESSERA_LOG_LEVEL, its nodes'
@@ -272,6 +278,7 @@ def _run(args: argparse.Namespace) -> int:
         merge_method=args.merge,
         fresh=not args.resume,
         fast_forward=not args.no_fast_forward,
+        block_time=args.block_time,
         extra_args=adversary_args(args.adversary, args.miners, args.validators),
         node_env=node_env_args(args.node_env, args.miners, args.validators),
         miner_devices=miner_devices(args.miner_device, args.miners),
