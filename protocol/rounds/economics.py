@@ -174,7 +174,7 @@ def strategy_rows(
         "withholding-when-audited",
         "hang-when-audited",
         "drip-when-audited",
-        "withhold-update-when-audited",
+        "update-withheld",
     ):
         rows.append(StrategyRow(name, C, p * L, p, "committee quorum: unanswered"))
     # trains honestly (saves nothing) and bends its update to take up to one more share of the reward;

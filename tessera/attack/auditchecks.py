@@ -221,7 +221,7 @@ def caught_when_audited(run: NetworkRun, cheat_from: int = 1) -> tuple[dict[str,
 #: each way around an audit saves, by the cheater's label prefix (longest first).
 MODEL_ROWS: dict[str, tuple[str, float]] = {
     "withhold-when-audited": ("withholding-when-audited", 0.0),
-    "withhold-update-when-audited": ("withhold-update-when-audited", 0.0),
+    "withholder": ("update-withheld", 0.0),
     "hang-when-audited": ("hang-when-audited", 0.0),
     "drip-when-audited": ("drip-when-audited", 0.0),
     "free-rider-last-delta-hang": ("free-rider-last-delta-hang", 1.0),

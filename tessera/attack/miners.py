@@ -391,21 +391,6 @@ class DripWhenAudited(WithholdWhenAudited):
         return True
 
 
-class WithholdUpdateWhenAudited(WithholdWhenAudited):
-    """Trains honestly; in the rounds the seed draws it for an audit it serves no update at all (the
-    update itself withheld from the audited members, issue 38), its states as usual."""
-
-    name = "withhold-update-when-audited"
-
-    def serves_state(self, ctx: BehaviourContext) -> bool:
-        """Its states, always (there is no update to audit them against when audited)."""
-        return True
-
-    def served_update(self, ctx: BehaviourContext, data: bytes) -> bytes:
-        """Nothing when audited (a draw it cannot read yet counts as not audited: it serves)."""
-        return data if WithholdWhenAudited.serves_state(self, ctx) else b""
-
-
 class LastDeltaRider(Behaviour):
     """Trains nothing: each inner step adds ``(theta_r - theta_{r-1}) / H`` to the parameters (the last
     outer step again), moments zero, and the transcript, its digests and the error feedback are built

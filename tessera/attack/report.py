@@ -36,7 +36,7 @@ SAVED: dict[str, float] = {
     "free-rider": 1.0, "copier": 1.0, "commitment-copier": 1.0, "replayer": 1.0, "withholder": 1.0,
     "sybil": 1.0, "quote-replayer": 0.0, "poisoner": 0.0, "forger": 0.0, "lazy-other-data": 0.0,
     "lazy-33": 1 / 3, "lazy f=0.1": 0.1, "lazy f=0.5": 0.5, "hang-when-audited": 0.0, "drip-when-audited": 0.0,
-    "withhold-update-when-audited": 0.0, "withhold-when-audited": 0.0,
+    "withhold-when-audited": 0.0,
 }  # fmt: skip
 
 

@@ -50,7 +50,6 @@ from tessera.attack.miners import (
     QuoteReplayer,
     Replayer,
     Withholder,
-    WithholdUpdateWhenAudited,
     WithholdWhenAudited,
 )
 from tessera.attack.validators import (
@@ -257,6 +256,9 @@ def when_audited(make: Callable[[RunSpec, Callable[[int, str], bool]], Behaviour
 AROUND_Q_BPS = 8_000
 """The audit rate of the ways around an audit (q = 0.8, as ``withhold-when-audited``): most rounds
 audited, a few not, in a 3-round run."""
+RIDER_FROM = 3
+"""First round the last-delta riders surely ride: they train their first round honestly (no theta_{r-1}
+yet), round 1 on the in-memory chain and round 2 on anvil (round 1 is the join round)."""
 PARTIAL_STEPS = 10
 """Inner steps (one transcript segment each) of the partial fakers' scenarios: f = 0.1 fakes one step."""
 
@@ -287,17 +289,18 @@ def _ways_around_an_audit() -> list[Scenario]:
         Scenario("drip-when-audited", "miner", "honest, but serves its states 25 s late when audited (q = 0.8)",
                  way("drip-when-audited", lambda spec, audited: DripWhenAudited(audited)),
                  provable=False, audit_params=q, audit_checks="caught-when-audited"),
-        Scenario("withhold-update-when-audited", "miner", "honest, but serves no update when audited (q = 0.8)",
-                 way("withhold-update-when-audited", lambda spec, audited: WithholdUpdateWhenAudited(audited)),
+        Scenario("withholder-audited", "miner",
+                 "commits, never serves its update (q = 0.8): the update withheld from its committee is unanswered",
+                 lambda: [*honest(), adversary("withholder", Withholder())],
                  provable=False, audit_params=q, audit_checks="caught-when-audited"),
         Scenario("free-rider-last-delta", "miner",
                  "trains nothing: each step adds (theta_r - theta_{r-1}) / H, transcript consistent (q = 0.8)",
-                 way("free-rider-last-delta", lambda spec, audited: LastDeltaRider(spec)), cheat_from=2,
+                 way("free-rider-last-delta", lambda spec, audited: LastDeltaRider(spec)), cheat_from=RIDER_FROM,
                  audit_params=q, audit_checks="caught-when-audited"),
         Scenario("free-rider-last-delta-hang", "miner",
                  "the last-delta rider that also hangs when audited (q = 0.8)",
                  way("free-rider-last-delta-hang", lambda spec, audited: LastDeltaHangWhenAudited(spec, audited)),
-                 cheat_from=2, provable=False, audit_params=q, audit_checks="caught-when-audited"),
+                 cheat_from=RIDER_FROM, provable=False, audit_params=q, audit_checks="caught-when-audited"),
         Scenario("lazy-10", "miner", f"fakes 1 of {PARTIAL_STEPS} steps (f = 0.1; q = 0.8, one step replayed an audit)",
                  lazy(0.1), audit_params=q, audit_checks="partial-faker", adapt_spec=_segment_per_step),
         Scenario("lazy-50", "miner", f"fakes 5 of {PARTIAL_STEPS} steps (f = 0.5; q = 0.8, one step replayed an audit)",

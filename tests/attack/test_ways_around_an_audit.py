@@ -1,5 +1,6 @@
 """Issue 38's ways around an audit, as miner behaviours: each built with the miner's own code and checked with
-the validator's (no network). Hanging, dripping and withholding the update act only when audited; the
+the validator's (no network). Hanging and dripping act only when audited (a miner cannot tell its draw before the seed is fixed,
+which is after it publishes its update, so its update is withheld always or never); the
 last-delta rider trains nothing yet serves a consistent transcript, so it passes every check that moves no
 state and only an audit's replay catches it (provably)."""
 
@@ -26,7 +27,6 @@ from tessera.attack.miners import (
     HangWhenAudited,
     LastDeltaHangWhenAudited,
     LastDeltaRider,
-    WithholdUpdateWhenAudited,
 )
 from tessera.attack.scenarios import PARTIAL_STEPS, registry
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, VALIDATOR, Round, make_round
@@ -62,13 +62,6 @@ def test_a_drip_serves_late_only_when_audited() -> None:
     b = DripWhenAudited(drawn({3}), delay_s=25.0, sleep=slept.append)
     assert b.serves_state(ctx_of(2)) and slept == []
     assert b.serves_state(ctx_of(3)) and slept == [25.0]  # served, 25 s late
-
-
-def test_the_update_is_withheld_only_when_audited() -> None:
-    b = WithholdUpdateWhenAudited(drawn({3}))
-    assert b.served_update(ctx_of(2), b"update") == b"update"
-    assert b.served_update(ctx_of(3), b"update") == b""
-    assert b.serves_state(ctx_of(3))
 
 
 def test_the_last_delta_rider_with_a_hang_hangs_when_audited() -> None:
@@ -143,7 +136,7 @@ def test_the_riders_first_round_is_honest(rnd: Round) -> None:
 # -- the scenarios, their checks and their profit against an honest miner ----------------------------------
 
 WAYS = {
-    "hang-when-audited", "drip-when-audited", "withhold-update-when-audited", "withhold-when-audited",
+    "hang-when-audited", "drip-when-audited", "withholder-audited", "withhold-when-audited",
     "free-rider-last-delta", "free-rider-last-delta-hang", "lazy-10", "lazy-50",
 }  # fmt: skip
 WEI = 10**18
