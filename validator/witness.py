@@ -24,6 +24,10 @@ not recur there: the miner serves the witness, the audit checks out, and the wit
 report (2/3 against slashes the reporter; neither way, the report expires and the pay is released). Only a
 miner that does not serve the witness either is confirmed.
 
+A committee member's own report that its RPC failed to send when the verdict was recorded is sent again at
+its next witness check (once a phase, until the chain counts it): a member's RPC outage delays the report,
+it does not lose it (issue 38).
+
 A report it voted against is kept in the validator's state file (:class:`ContestedReports`), so that the
 witness expires it after the window even when it was restarted meanwhile; the reported miner's own node
 closes it as well (``miner.reports``), so the pay is released while either of the two runs.
@@ -38,7 +42,7 @@ from typing import Protocol, runtime_checkable
 
 from protocol.rounds.audits import REPORT_WINDOW_ROUNDS, AuditDraw
 from protocol.rounds.coordinator import AlreadyDoneError, CoordinatorError, RoundState
-from validator.audits import AuditBoard, mark_audit, round_audits, unanswered
+from validator.audits import AuditBoard, mark_audit, report_unanswered, round_audits, unanswered
 from validator.connections import Connections, Theta
 from validator.context import RoundContext, Verdict
 from validator.intake import Intake
@@ -158,6 +162,8 @@ class Witness:
             self.witnesses.update(
                 {(r, m): w for m, w in coord.audit_witnesses(r, todo).items()} if todo else {}
             )
+            for miner in [m for m in audited if ctx.audits[m].committee >> me & 1]:
+                self._report_again(coord, r, miner)
             mine = [m for m in audited if self.witnesses.get((r, m), 0) >> me & 1]
             for miner in mine:
                 report = coord.unanswered_report(miner, r)
@@ -167,6 +173,20 @@ class Witness:
                     self._audit_and_vote(coord, ctx, miner, commits[miner], report.evidence)
         except CoordinatorError as exc:  # a witness's read or vote must not stop the round
             log.info("round %d: witness check not done: %s", r, exc)
+
+    def _report_again(self, board: WitnessBoard, round: int, miner: str) -> None:
+        """As a member of ``miner``'s committee: send again the unanswered report this validator's own
+        verdict calls for when the chain has no vote of it yet (issue 38: a report its RPC failed to send
+        at the verdict is not lost; asked once a phase until it counts or the report is closed)."""
+        own = self.conn.state.verdict(round, miner)
+        if own is None or not unanswered(own):
+            return
+        report = board.unanswered_report(miner, round)
+        if report.voted:
+            self.decided.add((round, miner))
+            return
+        if report_unanswered(board, own):
+            self.decided.add((round, miner))
 
     def _audit_and_vote(
         self, board: WitnessBoard, ctx: RoundContext, miner: str, commitment: bytes, evidence: bytes

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from protocol.p2p.blobs import FetchTimeoutError
 from protocol.rounds.audits import AuditDraw
+from protocol.rounds.coordinator import CoordinatorError
 from protocol.wire.commitments import update_commitment
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, VALIDATOR, Round, make_round
 from validator.context import AuditRole, Incoming, Verdict
@@ -124,3 +125,66 @@ def test_a_miner_that_hangs_for_the_witness_too_is_confirmed(rnd: Round) -> None
 def test_a_witness_that_reached_nobody_this_round_does_not_vote(rnd: Round) -> None:
     board, _ = witness(rnd, states="hang", link_ok=False)
     assert board.votes == []
+
+
+class Chain:
+    """The chain as a committee member sees it: this validator (index 0) is MINERS[0]'s committee; the
+    report path's RPC fails ``fail`` times."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.fail = fail
+        self.reports: list[tuple[str, int]] = []
+
+    def update_commitments(self, round: int) -> dict[str, bytes]:
+        return {MINERS[0]: b"\x01" * 32}
+
+    def audit_draws(self, round: int, miners: list[str]) -> dict[str, AuditDraw]:
+        return {m: AuditDraw(True, 0b01) for m in miners}
+
+    def audit_witnesses(self, round: int, miners: list[str]) -> dict[str, int]:
+        return {m: 0b10 for m in miners}
+
+    def unanswered_report(self, miner: str, round: int) -> SimpleNamespace:
+        return SimpleNamespace(evidence=b"\xee" * 32, open=bool(self.reports), voted=bool(self.reports))
+
+    def report_unanswered(self, miner: str, round: int) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise CoordinatorError("RPC down")
+        self.reports.append((miner, round))
+
+    def vote_unanswered(self, evidence: bytes, support: bool) -> None:
+        raise AssertionError("a committee member is no witness of its own report")
+
+    def expire_report(self, evidence: bytes) -> None:
+        raise AssertionError("nothing to expire")
+
+
+def member(rnd: Round, chain: Chain, own: Verdict) -> Witness:
+    ctx = replace(rnd.ctx(), validators=[VALIDATOR, OTHER])
+    state = SimpleNamespace(verdict=lambda r, m: own if m == MINERS[0] else None, contested=dict)
+    conn = SimpleNamespace(coord=chain, state=state, round_context=lambda st, theta: replace(ctx))
+    return Witness(conn, SimpleNamespace(), VerificationPipeline(VerifyPolicy()), lambda v: None)  # type: ignore[arg-type]
+
+
+def test_a_report_the_members_rpc_failed_to_send_is_sent_at_its_next_check(rnd: Round) -> None:
+    own = _v(Stage.RECOMPUTE, unanswered=True)
+    own.miner, own.round = MINERS[0], rnd.round
+    chain = Chain(fail=1)
+    w = member(rnd, chain, own)
+    st = SimpleNamespace(round=rnd.round, seed=b"\x02" * 32)
+    w.check(st, None)  # type: ignore[arg-type]
+    assert chain.reports == []  # the RPC failed again: nothing counted, nothing lost
+    w.check(st, None)  # type: ignore[arg-type]
+    assert chain.reports == [(MINERS[0], rnd.round)]
+    w.check(st, None)  # type: ignore[arg-type]
+    assert chain.reports == [(MINERS[0], rnd.round)]  # sent once
+
+
+def test_a_member_does_not_report_what_was_its_own_fault(rnd: Round) -> None:
+    own = _v(Stage.RECOMPUTE, unanswered=True, unreachable=True, own_fault="deadline")
+    own.miner, own.round = MINERS[0], rnd.round
+    chain = Chain()
+    w = member(rnd, chain, own)
+    w.check(SimpleNamespace(round=rnd.round, seed=b"\x02" * 32), None)  # type: ignore[arg-type]
+    assert chain.reports == []
