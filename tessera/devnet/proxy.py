@@ -16,17 +16,24 @@ the harness switches its :class:`ProxyMode`:
 - ``drip``: forwarded request by request, but every answer whose body is a transcript state (a
   safetensors blob of parameters or optimizer moments, as :func:`protocol.node.traffic.blob_kind` tells)
   is held back :attr:`FaultProxy.drip_s` seconds before it goes out (issue 27's sybils: a peer that serves
-  the states a validator samples, slowly enough to use up the validator's phase).
+  the states a validator samples, slowly enough to use up the validator's phase);
+- ``rule``: forwarded request by request, but each request's body is first offered to
+  :attr:`FaultProxy.rule`, which may answer it itself (a JSON body sent back as ``200 OK``) instead of
+  letting it through; :meth:`FaultProxy.post` sends a body on to the target later (the
+  ``slow-certificate`` scenario's rule holds every ``certify`` transaction at a validator's chain RPC:
+  :class:`tessera.devnet.faults.slowcert.CertifyHold`).
 
 Everything is plain sockets and threads in the harness process; the node processes are untouched.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -41,6 +48,9 @@ CORRUPT_OFFSET = 64
 #: Largest response body ``drip`` holds in memory (a state of the devnet's models is far smaller).
 DRIP_MAX_BODY = 256 * 1024 * 1024
 
+RequestRule = Callable[[bytes], bytes | None]
+"""``rule`` mode's rule: a request's body -> the JSON body to answer it with, or None to forward it."""
+
 
 class ProxyError(TesseraError):
     """The proxy could not bind or has no target."""
@@ -54,6 +64,7 @@ class ProxyMode(StrEnum):
     STALL = "stall"
     CORRUPT = "corrupt"
     DRIP = "drip"
+    RULE = "rule"
 
 
 @dataclass
@@ -65,6 +76,8 @@ class ProxyStats:
     stalled: int = 0
     corrupted: int = 0
     dripped: int = 0
+    answered: int = 0
+    """Requests ``rule`` answered itself."""
     modes: list[tuple[float, str]] = field(default_factory=list)
 
 
@@ -78,6 +91,8 @@ class FaultProxy:
         self.mode = ProxyMode.PASS
         self.drip_s = 25.0
         """Seconds ``drip`` holds each transcript state back."""
+        self.rule: RequestRule | None = None
+        """What ``rule`` offers each request to (None: every request forwarded)."""
         self.stats = ProxyStats()
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
@@ -92,6 +107,18 @@ class FaultProxy:
     def set_target(self, port: int, host: str = "127.0.0.1") -> None:
         """Where ``pass`` and ``corrupt`` forward to."""
         self.target = (host, port)
+
+    def post(self, body: bytes, timeout: float = 30.0) -> bytes:
+        """POST ``body`` (JSON) to the target's ``/`` on a connection of its own; the answer's body.
+        Raises :class:`ProxyError` without a target, ``OSError`` when it cannot be reached."""
+        if self.target is None:
+            raise ProxyError(f"proxy {self.name}: no target to post to")
+        conn = http.client.HTTPConnection(*self.target, timeout=timeout)
+        try:
+            conn.request("POST", "/", body=body, headers={"Content-Type": "application/json"})
+            return conn.getresponse().read()
+        finally:
+            conn.close()
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> FaultProxy:
@@ -119,7 +146,7 @@ class FaultProxy:
             self._tear_down()
         elif prev == ProxyMode.BLOCK:
             self._listen()
-        elif mode in (ProxyMode.STALL, ProxyMode.CORRUPT) or prev == ProxyMode.STALL:
+        elif mode in (ProxyMode.STALL, ProxyMode.CORRUPT, ProxyMode.RULE) or prev == ProxyMode.STALL:
             self._tear_down()  # pooled connections must meet the new behaviour too
 
     # -- internals -------------------------------------------------------------------------------------
@@ -175,8 +202,8 @@ class FaultProxy:
             mode = self.mode
             if mode == ProxyMode.STALL:
                 threading.Thread(target=self._stall, args=(client,), daemon=True).start()
-            elif mode == ProxyMode.DRIP:
-                threading.Thread(target=self._drip, args=(client,), daemon=True).start()
+            elif mode in (ProxyMode.DRIP, ProxyMode.RULE):
+                threading.Thread(target=self._by_request, args=(client, mode), daemon=True).start()
             else:
                 threading.Thread(target=self._forward, args=(client, mode), daemon=True).start()
 
@@ -221,9 +248,10 @@ class FaultProxy:
         if upstream is not None:
             self._splice(client, upstream, mode == ProxyMode.CORRUPT)
 
-    def _drip(self, client: socket.socket) -> None:
-        """Forward one request and its answer at a time, holding back answers that carry a transcript
-        state; a chunked answer (none of a node's blobs) ends the inspection and is pumped through."""
+    def _by_request(self, client: socket.socket, mode: ProxyMode) -> None:
+        """Forward one request and its answer at a time: ``drip`` holds back answers that carry a
+        transcript state, ``rule`` answers the requests its rule answers; a chunked message (none of a
+        node's blobs or JSON-RPC calls) ends the inspection and is pumped through."""
         upstream = self._upstream(client)
         if upstream is None:
             return
@@ -233,12 +261,19 @@ class FaultProxy:
                 head = req.message()
                 if head is None:
                     break
+                own = self._own_answer(head) if mode == ProxyMode.RULE and not req.chunked else None
+                if own is not None:
+                    client.sendall(own)
+                    continue
                 upstream.sendall(head)
+                if req.chunked:
+                    self._splice(client, upstream, False)
+                    return
                 answer = resp.message(max_body=DRIP_MAX_BODY)
                 if answer is None:
                     break
                 body = answer[answer.find(b"\r\n\r\n") + 4 :]
-                if blob_kind(body[:SNIFF_BYTES]) in (Kind.STATE, Kind.CHECKPOINT):
+                if mode == ProxyMode.DRIP and blob_kind(body[:SNIFF_BYTES]) in (Kind.STATE, Kind.CHECKPOINT):
                     self.stats.dripped += 1
                     self._stopped.wait(self.drip_s)
                 client.sendall(answer)
@@ -249,6 +284,16 @@ class FaultProxy:
             pass
         for s in (client, upstream):
             s.close()
+
+    def _own_answer(self, message: bytes) -> bytes | None:
+        """The HTTP answer :attr:`rule` gives the request ``message`` (head and body), or None."""
+        rule = self.rule
+        got = rule(message[message.find(b"\r\n\r\n") + 4 :]) if rule is not None else None
+        if got is None:
+            return None
+        self.stats.answered += 1
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(got)}\r\n\r\n"
+        return head.encode() + got
 
     def _pump(self, src: socket.socket, dst: socket.socket, corrupt: bool) -> None:
         """Copy src -> dst; with ``corrupt``, flip the byte at CORRUPT_OFFSET of the first body."""
@@ -288,7 +333,8 @@ class FaultProxy:
 
 
 class _HttpReader:
-    """Reads whole HTTP/1.1 messages (head and a ``content-length`` body) off a socket, for ``drip``."""
+    """Reads whole HTTP/1.1 messages (head and a ``content-length`` body) off a socket, for ``drip`` and
+    ``rule``."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock

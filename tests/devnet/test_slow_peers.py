@@ -16,13 +16,8 @@ from protocol.p2p.blobs import BlobStore, FetchTimeoutError
 from protocol.p2p.transfer import FetchPolicy, fetch_blob
 from protocol.wire.tensorblob import encode_tensors
 from tessera.devnet.faults import SCENARIOS, table
-from tessera.devnet.faults.slowpeers import (
-    LOW_PREFIX,
-    grind_key,
-    seed_sybil_keys,
-    slowest_honest,
-    sybil_names,
-)
+from tessera.devnet.faults.figures import slowest_honest
+from tessera.devnet.faults.slowpeers import LOW_PREFIX, grind_key, seed_sybil_keys
 from tessera.devnet.proxy import FaultProxy, ProxyMode
 
 
@@ -65,11 +60,14 @@ def test_sybil_keys_are_low_and_kept(tmp_path: Path) -> None:
     assert not (tmp_path / "old").exists() and (tmp_path / "devnet-keys.json").exists()
 
 
-def test_issue_27_scenarios_shape() -> None:
+def test_issue_27_scenarios_shape(tmp_path: Path) -> None:
     for name in ("drip-sybils", "freeze-after-announce", "validator-rpc-outage", "same-key-twice"):
         sc = SCENARIOS[name]
         assert (sc.validators, sc.honest_miners, sc.block_time, sc.fast_forward) == (3, 4, 2.0, False)
-    assert sybil_names(SCENARIOS["drip-sybils"], 4) == ["miner4", "miner5"]
+    drip = SCENARIOS["drip-sybils"].fresh()
+    cfg = drip.devnet_config(tmp_path, miners=3, inner_steps=8)
+    assert drip.cheats == ["miner4", "miner5"] and cfg.miners == 6
+    assert SCENARIOS["drip-sybils"].cheats == []  # per-run state lives on the copy
 
 
 def test_drip_sybils_audits_every_miner() -> None:

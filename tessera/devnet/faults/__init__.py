@@ -21,6 +21,10 @@ after it. Faults:
   (also pushed to every node's ``/records``); see :mod:`tessera.devnet.poison`. Every honest participant
   must be paid in every round, as in every scenario.
 
+- ``slow-certificate``: every validator's ``certify`` transaction is held 30 s at a proxy in front of its
+  chain RPC, from the start, on 2-s blocks with wall-clock phases (a 60-s commit window); the miners must
+  train ahead of the certificate and lose no round (:mod:`~tessera.devnet.faults.slowcert`).
+
 - ``mixed-hardware``: no fault is injected; the devnet's node processes run under different CPU
   instruction sets for torch's kernels (``ATEN_CPU_CAPABILITY`` default/avx2/avx512, the last only where
   ``/proc/cpuinfo`` shows AVX-512 F/BW/VL/DQ; ``MKL_ENABLE_INSTRUCTIONS`` and ``ONEDNN_MAX_CPU_ISA`` caps
@@ -35,32 +39,42 @@ nothing when it served stalls or corrupt bytes; the round after the fault is fin
 certified, with the target taking part and paid (recovery within one round); nobody is slashed; and the
 node logs contain a line saying what happened (grep patterns per scenario).
 
-The package's rooms: :mod:`~tessera.devnet.faults.scenarios` (what each fault is),
-:mod:`~tessera.devnet.faults.harness` (the driver of one scenario), :mod:`~tessera.devnet.faults.inject`
-(putting the fault in and taking it out), :mod:`~tessera.devnet.faults.checks` (the money checks),
-:mod:`~tessera.devnet.faults.mixed` (the checks of ``mixed-hardware``) and
-:mod:`~tessera.devnet.faults.report` (``run_faults`` and the table).
+Each scenario is one class with its behaviour (set-up, inject, restore, checks) over a narrow
+:class:`~tessera.devnet.faults.base.FaultContext`; no scenario name is compared anywhere. The package's
+rooms: :mod:`~tessera.devnet.faults.base` (the :class:`Scenario` base, the context, the phase constants),
+:mod:`~tessera.devnet.faults.scenarios` (the registry, one instance per name),
+:mod:`~tessera.devnet.faults.kills` (``kill-chain``, ``kill-miner``, ``kill-validator``),
+:mod:`~tessera.devnet.faults.ports` (``cut-validator``, ``stall-miner``, ``corrupt-miner``),
+:mod:`~tessera.devnet.faults.poisondht`, :mod:`~tessera.devnet.faults.slowpeers` (issue 27's four),
+:mod:`~tessera.devnet.faults.slowcert`, :mod:`~tessera.devnet.faults.mixed` (``mixed-hardware`` and its
+checks), :mod:`~tessera.devnet.faults.harness` (the driver of one scenario),
+:mod:`~tessera.devnet.faults.checks` (the money checks), :mod:`~tessera.devnet.faults.figures` (rounds
+lost, verification times) and :mod:`~tessera.devnet.faults.report` (``run_faults`` and the table).
 """
 
 from __future__ import annotations
 
-from tessera.devnet.faults.checks import check_run
-from tessera.devnet.faults.mixed import REPLAY_METRICS, check_mixed_hardware
-from tessera.devnet.faults.report import run_faults, table
-from tessera.devnet.faults.scenarios import (
-    AVX512_FLAGS,
+from tessera.devnet.faults.base import (
     CERTIFY_STALL_S,
     FAULT_ROUND,
     POINTS,
-    SCENARIOS,
     STARTUP_HOLD_S,
+    FaultContext,
     FaultRun,
     FaultsError,
     Scenario,
+)
+from tessera.devnet.faults.checks import check_run
+from tessera.devnet.faults.mixed import (
+    AVX512_FLAGS,
+    REPLAY_METRICS,
+    check_mixed_hardware,
     cpu_flags,
     mixed_hardware_env,
     setting_text,
 )
+from tessera.devnet.faults.report import run_faults, table
+from tessera.devnet.faults.scenarios import SCENARIOS
 
 __all__ = [
     "AVX512_FLAGS",
@@ -70,6 +84,7 @@ __all__ = [
     "REPLAY_METRICS",
     "SCENARIOS",
     "STARTUP_HOLD_S",
+    "FaultContext",
     "FaultRun",
     "FaultsError",
     "Scenario",

@@ -8,13 +8,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol.rounds.audits import counted_matrix
 from protocol.rounds.consensus import settle
-from tessera.devnet.faults.scenarios import Scenario
 from tessera.devnet.network import Devnet
 from validator.stages import Stage
+
+if TYPE_CHECKING:
+    from tessera.devnet.faults.base import Scenario
 
 Check = dict[str, Any]
 """One check's outcome: ``{"name", "ok", "detail"}`` (the report's format)."""
@@ -77,7 +79,7 @@ def check_run(
         honest_paid_every_round(net, paid, target, fault_round, rounds, cheats or []),
     ]
     if target is not None and target in net.nodes:
-        checks.append(target_outcome(net, paid, sc, fault_round))
+        checks.append(sc.target_check(net, paid, fault_round))
     checks.append(recovered_within_one_round(net, paid, target, fault_round))
     checks.append(nobody_slashed(net, paid, cheats or []))
     checks.append(logs_say_what_happened(net, sc))
@@ -215,16 +217,17 @@ def honest_paid_every_round(
     )
 
 
-def target_outcome(net: Devnet, paid: Payouts, sc: Scenario, fault_round: int) -> Check:
-    """The target node in the fault round: a stalling or corrupting peer earned nothing
-    (``bad_peer_earned_nothing``); otherwise it was paid if it completed the round
-    (``target_paid_if_it_completed``: a miner's update fetched, a validator's scores revealed)."""
-    target = sc.target
+def bad_peer_earned_nothing(net: Devnet, paid: Payouts, target: str, fault_round: int) -> Check:
+    """The target, a peer that stalled or served corrupt bytes in the fault round, earned nothing for it."""
+    amt = paid.miner(fault_round, net.nodes[target].address)
+    return make_check("bad_peer_earned_nothing", amt == 0, f"{target} paid {amt} in round {fault_round}")
+
+
+def target_paid_if_it_completed(net: Devnet, paid: Payouts, target: str, fault_round: int) -> Check:
+    """The target node was paid for the fault round if it completed it (a miner's update fetched, a
+    validator's scores revealed)."""
     tnode = net.nodes[target]
     a = tnode.address.lower()
-    if sc.name in ("stall-miner", "corrupt-miner"):
-        amt = paid.miner(fault_round, a)
-        return make_check("bad_peer_earned_nothing", amt == 0, f"{target} paid {amt} in round {fault_round}")
     if tnode.role == "miner":
         committed = {e.miner.lower() for e in net.chain.committed_miners(fault_round)}
         fetched = _update_fetched(net, tnode.address, fault_round)

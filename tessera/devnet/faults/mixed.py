@@ -1,20 +1,104 @@
-"""The checks and figures of ``mixed-hardware``: nodes on different CPU instruction sets must agree on
-every checkpoint, refuse no honest miner and name the instruction set they ran under."""
+"""``mixed-hardware``: no fault is injected; the devnet's node processes run under different CPU
+instruction sets for torch's kernels (:func:`mixed_hardware_env`), and they must agree on every
+checkpoint, refuse no honest miner and name the instruction set they ran under
+(:func:`check_mixed_hardware`)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
+from tessera.devnet.faults.base import FaultContext, Scenario
 from tessera.devnet.faults.checks import Check, check_run, make_check
-from tessera.devnet.faults.scenarios import Scenario, setting_text
 from tessera.devnet.network import Devnet
 from validator.policy import VerifyPolicy
 from validator.stages import Stage
 
 #: Verdict metrics of the largest honest differences a validator measured (``validator.pipeline``).
 REPLAY_METRICS = ("replay_param_rel_diff", "replay_moment_rel_diff", "ef_rel_err", "ef_after_rel_err")
+AVX512_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+"""The CPU flags ATen's ``avx512`` kernels need (without them torch dies of an illegal instruction)."""
+
+
+@dataclass
+class MixedHardware(Scenario):
+    """Nodes on different CPU instruction sets (ATen default/avx2/avx512, MKL/oneDNN caps) and no TEE
+    evidence: every validator replays every update, so every honest replay crosses instruction sets."""
+
+    name: str = "mixed-hardware"
+    summary: str = (
+        "nodes on different CPU instruction sets (ATen default/avx2/avx512, MKL/oneDNN caps); no fault"
+    )
+    target: str = "none"
+
+    injects: ClassVar[bool] = False
+
+    def set_up(self, net: Devnet, seed: int) -> None:
+        """Each node's instruction set (:func:`mixed_hardware_env`); no TEE evidence (an attested update is
+        replayed only in a share of rounds)."""
+        net.cfg.node_env = mixed_hardware_env(net.cfg.validators, net.cfg.miners, cpu_flags())
+        net.cfg.tee = "none"
+
+    def checks(self, ctx: FaultContext) -> tuple[list[Check], dict[str, Any]]:
+        """:func:`check_mixed_hardware` and its figures."""
+        return check_mixed_hardware(ctx.net, self, ctx.fault_round, ctx.last_round)
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (empty if ``/proc/cpuinfo`` cannot be read)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def mixed_hardware_env(validators: int, miners: int, flags: set[str]) -> dict[str, dict[str, str]]:
+    """Each node's instruction-set environment for ``mixed-hardware``.
+
+    validator0 runs the oldest x86-64 setting (ATen ``default``: no SIMD kernels; MKL capped at SSE4.2,
+    oneDNN at SSE4.1), validator1 the best this CPU has (no caps), further validators alternate; miners
+    cycle through ATen ``default``, ``avx2`` with MKL and oneDNN capped at AVX2, and ``avx512`` with MKL
+    at AVX-512 where ``flags`` has :data:`AVX512_FLAGS` (else ATen ``default`` with MKL and oneDNN capped
+    at AVX)."""
+    avx512 = all(f in flags for f in AVX512_FLAGS)
+    best = "avx512" if avx512 else "avx2" if "avx2" in flags else "default"
+    oldest = {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+    }
+    vsettings = [oldest, {"ATEN_CPU_CAPABILITY": best}]
+    msettings: list[dict[str, str]] = [{"ATEN_CPU_CAPABILITY": "default"}]
+    if "avx2" in flags:
+        msettings.append(
+            {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+        )
+    if avx512:
+        msettings.append(
+            {
+                "ATEN_CPU_CAPABILITY": "avx512",
+                "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+                "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+            }
+        )
+    else:
+        msettings.append(
+            {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX", "ONEDNN_MAX_CPU_ISA": "AVX"}
+        )
+    env = {f"validator{i}": dict(vsettings[i % len(vsettings)]) for i in range(validators)}
+    env.update({f"miner{i}": dict(msettings[i % len(msettings)]) for i in range(miners)})
+    return env
+
+
+def setting_text(env: dict[str, str]) -> str:
+    """``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ...`` (or ``machine default``)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "machine default"
 
 
 def validator_names(net: Devnet) -> list[str]:

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from protocol.errors import ProtocolError
+from tessera.devnet.faults.base import FaultsError
 from tessera.devnet.faults.harness import Harness
-from tessera.devnet.faults.scenarios import SCENARIOS, FaultsError
+from tessera.devnet.faults.scenarios import SCENARIOS
 from tessera.errors import TesseraError
 
 
@@ -86,6 +87,11 @@ def table(report: dict[str, Any]) -> str:
                 f"{slow.get('seconds', '-')}s of a {slow.get('budget_s', '-')}s budget "
                 f"({slow.get('who', '-')} in round {slow.get('round', '-')}, {slow.get('stage', '-')})"
             )
+            for rr, w in (fig.get("certificate_waits") or {}).items():  # slow-certificate
+                notes.append(
+                    f"  {r['scenario']}: round {rr} certified {w['finalized_to_certified_s']}s after it was "
+                    f"finalized (its certify transaction held {w['held_s']}s)"
+                )
         elif fig:
             notes.append(
                 f"  {r['scenario']}: rounds certified {fig['rounds_certified']}/{fig['rounds_run']}, "
