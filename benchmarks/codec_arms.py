@@ -33,7 +33,8 @@ from benchmarks.sparseloco import EF_DECAY, SparseLoCoCodec, sparseloco_merge
 from benchmarks.tiles import tiles_of, untile
 from benchmarks.training_runs import CHOSEN, MINERS, run_config
 from tessera.simwire import wire_transport
-from training.codecs import dct_matrix, encode
+from training.codeclayout import dct_matrix
+from training.codecs import encode
 from training.data import prepare
 from training.merge import MergePolicy, robust_merge
 from training.model import module_params

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from training.codecs import dct_matrix, shaped_tiles, tile_grid
+from training.codeclayout import dct_matrix, shaped_tiles, tile_grid
 from training.merge import clip_contributions
 
 SENT_TOL = 1e-4

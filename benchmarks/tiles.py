@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from training.codecs import tile_grid
+from training.codeclayout import tile_grid
 
 
 def tiles_of(x: Tensor) -> tuple[Tensor, tuple[int, int, int, int]]:

@@ -1,7 +1,8 @@
 """The codecs a pseudo-gradient may be sent with: one :class:`Codec` declaration per codec, by wire name.
 
-A declaration says everything that differs between codecs; the shared path (chunking, transforms,
-quantisation, index coding, the inverse DCT) is ``training.codecs``'s and reads it from here:
+A declaration says everything that differs between codecs; the shared path (chunking, quantisation, the
+fields) is ``training.codecs``'s and reads it from here, beside the transforms' declarations
+(``training.codectransforms``) and the index codings' (``training.indexcodings``):
 
 - ``name``: the wire name (``CodecConfig.name``, the first entry of an update header's ``c``);
 - ``keep``: how many values a chunk of a given width keeps (:func:`training.codecs.layout_of`);
@@ -10,12 +11,14 @@ quantisation, index coding, the inverse DCT) is ``training.codecs``'s and reads 
   so the decoder scatters them back, or in a transform's basis rebuilds the tile
   (:func:`training.codecs.decode`) and the decode cost counts the index unpacking and the scatter or
   inverse DCT (``protocol.wire.updatecost``);
-- ``bound``: the per-chunk error bound without a transform (:func:`training.codecbounds.error_bound`);
-- ``transforms``, ``indexes``: the transforms and index codings it may be combined with
-  (``CodecConfig`` refuses the rest).
+- ``bound``: the per-chunk error bound without a change of basis (:func:`training.codecbounds.error_bound`);
+- ``transforms``, ``indexes``: the names of the transforms and index codings it may be combined with
+  (``CodecConfig`` refuses the rest; a name no codec lists is unknown).
 
 Adding a codec is a declaration here (and its tests); the header's known names
-(``protocol.wire.updateheader``) are this registry's keys.
+(``protocol.wire.updateheader``) are this registry's keys. A configuration is resolved into its codec,
+transform and index coding once (``training.codecs.resolve``). This module loads no torch: the run file's
+configuration (``training.config``) is checked against it on the ``tessera --help`` path.
 """
 
 from __future__ import annotations
@@ -110,6 +113,12 @@ TOPK = Codec(
 
 CODECS: dict[str, Codec] = {c.name: c for c in (DENSE, TOPK)}
 """Every codec by wire name."""
+
+
+def codecs_allowing(part: str, value: object) -> list[str]:
+    """The codecs whose declaration's ``part`` (``transforms`` or ``indexes``) lists ``value``: none for a
+    name that is declared nowhere."""
+    return [c.name for c in CODECS.values() if value in getattr(c, part)]
 
 
 def codec_named(name: str) -> Codec:

@@ -11,8 +11,15 @@ Per chunk, ``topk`` keeps the k largest-magnitude values (indices sorted ascendi
 each); values are quantised uniformly and symmetrically to ``L = 2**bits``
 levels ``s * (-1 + 2q/(L-1))`` with ``s`` the chunk's largest kept magnitude (one fp32 scale per chunk)
 and packed at ``bits`` bits each; ``bits=32`` sends raw fp32 and no scale. ``dense`` keeps every value.
+
 What differs between codecs (what a chunk keeps, which values, whether their positions travel, the
-error bound) is each codec's one declaration in ``training.codecregistry``; this module is the shared path.
+error bound without a transform) is each codec's one declaration in ``training.codecregistry``; what
+differs between transforms (the tiling, the basis, the error bound, the decode cost) each transform's in
+``training.codectransforms``; what differs between index codings (the field's bits, pack, unpack, cost)
+each coding's in ``training.indexcodings``. A :class:`CodecConfig` is resolved once into a
+:class:`ResolvedCodec` holding the three (:func:`resolve`); every function here takes either and resolves
+at most once, so a caller that handles many tensors resolves first and passes the resolved codec down.
+This module is the shared path: chunking, quantisation, fields, and no name compared.
 
 Error bounds (``training.codecbounds.error_bound`` computes them; ``tests/training/test_codecs.py`` holds them with hypothesis),
 with ``q = s / (L - 1)`` (0 for 32 bits) and ``tau`` the smallest kept magnitude of a chunk:
@@ -35,26 +42,14 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from training.bitpack import (
-    elias_fano_bits,
-    elias_fano_decode,
-    elias_fano_encode,
-    pack_bits,
-    unpack_bits,
-)
-from training.codecregistry import codec_named
+from training.bitpack import pack_bits, unpack_bits
+from training.codeclayout import Layout, flat_layout
+from training.codecregistry import Codec, codec_named
+from training.codectransforms import Transform, transform_named
 from training.config import CodecConfig
 from training.errors import CodecError
-from training.exact import F64, dct_basis, quantised_idct_tiles, sparse_idct_tiles
-
-TILE = 64
-"""Side of a DCT tile (``chunk`` must be ``TILE * TILE`` with the dct transform)."""
-SHAPED = ("shaped", "tiles")
-"""Transforms whose chunks are tiles that follow the tensor's shape (:func:`tile_grid`)."""
-DCT = ("dct", "shaped")
-"""Transforms that select in the 2-D DCT-II basis of each tile."""
-DCT_RTOL = 1e-5
-"""fp32 rounding allowance of the DCT round trip, relative to the chunk's L2 norm."""
+from training.exact import F64
+from training.indexcodings import Group, IndexCoding, field_bytes, index_coding_named
 
 
 @dataclass(frozen=True)
@@ -71,116 +66,100 @@ class Encoded:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """How a tensor of ``numel`` values is chunked and how many values each chunk keeps."""
+class ResolvedCodec:
+    """A :class:`CodecConfig` with its codec, transform and index coding looked up (:func:`resolve`)."""
 
-    numel: int
-    full_chunks: int
-    tail: int
-    k_full: int
-    k_tail: int
+    config: CodecConfig
+    """The configuration it was resolved from."""
+    codec: Codec
+    """The codec's declaration (``training.codecregistry``)."""
+    transform: Transform
+    """The transform's declaration (``training.codectransforms``)."""
+    index: IndexCoding
+    """The index coding's declaration (``training.indexcodings``; unused by a codec that sends no
+    positions)."""
 
     @property
-    def n_chunks(self) -> int:
-        """Chunks including a partial tail."""
-        return self.full_chunks + (1 if self.tail else 0)
+    def chunk(self) -> int:
+        """Values per chunk."""
+        return self.config.chunk
 
     @property
-    def kept(self) -> int:
-        """Values sent."""
-        return self.full_chunks * self.k_full + (self.k_tail if self.tail else 0)
+    def topk(self) -> int:
+        """Values kept per chunk."""
+        return self.config.topk
+
+    @property
+    def bits(self) -> int:
+        """Bits per kept value (32: raw fp32)."""
+        return self.config.bits
 
 
-def layout(numel: int, cfg: CodecConfig) -> Layout:
-    """The chunk layout of a tensor with ``numel`` values (what each chunk keeps: the codec's ``keep``)."""
-    full, tail = divmod(numel, cfg.chunk)
-    keep = codec_named(cfg.name).keep
-    return Layout(numel, full, tail, keep(cfg.chunk, cfg.chunk, cfg.topk), keep(tail, cfg.chunk, cfg.topk))
+CodecLike = CodecConfig | ResolvedCodec
+"""What the functions here take: a configuration, or one already resolved."""
 
 
-def _side(n: int) -> int:
-    """The largest divisor of ``n`` that is at most :data:`TILE` (1 for an empty side)."""
-    for d in range(min(n, TILE), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
+def resolve(cfg: CodecLike) -> ResolvedCodec:
+    """``cfg`` with its declarations looked up (itself if already resolved); :class:`CodecError` if one of
+    its names is declared nowhere."""
+    if isinstance(cfg, ResolvedCodec):
+        return cfg
+    return ResolvedCodec(
+        cfg, codec_named(cfg.name), transform_named(cfg.transform), index_coding_named(cfg.index)
+    )
 
 
-def tile_grid(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """``_tile_grid`` of ``shape`` (cached: a validator asks for it about 100 times per update)."""
-    return _tile_grid(tuple(shape))
+def layout(numel: int, cfg: CodecLike) -> Layout:
+    """The chunk layout of ``numel`` flattened values (what each chunk keeps: the codec's ``keep``)."""
+    c = resolve(cfg)
+    return flat_layout(numel, c.chunk, c.topk, c.codec.keep)
+
+
+def layout_of(shape: tuple[int, ...], cfg: CodecLike) -> Layout:
+    """``_layout_of`` of ``shape`` (cached: a validator asks for it about 100 times per update; a
+    :class:`Layout` is immutable)."""
+    return _layout_of(tuple(shape), resolve(cfg))
 
 
 @lru_cache(maxsize=4096)
-def _tile_grid(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """``(R, C, tr, tc)`` of the ``shaped`` transform: the tensor seen as ``R x C`` (its first dimension by
-    the rest; a vector or scalar is one row) cut into ``tr x tc`` tiles, each side the largest divisor up to
-    :data:`TILE` of the tensor's, so no tile is padded."""
-    if len(shape) >= 2:
-        rows, cols = shape[0], math.prod(shape[1:])
-    else:
-        rows, cols = 1, math.prod(shape)
-    return rows, cols, _side(rows), _side(cols)
+def _layout_of(shape: tuple[int, ...], c: ResolvedCodec) -> Layout:
+    """The chunk layout of a tensor of ``shape``: the transform's tiling, each chunk keeping the codec's
+    ``keep``."""
+    return c.transform.layout(shape, c.chunk, c.topk, c.codec.keep)
 
 
-def layout_of(shape: tuple[int, ...], cfg: CodecConfig) -> Layout:
-    """``_layout_of`` of ``shape`` (cached, as :func:`tile_grid`; a :class:`Layout` is immutable)."""
-    return _layout_of(tuple(shape), cfg)
+def index_bits(cfg: CodecLike, shape: tuple[int, ...] | None = None) -> int:
+    """Bits per packed index (with a transform whose tiles follow the tensor, of ``shape``'s tile; without
+    a shape, the bound ``ceil(log2(chunk))``)."""
+    c = resolve(cfg)
+    return c.transform.index_width(shape, c.chunk)
 
 
-@lru_cache(maxsize=4096)
-def _layout_of(shape: tuple[int, ...], cfg: CodecConfig) -> Layout:
-    """The chunk layout of a tensor of ``shape``: :func:`layout` of its size, or with the ``shaped``
-    transform one chunk per tile of :func:`tile_grid`, each keeping ``ceil(topk * area / chunk)``."""
-    if cfg.transform not in SHAPED:
-        return layout(math.prod(shape), cfg)
-    rows, cols, tr, tc = tile_grid(shape)
-    area = tr * tc
-    tiles = (rows // tr) * (cols // tc) if rows and cols else 0
-    return Layout(rows * cols, tiles, 0, codec_named(cfg.name).keep(area, cfg.chunk, cfg.topk), 0)
-
-
-def index_bits(cfg: CodecConfig, shape: tuple[int, ...] | None = None) -> int:
-    """Bits per packed index (with the ``shaped`` transform, of ``shape``'s tile; without a shape, the
-    bound ``ceil(log2(chunk))``)."""
-    if cfg.transform in SHAPED and shape is not None:
-        _, _, tr, tc = tile_grid(shape)
-        return max(1, math.ceil(math.log2(tr * tc)))
-    return max(1, math.ceil(math.log2(cfg.chunk)))
-
-
-def index_groups(shape: tuple[int, ...], cfg: CodecConfig) -> list[tuple[int, int, int]]:
+def index_groups(shape: tuple[int, ...], cfg: CodecLike) -> list[Group]:
     """``(chunks, width, k)`` of each group of chunks of a tensor of ``shape`` that share a width and a
     ``k``, in wire order (the full chunks, then the tail), leaving out empty groups."""
-    lay = layout_of(shape, cfg)
-    if cfg.transform in SHAPED:
-        _, _, tr, tc = tile_grid(shape)
-        groups = [(lay.full_chunks, tr * tc, lay.k_full)]
-    else:
-        tail_width = cfg.chunk if cfg.transform == "dct" else lay.tail
-        groups = [(lay.full_chunks, cfg.chunk, lay.k_full), (1 if lay.tail else 0, tail_width, lay.k_tail)]
-    return [(m, w, k) for m, w, k in groups if m and k]
+    c = resolve(cfg)
+    groups = c.transform.groups(shape, layout_of(shape, c), c.chunk)
+    return [(g.count, g.width, g.keep) for g in groups if g.count and g.keep]
 
 
-def field_specs(shape: tuple[int, ...], cfg: CodecConfig) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+def field_specs(shape: tuple[int, ...], cfg: CodecLike) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """Exact dtype and shape of each field for a tensor of ``shape`` (what a decoder checks first)."""
-    lay = layout_of(shape, cfg)
+    c = resolve(cfg)
+    lay = layout_of(shape, c)
     specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
-    indexed = codec_named(cfg.name).indexed
-    if indexed and cfg.index == "elias-fano":
-        bits = sum(m * elias_fano_bits(width, k) for m, width, k in index_groups(shape, cfg))
-        specs["idx"] = (torch.uint8, (math.ceil(bits / 8),))
-    elif indexed:
-        specs["idx"] = (torch.uint8, (math.ceil(lay.kept * index_bits(cfg, shape) / 8),))
-    if cfg.bits == 32:
+    if c.codec.indexed:
+        nbytes = field_bytes(c.index, index_groups(shape, c), index_bits(c, shape))
+        specs["idx"] = (torch.uint8, (nbytes,))
+    if c.bits == 32:
         specs["val"] = (torch.float32, (lay.kept,))
     else:
-        specs["val"] = (torch.uint8, (math.ceil(lay.kept * cfg.bits / 8),))
+        specs["val"] = (torch.uint8, (math.ceil(lay.kept * c.bits / 8),))
         specs["scale"] = (torch.float32, (lay.n_chunks,))
     return specs
 
 
-def encoded_bits(shape: tuple[int, ...], cfg: CodecConfig) -> int:
+def encoded_bits(shape: tuple[int, ...], cfg: CodecLike) -> int:
     """Payload bits of one encoded tensor of ``shape``."""
     return sum(
         8 * math.prod(s) * torch.empty((), dtype=d).element_size()
@@ -188,49 +167,11 @@ def encoded_bits(shape: tuple[int, ...], cfg: CodecConfig) -> int:
     )
 
 
-def dct_matrix(n: int = TILE) -> Tensor:
-    """Orthonormal DCT-II matrix ``D`` (``D @ D.T = I``) in fp32, the same bits on every machine
-    (:func:`training.exact.dct_basis`)."""
-    return dct_basis(n)
-
-
-def shaped_tiles(x: Tensor) -> Tensor:
-    """The ``shaped`` tiles of ``x`` in spatial order, ``[m, tr, tc]`` (row-major over the tile grid)."""
-    rows, cols, tr, tc = tile_grid(tuple(x.shape))
-    t = x.reshape(rows // tr, tr, cols // tc, tc).permute(0, 2, 1, 3)
-    return t.reshape(-1, tr, tc)
-
-
-def _untile(tiles: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """Inverse of :func:`shaped_tiles`: ``[m, tr * tc]`` back to ``shape``."""
-    rows, cols, tr, tc = tile_grid(shape)
-    t = tiles.reshape(rows // tr, cols // tc, tr, tc).permute(0, 2, 1, 3)
-    return t.reshape(shape)
-
-
-def to_chunks(x: Tensor, lay: Layout, cfg: CodecConfig) -> list[tuple[Tensor, int]]:
-    """``[(chunks [m, width], k)]`` for the full chunks and the tail, in the codec's basis."""
-    if cfg.transform in SHAPED:
-        tiles = shaped_tiles(x.float())
-        if tiles.shape[0] == 0:
-            return []
-        if cfg.transform == "tiles":
-            return [(tiles.reshape(tiles.shape[0], -1), lay.k_full)]
-        dr, dc = dct_matrix(tiles.shape[1]), dct_matrix(tiles.shape[2])
-        return [((dr @ tiles @ dc.T).reshape(tiles.shape[0], -1), lay.k_full)]
-    flat = x.reshape(-1).float()
-    groups: list[tuple[Tensor, int]] = []
-    if lay.full_chunks:
-        groups.append((flat[: lay.full_chunks * cfg.chunk].view(lay.full_chunks, cfg.chunk), lay.k_full))
-    if lay.tail:
-        tail = flat[lay.full_chunks * cfg.chunk :].unsqueeze(0)
-        if cfg.transform == "dct":
-            tail = torch.nn.functional.pad(tail, (0, cfg.chunk - lay.tail))
-        groups.append((tail, lay.k_tail))
-    if cfg.transform == "dct":
-        d = dct_matrix()
-        groups = [((d @ c.view(-1, TILE, TILE) @ d.T).reshape(c.shape[0], -1), k) for c, k in groups]
-    return groups
+def to_chunks(x: Tensor, lay: Layout, cfg: CodecLike) -> list[tuple[Tensor, int]]:
+    """``[(chunks [m, width], k)]`` for the full chunks and the tail, in the codec's basis (the
+    transform's ``forward``)."""
+    c = resolve(cfg)
+    return c.transform.forward(x, lay, c.chunk)
 
 
 def _quantise(v: Tensor, bits: int) -> tuple[Tensor, Tensor]:
@@ -248,41 +189,35 @@ def _dequantise(codes: Tensor, scale: Tensor, bits: int) -> Tensor:
     return (codes.to(F64) * (2.0 / levels) - 1.0) * scale.to(F64).unsqueeze(1)
 
 
-def encode(x: Tensor, cfg: CodecConfig) -> Encoded:
+def encode(x: Tensor, cfg: CodecLike) -> Encoded:
     """Compress one tensor (any shape, cast to fp32)."""
     if not bool(torch.isfinite(x).all()):
         raise CodecError("cannot encode non-finite values")
+    c = resolve(cfg)
     x = x.detach().to("cpu")
-    lay = layout_of(tuple(x.shape), cfg)
-    codec = codec_named(cfg.name)
-    idx_parts: list[Tensor] = []
-    idx_groups: list[tuple[Tensor, int]] = []
+    shape = tuple(x.shape)
+    lay = layout_of(shape, c)
+    positions: list[tuple[Tensor, int]] = []
     val_parts: list[Tensor] = []
-    for chunks, k in to_chunks(x, lay, cfg):
-        idx, values = codec.select(chunks, k)
+    for chunks, k in c.transform.forward(x, lay, c.chunk):
+        idx, values = c.codec.select(chunks, k)
         if idx is not None:
-            idx_parts.append(idx)
-            idx_groups.append((idx, chunks.shape[1]))
+            positions.append((idx, chunks.shape[1]))
         val_parts.append(values)
     fields: dict[str, Tensor] = {}
-    if codec.indexed and cfg.index == "elias-fano":
-        fields["idx"] = elias_fano_encode(idx_groups)
-    elif codec.indexed:
-        idx_all = (
-            torch.cat([i.reshape(-1) for i in idx_parts]) if idx_parts else torch.zeros(0, dtype=torch.int64)
-        )
-        fields["idx"] = pack_bits(idx_all, index_bits(cfg, tuple(x.shape)))
-    if cfg.bits == 32:
+    if c.codec.indexed:
+        fields["idx"] = c.index.pack(positions, index_bits(c, shape))
+    if c.bits == 32:
         fields["val"] = torch.cat([v.reshape(-1) for v in val_parts] or [torch.zeros(0)]).contiguous()
     else:
-        quant = [_quantise(v, cfg.bits) for v in val_parts]
-        codes_all = [c.reshape(-1) for c, _ in quant] or [torch.zeros(0, dtype=torch.int64)]
-        fields["val"] = pack_bits(torch.cat(codes_all), cfg.bits)
+        quant = [_quantise(v, c.bits) for v in val_parts]
+        codes_all = [q.reshape(-1) for q, _ in quant] or [torch.zeros(0, dtype=torch.int64)]
+        fields["val"] = pack_bits(torch.cat(codes_all), c.bits)
         fields["scale"] = torch.cat([s for _, s in quant] or [torch.zeros(0)]).contiguous()
-    return Encoded(tuple(x.shape), fields)
+    return Encoded(shape, fields)
 
 
-def check_fields(enc: Encoded, cfg: CodecConfig) -> None:
+def check_fields(enc: Encoded, cfg: CodecLike) -> None:
     """Raise :class:`CodecError` unless the fields have exactly the dtypes and shapes of ``field_specs``."""
     specs = field_specs(enc.shape, cfg)
     if set(enc.fields) != set(specs):
@@ -293,24 +228,24 @@ def check_fields(enc: Encoded, cfg: CodecConfig) -> None:
             raise CodecError(f"field {name}: {t.dtype} {tuple(t.shape)} != {dtype} {shape}")
 
 
-def _decoded_values(enc: Encoded, cfg: CodecConfig, lay: Layout) -> tuple[Tensor, Tensor]:
+def _decoded_values(enc: Encoded, bits: int, lay: Layout) -> tuple[Tensor, Tensor]:
     """(float64 values, int64 codes) of ``enc``'s kept values (no codes at 32 bits); :class:`CodecError`
     on a bad scale or a non-finite value."""
-    if cfg.bits == 32:
+    if bits == 32:
         values = enc.fields["val"].to(F64)
         codes = torch.zeros(0, dtype=torch.int64)
     else:
-        codes = unpack_bits(enc.fields["val"], cfg.bits, lay.kept)
+        codes = unpack_bits(enc.fields["val"], bits, lay.kept)
         scales = enc.fields["scale"].float()
         if not bool(torch.isfinite(scales).all()) or bool((scales < 0).any()):
             raise CodecError("scales must be finite and non-negative")
         parts = []
         if lay.full_chunks:
-            c = codes[: lay.full_chunks * lay.k_full].view(lay.full_chunks, lay.k_full)
-            parts.append(_dequantise(c, scales[: lay.full_chunks], cfg.bits).reshape(-1))
+            q = codes[: lay.full_chunks * lay.k_full].view(lay.full_chunks, lay.k_full)
+            parts.append(_dequantise(q, scales[: lay.full_chunks], bits).reshape(-1))
         if lay.tail:
-            c = codes[lay.full_chunks * lay.k_full :].view(1, lay.k_tail)
-            parts.append(_dequantise(c, scales[lay.full_chunks :], cfg.bits).reshape(-1))
+            q = codes[lay.full_chunks * lay.k_full :].view(1, lay.k_tail)
+            parts.append(_dequantise(q, scales[lay.full_chunks :], bits).reshape(-1))
         values = torch.cat(parts) if parts else torch.zeros(0, dtype=F64)
     if not bool(torch.isfinite(values).all()):
         raise CodecError("non-finite values")
@@ -318,63 +253,43 @@ def _decoded_values(enc: Encoded, cfg: CodecConfig, lay: Layout) -> tuple[Tensor
 
 
 def _sparse_groups(
-    enc: Encoded, cfg: CodecConfig, lay: Layout, values: Tensor, codes: Tensor
+    enc: Encoded, c: ResolvedCodec, lay: Layout, values: Tensor, codes: Tensor
 ) -> list[Tensor]:
-    """The ``topk`` chunks rebuilt from their indices and values, in the codec's basis turned back to
-    values: ``[m, width]`` fp32 per group (full chunks, then the tail)."""
-    width_tail = cfg.chunk if cfg.transform == "dct" else lay.tail
-    width_full = cfg.chunk
-    tr = tc = TILE  # the tile's sides (with a transform)
-    if cfg.transform in SHAPED:
-        _, _, tr, tc = tile_grid(enc.shape)
-        width_full = tr * tc
-    if cfg.index == "elias-fano":
-        idx = elias_fano_decode(enc.fields["idx"], index_groups(enc.shape, cfg))
-    else:
-        idx = unpack_bits(enc.fields["idx"], index_bits(cfg, enc.shape), lay.kept)
+    """The chunks of a codec that sends positions, rebuilt from their indices and values and turned back
+    from the transform's basis: ``[m, width]`` fp32 per group (full chunks, then the tail)."""
+    idx = c.index.unpack(enc.fields["idx"], index_groups(enc.shape, c), index_bits(c, enc.shape))
     groups: list[Tensor] = []
     pos = 0
-    for first, m, width, k in (
-        (0, lay.full_chunks, width_full, lay.k_full),
-        (lay.full_chunks, 1 if lay.tail else 0, width_tail, lay.k_tail),
-    ):
+    for g in c.transform.groups(enc.shape, lay, c.chunk):
+        m, k = g.count, g.keep
         if m == 0:
             continue
         i = idx[pos : pos + m * k].view(m, k)
-        if bool((i >= width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
+        if bool((i >= g.width).any()) or bool((i[:, 1:] <= i[:, :-1]).any()):
             raise CodecError("indices out of range or not strictly increasing")
         v = values[pos : pos + m * k].view(m, k)
-        if cfg.transform in DCT and cfg.bits != 32:
-            # exact integer inverse DCT of the numerators 2q - (L - 1), times scale / (L - 1) per tile
-            levels = (1 << cfg.bits) - 1
-            num = codes[pos : pos + m * k].view(m, k) * 2 - levels
-            factor = enc.fields["scale"][first : first + m].to(F64) / levels
-            groups.append(quantised_idct_tiles(i // tc, i % tc, num, factor, tr, cfg.bits, tc))
-        elif cfg.transform in DCT:
-            groups.append(sparse_idct_tiles(i // tc, i % tc, v, tr, tc))
-        else:
-            g = torch.zeros(m, width, dtype=F64)
-            g.scatter_(1, i, v)
-            groups.append(g.to(torch.float32))
+        quant = None
+        if c.bits != 32:
+            quant = (codes[pos : pos + m * k].view(m, k), enc.fields["scale"][g.first : g.first + m])
+        groups.append(c.transform.inverse(g, i, v, quant, c.bits))
         pos += m * k
     return groups
 
 
-def decode(enc: Encoded, cfg: CodecConfig) -> Tensor:
+def decode(enc: Encoded, cfg: CodecLike) -> Tensor:
     """Decompress to an fp32 tensor of ``enc.shape``. Raises :class:`CodecError` on malformed input.
 
     The result is defined by IEEE-754 alone (dequantisation and the inverse DCT are fixed sequences of
     elementwise float64 operations, rounded once to fp32; see ``training.exact``), so every validator
     decodes the same bits on any CPU or GPU and the merge built on it is reproducible.
     """
-    check_fields(enc, cfg)
-    lay = layout_of(enc.shape, cfg)
-    values, codes = _decoded_values(enc, cfg, lay)
-    if codec_named(cfg.name).indexed:
-        groups = _sparse_groups(enc, cfg, lay, values, codes)
+    c = resolve(cfg)
+    check_fields(enc, c)
+    lay = layout_of(enc.shape, c)
+    values, codes = _decoded_values(enc, c.bits, lay)
+    if c.codec.indexed:
+        groups = _sparse_groups(enc, c, lay, values, codes)
     else:
         groups = [values.to(torch.float32)]
     flat = torch.cat([g.reshape(-1) for g in groups]) if groups else torch.zeros(0)
-    if cfg.transform in SHAPED:
-        return _untile(flat, enc.shape) if lay.numel else torch.zeros(enc.shape)
-    return flat[: lay.numel].view(enc.shape)
+    return c.transform.assemble(flat, enc.shape, lay)

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from training.codecregistry import CODECS
+from training.codecregistry import CODECS, codecs_allowing
 from training.errors import ConfigError
 
 Mode = Literal["dense", "moe", "dipaco"]
@@ -146,7 +146,7 @@ class OuterConfig:
 
 def _codecs_with(part: str, value: str) -> str:
     """The codecs whose declaration's ``part`` (``transforms``, ``indexes``) allows ``value``, for errors."""
-    return " or ".join(c.name for c in CODECS.values() if value in getattr(c, part))
+    return " or ".join(codecs_allowing(part, value))
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class CodecConfig:
             raise ConfigError("bits must be 2, 4, 8 or 32")
         if self.chunk < 1 or not 1 <= self.topk <= self.chunk:
             raise ConfigError("need 1 <= topk <= chunk")
-        if self.transform not in ("none", "dct", "shaped", "tiles"):
+        if not codecs_allowing("transforms", self.transform):  # declared nowhere
             raise ConfigError(f"unknown transform {self.transform!r}")
         if self.transform not in codec.transforms:
             raise ConfigError(
@@ -202,7 +202,7 @@ class CodecConfig:
             )
         if self.transform == "dct" and self.chunk != 4096:
             raise ConfigError("the dct transform works on 64x64 tiles: chunk must be 4096")
-        if self.index not in ("packed", "elias-fano"):
+        if not codecs_allowing("indexes", self.index):
             raise ConfigError(f"unknown index coding {self.index!r}")
         if self.index not in codec.indexes:
             raise ConfigError(

@@ -59,7 +59,7 @@ from protocol.wire.updateerrors import (
     UpdateTooLarge,
 )
 from protocol.wire.updateheader import HeaderFields, UpdateHeader, check_expected, make_header, parse_header
-from training.codecs import Encoded, decode, field_specs
+from training.codecs import Encoded, decode, field_specs, resolve
 from training.config import CodecConfig
 from training.errors import CodecError
 
@@ -81,8 +81,9 @@ class Update:
         """Decoded fp32 pseudo-gradients by parameter name (decoded once, then cached)."""
         if not self._decoded:
             try:
+                codec = resolve(self.header.codec)
                 self._decoded.update(
-                    {name: decode(self.tensors[name], self.header.codec) for name, _ in self.header.params}
+                    {name: decode(self.tensors[name], codec) for name, _ in self.header.params}
                 )
             except (CodecError, ValueError, RuntimeError, IndexError) as exc:
                 # the codec's typed error, or what torch raises on values it was not meant to see
@@ -185,7 +186,8 @@ def _payload_tensors(header: UpdateHeader, payload: bytes, caps: UpdateCaps) -> 
     """The encoded tensors of the raw ``payload``: each codec field (in :data:`FIELD_ORDER`) concatenated
     over the header's parameters, of exactly the size the header implies, the floats finite; sliced back
     into one :class:`Encoded` per parameter."""
-    specs = {name: field_specs(shape, header.codec) for name, shape in header.params}
+    codec = resolve(header.codec)
+    specs = {name: field_specs(shape, codec) for name, shape in header.params}
     wanted: dict[str, tuple[torch.dtype, int]] = {}
     for per_param in specs.values():
         for fname, (dtype, fshape) in per_param.items():

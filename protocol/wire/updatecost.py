@@ -9,8 +9,8 @@ from functools import lru_cache
 from typing import Protocol
 
 from protocol.wire.updateerrors import DecodeTooCostly
-from training.codecregistry import codec_named
-from training.codecs import TILE, field_specs, index_bits, layout
+from training.codeccost import NS_FVALUE, NS_OUT, NS_PAYLOAD, NS_QVALUE
+from training.codecs import ResolvedCodec, field_specs, index_bits, layout, resolve
 from training.config import CodecConfig
 
 
@@ -67,18 +67,6 @@ class UpdateCaps:
 #: Bytes of decode memory allowed on top of ``max_memory_ratio`` x the decoded bytes.
 MEMORY_SLACK = 16 * 1024 * 1024
 
-# Decode time per unit, in nanoseconds, fitted on one busy CPU core (2 cores, load ~7; torch, float64,
-# deterministic settings) by the decodes of ``python -m tests.fuzz.campaign --measure`` (docs/security.md).
-_NS_OUT = 60  # per decoded value: float64 zeros/scatter or tile, to fp32, concatenation
-_NS_QVALUE = 260  # per kept value at 2-8 bits: unpack to int64, dequantise in float64, finiteness
-_NS_FVALUE = 110  # per kept raw fp32 value: to float64, finiteness
-_NS_INDEX = 200  # per kept index at widths 1, 2, 4, 8, 12 (vectorised unpacking, range and order checks)
-_NS_INDEX_BIT = 25  # per index bit on numpy's generic unpacking path
-_NS_MAC = 2  # per multiply-add of the quantised inverse DCT (a batched matrix product)
-_NS_SLOT = 40  # per tile value per kept slot of the raw fp32 inverse DCT (an elementwise loop)
-_NS_TILE = 110  # per tile value of the quantised inverse DCT after the product (scale, fp32)
-_NS_PAYLOAD = 6  # per payload byte: reading the raw fields, finiteness, the canonical re-encoding
-
 
 @dataclass(frozen=True)
 class DecodeCost:
@@ -91,62 +79,42 @@ class DecodeCost:
     of one parameter's decode (unpacked codes and indices, float64 values, the scatter or inverse-DCT
     buffers)."""
     work: int
-    """Estimated decode time in nanoseconds (weights fitted on a busy core; see ``_NS_*``)."""
+    """Estimated decode time in nanoseconds (weights fitted on a busy core: ``training.codeccost``)."""
     payload_bytes: int = 0
     """Bytes of the payload the header implies (the codec's fields)."""
 
 
-def _param_cost(numel: int, cfg: CodecConfig) -> tuple[int, int, float, int]:
+def _param_cost(numel: int, codec: ResolvedCodec) -> tuple[int, int, float, int]:
     """(output bytes, transient bytes incl. output, nanoseconds, payload bytes) of one parameter's decode.
 
     Mirrors ``training.codecs.decode`` step by step (its math is not changed here, only counted):
-    unpacking ``b``-bit values (int64 codes) and dequantising them in float64; unpacking indices (the
-    vectorised widths 1, 2, 4, 8, 12, or numpy's bit-by-bit path at ``17 * width`` bytes per index); then
-    for a codec that sends positions (its declaration's ``indexed``), a float64 scatter per chunk (no
-    transform) or a float64 inverse DCT per 64x64 tile (batched matrix product over the kept slots for
-    quantised values; an elementwise loop over the slots for raw fp32); for one that does not, nothing.
+    unpacking ``b``-bit values (int64 codes) and dequantising them in float64; then for a codec that sends
+    positions (its declaration's ``indexed``), unpacking them (the index coding's ``cost``) and rebuilding
+    the chunks from them (the transform's ``decode_cost``: a float64 scatter, or an inverse DCT per tile);
+    for one that does not, only the output.
     """
-    lay = layout(numel, cfg)
+    lay = layout(numel, codec)
     kept = lay.kept
-    payload = sum(math.prod(shape) * dtype.itemsize for dtype, shape in field_specs((numel,), cfg).values())
+    specs = field_specs((numel,), codec)
+    payload = sum(math.prod(shape) * dtype.itemsize for dtype, shape in specs.values())
     transient = 4 * payload  # the payload loaded, re-encoded and re-framed (the canonical-bytes check)
-    ns = float(_NS_PAYLOAD * payload)
-    if cfg.bits == 32:
+    ns = float(NS_PAYLOAD * payload)
+    if codec.bits == 32:
         transient += 16 * kept  # float64 values, finiteness mask, temporaries
-        ns += _NS_FVALUE * kept
+        ns += NS_FVALUE * kept
     else:
         transient += 56 * kept  # int64 codes (unpacked through three temporaries), float64 values
-        ns += _NS_QVALUE * kept
-    if codec_named(cfg.name).indexed:  # positions sent: unpacked, then scattered or inverse-transformed
-        width = index_bits(cfg)
-        if cfg.index == "elias-fano":
-            # every bit of the field unpacked as int64, the low parts and the bitmap's positions
-            idx_bytes = math.prod(field_specs((numel,), cfg)["idx"][1])
-            transient += 64 * idx_bytes + 8 * (width + 2) * kept
-            ns += _NS_INDEX * kept + _NS_INDEX_BIT * 8 * idx_bytes
-        elif width in (1, 2, 4, 8, 12):
-            transient += 24 * kept
-            ns += _NS_INDEX * kept
-        else:
-            transient += 17 * width * kept  # the bits as uint8, then as int64, shifted
-            ns += _NS_INDEX_BIT * width * kept + _NS_INDEX * kept
-        if cfg.transform == "dct":
-            area = lay.n_chunks * TILE * TILE
-            out = 4 * area
-            k = max(lay.k_full, lay.k_tail)
-            if cfg.bits == 32:
-                transient += 6 * 8 * area  # accumulator, outer product, temporaries (float64)
-                ns += _NS_SLOT * k * area + _NS_OUT * area
-            else:
-                transient += 3 * 8 * kept * TILE + 3 * 8 * area  # gathered basis rows; product, scaled
-                ns += _NS_MAC * k * area + _NS_TILE * area + _NS_OUT * area
-        else:
-            out = 4 * numel
-            transient += 12 * numel  # float64 scatter buffer, then fp32
-            ns += _NS_OUT * numel
+        ns += NS_QVALUE * kept
+    if codec.codec.indexed:  # positions sent: unpacked, then scattered or inverse-transformed
+        index_transient, index_ns = codec.index.cost(kept, index_bits(codec), math.prod(specs["idx"][1]))
+        transient += index_transient
+        ns += index_ns
+        out, rebuild_transient, rebuild_ns = codec.transform.decode_cost(lay, codec.bits)
+        transient += rebuild_transient
+        ns += rebuild_ns
     else:
         out = 4 * numel
-        ns += _NS_OUT * numel
+        ns += NS_OUT * numel
     return out, transient + out, ns, payload
 
 
@@ -160,11 +128,12 @@ def decode_cost(params: tuple[tuple[str, tuple[int, ...]], ...], cfg: CodecConfi
 def _decode_cost(params: tuple[tuple[str, tuple[int, ...]], ...], cfg: CodecConfig) -> DecodeCost:
     """The :class:`DecodeCost` of decoding ``params`` (name, shape) with ``cfg``: computed from the header
     alone, before any payload byte is read, so a decode can be refused before it allocates."""
+    codec = resolve(cfg)
     decoded = outputs = largest = payload = 0
     ns = 0.0
     for _, shape in params:
         numel = math.prod(shape)
-        out, transient, t, pay = _param_cost(numel, cfg)
+        out, transient, t, pay = _param_cost(numel, codec)
         decoded += 4 * numel
         outputs += out
         largest = max(largest, transient)

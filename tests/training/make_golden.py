@@ -28,7 +28,8 @@ from tests.support import merge_case
 from tests.training.training_fixtures import tiny_inner, tiny_model
 from training.assignment import assign
 from training.bitpack import elias_fano_encode, pack_bits
-from training.codecs import Encoded, decode, encode, index_bits, layout, layout_of, tile_grid
+from training.codeclayout import tile_grid
+from training.codecs import Encoded, decode, encode, index_bits, layout, layout_of
 from training.config import CodecConfig, InnerConfig, OuterConfig, to_dict
 from training.corpus import load_bundled_corpus
 from training.data import miner_batches, prepare, window_offsets

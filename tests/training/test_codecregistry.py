@@ -4,6 +4,11 @@ there) is sent, checked and priced like the built-in ones."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
 import pytest
 import torch
 from torch import Tensor
@@ -14,9 +19,11 @@ from protocol.wire.updateerrors import UnknownCodec
 from protocol.wire.updateheader import HeaderFields
 from training.codecbounds import chunk_errors, error_bound
 from training.codecregistry import CODECS, DENSE, TOPK, Codec, codec_named
-from training.codecs import decode, encode, encoded_bits, field_specs, layout
+from training.codecs import decode, encode, encoded_bits, field_specs, layout, resolve
+from training.codectransforms import TRANSFORMS, transform_named
 from training.config import CodecConfig, ModelConfig
 from training.errors import CodecError, ConfigError
+from training.indexcodings import INDEX_CODINGS, PACKED, Group, IndexCoding, index_coding_named
 from training.model import build_model, module_params, param_state
 
 
@@ -137,3 +144,82 @@ def test_an_update_with_a_codec_nobody_declared_is_refused(stride_codec: Codec) 
     del CODECS["stride2"]  # a node without the declaration
     with pytest.raises(UnknownCodec, match="unknown codec 'stride2'"):
         decode_update(data)
+
+
+# -- transforms and index codings: declared beside the codecs, resolved once ---------------------------------
+@dataclass(frozen=True)
+class Wide16:
+    """An index coding no node would use (every position in 16 bits): declared here alone."""
+
+    name: str = "wide16"
+
+    def bits(self, groups: Sequence[Group], width: int) -> int:
+        return 16 * sum(m * k for m, _, k in groups)
+
+    def pack(self, positions: Sequence[tuple[Tensor, int]], width: int) -> Tensor:
+        return PACKED.pack(positions, 16)
+
+    def unpack(self, data: Tensor, groups: Sequence[Group], width: int) -> Tensor:
+        return PACKED.unpack(data, groups, 16)
+
+    def cost(self, kept: int, width: int, nbytes: int) -> tuple[int, int]:
+        return 1000 * kept, 1000 * kept
+
+
+@pytest.fixture
+def wide16(monkeypatch: pytest.MonkeyPatch) -> IndexCoding:
+    coding = Wide16()
+    monkeypatch.setitem(INDEX_CODINGS, coding.name, coding)
+    monkeypatch.setitem(CODECS, "topk", replace(TOPK, indexes=(*TOPK.indexes, coding.name)))
+    return coding
+
+
+def test_a_config_is_resolved_once_into_its_declarations() -> None:
+    cfg = CodecConfig.recipe()
+    c = resolve(cfg)
+    assert (c.config, c.codec, c.transform, c.index) == (
+        cfg,
+        TOPK,
+        TRANSFORMS["tiles"],
+        INDEX_CODINGS["elias-fano"],
+    )
+    assert resolve(c) is c and (c.chunk, c.topk, c.bits) == (cfg.chunk, cfg.topk, cfg.bits)
+    for codec in CODECS.values():  # every name a codec allows is declared
+        assert set(codec.transforms) <= set(TRANSFORMS) and set(codec.indexes) <= set(INDEX_CODINGS)
+    x = torch.randn(130, 70, generator=torch.Generator().manual_seed(3))
+    enc = encode(x, c)
+    assert {n: t.tolist() for n, t in enc.fields.items()} == {
+        n: t.tolist() for n, t in encode(x, cfg).fields.items()
+    }
+    assert torch.equal(decode(enc, c), decode(enc, cfg))
+    with pytest.raises(CodecError, match="unknown transform 'wavelet'"):
+        transform_named("wavelet")
+    with pytest.raises(CodecError, match="unknown index coding 'golomb'"):
+        index_coding_named("golomb")
+
+
+def test_an_index_coding_declared_once_encodes_travels_and_is_priced(wide16: IndexCoding) -> None:
+    cfg = CodecConfig(name="topk", chunk=64, topk=5, bits=2, index="wide16")
+    packed = replace(cfg, index="packed")
+    x = torch.randn(64 * 3 + 10, generator=torch.Generator().manual_seed(4))
+    enc = encode(x, cfg)
+    assert field_specs(tuple(x.shape), cfg)["idx"] == (torch.uint8, (2 * layout(x.numel(), cfg).kept,))
+    assert torch.equal(decode(enc, cfg), decode(encode(x, packed), packed))
+    up = _update(cfg)
+    back = decode_update(encode_update(up))
+    assert back.header.codec == cfg
+    cost, plain = decode_cost(back.header.params, cfg), decode_cost(back.header.params, packed)
+    assert cost.work > plain.work and cost.payload_bytes > plain.payload_bytes
+
+
+def test_the_shared_path_compares_no_transform_or_index_name() -> None:
+    """What differs between transforms and index codings is theirs: the codec's shared path, its bounds and
+    the decode cost branch on none of their names."""
+    root = Path(__file__).resolve().parents[2]
+    for path in ("training/codecs.py", "training/codecbounds.py", "protocol/wire/updatecost.py"):
+        text = (root / path).read_text(encoding="utf-8")
+        assert not re.search(r"\.(transform|index) (==|!=|in|not in) ", text), path
+        assert not re.search(r"\bin (SHAPED|DCT)\b", text), path
+        assert not re.search(
+            r"""(==|!=|\bin) \(?["'](none|dct|shaped|tiles|packed|elias-fano)["']""", text
+        ), path

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from tests.training.training_fixtures import shaped_tensors
 from training.bitpack import pack_bits
 from training.codecbounds import chunk_errors, error_bound
-from training.codecs import Encoded, decode, encode, encoded_bits, field_specs, layout_of, tile_grid
+from training.codeclayout import tile_grid
+from training.codecs import Encoded, decode, encode, encoded_bits, field_specs, layout_of
 from training.config import CodecConfig
 from training.errors import CodecError
 
