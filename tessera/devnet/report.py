@@ -27,6 +27,9 @@ def build_report(
     miners = {n.address: name for name, n in net.nodes.items() if n.role == "miner"}
     mrec: dict[str, dict[str, Any]] = {name: net.get(name, "/rounds") or {} for name in miners.values()}
     verdicts = {r: net.get("validator0", f"/verdicts/{r}") or {} for r in range(1, rounds + 1)}
+    # every validator's replays: with committees of one, an audit falls to one validator, often not validator0
+    others = [n for n, node in net.nodes.items() if node.role == "validator" and n != "validator0"]
+    every = {r: [verdicts[r], *(net.get(n, f"/verdicts/{r}") or {} for n in others)] for r in verdicts}
     ledgers = {name: net.get(name, "/traffic") or {} for name in net.nodes}
     traffic, fixed = merge_ledgers(ledgers.values()), fixed_bytes_by_node(ledgers)
     # each node's whole bandwidth (served, fetched and posted, RPC, DHT): what an operator's link carries
@@ -47,6 +50,7 @@ def build_report(
             | figures
             | {"certified": certified, "fixed_bytes_by_node": fixed.get(r, {}), **traffic_r}
             | {"node_bytes_by_node": {n: w[str(r)] for n, w in whole.items() if str(r) in w}}
+            | round_replays(every.get(r, []))
         )
     totals: dict[str, int] = {}
     for pr in per_round:
@@ -72,6 +76,15 @@ def build_report(
         "driver_rpc_bytes": _driver_bytes(net).get(Kind.RPC.value, 0),
         "driver_dht_bytes": _driver_bytes(net).get(Kind.DHT.value, 0),
     } | _refusals(net)
+
+
+def round_replays(by_validator: list[dict[str, Any]]) -> dict[str, int]:
+    """A round's replays by every validator: steps replayed and (validator, miner) pairs replayed."""
+    steps = [int(x.get("metrics", {}).get("replayed_steps", 0)) for ver in by_validator for x in ver.values()]
+    return {
+        "replayed_steps_all_validators": sum(steps),
+        "replayed_pairs_all_validators": sum(map(bool, steps)),
+    }
 
 
 def _run_shape(run_path: Path) -> dict[str, int]:
