@@ -3,10 +3,14 @@ model (``tessera.attack.economics``) set against the measured profit of each che
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
+from protocol.rounds import economics as ev
+from protocol.rounds.audits import audit_draw
 from tessera.attack import economics as ec
+from tessera.attack import partial
 from tessera.attack.results import HONEST_WORK, SLASH_FRACTION, ScenarioResult
 from tessera.attack.scenarios import get
 
@@ -123,6 +127,70 @@ def ways_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+DEFAULT_DRAWS = 100_000
+"""Random (seed, miner) pairs through the real audit draw for the default stake's measured q."""
+
+
+def default_stake_rows(doc: dict[str, Any], draws: int = DEFAULT_DRAWS) -> dict[str, Any]:
+    """Every way around an audit whose run says which audits caught it (``caught-when-audited``) at the
+    default stake, from measured parts: ``q`` through the real ``audit_draw`` over ``draws`` random pairs
+    at the deployed rate, the share of the run's audits that were confirmed (a proof or an unanswered
+    report), and the model's gain, ``L`` and ``eta`` (``tessera.attack.partial.default_economics``):
+    expected profit ``G - q eta catch L`` and its margin ``q eta catch L / G``."""
+    e = partial.default_economics()
+    bps = ev.audit_rate_bps(e)
+    model = {row.name: row for row in ev.strategy_rows(e, bps / 10_000)}
+    found = []
+    for res in doc["scenarios"]:
+        audit = res.get("audit", {})
+        audited = [x for x in audit.get("rounds", {}).values() if x.get("audited")]
+        profit = [p for p in audit.get("profit", []) if p.get("model_row") in model]
+        if audited and "confirmed" in audited[0] and profit:
+            found.append((res["name"], audited, profit))
+    q = 0.0
+    if found:  # the draws only when there is something to weigh
+        q = sum(
+            audit_draw(
+                os.urandom(32), "0x" + os.urandom(20).hex(), e.validators, bps, e.committee_size
+            ).audited
+            for _ in range(draws)
+        ) / max(1, draws)
+    rows = []
+    for name, audited, profit in found:
+        catch = sum(bool(x["confirmed"]) for x in audited) / len(audited)
+        for p in profit:
+            gain = model[p["model_row"]].gain
+            loss = q * e.committee_catch() * catch * e.loss_when_caught()
+            rows.append({
+                "scenario": name, "mode": p["label"], "audits": len(audited), "catch_per_audit": catch,
+                "gain": gain, "expected_loss": loss, "expected_profit": gain - loss,
+                "margin": loss / gain if gain else float("inf"), "model_margin": model[p["model_row"]].margin,
+            })  # fmt: skip
+    return {"stake": e.stake, "q_deployed": bps / 10_000, "q_measured": q, "draws": draws,
+            "eta": e.committee_catch(), "loss_when_caught": e.loss_when_caught(), "rows": rows}  # fmt: skip
+
+
+def default_stake_markdown(doc: dict[str, Any], draws: int = DEFAULT_DRAWS) -> str:
+    """:func:`default_stake_rows` as Markdown ("" when no scenario of the report says which audits caught)."""
+    d = default_stake_rows(doc, draws)
+    if not d["rows"]:
+        return ""
+    lines = [
+        f"default stake {d['stake']:g}: q deployed {d['q_deployed']:.4f}, measured {d['q_measured']:.5f} "
+        f"({d['draws']} draws), eta {d['eta']:.3f}, L {d['loss_when_caught']:g}",
+        "",
+        "| scenario | mode | audits in the run | confirmed per audit | gain | expected loss | E[profit] | margin "
+        "| model margin |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in d["rows"]:
+        lines.append(
+            f"| {r['scenario']} | {r['mode']} | {r['audits']} | {r['catch_per_audit']:.2f} | {r['gain']:.1f} | "
+            f"{r['expected_loss']:.1f} | {r['expected_profit']:.1f} | {r['margin']:.2f} | {r['model_margin']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The report JSON (as written by :func:`run_suite`) as Markdown tables for docs/security.md."""
     out = [
@@ -165,6 +233,6 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{sum(r['stake_slashed'] for r in bad):.1f} | {det} | {res['honest_share']:.4f} | "
             f"{held:.4f} ({res['heldout_rel_diff']:+.2%}) |"
         )
-    ways = ways_markdown(doc)
+    ways = "\n\n".join(x for x in (ways_markdown(doc), default_stake_markdown(doc)) if x)
     tail = "\n\n" + ways if ways else ""
     return "\n".join(head) + "\n\n" + "\n".join(summary) + "\n\n" + "\n".join(out) + tail

@@ -19,6 +19,7 @@ from protocol.rounds import economics as ev
 from protocol.rounds.audits import AuditDraw
 from protocol.rounds.deployment import NetworkParams
 from protocol.wire.commitments import update_commitment
+from tessera.attack import partial
 from tessera.attack.auditchecks import caught_when_audited, model_row, profit_vs_honest
 from tessera.attack.chainnet import ChainRound, LedgerSnapshot
 from tessera.attack.harness import NetworkRun, Participant, tiny_spec
@@ -28,6 +29,7 @@ from tessera.attack.miners import (
     LastDeltaHangWhenAudited,
     LastDeltaRider,
 )
+from tessera.attack.report import default_stake_rows
 from tessera.attack.scenarios import PARTIAL_STEPS, registry
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, VALIDATOR, Round, make_round
 from training.digest import part_digests, state_digest
@@ -222,3 +224,25 @@ def test_caught_when_audited_needs_a_confirmation_in_every_audited_round() -> No
     assert not missed["confirmed_when_audited"]
     paid, _ = caught_when_audited(_run({1: 10, 2: 10, 3: 10}, {2: False, 3: True}, [_proof(3)]), 2)
     assert not paid["paid_0_when_audited"]
+
+
+def test_the_default_stake_from_measured_parts() -> None:
+    """A run whose two audits of a hanging miner were confirmed once: catch 1/2 per audit, weighed at the
+    default stake with q measured through the real draw."""
+    audit = {
+        "rounds": {"1": {"audited": True, "paid": 0.0, "confirmed": ["unanswered"]},
+                   "2": {"audited": True, "paid": 0.0, "confirmed": []},
+                   "3": {"audited": False, "paid": 9.0, "confirmed": []}},
+        "profit": [{"label": "hang-when-audited", "model_row": "hang-when-audited"}],
+    }  # fmt: skip
+    d = default_stake_rows({"scenarios": [{"name": "hang-when-audited", "audit": audit}]}, draws=2_000)
+    e = partial.default_economics()
+    assert d["q_deployed"] == ev.audit_rate_bps(e) / 10_000 and 0 <= d["q_measured"] < 0.05
+    (row,) = d["rows"]
+    assert row["audits"] == 2 and row["catch_per_audit"] == 0.5
+    loss = d["q_measured"] * e.committee_catch() * 0.5 * e.loss_when_caught()
+    assert row["expected_loss"] == pytest.approx(loss) and row["expected_profit"] == pytest.approx(
+        row["gain"] - loss
+    )
+    none = default_stake_rows({"scenarios": [{"name": "baseline", "audit": {}}]}, draws=2_000)
+    assert none["rows"] == [] and none["q_measured"] == 0.0  # nothing to weigh: no draws
