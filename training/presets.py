@@ -14,6 +14,7 @@ activations one forward pass saves for its backward pass (measured with
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from training.assignment import assign
 from training.config import InnerConfig, ModelConfig, to_dict
 from training.errors import ConfigError
 from training.model import TesseraModel, all_paths, lm_loss, module_params
+from training.modellayout import model_layout
 
 
 @dataclass(frozen=True)
@@ -93,23 +95,9 @@ def preset_of(cfg: ModelConfig) -> str | None:
 
 
 def module_param_counts(cfg: ModelConfig) -> dict[str, int]:
-    """Parameters of each module id (``training.model.module_ids``), from the shapes alone."""
-    d, ff, v = cfg.d_model, cfg.d_ff, cfg.vocab_size
-    attn = 4 * d * d + 4 * d  # qkv, proj, two LayerNorms
-    out = {"embed": v * d + cfg.seq_len * d}
-    if cfg.mode == "dipaco":
-        for lv in range(cfg.n_layers):
-            for c in range(cfg.n_choices):
-                out[f"path.{lv}.{c}"] = attn + 2 * d * ff
-    else:
-        for i in range(cfg.n_layers):
-            out[f"trunk.{i}"] = attn + (d * cfg.n_experts if cfg.mode == "moe" else 2 * d * ff)
-        if cfg.mode == "moe":
-            for i in range(cfg.n_layers):
-                for e in range(cfg.n_experts):
-                    out[f"moe.{i}.expert.{e}"] = 2 * d * ff
-    out["head"] = 2 * d + d * v
-    return out
+    """Parameters of each module id (``training.model.module_ids``), from the shapes alone (the layout
+    ``training.modellayout`` declares)."""
+    return {m: sum(math.prod(s) for s in params.values()) for m, params in model_layout(cfg).items()}
 
 
 def trained_params_per_miner(cfg: ModelConfig, experts_per_miner: int | None = None) -> tuple[int, list[str]]:

@@ -3,7 +3,7 @@ transcript it commits to. One seam: the header's fields, the parameters and step
 JSON form and its parse.
 
 **Parameters.** A Tessera model's parameters are a pure function of its module ids and five dimensions
-(``training.model``), so the header carries the module ids and ``dims`` = ``[vocab, seq_len, d_model, d_ff,
+(the layout ``training.modellayout`` declares: :func:`training.modellayout.module_template`), so the header carries the module ids and ``dims`` = ``[vocab, seq_len, d_model, d_ff,
 n_experts]``; the decoder derives every ``(name, shape)`` from them (:func:`derive_params`) before any
 payload byte is read. A dimension no listed module uses is 0 and every used one is positive, so one set of
 parameters has one ``dims`` (:func:`infer_dims`, the encoder's side). ``n_experts`` is the rows of a trunk's
@@ -53,6 +53,8 @@ from training.codecs import Encoded
 from training.config import CodecConfig
 from training.digest import state_digest
 from training.errors import ConfigError
+from training.indexcodings import INDEX_CODINGS
+from training.modellayout import DIMS, module_template
 
 VERSION = 4
 """Wire format version this module reads and writes (2: the ``ef`` chain, F12; 3: the transcript root;
@@ -65,48 +67,12 @@ _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$|^[A-Za-z0-9_.:-]{1,64}$")
 
 
 # -- parameters and steps the header derives ---------------------------------------------------------------
-DIMS = ("vocab", "seq_len", "d_model", "d_ff", "n_experts")
-"""The model dimensions a v4 header carries, in order."""
 MAX_DIM = (1 << 31) - 1
 _B64_32 = re.compile(r"^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$")
 _INDEX = r"(0|[1-9][0-9]{0,5})"
 _MODULE = re.compile(
     rf"^(embed|head|trunk\.{_INDEX}|path\.{_INDEX}\.{_INDEX}|moe\.{_INDEX}\.expert\.{_INDEX})$"
 )
-
-Dim = tuple[int, str]  # (multiplier, dimension name)
-_BLOCK: tuple[tuple[str, tuple[Dim, ...]], ...] = (
-    ("attn.proj.weight", ((1, "d_model"), (1, "d_model"))),
-    ("attn.qkv.weight", ((3, "d_model"), (1, "d_model"))),
-    ("ln1.bias", ((1, "d_model"),)),
-    ("ln1.weight", ((1, "d_model"),)),
-    ("ln2.bias", ((1, "d_model"),)),
-    ("ln2.weight", ((1, "d_model"),)),
-)
-_MLP: tuple[tuple[str, tuple[Dim, ...]], ...] = (
-    ("fc.weight", ((1, "d_ff"), (1, "d_model"))),
-    ("proj.weight", ((1, "d_model"), (1, "d_ff"))),
-)
-_EMBED = (("pos.weight", ((1, "seq_len"), (1, "d_model"))), ("tok.weight", ((1, "vocab"), (1, "d_model"))))
-_HEAD = (
-    ("ln.bias", ((1, "d_model"),)),
-    ("ln.weight", ((1, "d_model"),)),
-    ("out.weight", ((1, "vocab"), (1, "d_model"))),
-)
-_ROUTER = (("router.weight", ((1, "n_experts"), (1, "d_model"))),)
-
-
-def _template(module: str, routed: bool) -> tuple[tuple[str, tuple[Dim, ...]], ...]:
-    """The (suffix, symbolic shape) of a module's parameters; ``routed``: a trunk has a router."""
-    kind = module.split(".")[0]
-    if kind == "embed":
-        return _EMBED
-    if kind == "head":
-        return _HEAD
-    if kind == "moe":
-        return _MLP
-    mlp = tuple((f"mlp.{s}", shape) for s, shape in _MLP)
-    return _BLOCK + (_ROUTER if kind == "trunk" and routed else mlp)
 
 
 def check_modules(modules: object, cap: int) -> tuple[str, ...]:
@@ -125,7 +91,7 @@ def check_modules(modules: object, cap: int) -> tuple[str, ...]:
 
 def used_dims(modules: Iterable[str], routed: bool) -> set[str]:
     """The names of the dimensions ``modules`` use (``routed``: a trunk has a router)."""
-    return {d for m in modules for _, shape in _template(m, routed) for _, d in shape}
+    return {d for m in modules for _, shape in module_template(m, routed) for _, d in shape}
 
 
 def derive_params(
@@ -148,7 +114,7 @@ def derive_params(
             )
     params: list[tuple[str, tuple[int, ...]]] = []
     for m in modules:
-        for suffix, shape in _template(m, size["n_experts"] > 0):
+        for suffix, shape in module_template(m, size["n_experts"] > 0):
             params.append((f"{m}.{suffix}", tuple(k * size[d] for k, d in shape)))
             if len(params) > max_params:
                 raise UpdateTooLarge(f"more than {max_params} params")
@@ -167,7 +133,7 @@ def infer_dims(modules: Sequence[str], params: Sequence[tuple[str, tuple[int, ..
     for m in modules:
         if not _MODULE.match(m):
             raise ValueError(f"{m!r} is not a module id")
-        for suffix, shape in _template(m, bool(routers)):
+        for suffix, shape in module_template(m, bool(routers)):
             got = shapes.get(f"{m}.{suffix}")
             if got is None or len(got) != len(shape):
                 raise ValueError(f"{m}.{suffix} is missing or of another rank")
@@ -386,7 +352,9 @@ def _parse_codec(raw: Any) -> CodecConfig:
     name, chunk, topk, bits, transform, index = raw
     if not isinstance(name, str) or name not in CODECS:  # the registry's names (``training.codecregistry``)
         raise UnknownCodec(f"unknown codec {name!r}")
-    if index not in ("packed", "elias-fano"):
+    if index not in tuple(
+        INDEX_CODINGS
+    ):  # the declared codings (``training.indexcodings``); not hashed: a list
         raise UnknownCodec(f"unknown index coding {index!r}")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (chunk, topk, bits)):
         raise MalformedHeader("codec chunk, topk and bits must be integers")

@@ -10,9 +10,10 @@ import pytest
 
 from protocol.wire import update as wire
 from protocol.wire import updateerrors
-from protocol.wire.updateheader import DIMS, HeaderFields, derive_params, infer_dims, schedule
+from protocol.wire.updateheader import HeaderFields, derive_params, infer_dims, schedule
 from training.config import ModelConfig
 from training.model import build_model, module_ids, module_params, param_state
+from training.modellayout import DIMS
 
 CONFIGS = [
     ModelConfig(mode="moe"),

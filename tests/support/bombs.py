@@ -53,7 +53,8 @@ def crafted_fields(shape: tuple[int, ...], codec: CodecConfig) -> Encoded:
 def model_params(modules: list[str], **dims: int) -> dict[str, tuple[int, ...]]:
     """The parameters (name -> shape) of ``modules`` with the given dimensions (``vocab``, ``seq_len``,
     ``d_model``, ``d_ff``, ``n_experts``; those the modules do not use are ignored)."""
-    from protocol.wire.updateheader import DIMS, derive_params, used_dims
+    from protocol.wire.updateheader import derive_params, used_dims
+    from training.modellayout import DIMS
 
     used = used_dims(modules, dims.get("n_experts", 0) > 0)
     sizes = [dims.get(d, 1) if d in used else 0 for d in DIMS]

@@ -19,6 +19,7 @@ from training.model import (
     param_state,
     shared_module_ids,
 )
+from training.modellayout import model_layout
 
 
 def test_module_ids_per_mode() -> None:
@@ -44,6 +45,17 @@ def test_every_parameter_belongs_to_a_listed_module(mode: str) -> None:
     cfg = tiny_model(mode)
     groups = group_by_module(param_state(build_model(cfg)))
     assert list(groups) == module_ids(cfg)
+
+
+def test_the_declared_layout_is_the_model_s(mode: str) -> None:
+    """``training.modellayout`` declares exactly the parameters (names and shapes) the model builds."""
+    cfg = tiny_model(mode)
+    built = {
+        m: {n: tuple(t.shape) for n, t in sorted(params.items())}
+        for m, params in group_by_module(param_state(build_model(cfg))).items()
+    }
+    declared = {m: dict(sorted(params.items())) for m, params in model_layout(cfg).items()}
+    assert list(declared) == list(built) and declared == built
 
 
 def test_module_of() -> None:
