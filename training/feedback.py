@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from training.codecs import Encoded, decode, encode
+from training.codecs import Encoded, decode, encode, resolve
 from training.config import CodecConfig
 
 
@@ -17,6 +17,8 @@ class ErrorFeedback:
 
     def __init__(self, cfg: CodecConfig) -> None:
         self.cfg = cfg
+        self.codec = resolve(cfg)
+        """``cfg`` resolved once (``training.codecs.resolve``), for every tensor of every update."""
         self.buffers: dict[str, Tensor] = {}
 
     def compress(
@@ -33,9 +35,9 @@ class ErrorFeedback:
             d = delta[name].detach().float()
             prev = self.buffers.get(name)
             acc = d.clone() if prev is None else prev * self.cfg.ef_beta + d
-            enc = encode(acc, self.cfg)
+            enc = encode(acc, self.codec)
             hit = known.get(name) if known is not None else None
-            dec = hit[1] if hit is not None and same_encoding(enc, hit[0]) else decode(enc, self.cfg)
+            dec = hit[1] if hit is not None and same_encoding(enc, hit[0]) else decode(enc, self.codec)
             self.buffers[name] = acc - dec
             encs[name], sent[name] = enc, dec
         return encs, sent
@@ -72,5 +74,6 @@ def same_encoding(a: Encoded, b: Encoded) -> bool:
 
 
 def decode_all(encs: Mapping[str, Encoded], cfg: CodecConfig) -> dict[str, Tensor]:
-    """Decode every tensor of an update."""
-    return {name: decode(e, cfg) for name, e in encs.items()}
+    """Decode every tensor of an update (``cfg`` resolved once)."""
+    codec = resolve(cfg)
+    return {name: decode(e, codec) for name, e in encs.items()}
