@@ -197,6 +197,8 @@ def caught_when_audited(run: NetworkRun, cheat_from: int = 1) -> tuple[dict[str,
         "costs_like_a_caught_fake": True,
     }
     figures: dict[str, Any] = {"rounds": {}}
+    # the chain's events give the stake each confirmation took; the memory ledger counts slashes only
+    stake_figures = isinstance(getattr(run.ledger, "proposals", None), list)
     for p in _cheaters(run):
         for r, st in settled.items():
             if r < cheat_from:
@@ -213,7 +215,11 @@ def caught_when_audited(run: NetworkRun, cheat_from: int = 1) -> tuple[dict[str,
                 checks["audited_at_least_once"] = True
                 checks["paid_0_when_audited"] &= paid == 0
                 checks["confirmed_when_audited"] &= bool(confirmed)
-                checks["costs_like_a_caught_fake"] &= all(x["stake_taken"] > 0 for x in confirmed)
+                checks["costs_like_a_caught_fake"] &= (
+                    all(x["stake_taken"] > 0 for x in confirmed)
+                    if stake_figures
+                    else run.ledger.slashed.get(p.address, 0) > 0
+                )
     return checks, figures
 
 

@@ -246,3 +246,18 @@ def test_the_default_stake_from_measured_parts() -> None:
     )
     none = default_stake_rows({"scenarios": [{"name": "baseline", "audit": {}}]}, draws=2_000)
     assert none["rows"] == [] and none["q_measured"] == 0.0  # nothing to weigh: no draws
+
+
+def test_caught_when_audited_on_the_memory_ledger_counts_its_slashes() -> None:
+    """The memory ledger has no stake figures per proposal: a confirmation costs like a caught fake when
+    the miner's slash count shows it."""
+    snap = _run({1: 10, 2: 10, 3: 0}, {2: False, 3: True}, [_proof(3)]).ledger
+    for slashed, ok in ((1, True), (0, False)):
+        led = SimpleNamespace(
+            rounds=snap.rounds, audits=snap.audits, frozen={(3, "0xr"): b"\x01"}, executed={b"\x01"},
+            slashed={"0xr": slashed},
+        )  # fmt: skip
+        run = _run({1: 10, 2: 10, 3: 0}, {2: False, 3: True}, [])
+        run.ledger = led
+        checks, _ = caught_when_audited(run, 2)
+        assert checks["confirmed_when_audited"] and checks["costs_like_a_caught_fake"] is ok
