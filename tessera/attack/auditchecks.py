@@ -283,7 +283,10 @@ def profit_vs_honest(
             continue
         name, saved = found
         credited = sum(st.miner_rewards.get(p.address, 0) for st in settled.values()) / WEI
-        forfeited = sum(x["forfeited"] for x in proposals(run) if x["target"] == p.address) / WEI
+        if isinstance(getattr(run.ledger, "proposals", None), list):  # the chain's Forfeited events
+            forfeited = sum(x["forfeited"] for x in proposals(run) if x["target"] == p.address) / WEI
+        else:  # the memory ledger keeps what each miner forfeited
+            forfeited = getattr(run.ledger, "forfeited", {}).get(p.address, 0) / WEI
         slashes = int(run.ledger.slashed.get(p.address, 0))
         stake_lost = stake * (1 - (1 - slash_fraction) ** slashes)
         realized = (credited - forfeited - reward * n - stake_lost) / n + saved * reward

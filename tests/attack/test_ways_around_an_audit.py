@@ -261,3 +261,16 @@ def test_caught_when_audited_on_the_memory_ledger_counts_its_slashes() -> None:
         run.ledger = led
         checks, _ = caught_when_audited(run, 2)
         assert checks["confirmed_when_audited"] and checks["costs_like_a_caught_fake"] is ok
+
+
+def test_the_memory_ledgers_forfeits_count_in_the_realized_profit() -> None:
+    snap = _run({1: 10, 2: 10, 3: 0}, {2: False, 3: True}, [_proof(3)]).ledger
+    run = _run({1: 10, 2: 10, 3: 0}, {2: False, 3: True}, [])
+    run.ledger = SimpleNamespace(
+        rounds=snap.rounds, audits=snap.audits, frozen={(3, "0xr"): b"\x01"}, executed={b"\x01"},
+        slashed={"0xr": 1}, forfeited={"0xr": 10 * WEI},
+    )  # fmt: skip
+    (row,) = profit_vs_honest(
+        run, cheat_from=2, stake=100, slash_fraction=0.1, audit_params={"audit_rate_bps": 8_000}
+    )
+    assert row["forfeited"] == 10 and row["realized_profit_per_round"] == pytest.approx(-5.0)
