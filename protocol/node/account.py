@@ -45,6 +45,7 @@ def read_account(chain: Any, address: str) -> dict[str, Any]:
         "owed_wei": info.owed,
         # earned but still vesting (issue 26): claimable K rounds later, forfeited if a proof is confirmed
         "unvested_wei": unvested,
+        "vesting": vesting_rule(chain.params().vesting_rounds),
         "balance_wei": balance,
         "unbonding_wei": unbonding.amount,
         "unbonding_end_block": unbonding.end,
@@ -52,6 +53,16 @@ def read_account(chain: Any, address: str) -> dict[str, Any]:
         "last_commit_round": info.last_commit_round,
         "block": block,
     }
+
+
+def vesting_rule(vesting_rounds: int) -> str:
+    """When a round's miner pay vests, in words an operator reads beside ``unvested``."""
+    if vesting_rounds == 0:
+        return "a round's pay is owed when the round is finalized (no vesting)"
+    return (
+        f"a round's pay vests when the round {vesting_rounds} after it is finalized (round r's at round "
+        f"r + {vesting_rounds}); until then it is unvested and forfeited if a proof against the miner is confirmed"
+    )
 
 
 LOG_CHUNK = 5_000
@@ -181,10 +192,12 @@ class ChainAccount:
         threading.Thread(target=run, daemon=True, name="account-read").start()
 
     def to_json(self) -> dict[str, Any] | None:
-        """``{stake_wei, owed_wei, claimed_wei, balance_wei, unbonding_wei, block}`` as decimal strings (wei
-        exceed JSON's safe integers), ``role``; None until read."""
+        """``{stake_wei, owed_wei, unvested_wei, claimed_wei, balance_wei, unbonding_wei, block}`` as decimal
+        strings (wei exceed JSON's safe integers), ``role``, and ``vesting``: when a round's pay vests; None
+        until read."""
         f = self.figures
         if not f:
             return None
-        wei = ("stake_wei", "owed_wei", "claimed_wei", "balance_wei", "unbonding_wei")
-        return {"role": f["role"], **{k: str(f[k]) for k in wei}, "block": f["block"]}
+        wei = ("stake_wei", "owed_wei", "unvested_wei", "claimed_wei", "balance_wei", "unbonding_wei")
+        out = {"role": f["role"], **{k: str(f[k]) for k in wei if k in f}, "block": f["block"]}
+        return out | ({"vesting": f["vesting"]} if "vesting" in f else {})

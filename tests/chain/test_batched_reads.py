@@ -54,6 +54,8 @@ def test_an_account_is_read_in_one_batch_at_one_block(net2: Net) -> None:
     assert got["stake_wei"] == info.stake and got["role"] == "miner"
     assert got["balance_wei"] == miner.balance_of(miner.address)
     assert got["unvested_wei"] == miner.unvested_of(miner.address)
+    k = miner.params().vesting_rounds
+    assert f"round r + {k}" in got["vesting"] or k == 0  # when that pay vests, in the words /status shows
     assert got["unbonding_wei"] == miner.unbonding(miner.address).amount
     assert _calls(ledger, "bytes")["batch"] > 0  # the ledger counts each label's bytes as well
 

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import generate_latest
 from web3 import Web3
 
-from protocol.node.account import ChainAccount, KeyInUseError
+from protocol.node.account import ChainAccount, KeyInUseError, vesting_rule
 from protocol.node.api import NodeMetrics, NodeServer, create_node_app
 from protocol.p2p.blobs import BlobStore
 from protocol.rounds.anvil import Anvil
@@ -84,11 +84,15 @@ def test_status_and_metrics_equal_cast_at_the_block_read(net1: Net, tmp_path: Pa
     logs = json.loads(_cast("logs", "--address", net, "--from-block", str(net1.deployment.block),
                             "--to-block", block, CLAIMED, miner.address, "--rpc-url", rpc, "--json"))  # fmt: skip
     claimed = sum(int(log["data"], 16) for log in logs)
+    unvested = int(_cast("call", net, "unvestedOf(address)(uint256)", miner.address, "--rpc-url", rpc,
+                         "--block", block).split()[0])  # fmt: skip
     assert owed > 0 and claimed > 0 and role == 1 and len(logs) == 1
+    assert status.pop("vesting") == vesting_rule(net1.deployment.params.vesting_rounds)
     assert status == {
         "role": "miner",
         "stake_wei": str(stake),
         "owed_wei": str(owed),
+        "unvested_wei": str(unvested),
         "claimed_wei": str(claimed),
         "balance_wei": str(balance),
         "unbonding_wei": "0",
