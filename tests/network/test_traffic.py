@@ -28,7 +28,7 @@ from protocol.node.traffic import (
 from protocol.p2p.blobs import sha256_digest
 from protocol.p2p.transfer import FetchPolicy, fetch_blob
 from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
-from tests.network.miner_support import start_bare_miner
+from tests.support.bare_miner import start_bare_miner
 from tests.support.rounds import MINERS, Round, make_round
 
 KEY = "0x" + f"{52:064x}"

@@ -9,7 +9,7 @@ import httpx
 
 from miner.livepage import MAX_ROUNDS, render_live_page
 from miner.state import MinerRoundRecord
-from tests.network.miner_support import start_bare_miner
+from tests.support.bare_miner import start_bare_miner
 
 KEY = "0x" + f"{52:064x}"
 

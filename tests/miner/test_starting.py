@@ -11,7 +11,7 @@ import pytest
 from miner.state import MinerRoundRecord
 from protocol.p2p.blobs import BlobNotFoundError, PeerUnavailableError
 from protocol.p2p.transfer import FetchPolicy, fetch_blob
-from tests.network.miner_support import start_bare_miner
+from tests.support.bare_miner import start_bare_miner
 from validator.context import unreachable
 
 KEY = "0x" + f"{51:064x}"
