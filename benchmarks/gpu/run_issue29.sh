@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 29's GPU checks in one call of the device tool (what ran where: docs/benchmarks.md, "GPU").
+# Issue 29's GPU checks in one call of the device tool (what ran where: docs/benchmarks-log.md, "GPU").
 #
 #   bash benchmarks/gpu/run_issue29.sh                  # on the GPU machine (carry [".gpucarry"])
 #   bash benchmarks/gpu/run_issue29.sh --device cpu --tiny   # here: every step's code path, in minutes

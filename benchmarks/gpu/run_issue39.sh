@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 39's GPU checks in one call of the device tool, <= 9 minutes (what ran where: docs/benchmarks.md, "GPU").
+# Issue 39's GPU checks in one call of the device tool, <= 9 minutes (what ran where: docs/benchmarks-log.md, "GPU").
 #
 #   bash benchmarks/gpu/carry.sh                               # here, once: .gpucarry/ (wheels, anvil)
 #   bash benchmarks/gpu/run_issue39.sh                         # GPU machine: carry [".gpucarry"], timeout_s 600
