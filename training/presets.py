@@ -49,8 +49,9 @@ class Preset:
         raise ConfigError(f"unknown model mode {mode!r}")
 
     def inner(self, base: InnerConfig | None = None) -> InnerConfig:
-        """``base`` (default: :class:`InnerConfig`) with the preset's batch size and learning rate."""
-        return replace(base or InnerConfig(), batch_size=self.batch_size, lr=self.lr)
+        """``base`` (default: the recipe's, :meth:`InnerConfig.recipe`) with the preset's batch size and
+        learning rate."""
+        return replace(base or InnerConfig.recipe(), batch_size=self.batch_size, lr=self.lr)
 
 
 def _m(mode: str, d: int, layers: int, ff: int, heads: int, seq: int) -> ModelConfig:

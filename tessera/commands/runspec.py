@@ -112,7 +112,7 @@ def _add_estimate(sub: Any) -> None:
     )
     est.add_argument("--mode", choices=["moe", "dipaco", "dense"], default="moe", help="mode of the presets")
     est.add_argument("--vocab", type=int, default=256, help="vocabulary of the presets (BPE: its size)")
-    est.add_argument("--inner-steps", type=int, default=None, help="H for the presets (default 30)")
+    est.add_argument("--inner-steps", type=int, default=None, help="H for the presets (default: the recipe's, 60)")
     est.add_argument("--steps", type=int, default=2, help="timed steps per model (0: do not time)")
     est.add_argument(
         "--time-batch", type=int, default=None, help="sequences per timed step (default: the run's batch)"
@@ -250,12 +250,31 @@ def _estimate(args: argparse.Namespace) -> int:
     rows = []
     for name, model, inner, epm in runs:
         e = estimate(model, inner, epm, time_steps=args.steps, time_batch=args.time_batch, device=device)
-        rows.append({"name": name} | e)
+        rows.append({"name": name} | e | {"audit": audit_serving(e["params_trained_per_miner"])})
         if not args.json:
             _print_estimate(rows[-1])
     if args.json:
         print(json.dumps({"device": device, "estimates": rows}, sort_keys=True))
     return 0
+
+
+def audit_serving(trained_params: int) -> dict[str, Any]:
+    """What a miner serves when audited, and the link it needs: one audit's bytes
+    (``protocol.rounds.auditspec.AUDIT_BYTES_PER_PARAM`` per trained parameter), its largest part (a
+    state's AdamW moments, 8 bytes per trained parameter, fetched by digest), and the upload rate that
+    serves that part within a validator's fetch timeout (``protocol.node.settings.NodeConfig.fetch_timeout``):
+    a slower link leaves the audit unanswered, which costs what a caught fake costs."""
+    from protocol.node.settings import NodeConfig
+    from protocol.rounds.auditspec import AUDIT_BYTES_PER_PARAM
+
+    window = NodeConfig().fetch_timeout
+    part = 8 * trained_params
+    return {
+        "audit_bytes": AUDIT_BYTES_PER_PARAM * trained_params,
+        "largest_part_bytes": part,
+        "serve_window_s": window,
+        "upload_mbit_s_needed": round(8 * part / window / 1e6, 2),
+    }
 
 
 def _print_estimate(e: dict[str, Any]) -> None:
@@ -276,6 +295,12 @@ def _print_estimate(e: dict[str, Any]) -> None:
         f"{m['transcript_states'] / mib:.1f}"
     )
     print(f"  validator memory  {v['total'] / mib:9.1f} MiB (checkpoint, outer momentum, merge, one replay)")
+    a = e["audit"]
+    print(
+        f"  when audited      {a['audit_bytes'] / 1e6:9.2f} MB served, its largest part "
+        f"{a['largest_part_bytes'] / 1e6:.2f} MB within {a['serve_window_s']:g} s: an upload of at least "
+        f"{a['upload_mbit_s_needed']:g} Mbit/s (slower: the audit goes unanswered, slashed as a fake)"
+    )
     if "seconds_per_inner_step" in e:
         print(
             f"  time ({e['device']})       {e['seconds_per_inner_step']:9.3f} s per inner step "

@@ -100,6 +100,12 @@ def test_runspec_init_preset_and_estimate_commands(
     (row,) = doc["estimates"]
     assert row["name"] == "tiny" and row["params_total"] == count_params(ModelConfig())
     assert row["seconds_per_inner_step"] > 0
+    audit = row["audit"]  # what a miner must serve when audited, and the link it needs (issue 38)
+    assert audit["audit_bytes"] == 20 * row["params_trained_per_miner"]
+    assert audit["upload_mbit_s_needed"] == round(
+        8 * audit["largest_part_bytes"] / audit["serve_window_s"] / 1e6, 2
+    )
     assert main(["runspec", "estimate", "run.json", "--steps", "0"]) == 0
     out = capsys.readouterr().out
     assert "run.json (dipaco" in out and "miner memory" in out and "validator memory" in out
+    assert "when audited" in out and "Mbit/s" in out
