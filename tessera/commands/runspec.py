@@ -112,7 +112,9 @@ def _add_estimate(sub: Any) -> None:
     )
     est.add_argument("--mode", choices=["moe", "dipaco", "dense"], default="moe", help="mode of the presets")
     est.add_argument("--vocab", type=int, default=256, help="vocabulary of the presets (BPE: its size)")
-    est.add_argument("--inner-steps", type=int, default=None, help="H for the presets (default: the recipe's, 60)")
+    est.add_argument(
+        "--inner-steps", type=int, default=None, help="H for the presets (default: the recipe's, 60)"
+    )
     est.add_argument("--steps", type=int, default=2, help="timed steps per model (0: do not time)")
     est.add_argument(
         "--time-batch", type=int, default=None, help="sequences per timed step (default: the run's batch)"
