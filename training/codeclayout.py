@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from torch import Tensor
 
@@ -44,13 +45,12 @@ class Layout:
         return self.full_chunks * self.k_full + (self.k_tail if self.tail else 0)
 
 
-@dataclass(frozen=True)
-class ChunkGroup:
-    """A run of ``count`` chunks of one tensor, starting at chunk ``first``, each ``width`` values keeping
+class ChunkGroup(NamedTuple):
+    """A run of ``chunks`` chunks of one tensor, starting at chunk ``first``, each ``width`` values keeping
     ``keep``; a tile of ``rows x cols`` values where the basis needs the tile's sides."""
 
     first: int
-    count: int
+    chunks: int
     width: int
     keep: int
     rows: int = TILE

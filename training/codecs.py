@@ -65,9 +65,11 @@ class Encoded:
         return sum(t.numel() * t.element_size() for t in self.fields.values())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ResolvedCodec:
-    """A :class:`CodecConfig` with its codec, transform and index coding looked up (:func:`resolve`)."""
+    """A :class:`CodecConfig` with its codec, transform and index coding looked up (:func:`resolve`).
+
+    Hashed as its configuration (computed once: the layout caches key on it for every tensor)."""
 
     config: CodecConfig
     """The configuration it was resolved from."""
@@ -78,6 +80,19 @@ class ResolvedCodec:
     index: IndexCoding
     """The index coding's declaration (``training.indexcodings``; unused by a codec that sends no
     positions)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(self.config))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ResolvedCodec) and (
+            self is other
+            or (self.config, self.codec, self.transform, self.index)
+            == (other.config, other.codec, other.transform, other.index)
+        )
 
     @property
     def chunk(self) -> int:
@@ -138,25 +153,37 @@ def index_bits(cfg: CodecLike, shape: tuple[int, ...] | None = None) -> int:
 def index_groups(shape: tuple[int, ...], cfg: CodecLike) -> list[Group]:
     """``(chunks, width, k)`` of each group of chunks of a tensor of ``shape`` that share a width and a
     ``k``, in wire order (the full chunks, then the tail), leaving out empty groups."""
-    c = resolve(cfg)
+    return list(_index_groups(tuple(shape), resolve(cfg)))
+
+
+@lru_cache(maxsize=4096)
+def _index_groups(shape: tuple[int, ...], c: ResolvedCodec) -> tuple[Group, ...]:
+    """:func:`index_groups`, cached as :func:`layout_of` is."""
     groups = c.transform.groups(shape, layout_of(shape, c), c.chunk)
-    return [(g.count, g.width, g.keep) for g in groups if g.count and g.keep]
+    return tuple((g.chunks, g.width, g.keep) for g in groups if g.chunks and g.keep)
 
 
 def field_specs(shape: tuple[int, ...], cfg: CodecLike) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """Exact dtype and shape of each field for a tensor of ``shape`` (what a decoder checks first)."""
-    c = resolve(cfg)
+    return dict(_field_specs(tuple(shape), resolve(cfg)))
+
+
+@lru_cache(maxsize=4096)
+def _field_specs(
+    shape: tuple[int, ...], c: ResolvedCodec
+) -> tuple[tuple[str, tuple[torch.dtype, tuple[int, ...]]], ...]:
+    """:func:`field_specs` as ``(field, (dtype, shape))`` pairs, cached as :func:`layout_of` is."""
     lay = layout_of(shape, c)
-    specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+    specs: list[tuple[str, tuple[torch.dtype, tuple[int, ...]]]] = []
     if c.codec.indexed:
-        nbytes = field_bytes(c.index, index_groups(shape, c), index_bits(c, shape))
-        specs["idx"] = (torch.uint8, (nbytes,))
+        nbytes = field_bytes(c.index, _index_groups(shape, c), index_bits(c, shape))
+        specs.append(("idx", (torch.uint8, (nbytes,))))
     if c.bits == 32:
-        specs["val"] = (torch.float32, (lay.kept,))
+        specs.append(("val", (torch.float32, (lay.kept,))))
     else:
-        specs["val"] = (torch.uint8, (math.ceil(lay.kept * c.bits / 8),))
-        specs["scale"] = (torch.float32, (lay.n_chunks,))
-    return specs
+        specs.append(("val", (torch.uint8, (math.ceil(lay.kept * c.bits / 8),))))
+        specs.append(("scale", (torch.float32, (lay.n_chunks,))))
+    return tuple(specs)
 
 
 def encoded_bits(shape: tuple[int, ...], cfg: CodecLike) -> int:
@@ -261,7 +288,7 @@ def _sparse_groups(
     groups: list[Tensor] = []
     pos = 0
     for g in c.transform.groups(enc.shape, lay, c.chunk):
-        m, k = g.count, g.keep
+        m, k = g.chunks, g.keep
         if m == 0:
             continue
         i = idx[pos : pos + m * k].view(m, k)

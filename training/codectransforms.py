@@ -52,7 +52,7 @@ DCT_RTOL = 1e-5
 
 def _scatter(group: ChunkGroup, idx: Tensor, values: Tensor) -> Tensor:
     """The chunks ``[m, width]`` (fp32) holding ``values`` at positions ``idx`` and zeros elsewhere."""
-    g = torch.zeros(group.count, group.width, dtype=F64)
+    g = torch.zeros(group.chunks, group.width, dtype=F64)
     g.scatter_(1, idx, values)
     return g.to(torch.float32)
 
