@@ -1,9 +1,10 @@
 """Collateral: what a verifier needs besides the evidence, its JSON wire format, and a validator cache.
 
-``kinds`` holds the three kinds (:class:`IntelCollateral`, :class:`SnpCollateral`,
-:class:`NvidiaCollateral`), ``wire`` their JSON form (``loads_collateral``, ``load_collateral``,
-``dumps_collateral``; the format is described there) and ``cache`` the :class:`CollateralCache`.
-Import them from here.
+Import them from here. Modules:
+
+- ``cache``: the :class:`CollateralCache`, bounded in entries and bytes
+- ``kinds``: the three kinds (:class:`IntelCollateral`, :class:`SnpCollateral`, :class:`NvidiaCollateral`)
+- ``wire``: their JSON form (``loads_collateral``, ``load_collateral``, ``dumps_collateral``)
 """
 
 from attestation.collateral.cache import PARSE_FACTOR, CollateralCache

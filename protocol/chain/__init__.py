@@ -7,12 +7,6 @@ decoded arguments in ``.args_dict``; connection failures are retried with expone
 raised as :class:`ChainConnectionError`. Everything raised here subclasses
 :class:`protocol.errors.ProtocolError`.
 
-Modules: ``errors`` (the error classes), ``events`` (event dataclasses), ``values`` (returned structs),
-``abi`` (artifacts and revert decoding), ``endpoint`` (the HTTP connection to a JSON-RPC node),
-``transport`` (connection, calls, sending transactions),
-``reads`` (the contract's views), ``client`` (:class:`Chain`, with the transactions), ``deploy``
-(:func:`deploy_network`), ``coordinator`` (``ChainCoordinator``: :mod:`protocol.rounds`' view of a round
-over the contract; not imported here).
 This module is the package's API (docs/architecture.md, Public names): :class:`Chain`,
 :func:`deploy_network` and the contract's typed errors, events and returned values. The plumbing is
 imported from its module (``transport``: ``retrying``; ``endpoint``: ``http_web3``; ``abi``: ``artifacts``,
@@ -29,6 +23,20 @@ Typical miner round::
 Typical validator round: ``commit_seed`` (Commit) -> ``reveal_seed`` (Reveal) -> ``seed(round)`` and verify
 -> ``commit_scores`` (ScoreCommit) -> ``reveal_scores`` (ScoreReveal) -> ``finalize_round`` (anyone) ->
 sign the new checkpoint -> ``certify_checkpoint``. Anyone may call ``advance`` after a deadline.
+
+Modules:
+
+- ``abi``: the compiled contracts (``protocol/contracts.json``) and revert decoding against their ABI
+- ``client``: :class:`Chain`: one deployment, one optional signing account, the transactions
+- ``coordinator``: ``ChainCoordinator``: :mod:`protocol.rounds`' round view over the contract (not here)
+- ``deploy``: :func:`deploy_network` from the committed artifacts
+- ``endpoint``: ``http_web3``: the HTTP connection to a JSON-RPC node, counted in a traffic ledger
+- ``errors``: the client's errors and one :class:`ContractRevert` class per Solidity custom error
+- ``events``: the contract's events as frozen dataclasses (:data:`EVENT_TYPES`)
+- ``nonces``: the nonces this process sent, and the gap a chain that went back leaves
+- ``reads``: the contract's views as typed values, event queries, the update commitment
+- ``transport``: connecting, reads retried on connection errors, transactions signed, sent, awaited
+- ``values``: typed values the contract returns (roles, rounds, accounts, score entries)
 """
 
 from __future__ import annotations

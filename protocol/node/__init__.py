@@ -1,5 +1,18 @@
-"""The node runtime both roles share: ``settings``, ``start`` (``NodeRuntime``), ``api`` (the HTTP app and
-metrics), ``account`` (stake and rewards read from the chain), ``loop`` (the step loop), ``jsonrecord``
-(persisted records as dataclasses), ``traffic`` (the ledger), ``sockstats`` (the kernel's TCP counters per
-socket) and ``dhttraffic`` (the DHT daemon's bytes in the ledger). No re-exports: import the module that
-defines a name."""
+"""The node runtime both roles share. No re-exports: import the module that defines a name.
+
+Modules:
+
+- ``account``: a node's own account on the chain: stake, rewards owed and claimed, balance
+- ``api``: the HTTP app every node serves (``create_node_app``) and its metrics (``NodeMetrics``)
+- ``connections``: ``NodeConnections``: what every service of a node is given, the same for both roles
+- ``dhttraffic``: the DHT daemon's bytes in the traffic ledger, from ``sockstats``
+- ``jsonrecord``: persisted records as dataclasses: typed keys, checked on load
+- ``loop``: the step loop: step, wait, and retry a failure with backoff
+- ``recordstore``: ``RecordStore``: both nodes' per-round records in one atomic state file
+- ``rolenode``: ``RoleNode``: the base of both nodes (``act``, ``status``, routes; start/step/run/stop)
+- ``roundreport``: ``RoundReport``: one INFO line per round per node, and its figures in ``/status``
+- ``settings``: typed config loading with sections: defaults < TOML < env < flags
+- ``sockstats``: the kernel's TCP counters per socket (``sock_diag``), read from outside
+- ``start``: ``NodeRuntime``: how a node process starts, steps and stops serving
+- ``traffic``: ``TrafficLedger``: every byte a node moves, by round and kind
+"""

@@ -1,5 +1,16 @@
-"""The nodes' view of a round: ``coordinator`` (the interface), ``memcoordinator`` (in memory, for tests and
-the attack harness), ``consensus`` (the settlement the contract computes), ``phases``, ``deployment`` and
-``anvil`` (a local chain for dev and tests). :mod:`protocol.chain` builds on these (its ``coordinator`` is
-this view over the contract); nothing here imports it. No re-exports: import the module that defines a
-name."""
+"""The nodes' view of a round, which :mod:`protocol.chain` builds on (never the reverse). No
+re-exports: import the module that defines a name.
+
+Modules:
+
+- ``anvil``: start and stop a local anvil for the devnet, the tests and the benchmark
+- ``audits``: ``audit_draw``: a round's audit draw, the twin of ``Consensus.auditDraw``; its vectors
+- ``auditspec``: ``AuditSpec``: the run file's audit section (c, K, slash, run size) -> contract params
+- ``consensus``: ``settle``: medians and payouts, the twin of the Solidity ``Consensus``; its vectors
+- ``coordinator``: ``Coordinator``: the narrow, typed round view the nodes work against
+- ``deployment``: ``Deployment``, ``NetworkParams``: where a run's contracts live, with which parameters
+- ``economics``: ``RunEconomics``, ``audit_rate_bps``: the audit rate q that makes cheating lose money
+- ``epochs``: the seed and registry a round's assignment is drawn from (assignment epochs)
+- ``memcoordinator``: ``MemoryCoordinator``: the round view in memory, for tests and the attack harness
+- ``phases``: ``Phase``: the one phase enum
+"""

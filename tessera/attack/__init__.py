@@ -2,13 +2,20 @@
 
 Modules:
 
-- :mod:`tessera.attack.economics` -- pure math: catch probabilities (built on ``validator.sampling``),
-  the probability that a cheater's consensus reward is zeroed, and the expected profit of each cheating
-  strategy given stake, slash fraction, reward and compute cost;
-- :mod:`tessera.attack.miners` -- adversarial miner modes as ``miner.behaviour.Behaviour`` subclasses;
-- :mod:`tessera.attack.validators` -- adversarial validator scoring modes;
-- :mod:`tessera.attack.casting` -- the :class:`~tessera.attack.casting.Scenario` record and the casts
-  scenarios are built from (honest nodes, adversarial miners, validators by class);
-- :mod:`tessera.attack.scenarios` and :mod:`tessera.attack.runner` -- scenarios run round by round beside
-  honest nodes, and the report.
+- ``auditchecks``: the audit checks of a finished scenario, read from the chain's events and views
+- ``board``: discovery over a shared in-memory board of signed records
+- ``casting``: ``Scenario``: who takes part, and the casts scenarios are built from
+- ``chainnet``: a scenario's chain: a fresh anvil with the contracts, as the harness's ledger
+- ``detection``: measured detection of lazy miners with the real verification code
+- ``economics``: the detection and profit model of cheating, as pure math
+- ``errors``: errors of the attack suite (under ``TesseraError``)
+- ``harness``: a whole network in one process, driven in lockstep
+- ``miners``: adversarial miner modes, as ``miner.behaviour.Behaviour`` subclasses
+- ``node``: ``python -m tessera.attack.node``: a node process with the suite's behaviours
+- ``partial``: partial fakers over many rounds: realized profit beside the model's
+- ``report``: the suite's report: the table, Markdown for docs/security.md, the profit model
+- ``results``: what each participant of a finished scenario got, and the scenario's checks
+- ``runner``: run scenarios and the suite, each beside its all-honest reference
+- ``scenarios``: ``registry``: the scenarios, who cheats, in which rounds
+- ``validators``: adversarial validator modes, as ``ValidatorNode`` subclasses
 """

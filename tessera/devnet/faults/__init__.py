@@ -40,16 +40,22 @@ certified, with the target taking part and paid (recovery within one round); nob
 node logs contain a line saying what happened (grep patterns per scenario).
 
 Each scenario is one class with its behaviour (set-up, inject, restore, checks) over a narrow
-:class:`~tessera.devnet.faults.base.FaultContext`; no scenario name is compared anywhere. The package's
-rooms: :mod:`~tessera.devnet.faults.base` (the :class:`Scenario` base, the context, the phase constants),
-:mod:`~tessera.devnet.faults.scenarios` (the registry, one instance per name),
-:mod:`~tessera.devnet.faults.kills` (``kill-chain``, ``kill-miner``, ``kill-validator``),
-:mod:`~tessera.devnet.faults.ports` (``cut-validator``, ``stall-miner``, ``corrupt-miner``),
-:mod:`~tessera.devnet.faults.poisondht`, :mod:`~tessera.devnet.faults.slowpeers` (issue 27's four),
-:mod:`~tessera.devnet.faults.slowcert`, :mod:`~tessera.devnet.faults.mixed` (``mixed-hardware`` and its
-checks), :mod:`~tessera.devnet.faults.harness` (the driver of one scenario),
-:mod:`~tessera.devnet.faults.checks` (the money checks), :mod:`~tessera.devnet.faults.figures` (rounds
-lost, verification times) and :mod:`~tessera.devnet.faults.report` (``run_faults`` and the table).
+:class:`~tessera.devnet.faults.base.FaultContext`; no scenario name is compared anywhere.
+
+Modules:
+
+- ``base``: the :class:`Scenario` base, the :class:`FaultContext`, the phase constants
+- ``checks``: the money checks every scenario ends with (``check_run``)
+- ``figures``: rounds lost, and each verification's time against its budget
+- ``harness``: the driver of one scenario on a fresh devnet, always stopping what it started
+- ``kills``: ``kill-chain``, ``kill-miner``, ``kill-validator``
+- ``mixed``: ``mixed-hardware`` and its checks
+- ``poisondht``: ``poison-dht``
+- ``ports``: ``cut-validator``, ``stall-miner``, ``corrupt-miner``
+- ``report``: ``run_faults`` (the entry point of ``tessera faults``) and the table
+- ``scenarios``: ``SCENARIOS``: the registry, one instance per name, in ``--all``'s order
+- ``slowcert``: ``slow-certificate``
+- ``slowpeers``: issue 27's slow, frozen and unreachable peers, and a key run twice
 """
 
 from __future__ import annotations
