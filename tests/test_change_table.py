@@ -1,4 +1,4 @@
-"""docs/architecture.md opens with a "change -> where" table whose every file and symbol exists (issue 25).
+"""docs/architecture.md opens with a "change -> where" table whose every file and symbol exists (issues 25, 36).
 
 The table is the first section of docs/architecture.md (``## Change -> where``): one row per common
 change, the second cell a ``;``-separated list of places, each a backticked repository path optionally
@@ -10,8 +10,9 @@ A symbol is a name the file *defines* (not one it imports): for Python, read wit
 ``def``, ``class`` or assignment, and ``Class.member`` for a method, field or enum member of a class
 defined there; for Solidity, a ``contract``, ``interface``, ``library``, ``function``, ``modifier``,
 ``event``, ``error``, ``struct`` or ``enum`` declared under that name, or a struct member or state
-variable (``type name;``). Other files (docs, JSON) are checked to exist. The twelve changes the issue
-names must each have their row, so the table cannot quietly lose one.
+variable (``type name;``). Other files (docs, JSON) are checked to exist. The changes the issues
+name (issue 25's twelve and issue 36's eight) must each have their row, so the table cannot quietly lose
+one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ CHANGES = (
     "segment",
     "TEE",
     "scoring rule",
+    "consensus",
+    "audit draw",
+    "vesting period",
+    "q's inputs",
+    "default stake",
+    "outer momentum",
+    "/status",
+    "log line",
     "phase",
     "preset",
     "attack scenario",
@@ -38,7 +47,9 @@ CHANGES = (
     "contract field",
     "CLI command",
 )
-"""A word of each of the twelve common changes (issue 25 item 7); each names one row."""
+"""A word of each common change; each names one row: the twelve of issue 25 item 7, and issue 36 item 5's
+run-file values (the vesting period, q's inputs, the outer momentum) and the default stake, a ``/status`` field, the round's log
+line and each Python/Solidity twin (the consensus, the audit draw)."""
 
 _PLACE = re.compile(r"`(?P<path>[^`]+)`(?:\s*:\s*(?P<symbols>(?:`[^`]+`\s*,?\s*)+))?")
 
@@ -97,7 +108,7 @@ def _solidity_defines(path: Path, name: str) -> bool:
     return bool(re.search(declared, text) or re.search(member, text, re.M))
 
 
-def test_the_table_opens_the_doc_with_the_twelve_common_changes() -> None:
+def test_the_table_opens_the_doc_with_the_common_changes() -> None:
     rows = table()
     assert len(rows) == len(CHANGES), [c for c, _ in rows]
     for change in CHANGES:
