@@ -6,6 +6,7 @@ Modules:
 
 - ``api``: ``ValidatorApi``: routes beyond the common ones (signatures, updates, verdicts) and ``/status``
 - ``audits``: the chain's audit draw put into the round's context; the report of an unanswered audit
+- ``blockclock``: ``BlockClock``: seconds per block and when a block is due, from the node's readings
 - ``checkpoints``: ``Checkpoints``: theta_r, the merge, signatures, the certificate; the round's log line
 - ``config``: ``ValidatorConfig``: defaults < TOML ``[validator]`` < env < flags; the key
 - ``connections``: ``Connections`` (what every service is given), ``Theta``, ``RoundCache``

@@ -8,11 +8,11 @@ import threading
 import time
 from types import SimpleNamespace
 
+from validator.blockclock import BlockClock
 from validator.context import Verdict
 from validator.schedule import (
     MAX_TRIES,
     RETRY_DELAY_S,
-    BlockClock,
     RoundSchedule,
     VerifyScheduler,
     seeded_order,
