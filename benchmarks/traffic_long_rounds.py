@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from protocol.node.traffic import total_bytes
+from protocol.node.trafficsums import total_bytes
 from tessera.devnet.config import DevnetConfig
 from tessera.devnet.run import run_devnet
 

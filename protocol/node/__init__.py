@@ -15,4 +15,5 @@ Modules:
 - ``sockstats``: the kernel's TCP counters per socket (``sock_diag``), read from outside
 - ``start``: ``NodeRuntime``: how a node process starts, steps and stops serving
 - ``traffic``: ``TrafficLedger``: every byte a node moves, by round and kind
+- ``trafficsums``: sums over nodes' ledgers (by kind, fixed terms, bits per parameter) for reports
 """

@@ -179,13 +179,11 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def new_client() -> httpx.Client:
-    """An HTTP client for one transfer (closed to abandon a stalled one), sharing :func:`_tls_context`;
-    its exchanges are counted when the process registered a counter (``protocol.p2p.clientcount``)."""
-    counter = client_counter()
-    if counter is None:
-        return httpx.Client(follow_redirects=False, verify=_tls_context())
-    transport = CountingTransport(httpx.HTTPTransport(verify=_tls_context()), counter)
-    return httpx.Client(follow_redirects=False, transport=transport)
+    """An HTTP client for one transfer (closed to abandon a stalled one), sharing :func:`_tls_context`,
+    counted if the process registered a counter (``protocol.p2p.clientcount``)."""
+    counter, tls = client_counter(), _tls_context()
+    transport = None if counter is None else CountingTransport(httpx.HTTPTransport(verify=tls), counter)
+    return httpx.Client(follow_redirects=False, verify=tls, transport=transport)
 
 
 def _bounded(

@@ -287,6 +287,12 @@ def _run(args: argparse.Namespace) -> int:
     )
     cfg.miner_stake_wei()  # a stake below one token fails before anvil or a node starts
     report = run_devnet(cfg, args.rounds, live=not args.no_live, timeout=args.timeout)
+    _print_summary(report, args)
+    return 0
+
+
+def _print_summary(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """The devnet's closing lines: phase windows, a JSON summary, where the report and the model are."""
     summary = {
         "wall_seconds_total": report["wall_seconds_total"],
         "heldout": [(p["round"], p["heldout_before"], p["heldout_after"]) for p in report["per_round"]],
@@ -314,4 +320,3 @@ def _run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"model: not exported ({model.get('error', 'no devnet report')})")
-    return 0

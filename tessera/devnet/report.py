@@ -13,7 +13,8 @@ from typing import Any
 import matplotlib
 import matplotlib.pyplot as plt
 
-from protocol.node.traffic import Kind, bits_per_param_step, fixed_bytes_by_node, kind_totals, merge_ledgers
+from protocol.node.traffic import Kind
+from protocol.node.trafficsums import bits_per_param_step, fixed_bytes_by_node, kind_totals, merge_ledgers
 from protocol.runspec import RunSpec
 from tessera.devnet.network import Devnet
 from tessera.devnet.payouts import chain_payouts

@@ -13,7 +13,8 @@ import pytest
 
 from protocol.node.dhttraffic import DAEMON, DhtTraffic
 from protocol.node.sockstats import SocketMeter, descendants, dump_tcp, socket_inodes
-from protocol.node.traffic import Kind, TrafficLedger, kind_totals, merge_ledgers
+from protocol.node.traffic import Kind, TrafficLedger
+from protocol.node.trafficsums import kind_totals, merge_ledgers
 from protocol.p2p.dht import DHTConfig, DHTNode
 from protocol.wire.records import make_record
 

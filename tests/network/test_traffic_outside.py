@@ -15,7 +15,8 @@ from benchmarks.traffic_watch import flows, split
 from protocol.chain.endpoint import http_web3
 from protocol.node.api import NodeServer
 from protocol.node.sockstats import TcpSocket, dump_tcp, socket_inodes
-from protocol.node.traffic import Kind, TrafficLedger, TrafficMiddleware, kind_totals, merge_ledgers
+from protocol.node.traffic import Kind, TrafficLedger, TrafficMiddleware
+from protocol.node.trafficsums import kind_totals, merge_ledgers
 from protocol.rounds.anvil import Anvil
 
 ANVIL = ("127.0.0.1", 8545)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks.traffic_terms import main, terms
-from protocol.node.traffic import fixed_bytes_by_node
+from protocol.node.trafficsums import fixed_bytes_by_node
 
 P, H = (
     1_000,
