@@ -3,10 +3,12 @@
 Modules:
 
 - ``auditchecks``: the audit checks of a finished scenario, read from the chain's events and views
+- ``auditscenarios``: the audit scenarios: a fake proven by one of three, the reverse attack, the ways around
 - ``board``: discovery over a shared in-memory board of signed records
 - ``casting``: ``Scenario``: who takes part, and the casts scenarios are built from
 - ``chainnet``: a scenario's chain: a fresh anvil with the contracts, as the harness's ledger
 - ``detection``: measured detection of lazy miners with the real verification code
+- ``dodgers``: miners that dodge an audit: withhold, hang or drip when audited; the last-delta riders
 - ``economics``: the detection and profit model of cheating, as pure math
 - ``errors``: errors of the attack suite (under ``TesseraError``)
 - ``harness``: a whole network in one process, driven in lockstep

@@ -137,13 +137,7 @@ def evaluate(
         res.checks.pop("honest_miners_paid_every_round", None)
         res.checks.update(checks)
     if sc.kind == "miner" and sc.audit_params:
-        profit = auditchecks.profit_vs_honest(
-            run, cheat_from=sc.cheat_from, stake=MINER_STAKE, slash_fraction=SLASH_FRACTION,
-            audit_params=sc.audit_params,
-        )  # fmt: skip
-        if profit:
-            res.audit["profit"] = profit
-            res.checks["earns_no_more_than_honest"] = all(r["realized_profit_per_round"] <= 0 for r in profit)
+        _profit_checks(res, sc, run)
     if sc.kind == "fault":
         _fault_checks(res, sc, run)
     if sc.kind == "validator":
@@ -158,6 +152,18 @@ def evaluate(
     if base:
         rebase(res, sc, base, reference_name)
     return res
+
+
+def _profit_checks(res: ScenarioResult, sc: Scenario, run: NetworkRun) -> None:
+    """A cheating miner's realized profit against an honest one's beside the model's (issue 38), and the
+    check that it earns no more than honest work."""
+    profit = auditchecks.profit_vs_honest(
+        run, cheat_from=sc.cheat_from, stake=MINER_STAKE, slash_fraction=SLASH_FRACTION,
+        audit_params=sc.audit_params,
+    )  # fmt: skip
+    if profit:
+        res.audit["profit"] = profit
+        res.checks["earns_no_more_than_honest"] = all(r["realized_profit_per_round"] <= 0 for r in profit)
 
 
 def _row(sc: Scenario, run: NetworkRun, p: Any) -> Row:

@@ -15,8 +15,8 @@ from miner.behaviour import Behaviour, BehaviourContext
 from protocol.errors import ProtocolError
 from protocol.rounds.audits import REPORT_WINDOW_ROUNDS
 from tessera.attack import auditchecks, partial
+from tessera.attack.dodgers import WithholdWhenAudited
 from tessera.attack.harness import Network
-from tessera.attack.miners import WithholdWhenAudited
 from tessera.attack.runner import reference, reference_key, run_scenario
 from tessera.attack.scenarios import get
 from tessera.cli import main

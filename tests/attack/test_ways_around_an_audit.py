@@ -21,16 +21,17 @@ from protocol.rounds.deployment import NetworkParams
 from protocol.wire.commitments import update_commitment
 from tessera.attack import partial
 from tessera.attack.auditchecks import caught_when_audited, model_row, profit_vs_honest
+from tessera.attack.auditscenarios import PARTIAL_STEPS
 from tessera.attack.chainnet import ChainRound, LedgerSnapshot
-from tessera.attack.harness import NetworkRun, Participant, tiny_spec
-from tessera.attack.miners import (
+from tessera.attack.dodgers import (
     DripWhenAudited,
     HangWhenAudited,
     LastDeltaHangWhenAudited,
     LastDeltaRider,
 )
+from tessera.attack.harness import NetworkRun, Participant, tiny_spec
 from tessera.attack.report import default_stake_rows
-from tessera.attack.scenarios import PARTIAL_STEPS, registry
+from tessera.attack.scenarios import registry
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, VALIDATOR, Round, make_round
 from training.digest import part_digests, state_digest
 from validator.audits import mark_audit, unanswered
