@@ -30,7 +30,7 @@ class _Rpc(BaseHTTPRequestHandler):
 
     seen: list[tuple[float, str, Any]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 -- http.server's name
+    def do_POST(self) -> None:  # http.server's name
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Rpc.seen.append((time.monotonic(), req["method"], req.get("params")))
         body = json.dumps({"jsonrpc": "2.0", "id": req.get("id"), "result": "node"}).encode()

@@ -209,6 +209,14 @@ class SlowCertificate(Scenario):
         """The common checks and figures, and each round's certificate wait."""
         checks, figures = super().checks(ctx)
         figures["certificate_waits"] = certificate_waits(ctx.net, self.holds, ctx.last_round)
+        figures["held_certify_transactions"] = {
+            name: [
+                {"hash": tx.hash, "held_s": round(tx.sent_at - tx.held_at, 1) if tx.sent_at else None,
+                 "answer": tx.answer[:120]}
+                for tx in rule.held.values()
+            ]
+            for name, rule in self.holds.items()
+        }  # fmt: skip
         return checks, figures
 
 
