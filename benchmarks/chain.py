@@ -71,7 +71,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, Any] = {"rounds": [], "per_miner": {}, "certificates": []}
         claim_gas: list[int] = []
         commit_gas: list[int] = []
-        # pay vests K rounds after its round (issue 26): K warm-up rounds, so that every claim measured
+        # pay vests K rounds after its round: K warm-up rounds, so that every claim measured
         # below finds vested pay (the steady state of a miner that mines every round)
         for _ in range(b.params.vesting_rounds):
             print("warm-up round (vesting) ...", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Codec arms that are not (yet) wire codec kinds, run in the quality benchmark's simulation (issue 28).
+"""Codec arms that are not (yet) wire codec kinds, run in the quality benchmark's simulation.
 
 An arm is a compressor object with ``compress(acc, name, round) -> (sent, payload_bits)``: given a miner's
 error-feedback accumulator of one tensor it returns what the receivers decode and the exact payload bits

@@ -169,7 +169,7 @@ def _publish(d: Path, b1: Any, b2: Any, theta2: Any, segs: list[int]) -> None:
         blobs["0x" + b.ef_after.hex()] = b.residual()
         blobs["0x" + transcript_root(b.transcript_parts)] = b.transcript()
     keep = {0, len(b2.transcript_steps) - 1} | set(segs) | {i + 1 for i in segs}
-    for i in sorted(keep):  # both parts of each state a check may read (issue 13)
+    for i in sorted(keep):  # both parts of each state a check may read
         blobs.update(b2.state_parts(i))
     for name, tensors in blobs.items():
         (d / "blobs" / f"{name}.safetensors").write_bytes(encode_tensors(tensors))

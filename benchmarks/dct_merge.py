@@ -1,4 +1,4 @@
-"""The merge averaged per DCT coefficient over the miners that sent it (issue 28's screening).
+"""The merge averaged per DCT coefficient over the miners that sent it (screening).
 
 Tessera's codec keeps the top-k coefficients of each ``shaped`` DCT tile, so its decoded update is dense in
 parameter space: ``OuterConfig.merge='sender_mean'`` (a value divided by the miners that are non-zero

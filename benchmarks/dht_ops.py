@@ -1,4 +1,4 @@
-"""What one DHT operation moves (issue 26's fixed terms): ``python -m benchmarks.dht_ops [--nodes N]``.
+"""What one DHT operation moves (fixed terms): ``python -m benchmarks.dht_ops [--nodes N]``.
 
 Starts a bootstrap peer and N real hivemind DHT nodes (``protocol.p2p.dht.DHTNode``, each with its own
 ``p2pd``) on this machine, has each announce one signed record of the same round (4 miners' and the rest

@@ -14,7 +14,7 @@ Codecs and settings:
 
 * Tessera recipe: ``training.codecs.encode`` + ``decode`` with ``CodecConfig.recipe()``: top-110 of every
   4,096 values in 64x64 tiles that follow the tensor's shape, without the DCT (``transform="tiles"``,
-  issue 28), 2-bit values, one fp32 scale per tile, Elias-Fano indices. Also the previous recipe (top-32, 12-bit packed
+  docs/decisions/training-recipe.md), 2-bit values, one fp32 scale per tile, Elias-Fano indices. Also the previous recipe (top-32, 12-bit packed
   indices) and Tessera's ``tiles`` codec (top-32 without DCT).
 * SparseLoCo (Templar's ``src/tplr/compress.py``), run as the miner of ``tplr/neurons.py`` does:
   ``ChunkingTransformer.encode -> TopKCompressor.compress -> TopKCompressor.decompress ->

@@ -1,4 +1,4 @@
-"""Issue 28's quality table: Tessera's codec against Templar's SparseLoCo at equal wire bits.
+"""Quality table: Tessera's codec against Templar's SparseLoCo at equal wire bits.
 
 Each budget (wire bits per trained parameter per inner step, header included) names one configuration per
 arm; :func:`run_budget` runs them through :func:`benchmarks.codec_arms.run_arm` or
@@ -63,7 +63,7 @@ CODEC_KEYS = ("ef_beta", "bits", "topk", "transform")
 
 def tweaked(variant: dict[str, Any], tweaks: Sequence[str]) -> dict[str, Any]:
     """``variant`` with ``key=value`` changes: outer-step keys (:data:`OUTER_KEYS`), codec keys
-    (:data:`CODEC_KEYS`), ``epoch_rounds`` or ``merger`` (the variant's merge); the screening runs of issue 28 name them in the arm,
+    (:data:`CODEC_KEYS`), ``epoch_rounds`` or ``merger`` (the variant's merge); the screening runs name them in the arm,
     e.g. ``tessera+merge=sender_mean`` or ``tessera+transform=tiles`` (the shaped tiles without the DCT)."""
     out = {**variant, "outer": dict(variant["outer"]), "codec": dict(variant["codec"])}
     for t in tweaks:

@@ -1,4 +1,4 @@
-"""SparseLoCo as Templar runs it, reimplemented for the quality benchmark's simulation (issue 28).
+"""SparseLoCo as Templar runs it, reimplemented for the quality benchmark's simulation.
 
 Source read (not copied): github.com/tplr-ai/templar at commit c2397ac524c9d9de550a2a126ed37505d090d69f
 (v2.1.3): ``src/tplr/compress.py`` (``ChunkingTransformer``, ``TopKCompressor``: chunking, top-k, the

@@ -1,4 +1,4 @@
-"""The ``shaped`` transform's tiles of a 2-D tensor, as the benchmarks' codec arms cut them (issue 28):
+"""The ``shaped`` transform's tiles of a 2-D tensor, as the benchmarks' codec arms cut them:
 shared by :mod:`benchmarks.codec_arms` and :mod:`benchmarks.sparseloco`, which import each other's
 nothing else."""
 

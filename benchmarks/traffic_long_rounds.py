@@ -1,4 +1,4 @@
-"""Fixed traffic per node and round on a chain of slow blocks with long rounds (issue 26 item 5).
+"""Fixed traffic per node and round on a chain of slow blocks with long rounds.
 
 Runs a devnet whose anvil mines a block every ``--block-time`` seconds (no fast-forward, no phase sizing:
 the windows are ``--windows`` blocks as given; the default 60/10/30/10 blocks at 2 s are 220-s rounds),

@@ -1,4 +1,4 @@
-"""The traffic ledger against a byte count taken outside the processes (issue 26: within 10%).
+"""The traffic ledger against a byte count taken outside the processes (within 10%).
 
 Runs ``tessera devnet`` in a network namespace of its own (``unshare -n``: root; only a loopback, nothing
 else shares it) and watches it from outside every node: the loopback's counters (``/proc/net/dev``:

@@ -1,4 +1,4 @@
-"""Issue 26's traffic figures from a devnet run: ``python -m benchmarks.traffic_terms DIR [--out J]``.
+"""Traffic figures from a devnet run: ``python -m benchmarks.traffic_terms DIR [--out J]``.
 
 Reads ``DIR/report.json`` (the devnet's report: every node's ledger per round) and ``DIR/deployment.json``
 (the deployed audit rate q and committee size c), and prints, over the training rounds (the join round

@@ -1,4 +1,4 @@
-"""Every TCP connection of a network namespace, watched from outside its processes (issue 26's outside count).
+"""Every TCP connection of a network namespace, watched from outside its processes (outside count).
 
 :class:`SocketWatch` samples the loopback's counters and every TCP socket (:func:`dump_tcp`, with the
 process holding it, found as ``ss -p`` does through ``/proc/PID/fd``) every ``every`` seconds, and

@@ -112,7 +112,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--big-size",
         action="store_true",
         help="add a 38M-parameter size (d_model 512, 6 layers, context 128) to the size series: the GPU "
-        "run of issue 14 (e.g. --only sizes --full --big-size --device cuda --size-rounds 0 0 0 0 30)",
+        "run (e.g. --only sizes --full --big-size --device cuda --size-rounds 0 0 0 0 30)",
     )
     p.add_argument(
         "--size-rounds",

@@ -220,7 +220,7 @@ def _simulation(
         ef_key=variant.get("ef_key", "name"),
         merger=_merger(variant),
         device=device,
-        epoch_rounds=variant.get("epoch_rounds", 1),  # assignments fixed for an epoch (issue 28)
+        epoch_rounds=variant.get("epoch_rounds", 1),  # assignments fixed for an epoch
     )
 
 

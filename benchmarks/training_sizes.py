@@ -24,7 +24,7 @@ def size_series(full: bool, big: bool = False) -> list[dict[str, Any]]:
             ("1M", {"seq_len": 64, "d_model": 128, "n_heads": 4, "n_layers": 3, "d_ff": 256}, 30),
             ("4M", {"seq_len": 64, "d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}, 30),
         ]
-        if big:  # 38.1M parameters: issue 14's size for a GPU (--device cuda); too slow for this CPU
+        if big:  # 38.1M parameters: size for a GPU (--device cuda); too slow for this CPU
             shapes.append(
                 ("38M", {"seq_len": 128, "d_model": 512, "n_heads": 8, "n_layers": 6, "d_ff": 1280}, 30)
             )

@@ -1,4 +1,4 @@
-"""Validator compute against training compute, per preset: issue 13's "at most 5%" budget, measured as CPU.
+"""Validator compute against training compute, per preset: "at most 5%" budget, measured as CPU.
 
 For each preset and mode, one miner trains a devnet round (``miner.work.build_update`` on the devnet's run:
 H inner steps, transcript every step, the recipe's codec) and one validator verifies the update

@@ -1,13 +1,13 @@
 """Miner behaviours: the honest default and the hook adversarial modes plug into.
 
 A :class:`Behaviour` is consulted at each decision of a round; every method's default is the honest
-action, so a mode overrides only what it changes (issue 6 adds free riders, lazy miners, copiers,
+action, so a mode overrides only what it changes (the attack suite adds free riders, lazy miners, copiers,
 replayers, poisoners and forgers as subclasses and registers them with :func:`register`). The hook points,
 in round order:
 
 - ``batches``: the token batches the miner trains on (a lazy miner trains on other data);
 - ``inner_result``: the inner loop's result, transcript included (a free rider makes one up instead of
-  training: issue 38's last-delta rider);
+  training: last-delta rider);
 - ``pseudo_gradient``: the per-parameter delta before compression (poisoners scale or flip it);
 - ``update_bytes``: the encoded update before its digest is committed (a copier substitutes another's);
 - ``should_commit``: whether to commit at all;

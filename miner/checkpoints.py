@@ -1,7 +1,7 @@
 """Where a miner's theta_r comes from: held on disk, the genesis, rebuilt, or fetched (in that order).
 
 A checkpoint is named by the digest the chain certified; every source is checked against it. Rebuilding
-(``miner.rebuild``) costs a few kB of other miners' updates instead of the whole model (issue 13); a
+(``miner.rebuild``) costs a few kB of other miners' updates instead of the whole model; a
 fetch from a validator or a peer that announces the digest is the fallback.
 """
 

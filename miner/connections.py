@@ -92,7 +92,7 @@ class MinerConnections(NodeConnections[MinerConfig, MinerState]):
     def chain_has_commit(self, round: int, digest: bytes) -> bool:
         """Whether the chain holds this miner's commitment to the update ``digest`` in ``round``. Once
         found it is not read again while the chain's block (the step's reading, no request) has not gone
-        back below the reading it was found at: a restarted or reorged chain is read again (issue 26: the
+        back below the reading it was found at: a restarted or reorged chain is read again (the
         commit phase's log query every step after committing was a third of a miner's requests)."""
         block = self.coord.current(max_age=float("inf")).block
         seen = self.commits_seen.get((round, digest))

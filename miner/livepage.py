@@ -1,4 +1,4 @@
-"""The miner's live page at ``GET /`` (issue 16): what the node is doing now and its recent rounds.
+"""The miner's live page at ``GET /``: what the node is doing now and its recent rounds.
 
 The validator's page (:mod:`validator.web`) polls its JSON routes from a script; the miner's is rendered on
 the server from its own ``/status`` document and round records, as one self-contained document (no script,

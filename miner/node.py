@@ -69,7 +69,7 @@ class MinerServices:
     rewards: Rewards
     """Record rewards and watch the account."""
     reports: OwnReports
-    """Close this miner's contested unanswered-audit reports (issue 26)."""
+    """Close this miner's contested unanswered-audit reports."""
 
 
 def compose(
@@ -159,7 +159,7 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
         def rounds() -> dict[str, Any]:
             return {str(r): rec for r, rec in self._rounds_json().items()}
 
-        mount_live_page(app, self.status, self._rounds_json)  # GET / (issue 16)
+        mount_live_page(app, self.status, self._rounds_json)  # GET /
 
     def _rounds_json(self) -> dict[int, dict[str, Any]]:
         """The round records as ``state.json`` holds them, by round (``/rounds``, the live page)."""
@@ -201,7 +201,7 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
 
     def _act(self, st: RoundState) -> None:
         self.rewards.collect(st.round)
-        self.reports.close(st.round, self.rewards.rounds_done)  # contested reports on this miner (issue 26)
+        self.reports.close(st.round, self.rewards.rounds_done)  # contested reports on this miner
         rec = self.state.record(st.round)
         if st.phase == Phase.COMMIT and st.block <= st.deadline:
             if rec is None:
@@ -229,7 +229,7 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
             elif rec is not None and rec.status == SERVED:
                 self.publisher.ensure_live(st.round)
                 if st.round not in self.publisher.announced:
-                    # served before a restart: the old record may name a dead URL (issue 10), so the
+                    # served before a restart: the old record may name a dead URL, so the
                     # update, its evidence and this process's URL are published again
                     self.publisher.publish(st.round, self.state.record(st.round) or rec)
                     log.info("round %d: serving again after a restart at %s", st.round, self.url)

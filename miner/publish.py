@@ -82,7 +82,7 @@ class Publisher:
         data = c.behaviour.served_update(ctx, c.state.blobs.get("0x" + digest))
         served = [Served("update", "0x" + digest, len(data))]
         c.public.put(data, "0x" + digest) if data else None
-        # the transcript, which the header commits to by its root only (issue 13)
+        # the transcript, which the header commits to by its root only
         parts = [(bytes.fromhex(p), bytes.fromhex(q)) for p, q in rec.transcript_parts or []]
         c.public.put(encode_tensors(transcript_tensors(parts)), digest_fn=tensor_blob_digest)
         self._publish_error_feedback(round, rec)

@@ -1,4 +1,4 @@
-"""theta_{r+1} rebuilt by a miner from what it already has, instead of downloaded (issue 13).
+"""theta_{r+1} rebuilt by a miner from what it already has, instead of downloaded.
 
 Validators merge the updates the on-chain consensus accepted (every miner with a positive consensus score,
 weighted by it) into theta_r with :func:`training.merge.next_checkpoint`, whose result IEEE-754 defines bit

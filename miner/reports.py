@@ -1,4 +1,4 @@
-"""This miner's own unanswered-audit reports (issue 26): the miner closes the contested ones itself.
+"""This miner's own unanswered-audit reports: the miner closes the contested ones itself.
 
 A committee member's report that this miner left its audit unanswered holds the round's pay. Decided by
 the committee and its witnesses, a report still contested at round + ``REPORT_WINDOW_ROUNDS`` is closed by

@@ -91,7 +91,7 @@ class BuiltUpdate:
     """This thread's CPU seconds of the inner loop (the state digests hashed in a helper thread are not
     in it): the compute a validator's ``verify_cpu_seconds`` is measured against."""
     trained_params: int = 0
-    """Parameters this update trained (the denominator of issue 13's bits per trained parameter)."""
+    """Parameters this update trained (the denominator of bits per trained parameter)."""
 
     def residual(self) -> dict[str, Tensor]:
         """The committed error-feedback residual (``ef/*``), served under ``"0x" + ef_after.hex()``."""

@@ -38,7 +38,7 @@ DEV_TEE_SEED_ENV = "TESSERA_DEV_TEE_SEED"
 
 def dev_tee_seed(environ: typing.Mapping[str, str] | None = None) -> bytes:
     """The development enclave's seed from ``$TESSERA_DEV_TEE_SEED``; never a flag (``ps`` shows flags)
-    and never a public constant (issue 10: the devnet's fixed seed let anyone make accepted quotes)."""
+    and never a public constant (the devnet's fixed seed let anyone make accepted quotes)."""
     raw = (os.environ if environ is None else environ).get(DEV_TEE_SEED_ENV, "")
     try:
         seed = bytes.fromhex(raw)
@@ -92,7 +92,7 @@ def overrides_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 
 START_RPC_TRIES = 30
-"""Tries of an unreachable RPC at a node's start before it gives up (issue 27: it gave up after ~4 s)."""
+"""Tries of an unreachable RPC at a node's start before it gives up (it gave up after ~4 s)."""
 START_RPC_WAIT_S = 10.0
 """Seconds between those tries: 30 tries over about five minutes, for a chain node still starting."""
 
@@ -263,7 +263,7 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     from protocol.runspec import RunSpec
 
     spec = RunSpec.load(cfg.run_file)  # its tokenizer read and checked against the pinned SHA-256
-    spec.load_corpus()  # and its corpus against its digest: before the node registers or bonds (issue 27)
+    spec.load_corpus()  # and its corpus against its digest: before the node registers or bonds
     lock = lock_data_dir(cfg.data_dir)
     traffic = TrafficLedger()  # what this node moves, by round and kind (GET /traffic)
     count_client_http(traffic.count_client)  # and what it fetches and posts (GET /traffic/client, /node)
@@ -272,7 +272,7 @@ def node_runtime(cfg: Any, key: str, fallback_urls: tuple[str, ...]) -> typing.I
     dht = start_dht(
         cfg.dht, cfg.dht_peers, cfg.dht_port, data_dir=cfg.data_dir, chain_id=coord.chain_id, host=cfg.host
     )
-    # the DHT daemon's bytes, which no HTTP handler sees, from its sockets' kernel counters (issue 26)
+    # the DHT daemon's bytes, which no HTTP handler sees, from its sockets' kernel counters
     dht_traffic = DhtTraffic(traffic).start() if dht is not None else None
     try:
         yield NodeRuntime(spec, coord, traffic, Discovery(coord.chain_id, key, dht, fallback_urls), lock)

@@ -140,7 +140,7 @@ class OuterConfig:
         """The network's outer step (the devnet runs it; docs/decisions/training-recipe.md): lr 1 with a
         light Nesterov momentum of 0.5. The error-feedback memory already acts as a momentum (SparseLoCo),
         so DiLoCo's own 0.7 / 0.9 on top of it overshoots; 0.5 measured better than plain averaging
-        in both modes at issue 14's protocol."""
+        in both modes at protocol."""
         return cls(lr=1.0, momentum=0.5, nesterov=True)
 
 
@@ -216,10 +216,10 @@ class CodecConfig:
     @classmethod
     def recipe(cls) -> CodecConfig:
         """The network's codec (the devnet runs it; docs/decisions/training-recipe.md): top-110 of every
-        4,096 values in tiles that follow the tensor's shape, as they are (no DCT: issue 28 measured the
-        DCT costing 8% of held-out loss in MoE and 3% in DiPaCo at this budget), their indices in the
+        4,096 values in tiles that follow the tensor's shape, as they are (no DCT: the
+        DCT cost 8% of held-out loss in MoE and 3% in DiPaCo at this budget), their indices in the
         Elias-Fano code, 2-bit values, error feedback with decay 0.95: 0.0086 payload bits (0.0095 on the
-        wire, header included) per parameter per inner step at H = 30 on the benchmark's models, issue 28's
+        wire, header included) per parameter per inner step at H = 30 on the benchmark's models, within the
         budget of 0.01."""
         return cls(
             name="topk", chunk=4096, topk=110, bits=2, transform="tiles", ef_beta=0.95, index="elias-fano"

@@ -250,7 +250,7 @@ def scoring_batches(
     """Windows of the miner's shard to score its update on: ``int64 [count, batch_size, seq_len + 1]``.
 
     Drawn with ``round_seed``, the seed the chain fixes only after the update commits close, so a miner
-    cannot know them when it commits (it could overfit batches it knows: issue 10 measured a one-step
+    cannot know them when it commits (it could overfit batches it knows: measured, a one-step
     update on the miner's own batch 0 scoring 10-30x an honest one). A candidate window that overlaps one
     of the ``trained`` windows (the offsets of :func:`batch_offsets`) is skipped, so the score measures how
     the update generalises within the shard, not what it memorised.

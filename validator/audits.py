@@ -1,4 +1,4 @@
-"""The validator's side of the chain's audit draw (issue 26): which miners it audits this round, and the
+"""The validator's side of the chain's audit draw: which miners it audits this round, and the
 report of an audit the miner left unanswered.
 
 The round's seed, fixed after the update commits, draws each (miner, round) for an audit with probability
@@ -6,9 +6,9 @@ q and a committee of c validators (``protocol.rounds.audits``, the same as the c
 :func:`round_audits` puts the draws into the round's context, where the pipeline reads them
 (``RoundContext.audit_role``): a committee member fetches states and replays, the others abstain on that
 miner (the median ignores their score) and fetch no state. A coordinator that cannot tell the draws (a
-test double) leaves them empty: every validator audits every miner, as before issue 26.
+test double) leaves them empty: every validator audits every miner.
 
-Unanswered is unanswered whatever the way (issue 38): an audit a committee member cannot finish because the
+Unanswered is unanswered whatever the way: an audit a committee member cannot finish because the
 miner did not serve what its commitment names -- the update itself (not served, not the committed bytes),
 the transcript, a state or a residual (404, a hang, a drip past the fetch's window, partial or wrong bytes,
 a refused connection) -- is reported (:func:`unanswered`, :func:`report_unanswered`) and costs what a caught
@@ -87,7 +87,7 @@ def mark_audit(v: Verdict, ctx: RoundContext) -> Verdict:
     """Tag ``v`` (a verdict of ``ctx``'s round) with this validator's part in the miner's audit where the
     chain drew one, also when the verification ended before the pipeline's plan named it (a fetch or
     digest failure), and, for an audit, an update not served or not the committed bytes as unanswered
-    (issue 38: the update itself withheld from an audited member is an audit left unanswered). Returns
+    (the update itself withheld from an audited member is an audit left unanswered). Returns
     ``v``."""
     if v.miner not in ctx.audits:
         return v  # no draw from the chain (every validator audits): nothing a committee could report

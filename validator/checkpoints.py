@@ -106,7 +106,7 @@ class Checkpoints:
             **{k: str(v) for k, v in s.miner_rewards.items()},
             **{k: str(v) for k, v in s.validator_rewards.items()},
         }
-        # this validator's own figures (owed, claimed, stake) are read from the chain: validator.api (issue 16)
+        # this validator's own figures (owed, claimed, stake) are read from the chain: validator.api
         with self.conn.state.edit(round) as rec:
             rec.consensus, rec.rewards = dict(s.consensus), rewards
         self.conn.metrics.round_report.validator(round, self.conn.state.round(round), s, self.conn.address)
@@ -132,7 +132,7 @@ class Checkpoints:
                 raise ValidatorError(
                     f"round {round}: update of {miner} (consensus {score}) is neither held nor served by a peer"
                 )
-            # the run's model and codec let the decoder's caps cover an honest update of any size (issue 11)
+            # the run's model and codec let the decoder's caps cover an honest update of any size
             update = decode_update(data, None, *run_model(theta.params, c.spec))
             contributions.append((float(score), miner, update.pseudo_gradient()))
         try:

@@ -35,7 +35,7 @@ RETIRED_MERGE_SETTINGS = {"merge_method": "method", "clip_factor": "clip_factor"
 #: Settings that no longer do anything, -> why (accepted with a warning, so an older config still loads).
 IGNORED_SETTINGS = {
     "withhold_grace_seconds": "an unreachable miner is retried while its verification budget lasts "
-    "(validator.schedule, issue 27), not for a fixed grace",
+    "(validator.schedule), not for a fixed grace",
 }
 
 __all__ = ["ValidatorConfig", "load_validator_config"]

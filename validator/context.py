@@ -31,7 +31,7 @@ FetchBytes = Callable[[str], bytes]
 FetchState = Callable[[str], dict[str, Tensor]]
 
 #: Keeps an error-feedback residual the validator recomputed and found equal to the miner's committed one
-#: (digest, tensors): next round's update starts from it, and it need not cross the wire (issue 13).
+#: (digest, tensors): next round's update starts from it, and it need not cross the wire.
 KeepResidual = Callable[[str, Mapping[str, Tensor]], None]
 
 
@@ -46,7 +46,7 @@ CheckEvidence = Callable[[bytes, int, str, bytes], str | None]
 
 
 class AuditRole(StrEnum):
-    """This validator's part in one (miner, round) (issue 26). Every update gets the checks that move no
+    """This validator's part in one (miner, round). Every update gets the checks that move no
     state (fetch, digest, format, header, bounds, attestation, the transcript root and its anchor at
     theta_r, usefulness); the audit adds the states: seed-chosen replays and the update-to-transcript tie."""
 
@@ -158,7 +158,7 @@ class RoundContext:
 def unreachable(exc: BaseException) -> bool:
     """Whether a failed fetch means the miner could not be reached (down, restarting, slow, not announced
     yet: retried while its budget lasts, ``validator.schedule``) rather than that it answered and does not serve the
-    bytes (a 404 from a running miner: final at once, so withholding holds nobody, issue 10)."""
+    bytes (a 404 from a running miner: final at once, so withholding holds nobody)."""
     return isinstance(exc, (PeerUnavailableError, FetchTimeoutError, NotAnnouncedError))
 
 
@@ -202,7 +202,7 @@ class Incoming:
     out_of_time: Callable[[], bool] | None = None
     """This miner's time budget: asked before each stage and each replayed segment; once it says yes the
     verdict is ``budget`` (scored 0, unprovable), so one slow miner cannot make the validator miss a
-    phase (issue 10)."""
+    phase."""
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ class Intake:
             return self.conn.discovery.url_of(round, miner)
 
     def policy(self, remaining: Remaining | None = None) -> FetchPolicy:
-        """The fetch policy bounded by what is left of a miner's budget (issue 27: not a fixed timeout):
+        """The fetch policy bounded by what is left of a miner's budget (not a fixed timeout):
         the whole fetch, every attempt, ends when the budget does; :class:`FetchTimeoutError` (the miner
         did not serve in time) when nothing is left."""
         pol = self.conn.fetch_policy
@@ -172,7 +172,7 @@ class Intake:
 
     def prefetch(self, round: int) -> None:
         """Start fetching the committed updates not held yet, in :data:`PREFETCH_WORKERS` threads, during
-        REVEAL; returns at once (issue 27: a miner frozen after announcing holds a thread, not the node).
+        REVEAL; returns at once (a miner frozen after announcing holds a thread, not the node).
         A miss starts that miner's withholding grace here, not in SCORE_COMMIT, so the grace runs while
         the phase runs anyway and a withholder holds nobody later."""
         for miner in sorted(self.conn.coord.update_commitments(round)):

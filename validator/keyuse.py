@@ -1,4 +1,4 @@
-"""A second validator on this node's key (issue 27 item 3): the chain holds a seed share of this key that this
+"""A second validator on this node's key: the chain holds a seed share of this key that this
 node's data dir has no record of making (:class:`KeyUse`).
 
 The miners' counterpart watches their update commitments (``protocol.node.account.ChainAccount``); a

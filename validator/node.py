@@ -129,7 +129,7 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         self._entropy = entropy or (lambda purpose, round: os.urandom(32))
         self._last_phase: tuple[int, int] = (0, -1)
         self.scheduler = VerifyScheduler(s.conn, s.intake, s.pipeline)
-        """Runs each round's verification against the score-commit deadline (issue 27)."""
+        """Runs each round's verification against the score-commit deadline."""
         self._last_state: RoundState | None = None
         """The round state :meth:`act` last acted on (what :meth:`step` verifies from while the chain is
         not readable)."""
@@ -151,7 +151,7 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
     def step(self) -> None:
         """One step (``RoleNode.step``); while the chain cannot be read, a round whose verification has
         begun goes on from the last reading: updates and states come over HTTP and the score-commit point
-        is kept by the clock (``VerifyScheduler``), so only chain writes wait for the RPC (issue 35: a
+        is kept by the clock (``VerifyScheduler``), so only chain writes wait for the RPC (a
         45-s RPC cut in the score-commit window made a commit one block late)."""
         try:
             super().step()
@@ -177,7 +177,7 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         self._last_state = st
         r = st.round
         self.scheduler.blocks.observe(st.block)
-        self.api.key_use.check(r)  # a second validator on this key stops here (issue 27 item 3)
+        self.api.key_use.check(r)  # a second validator on this key stops here
         self.intake.new_round(r)
         if r > 1:
             self.checkpoints.settle_previous(r - 1)
@@ -201,7 +201,7 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
             self.intake.prefetch(r)
         elif st.phase == Phase.SCORE_COMMIT:
             self.phase = "verify"
-            # a reading the verification's own schedule just took will do (issue 26: a read every step)
+            # a reading the verification's own schedule just took will do (a read every step)
             late = (
                 self.coord.current(max_age=self.cfg.poll_interval / 2).block
                 >= st.deadline - RETRY_MARGIN_BLOCKS
@@ -247,7 +247,7 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
     def _verify_all(self, st: RoundState, theta: Theta, until_done: bool = False) -> bool | None:
         """Verify every committed update not judged yet, on the deadline's schedule
         (``validator.schedule.VerifyScheduler``): until each has a final verdict or the score-commit
-        point has come, the unfinished then recorded as unverified (issue 27). One call verifies for at
+        point has come, the unfinished then recorded as unverified. One call verifies for at
         most ``STEP_SLICE_S`` (``until_done``: to the end) and returns False while work is left; None,
         from subclasses that do not say, counts as complete."""
         r = st.round
@@ -258,7 +258,7 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
             return False
         if self._verifying is None or self._verifying[0] != r:
             ctx = self.conn.round_context(st, theta)
-            round_audits(self.coord, ctx, list(self.coord.update_commitments(r)))  # whom it audits (issue 26)
+            round_audits(self.coord, ctx, list(self.coord.update_commitments(r)))  # whom it audits
             self._verifying = (r, ctx, time.perf_counter())
         _, ctx, t0 = self._verifying
 
@@ -290,7 +290,7 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
             verdict.reason,
             verdict.score,
         )
-        if self.cfg.slash:  # a fraud proof, or an audit left unanswered (issue 26)
+        if self.cfg.slash:  # a fraud proof, or an audit left unanswered
             self.slashing.slash(verdict)
 
     def _round_scores(self, round: int, miners: list[str]) -> list[int]:

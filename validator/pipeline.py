@@ -19,7 +19,7 @@ Stages, in order (the first failure decides; later, costlier stages are not run)
 6. ``attestation`` TEE evidence, if served, verifies and binds (chain, round, miner, update digest);
                  an attested miner is fully recomputed in a seed-chosen ``attested_check_probability``
                  of rounds and replays ``attested_segments`` seed-chosen segments in every other round
-                 (issue 10: a quote alone must never stand for the training it claims);
+                 (a quote alone must never stand for the training it claims);
 7. ``recompute`` the transcript's step-0 digest is the checkpoint's (anchor); ``segments_per_miner``
                  seed-chosen segments (this validator's window of the round's order, so the validators
                  check different segments) are replayed from the served start state and compared with the
@@ -129,17 +129,17 @@ class VerificationPipeline:
             run.refuse(Stage.ERROR, f"{type(exc).__name__}: {exc}", False, {})
         # this thread's CPU seconds: the validator's compute for this miner, every stage included (decoding,
         # hashing, the codec, replays, evaluations), not the waits on the network, the lock or a loaded CPU;
-        # the devnet report sets it against the miners' train_cpu_seconds (issue 13's 5% budget)
+        # the devnet report sets it against the miners' train_cpu_seconds (5% budget)
         run.verdict.metrics["verify_cpu_seconds"] = round(time.thread_time() - cpu0, 6)
         return run.verdict, run.update
 
     def plan(self, ctx: RoundContext, miner: str, attested: bool) -> Plan:
-        """The checks for ``miner`` this round. With the chain's audit draw (issue 26): a committee member
+        """The checks for ``miner`` this round. With the chain's audit draw: a committee member
         replays ``audit_segments`` seed-chosen segments and checks the tie, the others fetch no state,
         and a TEE quote lowers nothing (development quotes never lower q). Without one (every validator
         audits every miner): an attested miner is fully recomputed in a seed-chosen
         ``attested_check_probability`` of rounds and replays ``attested_segments`` segments in every other
-        round (issue 10: a quote alone never stands for the training it claims)."""
+        round (a quote alone never stands for the training it claims)."""
         p = self.policy
         role = ctx.audit_role(miner)
         if role is not AuditRole.AUDIT:
@@ -237,7 +237,7 @@ def stage_digest(ctx: RoundContext, miner: str, commitment: bytes, data: bytes, 
 
 def stage_format(ctx: RoundContext, data: bytes, policy: VerifyPolicy, proof: dict[str, Any]) -> Update:
     """``format``: the bytes decode as an update of the run's model and codec, checked before decoding
-    (issue 11). Provable: anyone can decode the committed bytes again."""
+   . Provable: anyone can decode the committed bytes again."""
     try:
         return decode_update(
             data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *run_model(ctx.checkpoint, ctx.spec)

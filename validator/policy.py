@@ -42,7 +42,7 @@ class VerifyPolicy:
     """Transcript segments each validator replays per miner when the chain draws no audits (q = 1, every
     validator: see ``validator.sampling``)."""
     audit_segments: int = 1
-    """Seed-chosen segments a committee member replays per audited miner (issue 26): one step exposes a
+    """Seed-chosen segments a committee member replays per audited miner: one step exposes a
     miner faking a fraction f of its steps with probability about f, the model's ``p = f``; the members
     of a committee replay different segments (their windows of the round's order)."""
     replay_rel_tol: float = REPLAY_REL_TOL
@@ -74,7 +74,7 @@ class VerifyPolicy:
     attested_segments: int = 1
     """Segments replayed for an attested miner in the other rounds. Not 0: the anchor and error-feedback
     checks tie the update only to a final state the miner itself serves, and a quote only to the update's
-    digest, so without a replay an attested miner could invent its transcript (issue 10: a development
+    digest, so without a replay an attested miner could invent its transcript (a development
     quote and an invented transcript took 88% of the emission). The segment is drawn with the seed fixed
     after the commits close, which the miner cannot know when it commits."""
     eval_own_batches: int = 1

@@ -3,7 +3,7 @@ the update as exactly what the codec makes of the final state plus the miner's e
 seed-chosen segment replays; and the re-check of a peer's slashing evidence, which replays the segment it
 names (F8).
 
-- the transcript: its digests list is fetched by the header's ``transcript.root`` (issue 13) and its
+- the transcript: its digests list is fetched by the header's ``transcript.root`` and its
   states part by part, each checked against its digest (a state not served, or not the committed one: an
   unprovable failure);
 - the anchor and the final state: the step-0 parameters are theta_r's, the update's cosine with theta_r
@@ -61,7 +61,7 @@ def recompute(check: UpdateCheck, segments: int, audit: bool = True) -> None:
     theta = _anchor(check, states)
     check.verdict.evidence["segments"] = []
     if not audit:
-        return  # no state crosses the wire for a miner this validator does not audit (issue 26)
+        return  # no state crosses the wire for a miner this validator does not audit
     if segments > 0:
         _replay_segments(check, states, segments)
     final = _final(check, states, theta)
@@ -72,7 +72,7 @@ def recompute(check: UpdateCheck, segments: int, audit: bool = True) -> None:
 def _anchor(check: UpdateCheck, states: _States) -> dict[str, Tensor]:
     """theta_r's assigned parameters, once the transcript's step-0 parameters are exactly them (the moments
     are the miner's choice): their digest is checked against theta_r's without fetching anything, and a
-    mismatch is provable (issue 13)."""
+    mismatch is provable."""
     ctx = check.ctx
     mods = set(check.assignment.module_ids)
     theta = {f"{PARAM_PREFIX}{n}": ctx.checkpoint[n] for n in ctx.checkpoint if module_of(n) in mods}
@@ -180,7 +180,7 @@ def _check_error_feedback(check: UpdateCheck, h: UpdateHeader, final: Mapping[st
         )
     want = ef.state_dict()
     if state_digest(want).hex() == h.ef_after:
-        # the recomputed residual is the committed one, bit for bit: nothing to fetch (issue 13)
+        # the recomputed residual is the committed one, bit for bit: nothing to fetch
         v.metrics["ef_after_rel_err"] = 0.0
         if check.incoming.keep_residual is not None:
             check.incoming.keep_residual("0x" + h.ef_after, want)
@@ -295,8 +295,8 @@ def _replay_one(
             Stage.RECOMPUTE, f"segment {steps[i]}: {exc}", True, **ev, segment=steps[i]
         ) from exc
     if states.matches(i + 1, got):
-        states.keep(i + 1, got)  # the last segment's end stands for the final parameters (issue 26)
-        return 0.0, 0.0  # bit for bit: the end state need not cross the wire (issue 13)
+        states.keep(i + 1, got)  # the last segment's end stands for the final parameters
+        return 0.0, 0.0  # bit for bit: the end state need not cross the wire
     end = states.get(i + 1)  # a different platform's rounding: compare within the tolerances
     if not _replay_matches(got, end, policy):
         worst = _worst_rel_diff(got, end)
@@ -384,7 +384,7 @@ def _worst_rel_diff(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> tuple[s
 
 
 class _States:
-    """The transcript's states as a check reads them, fetched part by part (issue 13): a state's
+    """The transcript's states as a check reads them, fetched part by part: a state's
     parameters and the rest are committed apart, each fetched at most once and checked against its
     digest; theta_r's parameters stand for step 0's once they hash to its parameter digest."""
 
@@ -460,7 +460,7 @@ def _fetch_digest_state(fetch_state: FetchState, digest: str, what: str) -> dict
 
 def _with_transcript(update: Update, fetch_state: FetchState) -> Update:
     """``update`` with its transcript's digests attached: fetched by the header's ``transcript.root`` like a
-    state (issue 13). Not served, or not the committed list: an unprovable failure, as for a state."""
+    state. Not served, or not the committed list: an unprovable failure, as for a state."""
     h = update.header
     if len(h.transcript_digests) == len(h.transcript_steps):
         return update

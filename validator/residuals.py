@@ -1,4 +1,4 @@
-"""Error-feedback residuals a validator fetched, kept by digest for the next round (issue 13).
+"""Error-feedback residuals a validator fetched, kept by digest for the next round.
 
 A miner's update of round r names, as its error-feedback source, the residual it committed in its previous
 update; a validator that verified that update fetched exactly those bytes then (``ef.after``). Keeping them

@@ -1,4 +1,4 @@
-"""Verification scheduled against the score-commit deadline (issue 27; docs/decisions/deadline-scheduling.md).
+"""Verification scheduled against the score-commit deadline (docs/decisions/deadline-scheduling.md).
 
 :class:`VerifyScheduler` is the validator's service that runs a round's verification; :class:`RoundSchedule`
 (pure, on an injected clock) decides *when* and *for how long* each miner of a round is verified, never *what*
@@ -12,7 +12,7 @@ is checked (that is ``validator.pipeline``'s plan):
   ``left / ceil(unfinished / workers)`` (what a fast miner leaves goes to the later ones), and every fetch
   it makes is bounded by what is left of it (:meth:`Slot.remaining`);
 - at the commit point the node commits with what is finished; the unfinished are scored as unverified;
-- an audit the miner left unanswered in any try stays unanswered (issue 38): a later try that fails too,
+- an audit the miner left unanswered in any try stays unanswered: a later try that fails too,
   on another way of not serving (a miner the transfer layer now skips as stalling, the update no longer
   served), never turns it into a verdict that cannot be reported, and the update that matched its
   commitment is kept for the retry. Only a try in which the miner answers (served and checked, or proven
@@ -69,7 +69,7 @@ attack harness, every other in-process node's step wait no longer than this. A s
 phase kept a restarted miner from announcing its new URL until the validators had given up on it."""
 OBSERVE_SHARE = 8
 """The chain's block is read again once the last reading is this share of the time left to the commit point
-old (issue 26: a read every 0.5 s of verification was most of a validator's requests in a long phase; the
+old (a read every 0.5 s of verification was most of a validator's requests in a long phase; the
 estimate between readings comes from the block time, so a few readings a phase keep it)."""
 OBSERVE_MAX_AGE_S = 30.0
 """Seconds: the oldest reading the commit point's estimate is kept on."""
@@ -134,7 +134,7 @@ class RoundSchedule:
     """When a miner put back after a transient failure may start again."""
     unanswered: dict[str, Verdict] = field(default_factory=dict)
     """The first try of each miner that left its audit unanswered (kept whatever later tries end in,
-    unless the miner answers one: issue 38)."""
+    unless the miner answers one)."""
 
     @classmethod
     def create(
@@ -219,7 +219,7 @@ class VerifyScheduler:
     :data:`VERIFY_WORKERS` at once in worker threads, each within its budget, until every one has a final
     verdict or the commit point has come. Verdicts are handed to ``record`` in the caller's thread only.
 
-    Whose fault (issue 27 item 2): a verdict is final when the miner caused it; an ``error`` (an exception
+    Whose fault: a verdict is final when the miner caused it; an ``error`` (an exception
     no check anticipated: the validator's RPC or its peers) is retried within the phase, as is a miner that
     could not be reached while its budget and withholding grace last; at the commit point whatever is left
     is recorded as ``budget`` (unverified, scored 0, unprovable)."""
@@ -279,7 +279,7 @@ class VerifyScheduler:
     def _final(sched: RoundSchedule, miner: str, v: Verdict) -> Verdict:
         """The verdict to record for ``miner`` whose last try ended in ``v``: the first try that left the
         audit unanswered (the furthest the miner let it get), unless the miner answered in ``v``
-        (issue 38)."""
+       ."""
         kept = sched.unanswered.get(miner)
         if kept is None or kept is v or answered(v):
             return v
@@ -366,7 +366,7 @@ class VerifyScheduler:
             unreachable = stage.retryable(v.provable) and bool(v.evidence.get("unreachable"))
             own = stage is Stage.ERROR  # an error no check anticipated: the validator's RPC, its peers
             # an unreachable miner is tried again while its budget lasts: with the others verified beside it,
-            # its budget, not a withholding grace, is what bounds its cost (issue 27)
+            # its budget, not a withholding grace, is what bounds its cost
             transient = own or (unreachable and not slot.out_of_time())
             if transient and sched.retry(miner):
                 if stage is not Stage.RECOMPUTE:  # past digest the update matched: kept for the retry

@@ -64,7 +64,7 @@ class Slashing:
     def slash(self, v: Verdict) -> None:
         """Propose (or vote for) slashing ``v.miner`` on the provable verdict ``v`` (a fraud proof: the
         first one freezes the miner's pay for the round); report an audit ``v`` shows unanswered to the
-        committee-quorum path (issue 26); nothing for any other verdict."""
+        committee-quorum path; nothing for any other verdict."""
         if not v.provable:
             if unanswered(v):
                 report_unanswered(self.conn.coord, v)
@@ -80,7 +80,7 @@ class Slashing:
 
     def recheck_peer_slashes(self, st: RoundState, theta: Theta) -> None:
         """Vote on other validators' slashing evidence after re-running it (F8), and on the unanswered
-        reports this validator witnesses (``validator.witness``, issue 26).
+        reports this validator witnesses (``validator.witness``).
 
         Every validator serves its verdicts with their evidence (``/verdicts/{round}``); a provable
         ``recompute`` failure names the update digest (bound to the on-chain commitment) and the failing
@@ -95,7 +95,7 @@ class Slashing:
         if not c.cfg.slash or st.seed is None or (r, int(st.phase)) in self.rechecked_phases:
             return
         self.rechecked_phases.add((r, int(st.phase)))
-        self.witness.check(st, theta)  # unanswered reports this validator witnesses (issue 26)
+        self.witness.check(st, theta)  # unanswered reports this validator witnesses
         done: dict[str, bool] = dict(c.state.round(r).rechecked or {})
         commits = c.coord.update_commitments(r)
         for url in self.peer_validator_urls(r):

@@ -101,7 +101,7 @@ _CHECKPOINTS = "checkpoints"
 
 _CONTESTED = "contested"
 """The state file's section of evidence (0x hex) -> round of the unanswered-audit reports this validator
-voted against as their witness: it expires them after their window, after a restart too (issue 26)."""
+voted against as their witness: it expires them after their window, after a restart too."""
 
 
 class ValidatorState:

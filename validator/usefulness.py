@@ -93,7 +93,7 @@ def score_usefulness(
     t0 = time.perf_counter()
     model = ctx.model(policy.device)
     # Scored on windows of the miner's shard that the round seed picks (fixed only after the commits
-    # closed) and that it did not train on: not on batches it knew when it committed (issue 10).
+    # closed) and that it did not train on: not on batches it knew when it committed.
     trained = batch_offsets(
         ctx.dataset, ctx.assign_seed, a, spec.inner.steps, spec.inner.batch_size, spec.model.seq_len
     )

@@ -1,4 +1,4 @@
-"""The witness of an unanswered-audit report (issue 26, the reverse attack).
+"""The witness of an unanswered-audit report (the reverse attack).
 
 "Not served" cannot be proven, so a committee's report that a miner left its audit unanswered is decided
 by the committee together with up to c witnesses drawn from the round's seed among the other validators
@@ -7,7 +7,7 @@ states itself, with the same audit a committee member runs (the pipeline's ``aud
 deadlines included), and votes on what it finds:
 
 - not served: for the report (a real withholder is slashed by the committee and its witnesses), whatever
-  the way (issue 38): the update itself, the transcript, a state or a residual not served or not the
+  the way: the update itself, the transcript, a state or a residual not served or not the
   committed bytes -- 404, a hang or a drip past the whole fetch window, partial or wrong bytes, a refused
   connection -- once its own link is known to work (it brought in some update this round): a witness that
   reached nobody does not vote on a miner it could not reach;
@@ -26,7 +26,7 @@ miner that does not serve the witness either is confirmed.
 
 A committee member's own report that its RPC failed to send when the verdict was recorded is sent again at
 its next witness check (once a phase, until the chain counts it): a member's RPC outage delays the report,
-it does not lose it (issue 38).
+it does not lose it.
 
 A report it voted against is kept in the validator's state file (:class:`ContestedReports`), so that the
 witness expires it after the window even when it was restarted meanwhile; the reported miner's own node
@@ -176,7 +176,7 @@ class Witness:
 
     def _report_again(self, board: WitnessBoard, round: int, miner: str) -> None:
         """As a member of ``miner``'s committee: send again the unanswered report this validator's own
-        verdict calls for when the chain has no vote of it yet (issue 38: a report its RPC failed to send
+        verdict calls for when the chain has no vote of it yet (a report its RPC failed to send
         at the verdict is not lost; asked once a phase until it counts or the report is closed)."""
         own = self.conn.state.verdict(round, miner)
         if own is None or not unanswered(own):
@@ -226,7 +226,7 @@ class Witness:
 class ContestedReports:
     """The unanswered-audit reports this validator voted against as their witness, kept in its state file
     (``ValidatorState.contested``) until they are closed, so that a restarted witness still expires them
-    after their window (issue 26)."""
+    after their window."""
 
     def __init__(self, state: ValidatorState) -> None:
         self.state = state

@@ -1,4 +1,4 @@
-"""The GPU runs (issues 29 and 39): prepared scripts (``run_issue29.sh``, ``run_issue39.sh``) and the
+"""The GPU runs: prepared scripts (``run_issue29.sh``, ``run_issue39.sh``) and the
 measurements they call.
 
 Modules:

@@ -3,7 +3,7 @@
 The GPU machine cannot reach a package registry; what its image lacks travels as wheels
 (``benchmarks/gpu/carry.sh`` downloads them into ``.gpucarry/whl/``, installed with ``--no-deps``). A
 requirement that is neither carried nor in the image (``benchmarks/gpu/image-packages.txt``, copied from the
-device tool's list) fails only there, at an import (issue 39: fastapi 0.165 imports ``opentelemetry``, and
+device tool's list) fails only there, at an import (fastapi 0.165 imports ``opentelemetry``, and
 ``opentelemetry-api`` was not carried). This module reads each carried package's requirements from the
 distribution installed here (the carried versions are this ``.venv``'s, checked too), evaluates their markers
 for the GPU machine's Python 3.12 on Linux x86-64, and lists what would be missing. The project's own

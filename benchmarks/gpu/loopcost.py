@@ -1,4 +1,4 @@
-"""Where a miner's round spends its time beyond a plain PyTorch loop, on any device (issue 39).
+"""Where a miner's round spends its time beyond a plain PyTorch loop, on any device.
 
 For one preset and mode, on ``--device``, the loops of ``tessera bench presets`` (the same model, modules,
 batches; :func:`benchmarks.presets.plain_round` and ``training.inner.train_inner``) run in alternation,

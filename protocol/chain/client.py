@@ -176,7 +176,7 @@ class Chain(ChainReads):
 
     def unanswered_report(self, miner: str, round: int) -> UnansweredReport:
         """The unanswered-audit report on ``miner`` in ``round``: its evidence, whether it is open and
-        whether this client's account voted on it. One round trip (issue 26: it was three sequential
+        whether this client's account voted on it. One round trip (it was three sequential
         reads): the evidence is computed as ``unansweredEvidence`` does, the proposal and the vote are
         read in one batch."""
         evidence = unanswered_evidence(self.chain_id, self.network_address, miner, round)

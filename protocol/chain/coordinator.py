@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 FULL_READ_MAX_S = 30.0
-"""Seconds a full round reading stands while only the block number is read (issue 26: 1.3 kB a look)."""
+"""Seconds a full round reading stands while only the block number is read (1.3 kB a look)."""
 
 SETTLED_READ_AGE_S = 2.0
 """Seconds a round reading showing round r still open answers ``settlement(r)`` without a log query."""
@@ -102,7 +102,7 @@ class ChainCoordinator:
         self._settled: dict[int, Settlement] = {}
         self._last: tuple[float, RoundState] | None = None
         self._full_at: float | None = None  # when ``_last``'s status was read in full (None: it was)
-        # what never changes once written (issue 26: cached, not asked each step): a certified checkpoint,
+        # what never changes once written (cached, not asked each step): a certified checkpoint,
         # a round's registry and opening block, a closed phase's commitments, a revealed seed share
         self._checkpoints: dict[int, bytes] = {}
         self._opened: dict[int, int] = {}
@@ -222,7 +222,7 @@ class ChainCoordinator:
         return [to_checksum_address(v) for v in translate("read validators", self.chain.validators)]
 
     def audit_draws(self, round: int, miners: Sequence[str]) -> dict[str, AuditDraw]:
-        """Each miner's audit draw of ``round`` once its seed is fixed (issue 26), computed locally from
+        """Each miner's audit draw of ``round`` once its seed is fixed, computed locally from
         the seed, ``drawSize(round)`` and the run's q and c (three reads)."""
         known = self._draws.setdefault(round, {})  # fixed with the seed: read once per round and miner
         todo = [m for m in miners if to_checksum_address(m) not in known]
@@ -265,7 +265,7 @@ class ChainCoordinator:
 
     def seed_share_status(self, round: int) -> tuple[bool, bool]:
         # a commitment stays: once seen, only the reveal is asked for, and only from the reveal phase on
-        # (issue 26: a log query a step through the commit phase); both events in one log query
+        # (a log query a step through the commit phase); both events in one log query
         committed, last = round in self._shares_committed, self._last
         in_commit = last is not None and (last[1].round, last[1].phase) == (round, Phase.COMMIT)
         if round in self._shares_done or (committed and in_commit):
@@ -297,7 +297,7 @@ class ChainCoordinator:
         last = self._last
         if last is not None and last[1].round <= round and time.monotonic() - last[0] < SETTLED_READ_AGE_S:
             return None  # a reading this fresh has the round still open (finalizing it opens the next)
-        names = ["RoundFinalized", "MinerRewarded", "ValidatorRewarded"]  # one log query (issue 26)
+        names = ["RoundFinalized", "MinerRewarded", "ValidatorRewarded"]  # one log query
         evs = translate("read settlement", lambda: self.chain.round_events(names, round))
         if not any(isinstance(e, RoundFinalized) for e in evs):
             return None
@@ -312,7 +312,7 @@ class ChainCoordinator:
         return s
 
     def checkpoint_message(self, round: int, digest: bytes) -> bytes:
-        # computed here as the contract's checkpointMessage does (issue 26: a request per signature checked)
+        # computed here as the contract's checkpointMessage does (a request per signature checked)
         return checkpoint_message(self.chain_id, self.contract, round, digest)
 
     def owed(self) -> int:

@@ -31,7 +31,7 @@ def _function_names() -> dict[str, str]:
 
 #: The headers of a JSON-RPC request: requests' defaults (``Accept``, ``Connection: keep-alive``, the default
 #: of HTTP/1.1 anyway) and web3's 49-byte agent were 132 of the ~200 header bytes every request sent, a
-#: fifth of a validator's RPC bytes (issue 26). gzip stays accepted: a provider may compress large answers.
+#: fifth of a validator's RPC bytes. gzip stays accepted: a provider may compress large answers.
 #: (None drops a session default; requests adds ``Host`` and ``Content-Length``.)
 RPC_HEADERS = {
     "Content-Type": "application/json",
@@ -46,9 +46,9 @@ def http_web3(url: str, timeout: float = 30, traffic: TrafficLedger | None = Non
     """A ``Web3`` over HTTP that asks the node for its chain id once per process, not per request.
 
     web3's validation middleware reads ``eth_chainId`` before every ``eth_call`` and ``eth_estimateGas``:
-    two extra round trips per contract read, 43% of a devnet's RPC bytes (issue 13). The chain id cannot
+    two extra round trips per contract read, 43% of a devnet's RPC bytes. The chain id cannot
     change under a connection (``Chain.connect`` checks it against the deployment), so it is cached.
-    With ``traffic``, every JSON-RPC exchange is counted there (issue 13's ledger).
+    With ``traffic``, every JSON-RPC exchange is counted there (ledger).
     """
     provider = Web3.HTTPProvider(
         url,

@@ -23,7 +23,7 @@ from protocol.wire import bls
 from protocol.wire.commitments import update_commitment
 
 #: Blocks below the newest block this client had seen when it last ran an event query that the next run of
-#: the same query reads again (issue 26: each run read from the deployment block): a reorg shallower than
+#: the same query reads again (each run read from the deployment block): a reorg shallower than
 #: this replaces what it changed, and a provider's node a few blocks behind misses nothing. A chain seen
 #: going back (a block read lower than one read before) has every query read from the deployment again.
 LOG_OVERLAP_BLOCKS = 12
@@ -63,7 +63,7 @@ class ChainReads(ChainTransport):
         self, calls: Sequence[tuple[Any, str, tuple[Any, ...]]], block: int | str = "latest"
     ) -> list[Any]:
         """The results of several contract reads ``(contract, function, args)`` at ``block``, in one JSON-RPC
-        batch request (issue 26: one HTTP exchange, its headers once, instead of one per read)."""
+        batch request (one HTTP exchange, its headers once, instead of one per read)."""
         if not calls:
             return []
 
@@ -90,7 +90,7 @@ class ChainReads(ChainTransport):
 
     def status(self) -> ChainStatus:
         """The round state, its deadline, checkpoint and seeds, and the block they were read at: one
-        ``eth_call`` (a node's poll; it was six requests, most of a node's JSON-RPC traffic, issue 13)."""
+        ``eth_call`` (a node's poll; it was six requests, most of a node's JSON-RPC traffic)."""
         (r, phase, start, commits, seed_reveals, score_reveals), deadline, cp, seed, assign, block = (
             self._call("status")
         )
@@ -119,7 +119,7 @@ class ChainReads(ChainTransport):
 
     def account_at(self, address: str, block: int) -> tuple[AccountInfo, UnbondingInfo, int, int]:
         """(account, unbonding, token balance, unvested pay) of ``address`` at ``block``: one batch request
-        (issue 26: four requests a read, several reads a round, were a third of a miner's requests)."""
+        (four requests a read, several reads a round, were a third of a miner's requests)."""
         a = to_checksum_address(address)
         (stake, owed, last, role, idx), (amount, end), balance, unvested = self.batch(
             [
@@ -225,7 +225,7 @@ class ChainReads(ChainTransport):
 
     def round_events(self, names: list[str], round: int, account: str | None = None) -> list[Any]:
         """Decoded events of every one of ``names`` (each with the round as its first indexed argument and,
-        given ``account``, that address as its second) in one ``eth_getLogs`` (issue 26: a query per event
+        given ``account``, that address as its second) in one ``eth_getLogs`` (a query per event
         name was most of a node's log queries), in chain order."""
         events = {}
         for name in names:

@@ -43,7 +43,7 @@ T = TypeVar("T")
 
 #: Seconds a sent transaction may stay unknown to the node before it counts as dropped.
 DROPPED_AFTER_S = 3.0
-#: Seconds between looks for a sent transaction's receipt (0.2 s asked 5-10 times a block, issue 26), the
+#: Seconds between looks for a sent transaction's receipt (0.2 s asked 5-10 times a block), the
 #: first; the wait doubles up to ``RECEIPT_POLL_MAX_S`` (a 2-s block was 3-4 looks a transaction).
 RECEIPT_POLL_S = 0.5
 RECEIPT_POLL_MAX_S = 2.0
@@ -209,7 +209,7 @@ class ChainTransport:
             gas = retrying(lambda: fn.estimate_gas({"from": acct.address}), fn_name)
         except ContractLogicError as exc:
             raise decode_revert(fn_name, exc.data) from None
-        with self._tx_lock:  # one nonce per transaction, counted here (issue 26: a request per transaction)
+        with self._tx_lock:  # one nonce per transaction, counted here (a request per transaction)
             for attempt in range(NONCE_RACE_TRIES):
                 nonce, signed = self._sign(fn, fn_name, acct, gas)
                 self._next_nonce = None  # until this one is sent: a failed send asks the node again
@@ -290,7 +290,7 @@ class ChainTransport:
         now = time.monotonic()
         if self._fees is not None and now - self._fees[0] < FEE_TTL_S:
             return self._fees[1]
-        # the next block's base fee and the tip in one batch (issue 26: the latest block was 2.2 kB a read)
+        # the next block's base fee and the tip in one batch (the latest block was 2.2 kB a read)
         got: Any = retrying(
             lambda: cast(Any, self.w3.provider).make_batch_request(
                 [
@@ -349,7 +349,7 @@ class ChainTransport:
         start = time.monotonic()
         unknown_since: float | None = None
         checked, gap_checked, wait, misses = 0.0, start, RECEIPT_POLL_S / 2, 0
-        # the first look waits about as long as the last transaction took to be mined (issue 26: on 2-s
+        # the first look waits about as long as the last transaction took to be mined (on 2-s
         # blocks the look at once and the one after half a second found nothing, 2 of 3 receipt polls)
         time.sleep(min(self._mined_after, RECEIPT_POLL_MAX_S))
         while True:

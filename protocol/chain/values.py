@@ -87,7 +87,7 @@ class TxResult:
 
 @dataclass(frozen=True)
 class UnansweredReport:
-    """The unanswered-audit report on a (miner, round), as a witness needs it (issue 26)."""
+    """The unanswered-audit report on a (miner, round), as a witness needs it."""
 
     evidence: bytes
     """``unansweredEvidence(miner, round)``."""

@@ -1,4 +1,4 @@
-"""A node's own account as the chain holds it: stake, rewards owed and claimed, balance (issue 16).
+"""A node's own account as the chain holds it: stake, rewards owed and claimed, balance.
 
 :func:`read_account` is the one read of an account (``tessera account status`` and the nodes);
 :class:`ChainAccount` keeps a node's figures for its ``/status`` (exact wei) and its ``account_tokens``
@@ -43,7 +43,7 @@ def read_account(chain: Any, address: str) -> dict[str, Any]:
         "role": info.role.name.lower(),
         "stake_wei": info.stake,
         "owed_wei": info.owed,
-        # earned but still vesting (issue 26): claimable K rounds later, forfeited if a proof is confirmed
+        # earned but still vesting: claimable K rounds later, forfeited if a proof is confirmed
         "unvested_wei": unvested,
         "vesting": vesting_rule(chain.params().vesting_rounds),
         "balance_wei": balance,

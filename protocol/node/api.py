@@ -179,7 +179,7 @@ def create_node_app(
 
     @app.get("/status", summary="Round, phase and what the node did")
     def get_status() -> dict[str, Any]:
-        # the last settled round's one-line report, the same figures as the node's INFO line (issue 27)
+        # the last settled round's one-line report, the same figures as the node's INFO line
         return {**status(), "round_report": metrics.round_report.to_json()}
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
@@ -255,7 +255,7 @@ def _count_traffic(
     ledger.on_call = lambda label: metrics.rpc_requests.labels(method=label).inc()
     app.add_middleware(TrafficMiddleware, ledger=ledger, blob=kind_of_blob)
 
-    @app.get("/traffic", summary="Bytes this node moved, by round and kind (issue 13's ledger)")
+    @app.get("/traffic", summary="Bytes this node moved, by round and kind (ledger)")
     def get_traffic() -> dict[str, dict[str, dict[str, int]]]:
         """``{round: {kind: {sent, received, sent_overhead, received_overhead}}}``: HTTP this node served
         (counted once, by the server) and its own JSON-RPC with the chain."""

@@ -1,4 +1,4 @@
-"""The DHT's bytes in the traffic ledger (issue 26): what hivemind's ``p2pd`` daemon moves, which no HTTP
+"""The DHT's bytes in the traffic ledger: what hivemind's ``p2pd`` daemon moves, which no HTTP
 handler of the node sees, read from the kernel's counters of the daemon's own sockets.
 
 hivemind runs the DHT in a child process of the node, which runs ``p2pd``; libp2p keeps its connections

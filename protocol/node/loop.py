@@ -88,13 +88,13 @@ IDLE_POLL_MAX_S = 4.0
 of at most ``PHASE_POLLS`` times as long (a longer phase raises the cap with it)."""
 PHASE_POLLS = 8
 """Looks at the chain an idle node takes in one phase window at the cap, whatever the window's length: the
-cap is the window over this (issue 26: a fixed cap made the requests grow with the round's length; 16
+cap is the window over this (a fixed cap made the requests grow with the round's length; 16
 were half a validator's requests in a 220-s round of 2-s blocks). Deadlines are met by the halving
 below, not by this."""
 
 
 class PollPacer:
-    """How long a node waits before its next look at the chain (issue 26: a look every 0.5 s was most of a
+    """How long a node waits before its next look at the chain (a look every 0.5 s was most of a
     node's JSON-RPC requests, about 1,660 a 220-s round on a chain of 2-s blocks).
 
     The wait is ``base`` (or half a block, if longer) after anything changed (round, phase or what the

@@ -1,4 +1,4 @@
-"""One INFO line per round per node, and the same figures in its ``/status`` (issue 27 item 4: an operator
+"""One INFO line per round per node, and the same figures in its ``/status`` (an operator
 saw a validator log of 4 lines over 7 rounds).
 
 A node calls :meth:`RoundReport.miner` or :meth:`RoundReport.validator` once a round is settled on chain

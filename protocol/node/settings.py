@@ -375,7 +375,7 @@ def resolve_private_key(
             raise SettingsError(f"cannot read keystore {keystore}: {exc}") from exc
         try:
             key = Account.decrypt(data, password)
-        except ValueError as exc:  # eth-account says "MAC mismatch" for a wrong password (issue 27)
+        except ValueError as exc:  # eth-account says "MAC mismatch" for a wrong password
             why = "wrong password?" if "MAC mismatch" in str(exc) else str(exc)
             raise SettingsError(f"cannot decrypt keystore {keystore}: {why}") from exc
         return "0x" + bytes(key).hex()

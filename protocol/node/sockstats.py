@@ -1,5 +1,5 @@
 """The kernel's own TCP counters per socket (Linux ``sock_diag``), read from outside the process that owns
-the socket: what a node's DHT daemon moved, which no HTTP handler sees (issue 26).
+the socket: what a node's DHT daemon moved, which no HTTP handler sees.
 
 :func:`dump_tcp` asks the kernel for every TCP socket of this network namespace with its ``tcp_info``
 (bytes acked and received, segments in and out), as ``ss -ti`` does; :func:`socket_inodes` and

@@ -121,7 +121,7 @@ class NodeRuntime:
             traffic=self.traffic,
         )
         add_routes(app)
-        mount_record_routes(app, self.discovery.book)  # signed records over HTTP (issue 11)
+        mount_record_routes(app, self.discovery.book)  # signed records over HTTP
         self.server = NodeServer(app, self.cfg.host, self.cfg.port).start()
         self.url = self.cfg.public_url or self.server.url
         if self.coord.ensure_registered(self.role, self.cfg.stake):
@@ -140,7 +140,7 @@ class NodeRuntime:
     @property
     def advance_lag(self) -> int:
         """Blocks past a phase's deadline before this node advances it: a validator at once, a miner
-        :data:`MINER_ADVANCE_LAG_BLOCKS` later, only if no validator has (issue 26: every node racing to
+        :data:`MINER_ADVANCE_LAG_BLOCKS` later, only if no validator has (every node racing to
         advance every phase was a fifth of a miner's requests: the estimate, the refused transaction's
         reason, the receipts)."""
         return 0 if self.role == "validator" else MINER_ADVANCE_LAG_BLOCKS
@@ -162,7 +162,7 @@ class NodeRuntime:
     ) -> None:
         """Call ``step`` until ``stop`` is set (or ``done()``), waiting what :meth:`pace` says between
         steps; errors are retried with backoff, except :class:`KeyInUseError` (another node holds this
-        key), which ends the run with that one error (issue 27)."""
+        key), which ends the run with that one error."""
         StepLoop(
             interval=self.cfg.poll_interval,
             retry_on=(ProtocolError, *self.retried),
@@ -174,8 +174,8 @@ class NodeRuntime:
         ).run(step, stop or threading.Event())
 
     def pace(self) -> Callable[[], float]:
-        """The wait after each step (:class:`protocol.node.loop.PollPacer`: longer while nothing changes,
-        issue 26), from the reading the step made (no extra request)."""
+        """The wait after each step (:class:`protocol.node.loop.PollPacer`: longer while nothing changes),
+        from the reading the step made (no extra request)."""
         pacer = PollPacer(self.cfg.poll_interval)
 
         def wait() -> float:

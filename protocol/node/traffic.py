@@ -1,9 +1,9 @@
-"""The traffic ledger: every byte a node moves, by round and kind (issue 13).
+"""The traffic ledger: every byte a node moves, by round and kind.
 
 Each node keeps a :class:`TrafficLedger`. Its HTTP server counts every request it answers
 (:class:`TrafficMiddleware`: bodies and header bytes, in and out, by what the path and the blob hold) and
 its chain client counts every JSON-RPC exchange (:func:`rpc_session`), each as the wire carries it: the
-headers the server or ``http.client`` add, blank lines and chunked framing included (issue 26: held to the
+headers the server or ``http.client`` add, blank lines and chunked framing included (held to the
 byte against the kernel's counters, ``benchmarks/traffic_outside.py``). Node-to-node transfers are counted
 once, by the node that serves them: every HTTP transfer between Tessera nodes has a Tessera node as its
 server, so the sum of ``sent`` + ``received`` over all nodes' non-RPC kinds is the network's HTTP traffic,
@@ -14,7 +14,7 @@ not counted: TCP/IP headers (52 bytes a packet on a loopback) and TLS framing, a
 never reach a handler (refused connections).
 
 The devnet report adds the ledgers up per round and divides by the trained parameters and inner steps:
-bits per trained parameter per inner step, the figure issue 13 sets at 0.05.
+bits per trained parameter per inner step, budgeted at 0.05 (docs/decisions/traffic-budget.md).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ OPERATOR_QUERY = "reader=operator"
 
 
 #: Headers the server (uvicorn) writes into every response that the app's messages do not hold, with their
-#: bytes on the wire: ``date: <29 characters>\r\n`` and ``server: uvicorn\r\n`` (issue 26: measured from
+#: bytes on the wire: ``date: <29 characters>\r\n`` and ``server: uvicorn\r\n`` (measured from
 #: outside, 60 bytes of every exchange were in no ledger).
 SERVER_HEADERS = {b"date": 37, b"server": 17}
 

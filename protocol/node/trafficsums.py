@@ -25,7 +25,7 @@ def merge_ledgers(ledgers: Iterable[dict[str, dict[str, dict[str, int]]]]) -> di
 
 
 FIXED_KINDS = (Kind.RPC, Kind.DHT, Kind.RECORD)
-"""The terms that do not grow with the model (issue 26's "fixed terms": at most 200 kB per node and round)."""
+"""The terms that do not grow with the model ("fixed terms": at most 200 kB per node and round)."""
 
 
 def fixed_bytes_by_node(

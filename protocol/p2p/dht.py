@@ -6,7 +6,7 @@ count for health checks and a ``rejoin`` for a node that finds itself alone (a D
 validation of every record read (see :mod:`protocol.wire.records`): bad records are refused one by one and
 returned as typed errors beside the good ones, never raised, so a node keeps running. Every node also runs
 :class:`protocol.p2p.dhtvalidator.RecordValidator`, so it neither stores for others nor accepts from others
-anything but valid signed records under their own round key and signer's subkey (issue 11: a stranger's
+anything but valid signed records under their own round key and signer's subkey (a stranger's
 store over a round key hid the round).
 
 Records live under the key ``tessera/{chain_id}/round/{round}`` with the announcing address as subkey.
@@ -79,7 +79,7 @@ class DHTConfig:
     identity_path: str | None = None
     #: Peers asked to store each record (hivemind's default is 5). Every record also travels over HTTP
     #: (pushed to the node's peers and relayed from their books), so the DHT need not hold many copies;
-    #: each replica costs a store RPC and answers every lookup with the whole round (issue 26:
+    #: each replica costs a store RPC and answers every lookup with the whole round (
     #: ``benchmarks.dht_ops`` on 7 peers, a store 22.6 -> 17.6 kB and a lookup 30.0 -> 24.0 kB).
     num_replicas: int = 3
     #: Peers a lookup copies a found value to (hivemind's Kademlia caching; its default 1 is a store per

@@ -1,4 +1,4 @@
-"""When a node reads a round's records from the DHT again (issue 26).
+"""When a node reads a round's records from the DHT again.
 
 A DHT lookup asks every peer holding the round for all of its records: 23-34 kB on the devnet's 7 peers
 (``benchmarks.dht_ops``), against about 0.3 kB for a peer's ``/records`` that answers 304. A read at every

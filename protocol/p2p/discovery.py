@@ -4,7 +4,7 @@
 round, publishes it in the DHT, keeps it in the node's :class:`protocol.p2p.recordbook.RecordBook` (served at
 ``GET /records/{round}``) and pushes it to the configured peer URLs (``POST /records``); ``find`` merges the
 round's valid records from the DHT, the book and the peers' ``/records`` (bad ones are logged and counted,
-never raised; per signer the record expiring last wins). So a DHT that strangers poison (issue 11), split
+never raised; per signer the record expiring last wins). So a DHT that strangers poison, split
 or switch off degrades to peering over HTTP instead of stopping the node; the fallback URLs are also
 returned as places to fetch from.
 """
@@ -54,7 +54,7 @@ class Discovery:
     each later one (:class:`protocol.p2p.dhtreads.DhtReadSchedule`)."""
     dht_fresh_s: float = 1.0
     """The wait before reading the DHT for a wanted record that is missing (or for any record, ``fresh``),
-    doubled before each later read while it stays missing (issue 26: a read at every ask grew with the
+    doubled before each later read while it stays missing (a read at every ask grew with the
     round's length)."""
     schedule: DhtReadSchedule = field(init=False)
     dht_reads: int = 0
@@ -64,7 +64,7 @@ class Discovery:
     _published: dict[int, NodeRecord] = field(default_factory=dict, init=False)
     first_announced: int | None = field(default=None, init=False)
     """The first round this process announced: a record of this node in the DHT for a later round than the
-    next one can only be this process's own, which the book holds (issue 26: a DHT lookup moves 23-34 kB)."""
+    next one can only be this process's own, which the book holds (a DHT lookup moves 23-34 kB)."""
 
     def __post_init__(self) -> None:
         self.book = RecordBook(self.chain_id)
@@ -143,7 +143,7 @@ class Discovery:
             return list(hit[1])
         self.book.note_round(round)
         near = [*self.book.records(round), *self.schedule.held(round)]
-        if want is None or _missing(want, near):  # the book covers what is wanted: no pull (issue 26)
+        if want is None or _missing(want, near):  # the book covers what is wanted: no pull
             near += self._pull(round)
         missing = None if want is None else _missing(want, near)
         found = near
@@ -212,7 +212,7 @@ class Discovery:
         """Records this node's DHT validator refused: stores peers sent it and reads alike (0 without a DHT).
 
         ``refused`` counts only what this node's own lookups threw out, and a node that reads no DHT while
-        it holds the records it wants (issue 26) may never look at junk its DHT refused on store. Read for
+        it holds the records it wants may never look at junk its DHT refused on store. Read for
         ``/status``, so a stuck DHT process holds the page up for :data:`STATS_TIMEOUT_S` at most."""
         dht = self.dht
         if dht is None or not dht.running:

@@ -110,7 +110,7 @@ def mount_record_routes(app: FastAPI, book: RecordBook) -> None:
     )
     def get_records(round: Annotated[int, PathParam(ge=0, le=2**63 - 1)], request: Request) -> Response:
         """The records with their ``ETag``; a puller that names the current one (``If-None-Match``) gets a
-        304 without them (issue 26: most pulls repeat the last answer, a third of a validator's traffic)."""
+        304 without them (most pulls repeat the last answer, a third of a validator's traffic)."""
         answer = JSONResponse({"records": [r.encode().decode("ascii") for r in book.records(round)]})
         tag = records_etag(bytes(answer.body))
         if request.headers.get("if-none-match") == tag:

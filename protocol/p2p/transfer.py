@@ -174,7 +174,7 @@ def _stream_bounded(
 def _tls_context() -> ssl.SSLContext:
     """One TLS context for every client: building one loads the system's CA certificates, 15-20 ms of CPU
     that a new ``httpx.Client`` spent on every fetch, plain HTTP included (30% of a devnet validator's
-    verification CPU, measured with py-spy; issue 13)."""
+    verification CPU, measured with py-spy)."""
     return ssl.create_default_context()
 
 

@@ -1,5 +1,5 @@
 """The run file's audit section: the inputs of ``protocol.rounds.economics`` and the contract parameters
-they give (issue 26).
+they give.
 
 A run states its committee size ``c``, vesting ``K``, slash fraction and the miners and validators it
 plans for; the audit rate ``q`` is not written down but computed, at deployment, from those and the

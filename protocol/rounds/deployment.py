@@ -180,7 +180,7 @@ class Deployment:
         if not isinstance(p, dict):
             raise DeploymentError(f"{source}: params must be an object")
         pknown = {f.name for f in fields(NetworkParams)}
-        # files written before issue 26 lack the audit and vesting parameters: their contract had none,
+        # files written before audits existed lack the audit and vesting parameters: their contract had none,
         # which is q = 1, every validator and no vesting
         p = {"audit_rate_bps": 10_000, "committee_size": 0, "vesting_rounds": 0, **p}
         if set(p) != pknown:

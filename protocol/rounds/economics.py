@@ -143,7 +143,7 @@ class StrategyRow:
 def strategy_rows(
     e: RunEconomics, q: float, fractions: Sequence[float] = LAZY_FRACTIONS
 ) -> list[StrategyRow]:
-    """Every strategy of issues 26 and 38 at audit rate ``q`` (every way around an audit among them)."""
+    """Every strategy the model knows at audit rate ``q`` (every way around an audit among them)."""
     if not 0.0 <= q <= 1.0:
         raise EconomicsError(f"audit rate {q} is not in [0, 1]")
     L, eta, C, R = e.loss_when_caught(), e.committee_catch(), e.compute_cost, e.reward
@@ -162,13 +162,13 @@ def strategy_rows(
         loss = e.slash_fraction * e.stake if provable else 0.0
         rows.append(StrategyRow(name, 0.0, loss, 1.0 if provable else 0.0, "stateless checks: paid 0"))
     p = q * eta
-    # the last-delta rider (issue 38) trains nothing and builds its transcript and error feedback from the
+    # the last-delta rider trains nothing and builds its transcript and error feedback from the
     # states it serves: every check that moves no state passes and it is paid R in a round not audited;
     # only an audit stops it -- its replay of any step proves it (every step is made up), or, if it hangs
     # instead, the unanswered report costs the same
     rows.append(StrategyRow("free-rider-last-delta", C, p * L, p, "audit only: a replayed step (proof)"))
     rows.append(StrategyRow("free-rider-last-delta-hang", C, p * L, p, "audit only: unanswered (hang)"))
-    # every way around an audit is an unanswered audit (issue 38), confirmed by the committee and its
+    # every way around an audit is an unanswered audit, confirmed by the committee and its
     # witnesses and costed like a caught fake; the gain is what the dodge hides (at most C)
     for name in (
         "withholding-when-audited",

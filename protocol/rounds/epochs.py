@@ -1,4 +1,4 @@
-"""Assignment epochs on the chain: the seed and registry a round's assignment is drawn from (issue 28).
+"""Assignment epochs on the chain: the seed and registry a round's assignment is drawn from.
 
 With ``epoch_rounds`` = E in the run file (``protocol.runspec.RunSpec``; above 1 only in DiPaCo mode),
 the rounds are cut into epochs of E from round 0 (``training.assignment.epoch_start``). Rounds start at 1,

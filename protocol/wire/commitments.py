@@ -53,7 +53,7 @@ UNANSWERED_TAG = b"tessera.unanswered.v1".ljust(32, b"\0")
 
 def unanswered_evidence(chain_id: int, contract: str, miner: str, round: int) -> bytes:
     """``unansweredEvidence(miner, round)``: ``keccak256(abi.encode(tag, chainid, contract, miner, round))``,
-    the evidence hash of the unanswered-audit report on ``miner`` in ``round`` (issue 26: computed, not
+    the evidence hash of the unanswered-audit report on ``miner`` in ``round`` (computed, not
     asked, so reading a report is one round trip)."""
     return keccak(
         abi_encode(

@@ -28,7 +28,7 @@ from training.digest import state_digest
 MAX_TENSOR_BLOB = 256 * 1024 * 1024
 #: The safetensors dtypes a tensor blob may declare. Anything else is refused before
 #: ``safetensors.torch`` parses the blob: ``F4``, ``F6_E2M3``, ``F6_E3M2`` and ``F8_E8M0`` pass the Rust
-#: parser and then raise ``KeyError`` in ``safetensors.torch`` (issue 11).
+#: parser and then raise ``KeyError`` in ``safetensors.torch``.
 ALLOWED_DTYPES = frozenset({"BOOL", "U8", "I8", "I16", "I32", "I64", "F16", "BF16", "F32", "F64"})
 
 

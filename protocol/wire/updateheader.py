@@ -19,7 +19,7 @@ miner serves that blob under the root, and each part of each state under its own
 fetches the transcript once (``fetch_blob`` checks the digest), attaches it with :func:`with_transcript`,
 and then moves only the parts a check reads: none for the anchor (theta_r's parameters hash to the step-0
 parameter digest), the parameters alone for the final state, both parts of a replayed segment's start
-(issue 13).
+.
 
 **Building one.** :func:`make_header` takes a :class:`HeaderFields` (the miner's raw values, digests as
 bytes) and the encoded tensors.
@@ -58,7 +58,7 @@ from training.modellayout import DIMS, module_template
 
 VERSION = 4
 """Wire format version this module reads and writes (2: the ``ef`` chain, F12; 3: the transcript root;
-4: parameters derived from modules and dims, steps from (k, H), base64url digests: issue 14)."""
+4: parameters derived from modules and dims, steps from (k, H), base64url digests)."""
 MAX_TRANSCRIPT_STEPS = 100_000
 """Recorded inner steps a header may list."""
 TRANSCRIPT_TENSOR = "transcript/digests"

@@ -1,4 +1,4 @@
-"""Issue 26's checks of a finished scenario, read from the chain (the contract's events and views):
+"""Checks of a finished scenario, read from the chain (the contract's events and views):
 
 - ``proven-by-one``: a fake that one validator of three proves (the one whose replayed segment holds it)
   while the two others score it well is paid 0 for the round and slashed once the proof is confirmed;
@@ -8,7 +8,7 @@
 - ``false-unanswered-report``: a validator that reports the honest miners it audits as unanswered (c = 1)
   slashes none of them: its witness (the other validator) is served, votes against, and expires the
   contested report after its window, which releases the held pay; the liar moves no token off them;
-- ``caught-when-audited`` (issue 38): a miner every audit catches, whichever way it takes around it (a
+- ``caught-when-audited``: a miner every audit catches, whichever way it takes around it (a
   hang, a drip, the update withheld, a last-delta rider's replay, the rider that also hangs), is paid 0
   and confirmed (proof or unanswered report) in every round it is audited; ``partial-faker``: a lazy
   miner's figures only (one replayed step lands on its fake with probability f);
@@ -183,7 +183,7 @@ def false_unanswered_report(run: NetworkRun) -> tuple[dict[str, bool], dict[str,
 
 
 def caught_when_audited(run: NetworkRun, cheat_from: int = 1) -> tuple[dict[str, bool], dict[str, Any]]:
-    """Checks and figures of a miner every audit catches, whichever way it takes around it (issue 38: a
+    """Checks and figures of a miner every audit catches, whichever way it takes around it (a
     hang, a drip, the update withheld, a last-delta rider's replay, the rider that also hangs): in every
     round from ``cheat_from`` the seed drew it for an audit, a proposal on it -- a fraud proof or an
     unanswered report -- is confirmed, it is paid 0 that round, and the confirmation costs what a caught

@@ -1,5 +1,5 @@
 """The audit scenarios of the attack suite: a fake one validator of three proves, the reverse attack, and
-every way around an audit (issue 38: withhold, hang or drip when audited, the update withheld, the
+every way around an audit (withhold, hang or drip when audited, the update withheld, the
 last-delta riders, partial fakers at f = 0.1 and 0.5), each beside an honest miner."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tessera.attack.validators import (
 
 
 def audit_scenarios() -> list[Scenario]:
-    """Issue 26: a fake that one validator of three proves, a miner that withholds when audited, and a
+    """a fake that one validator of three proves, a miner that withholds when audited, and a
     validator that reports honest miners unanswered (the reverse attack)."""
 
     def withholder(cfg: Any, spec: Any, coord: Any, disc: Any) -> Any:
@@ -98,7 +98,7 @@ def _segment_per_step(spec: RunSpec) -> RunSpec:
 
 
 def ways_around_an_audit() -> list[Scenario]:
-    """Issue 38: every way around an audit, each beside an honest miner with its realized profit against
+    """every way around an audit, each beside an honest miner with its realized profit against
     the honest one's and the model's expected profit (``tessera.attack.auditchecks.profit_vs_honest``).
     ``withhold-when-audited`` (above) is the update served but not the states."""
     q = {"audit_rate_bps": AROUND_Q_BPS}

@@ -19,7 +19,7 @@ MINER_STAKE = 100
 VALIDATOR_STAKE = 1000
 CHAIN_ID = 31337
 DEV_SEED = os.urandom(32)
-"""This process's development-enclave root: fresh per run, like the devnet's (issue 10)."""
+"""This process's development-enclave root: fresh per run, like the devnet's."""
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Scenario:
     audit_params: dict[str, int] = field(default_factory=dict)
     """The chain's audit rate, committee size or vesting where not the suite's (q = 1, every validator)."""
     audit_checks: str = ""
-    """Issue 26's checks read from the chain (``tessera.attack.auditchecks``): ``proven-by-one``,
+    """Checks read from the chain (``tessera.attack.auditchecks``): ``proven-by-one``,
     ``withhold-when-audited`` or ``false-unanswered-report``; "" for none."""
     timeout_s: float = 900.0  # wall-clock limit of one run (longer where the effect lands rounds later)
     min_rounds: int = 0  # rounds the checks need (a report's window closing), whatever --rounds says

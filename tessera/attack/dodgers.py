@@ -1,4 +1,4 @@
-"""Miners that dodge an audit (issue 38): each trains or fakes as it likes and then, in the rounds the seed
+"""Miners that dodge an audit: each trains or fakes as it likes and then, in the rounds the seed
 draws it for an audit (public once the seed is fixed, after its commit), serves its committee nothing, late,
 or a transcript built to pass. ``tessera attack`` runs each against an honest miner
 (``tessera.attack.scenarios``); an unanswered audit costs what a caught fake costs.
@@ -23,7 +23,7 @@ from training.model import module_params
 class WithholdWhenAudited(Behaviour):
     """Trains honestly and serves its update, transcript digests and residuals, but refuses the transcript
     states exactly in the rounds the seed draws it for an audit (public once the seed is fixed, after its
-    commit): the cheap way out of an audit of a fake, unless it costs what a caught fake costs (issue 26).
+    commit): the cheap way out of an audit of a fake, unless it costs what a caught fake costs.
 
     ``audited(round, miner)`` reads the round's draw (the chain's ``auditDraw``); a draw it cannot read
     counts as not audited (it serves), so every refusal is of an audit.
@@ -50,7 +50,7 @@ HANG_S = 60.0
 """Seconds a miner hanging when audited holds a state request before it closes it unanswered: longer than
 any fetch's window (the suite's validators give one 5 s, a deployment's 10 s)."""
 DRIP_S = 25.0
-"""Seconds a miner dripping when audited waits before it serves a state (the issue 38 attacker's 25 s):
+"""Seconds a miner dripping when audited waits before it serves a state (25 s, as measured):
 past the fetch's window, so the committee gets nothing in time, and the bytes come after all."""
 
 Sleep = Callable[[float], None]
@@ -58,7 +58,7 @@ Sleep = Callable[[float], None]
 
 class HangWhenAudited(WithholdWhenAudited):
     """Trains honestly and serves its update; when audited, a state request hangs (no answer within any
-    fetch's window) instead of a prompt 404 (issue 38: the hang that retries once made unreportable)."""
+    fetch's window) instead of a prompt 404 (the hang that retries once made unreportable)."""
 
     name = "hang-when-audited"
 
@@ -100,7 +100,7 @@ class DripWhenAudited(WithholdWhenAudited):
 class LastDeltaRider(Behaviour):
     """Trains nothing: each inner step adds ``(theta_r - theta_{r-1}) / H`` to the parameters (the last
     outer step again), moments zero, and the transcript, its digests and the error feedback are built
-    from those states, so everything it serves is consistent (issue 38). The checks that move no state
+    from those states, so everything it serves is consistent. The checks that move no state
     pass; only an audit's replay of a step tells it apart (provably). Honest in its first round (no
     theta_{r-1} yet)."""
 
@@ -160,7 +160,7 @@ def last_delta_result(
 
 class LastDeltaHangWhenAudited(LastDeltaRider):
     """The last-delta rider that also hangs when audited: trains nothing, and holds the audit's state
-    requests unanswered (issue 38: what one retry once turned into no report at all)."""
+    requests unanswered (what one retry once turned into no report at all)."""
 
     name = "free-rider-last-delta-hang"
 

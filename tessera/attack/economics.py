@@ -303,7 +303,7 @@ def strategy_table(
     strategies = [deterministic_strategy(n, s, p) for n, s, p in DETERMINISTIC]
     strategies += [lazy_strategy(f, n_segments, m, weights, q=q) for f in fractions]
     # fits the batch it knows at commit time with all its steps (saves nothing): every segment but the
-    # first is spoiled, and since issue 10 the score is measured on windows it could not know anyway
+    # first is spoiled, and the score is measured on windows it could not know anyway
     spoiled = lazy_strategy((n_segments - 1) / n_segments, n_segments, m, weights, q=q)
     strategies.append(Strategy("overfit-scorer", 0.0, spoiled.p_zero, spoiled.p_slash))
     rows = []

@@ -67,7 +67,7 @@ def _key(i: int) -> str:
 class Fault:
     """Kill participant ``participant`` (an index) when round ``round`` reaches phase ``phase`` (its int
     value), and start a fresh node from its data directory ``down_seconds`` later: what ``kill -9`` and a
-    restart do (issue 10 measured a miner restarted 18 s into REVEAL)."""
+    restart do (measured: a miner restarted 18 s into REVEAL)."""
 
     round: int
     phase: int

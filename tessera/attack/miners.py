@@ -114,7 +114,7 @@ class LazyOtherData(LazyMiner):
 
 
 class EpochPrepared(Behaviour):
-    """Knows its DiPaCo path for a whole assignment epoch (issue 28) and prepares its data once: trains
+    """Knows its DiPaCo path for a whole assignment epoch and prepares its data once: trains
     every round of the epoch on the batches it drew at the epoch's first round it trained in (no new data
     reads, the same windows each round). Each round's batches come from that round's own seed, so a
     validator replaying any segment refuses the update, provably."""
@@ -134,7 +134,7 @@ class EpochPrepared(Behaviour):
 
 class OverfitScorer(Behaviour):
     """Spends its whole round fitting the one batch it knows before committing (its batch 0: what the
-    usefulness score was measured on before issue 10), and attests the result with an honest TEE.
+    usefulness score was once measured on), and attests the result with an honest TEE.
 
     Its transcript is self-consistent but not the assigned training, so any replayed segment but the first
     fails (provably); the score itself is measured on windows drawn after the commits closed, which it
@@ -241,7 +241,7 @@ class Poisoner(Behaviour):
 
 
 PUBLIC_DEV_SEED = b"tessera-devnet"
-"""The development-enclave seed every devnet used before issue 10 (on every validator's command line)."""
+"""The development-enclave seed every devnet once used (on every validator's command line)."""
 
 
 class Forger(Behaviour):

@@ -1,4 +1,4 @@
-"""Partial fakers over many rounds (issue 26): realized profit beside the model's, and the expected profit at
+"""Partial fakers over many rounds: realized profit beside the model's, and the expected profit at
 the default stake as a product of measured parts.
 
 **The run.** One network on the in-memory ledger: 2 honest validators, 2 honest miners and one lazy miner
@@ -43,7 +43,7 @@ from tessera.attack.miners import LazyMiner
 from validator.sampling import segments_to_check
 
 FRACTIONS = (0.01, 0.1, 0.5, 1.0)
-"""Fractions of faked steps (issue 26)."""
+"""Fractions of faked steps."""
 STEPS = 100
 """Inner steps per round, one transcript segment each."""
 DRAWS = 200_000

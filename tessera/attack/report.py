@@ -54,7 +54,7 @@ def profit_rows(doc: dict[str, Any], segments: int = 3, checked: int = 1) -> lis
     compute cost ``c = R / 2``, the cheater's stake, slash fraction :data:`SLASH_FRACTION`; measured profit
     = reward while cheating - compute spent - stake slashed. ``segments``/``checked``: the run's transcript
     segments per update and segments each auditor replays (the suite's tiny spec: 3; one per audit,
-    ``VerifyPolicy.audit_segments``). Since issue 26 one proof zeroes the round's pay whatever the median,
+    ``VerifyPolicy.audit_segments``). One proof zeroes the round's pay whatever the median,
     so a lazy miner's reward is zeroed whenever any validator catches it; a miner withholding when audited
     is zeroed and slashed in the audited share ``q`` of its rounds."""
     out = []
@@ -107,7 +107,7 @@ def profit_markdown(doc: dict[str, Any]) -> str:
 
 
 def ways_markdown(doc: dict[str, Any]) -> str:
-    """Every way around an audit (issue 38) with its realized profit per round against an honest miner
+    """Every way around an audit with its realized profit per round against an honest miner
     beside the model's expected profit (``tessera.attack.auditchecks.profit_vs_honest``), as Markdown;
     "" when the report has none."""
     rows = [(res["name"], r) for res in doc["scenarios"] for r in res.get("audit", {}).get("profit", [])]

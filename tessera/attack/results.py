@@ -70,7 +70,7 @@ class ScenarioResult:
     reference: str = ""
     """The all-honest run its held-out loss is compared with (see :func:`reference`)."""
     audit: dict[str, Any] = field(default_factory=dict)
-    """Issue 26's figures read from the chain (``tessera.attack.auditchecks``): per round, who proved,
+    """Figures read from the chain (``tessera.attack.auditchecks``): per round, who proved,
     what was paid, the draws and the proposals."""
 
     def to_json(self) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def evaluate(
         res.checks.pop("honest_share>=0.99", None)
         res.checks.update(checks)
     elif sc.audit_checks in ("caught-when-audited", "partial-faker"):
-        # issue 38: paid in the rounds it is not audited (only the audit's expected loss deters it), so
+        # paid in the rounds it is not audited (only the audit's expected loss deters it), so
         # earning 0 overall is not the claim; every audit catching it is (except a partial faker's)
         res.checks.pop("cheaters_earn_0", None)
         res.checks.pop("honest_share>=0.99", None)
@@ -155,7 +155,7 @@ def evaluate(
 
 
 def _profit_checks(res: ScenarioResult, sc: Scenario, run: NetworkRun) -> None:
-    """A cheating miner's realized profit against an honest one's beside the model's (issue 38), and the
+    """A cheating miner's realized profit against an honest one's beside the model's, and the
     check that it earns no more than honest work."""
     profit = auditchecks.profit_vs_honest(
         run, cheat_from=sc.cheat_from, stake=MINER_STAKE, slash_fraction=SLASH_FRACTION,
@@ -221,9 +221,9 @@ def _fault_checks(res: ScenarioResult, sc: Scenario, run: NetworkRun) -> None:
         res.checks[f"restarted_{p.role}_paid_in_round_{rnd + 1}"] = _paid(run, rnd + 1, p.address) > 0
         if p.role == "miner" and phase == 1 and (down[0] if down else 0.0) < WITHHOLD_GRACE_S:
             # killed after its commit, back within the validators' grace: it serves again and its
-            # round still pays it (issue 10: a restarted miner used to earn 0, stage 'fetch')
+            # round still pays it (a restarted miner used to earn 0, stage 'fetch')
             res.checks[f"restarted_miner_paid_in_round_{rnd}"] = _paid(run, rnd, p.address) > 0
-    # one restarted node must not cost everyone a round (issue 10: round 4 paid nobody)
+    # one restarted node must not cost everyone a round (round 4 paid nobody)
     settled = [run.ledger.rounds[r].settlement for r in range(2, run.rounds + 1) if r in run.ledger.rounds]
     res.checks["every_round_paid_miners"] = all(
         st is not None and sum(st.miner_rewards.values()) > 0 for st in settled

@@ -215,7 +215,7 @@ def _dipaco_epochs(spec: RunSpec) -> RunSpec:
 
 
 def _knowing_ahead() -> list[Scenario]:
-    """Issue 28: a DiPaCo miner knows its path, and who shares it, for a whole epoch. It prepares its data at
+    """a DiPaCo miner knows its path, and who shares it, for a whole epoch. It prepares its data at
     the epoch's first round and trains every later round on it (each round's batches come from the round's
     own seed), or identities of one operator copy the one that trains (each miner's batches are its own)."""
     return [

@@ -11,7 +11,7 @@ is the honest node's code, so the contract and the other validators see a normal
 - :class:`BadSignerValidator` does everything honestly but serves a certificate signature of another
   checkpoint digest (valid BLS, wrong message), which would sink every aggregate that includes it;
 - :class:`FalseReporterValidator` verifies and scores honestly, but reports every miner it audits as
-  having left its audit unanswered (issue 26's reverse attack: with c = 1 its report alone used to slash).
+  having left its audit unanswered (reverse attack: with c = 1 its report alone used to slash).
 """
 
 from __future__ import annotations

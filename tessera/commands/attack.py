@@ -81,7 +81,7 @@ def register(subparsers: Any) -> None:
 
 
 def _model(args: argparse.Namespace) -> int:
-    """The expected-value table of issue 26 for the default run (``NetworkParams``' stake and emission, a
+    """The expected-value table for the default run (``NetworkParams``' stake and emission, a
     run file's default audit section: committees of one) at the audit rate a deployment with that run
     file computes, then the older per-segment detection table."""
     from protocol.rounds import economics as ev

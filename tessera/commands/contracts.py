@@ -159,7 +159,7 @@ def _check_audits(params: Any, args: argparse.Namespace) -> None:
 
 
 def _with_audits(params: Any, args: argparse.Namespace) -> Any:
-    """``params`` with the run file's audit section (issue 26): q from the deterrence formula at these
+    """``params`` with the run file's audit section: q from the deterrence formula at these
     stakes and emission, and the run's c, K and slash; a flag given on the command line wins."""
     run_file = getattr(args, "run_file", None)
     if run_file is None:

@@ -33,7 +33,7 @@ def deploy_contracts(
     run_file: Path | None = None,
 ) -> None:
     """Deploy through ``tessera contracts deploy`` (``params``: NetworkParams fields) and fund accounts;
-    with ``run_file``, its audit section sets the audit parameters ``params`` leaves out (issue 26)."""
+    with ``run_file``, its audit section sets the audit parameters ``params`` leaves out."""
     cmd = [sys.executable, "-m", "tessera", "contracts", "deploy", "--rpc-url", rpc_url,
            "--key-env", "TESSERA_DEVNET_DEPLOYER_KEY", "--out", str(out)]  # fmt: skip
     if run_file is not None:

@@ -42,7 +42,7 @@ class DevnetConfig:
     miner_stake: int | None = None
     """The run's minimum miner stake in tokens, which every miner bonds (None: ``NetworkParams``' default,
     350,000, where the deterrence formula audits 0.39% of pairs). A small stake (e.g. 100) gives q = 1:
-    demos and tests that need a lazy miner audited every round set it (issue 26)."""
+    demos and tests that need a lazy miner audited every round set it."""
     segments_per_miner: int = 2
     commit_blocks: int = 60
     """Least blocks of the commit phase at 1-s blocks: when phases are sized, a floor of that many seconds

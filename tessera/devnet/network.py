@@ -163,7 +163,7 @@ class Devnet(NodeProcesses):
             front.set_target(ports[name])
         vurls = ",".join(self._public_url(f"validator{i}", ports) for i in range(cfg.validators))
         # a fresh development-TEE root per run, handed to the nodes in their environment (not on a
-        # command line that `ps` shows): issue 10 forged quotes from the old fixed, public seed
+        # command line that `ps` shows): quotes were once forged from a fixed, public seed
         tee_env = {DEV_TEE_SEED_ENV: secrets.token_hex(32)} if cfg.tee == "simulated" else {}
         common = [
             "--run-file",
@@ -246,9 +246,9 @@ class Devnet(NodeProcesses):
                 fund[Account.from_key(k).address] = 2000 * 10**18
             elif name.startswith("miner"):
                 fund[Account.from_key(k).address] = 2 * stake
-        # the stake sets q (the deterrence formula): 350,000 tokens by default, q = 0.39% (issue 26)
+        # the stake sets q (the deterrence formula): 350,000 tokens by default, q = 0.39%
         params = {"genesis_checkpoint": genesis, "min_miner_stake": stake, **self.phases.blocks()}
-        # the run file's audit section gives q (the deterrence formula), c, K and the slash (issue 26)
+        # the run file's audit section gives q (the deterrence formula), c, K and the slash
         deploy_contracts(
             self.anvil.rpc_url, keys["deployer"], self.deployment_path, params, fund, self.run_path
         )
@@ -324,7 +324,7 @@ class Devnet(NodeProcesses):
             return fast_forward_phase(self.chain, self.anvil.rpc_url, nv, alive, self._miners_served)
         except (httpx.HTTPError, OSError, DevnetError, ProtocolError) as exc:
             # a loaded machine can time out an ``anvil_mine`` or a read (30 s): the phase then runs out on
-            # the wall clock or the next poll mines it; it never ends the run (issue 26's measurement)
+            # the wall clock or the next poll mines it; it never ends the run (measurement)
             log.warning("fast-forward skipped: %s: %s", type(exc).__name__, exc)
             return False
 

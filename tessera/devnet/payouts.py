@@ -1,4 +1,4 @@
-"""A devnet round's payouts as the chain's events state them (issue 26: the report once called a round
+"""A devnet round's payouts as the chain's events state them (the report once called a round
 "refused" while the chain paid it). ``MinerRewarded`` is what ``finalize`` credited (0 where a fraud proof
 froze the pay, whatever the median), ``PayFrozen`` what a proof holds, ``Forfeited`` what a confirmed
 proof or unanswered audit took back."""

@@ -1,10 +1,10 @@
-"""A stranger poisoning a devnet's discovery (the ``poison-dht`` fault scenario, issue 11).
+"""A stranger poisoning a devnet's discovery (the ``poison-dht`` fault scenario).
 
 The stranger has no key the chain knows and no stake: it runs a plain ``hivemind.DHT`` (no record
 validator, so its own node stores anything) joined to the devnet's bootstrap peer, and a fresh Ethereum
 key. Against each round key it stores, with a one-year expiry:
 
-- a non-dictionary value over the round key (before issue 11's fix this hid the whole round and made
+- a non-dictionary value over the round key (before fix this hid the whole round and made
   every announce fail);
 - under every honest node's subkey, a forged record (the node's last record with another URL, so the
   signature no longer holds) and a replay of the node's real record (so it would outlive it);

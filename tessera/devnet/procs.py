@@ -93,7 +93,7 @@ def node_procs(
             str(ports[name]),
             "--checkpoint-urls",
             vurls,
-            *("--tee", cfg.tee, "--stake", str(cfg.miner_stake_wei())),  # the deployed stake (issue 26)
+            *("--tee", cfg.tee, "--stake", str(cfg.miner_stake_wei())),  # the deployed stake
         ]
         if name in cfg.miner_devices:
             args += ["--device", cfg.miner_devices[name]]

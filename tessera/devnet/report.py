@@ -1,6 +1,6 @@
 """The devnet's report: per round, the held-out loss before and after the merge, rewards per miner (from the
-chain's events), every node's ledger by kind and in bits per trained parameter per inner step (issue 13),
-each node's fixed terms (issue 26), verification cost against the miners' training compute and the wall
+chain's events), every node's ledger by kind and in bits per trained parameter per inner step,
+each node's fixed terms, verification cost against the miners' training compute and the wall
 time; ``report.json`` and the plots in ``report.png``."""
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _round_figures(
 
 def traffic_figures(kinds: dict[str, int], miner_records: list[dict[str, Any]]) -> dict[str, Any]:
     """A round's traffic (every node's ledger summed, :mod:`protocol.node.traffic`) by kind and in bits per
-    trained parameter per inner step, over the miners that trained in the round (issue 13's figure; the
+    trained parameter per inner step, over the miners that trained in the round (figure; the
     operators' reads of /status, /metrics and the live pages listed, not counted)."""
     known = {k.value for k in Kind}  # a kind a newer node's ledger has and this driver not: counted
     protocol = {k: b for k, b in kinds.items() if k not in known or Kind(k).protocol}

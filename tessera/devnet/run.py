@@ -3,10 +3,10 @@
 The view (rich) shows the round, phase and block, the held-out loss, and each miner's state, score,
 consensus and reward. The report (``report.json`` and ``report.png`` in the workdir) has per round: the
 held-out loss before and after the merge, rewards per miner, every node's ledger by kind and in bits per
-trained parameter per inner step (issue 13), each node's fixed terms (issue 26), verification cost
+trained parameter per inner step, each node's fixed terms, verification cost
 (validator compute against the miners' training compute), the wall time and its share outside training,
 and samples: continuations of a fixed prompt from the round's certified checkpoint (fetched from a
-validator, checked against the chain), shown under the live view as rounds certify (issue 17). Last, it
+validator, checked against the chain), shown under the live view as rounds certify. Last, it
 exports the newest certified checkpoint to ``DIR/model`` (read by ``tessera model eval`` and ``sample``)."""
 
 from __future__ import annotations

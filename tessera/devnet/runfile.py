@@ -1,5 +1,5 @@
 """The devnet's run file: the preset, the recipe, the corpus and the tokenizer of ``DIR/run.json``, and the
-token streams every node derives from it (issue 17)."""
+token streams every node derives from it."""
 
 from __future__ import annotations
 

@@ -340,7 +340,9 @@ def test_verification_goes_on_while_the_rpc_is_down(network, monkeypatch) -> Non
     v1.stop()
     coord = _RpcCut(ledger, v1.address)
     cfg = ValidatorConfig(data_dir=tmp / "v1", verify=VerifyPolicy(segments_per_miner=2))
-    node = ValidatorNode(cfg, spec, coord, Discovery(31337, KEYS[1], dht, dht_fresh_s=FRESH_S), KEYS[1]).start()
+    node = ValidatorNode(
+        cfg, spec, coord, Discovery(31337, KEYS[1], dht, dht_fresh_s=FRESH_S), KEYS[1]
+    ).start()
     validators[1] = node
     n = _to_next_round(ledger, [*validators, *miners])
     seen: list[tuple[int, int]] = []
