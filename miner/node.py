@@ -34,6 +34,8 @@ from miner.reports import OwnReports
 from miner.rewards import Rewards
 from miner.state import COMMITTED, PREPARED, SERVED, MinerState
 from protocol.node.rolenode import RoleNode
+from protocol.node.roundreport import MinerRoundFigures
+from protocol.node.statusdoc import MinerStatus, NodeStatus
 from protocol.node.traffic import TrafficLedger
 from protocol.p2p.discovery import Discovery
 from protocol.rounds.coordinator import Coordinator, RoundState
@@ -166,28 +168,47 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
         return {r: rec.to_json() for r, rec in self.state.rounds().items()}
 
     def status(self) -> dict[str, Any]:
-        """The /status document."""
+        """The /status document (``protocol.node.statusdoc``)."""
         recs = self.state.rounds()
         last = max(recs) if recs else None
         acc = self.rewards.account
-        dht = self.discovery.dht
-        return {
-            "role": "miner",
-            "address": self.address,
-            "behaviour": self.behaviour.name,
-            "url": self.url,
-            "round": self.services.material.live.round,
-            "phase": self.phase,
-            "rounds_done": self.rounds_done,
-            "last_error": self.last_error,
-            "last_round": recs[last].to_json() if last is not None else None,
-            "account": acc.to_json() if acc is not None else None,
-            "unanswered_reports": OwnReports.to_json(recs),
-            "key_in_use": acc.conflict if acc is not None else "",
-            "dht_refused_records": self.discovery.refused,
-            "dht_refused_at_node": self.discovery.refused_by_dht(),
-            "dht_maddrs": dht.visible_maddrs() if dht is not None and dht.running else [],
-        }
+        part = MinerStatus(
+            behaviour=self.behaviour.name,
+            rounds_done=self.rounds_done,
+            last_round=recs[last].to_json() if last is not None else None,
+            unanswered_reports=OwnReports.to_json(recs),
+        )
+        return NodeStatus.read(
+            self.conn,
+            round=self.services.material.live.round,
+            account=acc.to_json() if acc is not None else None,
+            key_in_use=acc.conflict if acc is not None else "",
+            part=part,
+        ).to_json()
+
+    def settle(self, current_round: int) -> None:
+        """Record each settled round's reward and watch the account (``rewards``), then log the line of
+        each round settled since (:meth:`report_settled`), also when the account check raised."""
+        try:
+            self.rewards.collect(current_round)
+        finally:
+            self.report_settled()
+
+    def report_settled(self) -> None:
+        """The round line (``protocol.node.roundreport``) of each round whose reward ``rewards`` recorded
+        since the last call: committed or not, the bytes served that round, consensus and reward."""
+        for r, settlement in self.rewards.take_settled():
+            rec = self.state.record(r)
+            status = rec.status if rec is not None else ""
+            figures = MinerRoundFigures.settled(
+                r,
+                settlement,
+                self.address,
+                status=status,
+                committed=status in (COMMITTED, SERVED),
+                served_bytes=self.traffic.sent_bytes(r),
+            )
+            self.metrics.round_report.emit(figures)
 
     # -- the loop --------------------------------------------------------------------------------------
     def done(self) -> bool:
@@ -200,7 +221,7 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
         self.publisher.synced = True
 
     def _act(self, st: RoundState) -> None:
-        self.rewards.collect(st.round)
+        self.settle(st.round)
         self.reports.close(st.round, self.rewards.rounds_done)  # contested reports on this miner
         rec = self.state.record(st.round)
         if st.phase == Phase.COMMIT and st.block <= st.deadline:

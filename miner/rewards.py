@@ -9,6 +9,7 @@ import logging
 from miner.connections import MinerConnections
 from miner.state import COMMITTED, SERVED
 from protocol.node.account import ChainAccount
+from protocol.rounds.coordinator import Settlement
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,13 @@ class Rewards:
         self.account: ChainAccount | None = None
         """This key's account figures (None until first read, or on an in-memory coordinator)."""
         self._account_read = False
+        self._settled: list[tuple[int, Settlement]] = []
+
+    def take_settled(self) -> list[tuple[int, Settlement]]:
+        """The rounds whose reward :meth:`collect` recorded since the last call, with their settlements (the
+        node logs their lines: ``miner.node.MinerNode.report_settled``)."""
+        taken, self._settled = self._settled, []
+        return taken
 
     def collect(self, current_round: int) -> None:
         """Record each settled round's reward, then read this key's account from the chain when the round,
@@ -39,7 +47,7 @@ class Rewards:
             with c.state.edit(r) as stored:
                 stored.reward, stored.consensus_score = str(reward), s.consensus.get(c.address, 0)
             self.rounds_done += 1
-            c.metrics.round_report.miner(r, rec, s, c.address, c.runtime.traffic)  # the round's INFO line
+            self._settled.append((r, s))
         if not self._account_read:
             self.account = ChainAccount.of(c.coord, c.address, c.metrics)
             self._account_read = True

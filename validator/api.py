@@ -9,6 +9,7 @@ from fastapi import HTTPException
 from fastapi.responses import HTMLResponse, Response
 
 from protocol.node.account import ChainAccount
+from protocol.node.statusdoc import NodeStatus, ValidatorStatus
 from validator.checkpoints import Checkpoints
 from validator.connections import Connections
 from validator.intake import Intake
@@ -113,24 +114,15 @@ class ValidatorApi:
         return out
 
     def status(self) -> dict[str, Any]:
-        """The /status document."""
-        c, theta = self.conn, self.checkpoints.theta
-        return {
-            "role": "validator",
-            "address": c.address,
-            "url": c.url,
-            "round": self.intake.cache.round,
-            "phase": c.runtime.phase,
-            "last_error": c.runtime.last_error,
-            "theta_round": theta.round if theta else None,
-            "account": self._account_json(),
-            "key_in_use": self.key_use.conflict,
-            "dht_refused_records": c.discovery.refused,
-            "dht_refused_at_node": c.discovery.refused_by_dht(),
-            "dht_maddrs": c.discovery.dht.visible_maddrs()
-            if c.discovery.dht is not None and c.discovery.dht.running
-            else [],
-        }
+        """The /status document (``protocol.node.statusdoc``)."""
+        theta = self.checkpoints.theta
+        return NodeStatus.read(
+            self.conn,
+            round=self.intake.cache.round,
+            account=self._account_json(),
+            key_in_use=self.key_use.conflict,
+            part=ValidatorStatus(theta_round=theta.round if theta else None),
+        ).to_json()
 
     def _account_json(self) -> dict[str, Any] | None:
         self._refresh_account()

@@ -11,9 +11,7 @@ import httpx
 from protocol.errors import ProtocolError
 from protocol.p2p.blobs import TransferError
 from protocol.p2p.transfer import fetch_blob
-from protocol.rounds.coordinator import (
-    CoordinatorError,
-)
+from protocol.rounds.coordinator import CoordinatorError, Settlement
 from protocol.runspec import COMPUTE_LOCK
 from protocol.wire.records import Served
 from protocol.wire.tensorblob import (
@@ -47,6 +45,13 @@ class Checkpoints:
         self.intake = intake
         self.theta: Theta | None = None
         """theta_r of the round this validator works on (None until known)."""
+        self._settled: list[tuple[int, Settlement]] = []
+
+    def take_settled(self) -> list[tuple[int, Settlement]]:
+        """The rounds whose settlement :meth:`settle_previous` recorded since the last call, with their
+        settlements (the node logs their lines: ``validator.node.ValidatorNode.report_settled``)."""
+        taken, self._settled = self._settled, []
+        return taken
 
     def ensure_theta(self, round: int, digest: bytes) -> Theta:
         """theta_round = ``digest``: from this validator's store, the genesis, or a peer; announced."""
@@ -109,7 +114,7 @@ class Checkpoints:
         # this validator's own figures (owed, claimed, stake) are read from the chain: validator.api
         with self.conn.state.edit(round) as rec:
             rec.consensus, rec.rewards = dict(s.consensus), rewards
-        self.conn.metrics.round_report.validator(round, self.conn.state.round(round), s, self.conn.address)
+        self._settled.append((round, s))
 
     def _merge(self, round: int, theta: Theta) -> None:
         c = self.conn

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.node.rolenode import RoleNode
+from protocol.node.roundreport import ValidatorRoundFigures
 from protocol.node.traffic import TrafficLedger
 from protocol.p2p.discovery import Discovery
 from protocol.rounds.consensus import SCORE_MAX
@@ -50,7 +51,7 @@ from validator.intake import Intake
 from validator.pipeline import VerificationPipeline
 from validator.schedule import RETRY_MARGIN_BLOCKS, STEP_SLICE_S, VerifyScheduler
 from validator.slashing import Slashing
-from validator.stages import Stage
+from validator.stages import UNVERIFIED_STAGES, Stage
 from validator.state import ValidatorState
 from validator.usefulness import heldout_loss
 
@@ -146,6 +147,25 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         """The validator's routes (``validator.api.ValidatorApi``)."""
         self.api.add_routes(app)
 
+    def report_settled(self) -> None:
+        """The round line (``protocol.node.roundreport``) of each round whose settlement ``checkpoints``
+        recorded since the last call: committed miners verified (a verdict at a stage that decided) and
+        accepted, scores revealed or not, its reward."""
+        for r, settlement in self.checkpoints.take_settled():
+            rec = self.state.round(r)
+            verdicts = rec.verdicts or {}
+            decided = [v for v in verdicts.values() if v.stage and v.stage not in UNVERIFIED_STAGES]
+            figures = ValidatorRoundFigures.settled(
+                r,
+                settlement,
+                self.address,
+                verified=len(decided),
+                miners=len(rec.miners) if rec.miners is not None else len(verdicts),
+                accepted=sum(1 for v in decided if v.accepted),
+                scores_revealed=bool(rec.score_revealed),
+            )
+            self.metrics.round_report.emit(figures)
+
     # -- loop ------------------------------------------------------------------------------------------
 
     def step(self) -> None:
@@ -180,7 +200,10 @@ class ValidatorNode(RoleNode[ValidatorConfig, ValidatorState]):
         self.api.key_use.check(r)  # a second validator on this key stops here
         self.intake.new_round(r)
         if r > 1:
-            self.checkpoints.settle_previous(r - 1)
+            try:
+                self.checkpoints.settle_previous(r - 1)
+            finally:
+                self.report_settled()
         if st.checkpoint is None:
             self.phase = "waiting-certificate"
             return

@@ -49,3 +49,8 @@ class Stage(StrEnum):
         """Whether a verdict at this stage may change if asked again (the miner was slow or restarting):
         nothing was served, or a transcript state was not."""
         return self is Stage.FETCH or (self is Stage.RECOMPUTE and not provable)
+
+
+UNVERIFIED_STAGES = frozenset({Stage.BUDGET, Stage.ERROR})
+"""The stages that leave a miner unverified: scored 0 without a check deciding (a verdict with no stage is
+undecided). A validator's round line counts the others as verified (``ValidatorNode.report_settled``)."""

@@ -10,10 +10,11 @@ Modules:
 - ``loop``: the step loop: step, wait, and retry a failure with backoff
 - ``recordstore``: ``RecordStore``: both nodes' per-round records in one atomic state file
 - ``rolenode``: ``RoleNode``: the base of both nodes (``act``, ``status``, routes; start/step/run/stop)
-- ``roundreport``: ``RoundReport``: one INFO line per round per node, and its figures in ``/status``
+- ``roundreport``: ``RoundReport``: one INFO line per round per node; its figures typed, in ``/status``
 - ``settings``: typed config loading with sections: defaults < TOML < env < flags
 - ``sockstats``: the kernel's TCP counters per socket (``sock_diag``), read from outside
 - ``start``: ``NodeRuntime``: how a node process starts, steps and stops serving
+- ``statusdoc``: ``NodeStatus``: the ``/status`` document typed, shared fields once, each role's part
 - ``traffic``: ``TrafficLedger``: every byte a node moves, by round and kind
 - ``trafficsums``: sums over nodes' ledgers (by kind, fixed terms, bits per parameter) for reports
 """
