@@ -237,7 +237,7 @@ def stage_digest(ctx: RoundContext, miner: str, commitment: bytes, data: bytes, 
 
 def stage_format(ctx: RoundContext, data: bytes, policy: VerifyPolicy, proof: dict[str, Any]) -> Update:
     """``format``: the bytes decode as an update of the run's model and codec, checked before decoding
-   . Provable: anyone can decode the committed bytes again."""
+    . Provable: anyone can decode the committed bytes again."""
     try:
         return decode_update(
             data, UpdateCaps(max_update_bytes=policy.max_update_bytes), *run_model(ctx.checkpoint, ctx.spec)

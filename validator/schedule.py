@@ -278,8 +278,8 @@ class VerifyScheduler:
     @staticmethod
     def _final(sched: RoundSchedule, miner: str, v: Verdict) -> Verdict:
         """The verdict to record for ``miner`` whose last try ended in ``v``: the first try that left the
-        audit unanswered (the furthest the miner let it get), unless the miner answered in ``v``
-       ."""
+         audit unanswered (the furthest the miner let it get), unless the miner answered in ``v``
+        ."""
         kept = sched.unanswered.get(miner)
         if kept is None or kept is v or answered(v):
             return v
