@@ -170,6 +170,11 @@ def test_two_rounds_with_junk_and_bad_records(network) -> None:  # type: ignore[
     assert validators[0].state.checkpoint(4) == validators[1].state.checkpoint(4)
     # the provable junk was slashed by a quorum
     assert ledger.slashed.get(junk, 0) >= 1
+    # each node logged its settled rounds' line (its node's ``report_settled``) and shows the last one
+    for node in nodes:
+        report = node.status()["round_report"]
+        assert report is not None and report["round"] >= 2, report
+        assert report["line"].startswith(f"round {report['round']}: "), report
 
 
 def test_restarted_miner_does_not_commit_twice(network) -> None:  # type: ignore[no-untyped-def]
