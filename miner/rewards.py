@@ -33,7 +33,8 @@ class Rewards:
         return taken
 
     def collect(self, current_round: int) -> None:
-        """Record each settled round's reward, then read this key's account from the chain when the round,
+        """Record each settled round's reward (kept for :meth:`take_settled`: the node logs the round's
+        line), then read this key's account from the chain when the round,
         its record or the settled count changed (``/status`` ``account``, ``account_tokens`` gauges), and
         refuse a commitment of this key that this node did not make (:class:`KeyInUseError`)."""
         c = self.conn
