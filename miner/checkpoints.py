@@ -81,10 +81,15 @@ class CheckpointSource:
         chain certifies the same digest."""
         p = round - 1
         prev = self.state.record(p)
-        if prev is None or prev.checkpoint is None:
-            return None
+        if prev is not None and prev.checkpoint is not None:
+            held_digest = prev.checkpoint.removeprefix("0x")
+        else:  # a round it did not train (the join round): theta_{round-1} as the chain certified it
+            certified = self.coord.checkpoint(p)
+            if certified is None:
+                return None
+            held_digest = certified.hex()
         settlement = self.coord.settlement(p)
-        theta = self.held("0x" + prev.checkpoint.removeprefix("0x"))
+        theta = self.held("0x" + held_digest)
         if settlement is None or theta is None:
             return None
         updates = self.accepted_updates(p, settlement.consensus)

@@ -18,13 +18,11 @@ from protocol.node.traffic import (
     OPERATOR_QUERY,
     Kind,
     TrafficLedger,
-    bits_per_param_step,
     blob_kind,
-    merge_ledgers,
     path_kind,
     rpc_label,
-    total_bytes,
 )
+from protocol.node.trafficsums import bits_per_param_step, merge_ledgers, total_bytes
 from protocol.p2p.blobs import sha256_digest
 from protocol.p2p.transfer import FetchPolicy, fetch_blob
 from protocol.wire.tensorblob import encode_tensors, tensor_blob_digest
