@@ -86,7 +86,8 @@ class Intake:
             miner=miner,
             commitment=commitment,
             fetch_update=lambda: self.fetch_update(round, miner, remaining),
-            fetch_state=self._state_fetcher(url, keep=keep, remaining=remaining),
+            # looked up again at the fetch when the miner had no record yet (restarted, re-announcing)
+            fetch_state=self._state_fetcher(lambda: url or self.miner_url(round, miner), keep, remaining),
             evidence=self.cache.evidence.get(miner),
             fetch_source=self._source_fetcher(miner, url, remaining),
             keep_residual=self._residual_keeper(keep=keep),
@@ -123,14 +124,18 @@ class Intake:
                 log.info("evidence of %s unavailable: %s", miner, exc)
         return data
 
-    def _state_fetcher(self, url: str | None, keep: int, remaining: Remaining | None = None) -> FetchState:
-        """Fetches a transcript state, residual or transcript from the miner at ``url`` by digest, checked
-        against it; a residual is looked up in, and kept in, the residual cache (next round's source)."""
+    def _state_fetcher(
+        self, url_of: Callable[[], str | None], keep: int, remaining: Remaining | None = None
+    ) -> FetchState:
+        """Fetches a transcript state, residual or transcript from the miner at ``url_of()`` by digest,
+        checked against it; a residual is looked up in, and kept in, the residual cache (next round's
+        source)."""
 
         def fetch_state(digest: str) -> dict[str, Tensor]:
             kept = self.residuals.get(digest)  # the source residual: fetched or recomputed last round
             if kept is not None:
                 return decode_tensors(kept)
+            url = url_of()
             if url is None:
                 raise NotAnnouncedError("miner has no URL")
             data = fetch_blob(url, digest, policy=self.policy(remaining), digest_fn=tensor_blob_digest)
