@@ -40,10 +40,15 @@ class ResidualCache:
         if not tensors or not all(k.startswith("ef/") for k in tensors):
             return
         self.store.put(data, digest)
-        files = sorted(
-            (p for p in self.store.root.iterdir() if p.is_file() and not p.name.startswith(".")),
-            key=lambda p: p.stat().st_mtime_ns,
-        )
+        # verifications run in parallel threads: a file listed here may be dropped by another before stat
+        aged: list[tuple[int, Path]] = []
+        for p in self.store.root.iterdir():
+            if p.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError):
+                if p.is_file():
+                    aged.append((p.stat().st_mtime_ns, p))
+        files = [p for _, p in sorted(aged)]
         for old in files[: max(0, len(files) - max(1, keep or self.keep))]:
             with contextlib.suppress(OSError):
                 old.unlink()

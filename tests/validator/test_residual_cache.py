@@ -43,3 +43,17 @@ def test_only_residuals_are_kept_and_only_under_their_digest(tmp_path: Path) -> 
     other, _, _ = _blob(9)
     with pytest.raises(DigestMismatchError):
         cache.offer(other, data, tensors)
+
+
+def test_offers_from_parallel_verifications_never_raise(tmp_path: Path) -> None:
+    """A validator verifies miners in parallel threads, each offering residuals to the same cache: one
+    thread's pruning removes files another has listed (seen as FileNotFoundError in a 10-round run)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = ResidualCache(tmp_path, keep=1)
+    blobs = [_blob(seed) for seed in range(40)]
+    with ThreadPoolExecutor(8) as pool:
+        for fut in [pool.submit(cache.offer, d, data, tensors) for d, data, tensors in blobs]:
+            fut.result()
+    kept = [p for p in tmp_path.iterdir() if p.is_file() and not p.name.startswith(".")]
+    assert 1 <= len(kept) <= 8, "each offer prunes to keep; at most the racing offers' own files remain"
