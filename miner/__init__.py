@@ -10,6 +10,7 @@ Modules:
 - ``config``: ``MinerConfig``: defaults < TOML ``[miner]`` < ``TESSERA_MINER_*`` env < flags; the key
 - ``connections``: ``MinerConnections`` (what every service is given) and ``RoundMaterial`` (the round)
 - ``errors``: ``MinerError``, the package's exception root, and its typed failures
+- ``linkcheck``: the start-up check of the upload link against what an audit needs, before staking
 - ``livepage``: the live page at ``GET /``: what the node is doing and its recent rounds
 - ``node``: ``MinerNode``: the phase machine (``act``), ``MinerServices``, ``compose``, ``/status``
 - ``publish``: ``Publisher``: serve and announce the update, transcript states, feedback and evidence

@@ -39,6 +39,12 @@ class MinerConfig(NodeConfig):
     """Stop after this many rounds served (0: run forever)."""
     snapshot_every: int = 10
     """Keep every n-th transcript state; others are replayed from the nearest when asked for."""
+    upload_mbit: float = 0.0
+    """Your upload rate in Mbit/s, declared: checked at start instead of measuring it against validators
+    (0: measure; docs/operator-miner.md, "Your upload link")."""
+    skip_link_check: bool = False
+    """Stake and run even when the upload link looks too slow to serve an audit in time (logged as a
+    warning): an audit left unanswered is slashed like a caught fake."""
     tee: str = "none"
     """``none`` or ``simulated`` (serve evidence from the development enclave whose seed is in
     ``$TESSERA_DEV_TEE_SEED``; devnet only)."""
@@ -61,6 +67,8 @@ def load_miner_config(
         )
     except ProtocolError as exc:
         raise MinerConfigError(str(exc)) from exc
+    if cfg.upload_mbit < 0:
+        raise MinerConfigError(f"upload_mbit must be 0 (measure) or a rate in Mbit/s, not {cfg.upload_mbit}")
     if cfg.tee not in ("none", "simulated"):
         raise MinerConfigError(f"tee must be none or simulated, not {cfg.tee!r}")
     from miner.behaviour import available

@@ -19,3 +19,8 @@ class CheckpointUnavailableError(MinerError):
 
 class CommitDeadlineMissedError(MinerError):
     """The update was ready after the commit phase had closed."""
+
+
+class LinkTooSlowError(MinerError):
+    """The miner's upload link, measured at start (``miner.linkcheck``), cannot serve an audit within a
+    validator's fetch timeout: it does not stake."""

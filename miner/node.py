@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from attestation import report_data
 from attestation.simulated import SimulatedEnclave
@@ -28,6 +28,7 @@ from miner.checkpoints import CheckpointSource
 from miner.commit import Committer
 from miner.config import MinerConfig
 from miner.connections import EvidenceFn, MinerConnections, RoundMaterial
+from miner.linkcheck import check_link
 from miner.livepage import mount_live_page
 from miner.publish import Publisher
 from miner.reports import OwnReports
@@ -129,6 +130,13 @@ class MinerNode(RoleNode[MinerConfig, MinerState]):
             s.rewards,
             s.reports,
         )
+
+    def start(self) -> Self:
+        """Check the upload link against what an audit needs (``miner.linkcheck``: a link too slow for a key
+        not registered yet raises ``LinkTooSlowError`` before anything is staked), then start serving and
+        register (``RoleNode.start``)."""
+        check_link(self.cfg, self.conn.spec, self.coord, self.discovery, self.address)
+        return super().start()
 
     # -- what callers read (besides RoleNode's) --------------------------------------------------------
 

@@ -53,7 +53,8 @@ def dev_tee_seed(environ: typing.Mapping[str, str] | None = None) -> bytes:
 
 
 def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One flag per setting (string-valued; the loader coerces and validates): ``--field-name``, and
+    """One flag per setting (string-valued; the loader coerces and validates; a yes/no one alone is yes):
+    ``--field-name``, and
     ``--section.field-name`` inside a section (``--verify.segments-per-miner``). Renamed and retired
     settings keep a hidden flag of their old name, so that the loader warns about them or refuses them
     instead of argparse failing on an unknown flag."""
@@ -64,10 +65,13 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         doc = docs.get(name, "").replace("%", "%%")
         doc = doc + " " if doc else ""
         default = defaults[name]
+        # a yes/no setting's flag alone says yes (``--skip-link-check``); ``--dht false`` still reads
+        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if tp is bool else {}
         parser.add_argument(
             _flag(name),
             dest=f"cfg_{name}",
             default=None,
+            **extra,
             metavar=str(getattr(tp, "__name__", "VALUE")).upper(),
             help=f"{doc.replace('``', '')}(default: {str(default) if isinstance(default, Path) else repr(default)})",
         )

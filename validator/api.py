@@ -1,5 +1,6 @@
 """The validator's HTTP API beyond the common node routes: signatures, held updates, verdicts, the round
-summary and the live page (OpenAPI at ``/docs``)."""
+summary, the live page and the miners' upload probe (``POST /link/probe``, ``protocol.p2p.linkprobe``;
+OpenAPI at ``/docs``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from protocol.node.account import ChainAccount
 from protocol.node.statusdoc import NodeStatus, ValidatorStatus
+from protocol.p2p.linkprobe import mount_link_probe
 from validator.checkpoints import Checkpoints
 from validator.connections import Connections
 from validator.intake import Intake
@@ -76,6 +78,7 @@ class ValidatorApi:
         def live() -> str:
             return LIVE_PAGE
 
+        mount_link_probe(app)  # a miner measures its upload here before it stakes
         self.conn.metrics.before_collect.append(self._refresh_account)
 
     def _account(self) -> ChainAccount | None:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from protocol.errors import ProtocolError
+from protocol.node.settings import NodeConfig
 from protocol.rounds.economics import RunEconomics, audit_rate_bps
 
 TOKEN = 10**18
@@ -64,6 +65,23 @@ def audit_traffic(
         per_miner_bytes=q * members * one,
         per_validator_bytes=q * miners * members / validators * one,
     )
+
+
+def audit_serving(trained_params: int, window_s: float | None = None) -> dict[str, Any]:
+    """What a miner serves when audited, and the link it needs: one audit's bytes
+    (:data:`AUDIT_BYTES_PER_PARAM` per trained parameter), its largest part (a state's AdamW moments, 8
+    bytes per trained parameter, fetched by digest), and the upload rate that serves that part within a
+    validator's fetch timeout (``window_s``; default ``protocol.node.settings.NodeConfig.fetch_timeout``): a
+    slower link leaves the audit unanswered, which costs what a caught fake costs. ``tessera runspec
+    estimate`` prints it; a miner checks its own link against it before it stakes (``miner.linkcheck``)."""
+    window = NodeConfig().fetch_timeout if window_s is None else window_s
+    part = 8 * trained_params
+    return {
+        "audit_bytes": AUDIT_BYTES_PER_PARAM * trained_params,
+        "largest_part_bytes": part,
+        "serve_window_s": window,
+        "upload_mbit_s_needed": round(8 * part / window / 1e6, 2),
+    }
 
 
 class AuditSpecError(ProtocolError):

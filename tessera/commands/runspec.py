@@ -232,6 +232,7 @@ def parameters(cfg: Any) -> int:
 def _estimate(args: argparse.Namespace) -> int:
     import torch
 
+    from protocol.rounds.auditspec import audit_serving
     from protocol.runspec import RunSpec
     from training.presets import PRESETS, estimate, get_preset
 
@@ -258,25 +259,6 @@ def _estimate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"device": device, "estimates": rows}, sort_keys=True))
     return 0
-
-
-def audit_serving(trained_params: int) -> dict[str, Any]:
-    """What a miner serves when audited, and the link it needs: one audit's bytes
-    (``protocol.rounds.auditspec.AUDIT_BYTES_PER_PARAM`` per trained parameter), its largest part (a
-    state's AdamW moments, 8 bytes per trained parameter, fetched by digest), and the upload rate that
-    serves that part within a validator's fetch timeout (``protocol.node.settings.NodeConfig.fetch_timeout``):
-    a slower link leaves the audit unanswered, which costs what a caught fake costs."""
-    from protocol.node.settings import NodeConfig
-    from protocol.rounds.auditspec import AUDIT_BYTES_PER_PARAM
-
-    window = NodeConfig().fetch_timeout
-    part = 8 * trained_params
-    return {
-        "audit_bytes": AUDIT_BYTES_PER_PARAM * trained_params,
-        "largest_part_bytes": part,
-        "serve_window_s": window,
-        "upload_mbit_s_needed": round(8 * part / window / 1e6, 2),
-    }
 
 
 def _print_estimate(e: dict[str, Any]) -> None:
