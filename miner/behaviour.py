@@ -48,6 +48,10 @@ class Behaviour:
 
     name = "honest"
 
+    def bind(self, spec: Any, coord: Any) -> None:
+        """Called once, when the miner's connections are made, with its run file and coordinator (honest:
+        nothing; a mode started by name that reads the chain, such as the audit draw, keeps them)."""
+
     def batches(self, ctx: BehaviourContext, batches: Tensor) -> Tensor:
         """The batches to train on (honest: the assigned ones)."""
         return batches

@@ -87,6 +87,7 @@ class MinerConnections(NodeConnections[MinerConfig, MinerState]):
         parts = cls.parts("miner", cfg, coord, discovery, MinerState, traffic=traffic, retried=(MinerError,))
         policy = FetchPolicy(timeout=cfg.fetch_timeout, attempts=cfg.fetch_attempts)
         checkpoints = CheckpointSource(spec, coord, discovery, parts.state, policy, parts.metrics)
+        behaviour.bind(spec, coord)
         return cls(cfg, spec, coord, discovery, *parts, behaviour, checkpoints)
 
     def chain_has_commit(self, round: int, digest: bytes) -> bool:

@@ -26,6 +26,7 @@ from tessera.attack.dodgers import (
     LastDeltaHangWhenAudited,
     LastDeltaRider,
     WithholdWhenAudited,
+    audited_reader,
 )
 from tessera.attack.harness import Participant
 from tessera.attack.miners import (
@@ -61,16 +62,6 @@ def audit_scenarios() -> list[Scenario]:
                  scores_dishonestly=False, audit_params={"audit_rate_bps": 10_000, "committee_size": 1},
                  audit_checks="false-unanswered-report", timeout_s=2_400.0, min_rounds=REPORT_WINDOW_ROUNDS + 2),
     ]  # fmt: skip
-
-
-def audited_reader(coord: Any) -> Callable[[int, str], bool]:
-    """Whether the chain's draw audits ``miner`` in ``round`` (public once the seed is fixed), as a miner
-    reads it through its coordinator."""
-
-    def audited(round: int, miner: str) -> bool:
-        return any(d.audited for d in coord.audit_draws(round, [miner]).values())
-
-    return audited
 
 
 def when_audited(make: Callable[[RunSpec, Callable[[int, str], bool]], Behaviour]) -> Callable[..., Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,24 +21,42 @@ from training.inner import InnerResult, Transcript, start_state
 from training.model import module_params
 
 
+def audited_reader(coord: Any) -> Callable[[int, str], bool]:
+    """Whether the chain's draw audits ``miner`` in ``round`` (public once the seed is fixed), as a miner
+    reads it through its coordinator."""
+
+    def audited(round: int, miner: str) -> bool:
+        return any(d.audited for d in coord.audit_draws(round, [miner]).values())
+
+    return audited
+
+
 class WithholdWhenAudited(Behaviour):
     """Trains honestly and serves its update, transcript digests and residuals, but refuses the transcript
     states exactly in the rounds the seed draws it for an audit (public once the seed is fixed, after its
     commit): the cheap way out of an audit of a fake, unless it costs what a caught fake costs.
 
-    ``audited(round, miner)`` reads the round's draw (the chain's ``auditDraw``); a draw it cannot read
-    counts as not audited (it serves), so every refusal is of an audit.
+    ``audited(round, miner)`` reads the round's draw (the chain's ``auditDraw``; None: read through the
+    coordinator the node binds, as when started by name in a devnet); a draw it cannot read counts as not
+    audited (it serves), so every refusal is of an audit.
     """
 
     name = "withhold-when-audited"
 
-    def __init__(self, audited: Callable[[int, str], bool]) -> None:
+    def __init__(self, audited: Callable[[int, str], bool] | None = None) -> None:
         self.audited = audited
         self.known: dict[int, bool] = {}
         """Round -> whether it was audited (the draw is fixed with the seed)."""
 
+    def bind(self, spec: Any, coord: Any) -> None:
+        """Read the draw through the node's coordinator unless given a reader."""
+        if self.audited is None:
+            self.audited = audited_reader(coord)
+
     def serves_state(self, ctx: BehaviourContext) -> bool:
         """No state of an audited round."""
+        if self.audited is None:
+            return True
         if ctx.round not in self.known:
             try:
                 self.known[ctx.round] = bool(self.audited(ctx.round, ctx.miner))
@@ -63,7 +82,10 @@ class HangWhenAudited(WithholdWhenAudited):
     name = "hang-when-audited"
 
     def __init__(
-        self, audited: Callable[[int, str], bool], hang_s: float = HANG_S, sleep: Sleep = time.sleep
+        self,
+        audited: Callable[[int, str], bool] | None = None,
+        hang_s: float = HANG_S,
+        sleep: Sleep = time.sleep,
     ):
         super().__init__(audited)
         self.hang_s = hang_s
@@ -84,7 +106,10 @@ class DripWhenAudited(WithholdWhenAudited):
     name = "drip-when-audited"
 
     def __init__(
-        self, audited: Callable[[int, str], bool], delay_s: float = DRIP_S, sleep: Sleep = time.sleep
+        self,
+        audited: Callable[[int, str], bool] | None = None,
+        delay_s: float = DRIP_S,
+        sleep: Sleep = time.sleep,
     ):
         super().__init__(audited)
         self.delay_s = delay_s
@@ -106,9 +131,9 @@ class LastDeltaRider(Behaviour):
 
     name = "free-rider-last-delta"
 
-    def __init__(self, spec: RunSpec) -> None:
+    def __init__(self, spec: RunSpec | None = None) -> None:
         self.spec = spec
-        """The run (H, the transcript interval, the batch shape for the token count)."""
+        """The run (H, the transcript interval, the batch shape for the token count); None: the node's."""
         self.previous: dict[str, Tensor] = {}
         """theta_{r-1}: the checkpoint of the last round it saw."""
         self.trained = 0
@@ -119,10 +144,15 @@ class LastDeltaRider(Behaviour):
     ) -> InnerResult:
         """The made-up result (the honest one in its first round)."""
         prev, self.previous = self.previous, {k: v.clone() for k, v in checkpoint.items()}
-        if not prev:
+        if not prev or self.spec is None:
             self.trained += 1
             return train()
         return last_delta_result(self.spec, checkpoint, prev, ctx.modules)
+
+    def bind(self, spec: Any, coord: Any) -> None:
+        """Take the node's run file unless given one."""
+        if self.spec is None:
+            self.spec = spec
 
 
 def last_delta_result(
@@ -166,13 +196,18 @@ class LastDeltaHangWhenAudited(LastDeltaRider):
 
     def __init__(
         self,
-        spec: RunSpec,
-        audited: Callable[[int, str], bool],
+        spec: RunSpec | None = None,
+        audited: Callable[[int, str], bool] | None = None,
         hang_s: float = HANG_S,
         sleep: Sleep = time.sleep,
     ) -> None:
         super().__init__(spec)
         self.hang = HangWhenAudited(audited, hang_s, sleep)
+
+    def bind(self, spec: Any, coord: Any) -> None:
+        """The run file and the draw, through the node's, unless given."""
+        super().bind(spec, coord)
+        self.hang.bind(spec, coord)
 
     def serves_state(self, ctx: BehaviourContext) -> bool:
         """As :class:`HangWhenAudited`."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -22,6 +23,13 @@ from attestation.simulated import SimulatedEnclave
 from miner.behaviour import Behaviour, BehaviourContext, register
 from protocol.rounds.epochs import epoch_first_round
 from protocol.wire.update import Update, decode_update, encode_update
+from tessera.attack.dodgers import (
+    DripWhenAudited,
+    HangWhenAudited,
+    LastDeltaHangWhenAudited,
+    LastDeltaRider,
+    WithholdWhenAudited,
+)
 from tessera.nodes import dev_tee_seed
 
 
@@ -283,6 +291,16 @@ class Withholder(Behaviour):
         return b""
 
 
+class RunLazyMiner(LazyMiner):
+    """A :class:`LazyMiner` whose segments are its run's transcript segments (``H / k``), bound when its
+    node starts: faking ``f`` of them fakes ``f`` of the steps (``tessera devnet --adversary NODE=lazy-10``)."""
+
+    def bind(self, spec: Any, coord: Any) -> None:
+        """One segment per transcript state of the run."""
+        inner = spec.inner
+        self.segments = max(1, inner.steps // max(1, inner.transcript_interval))
+
+
 def register_all() -> None:
     """Register every mode with ``miner.behaviour`` (``--behaviour NAME``)."""
     for cls in (
@@ -298,6 +316,17 @@ def register_all() -> None:
         Withholder,
     ):
         register(cls.name, cls)
+    # the ways around an audit read the draw and the run through the node that binds them
+    for way in (
+        WithholdWhenAudited,
+        HangWhenAudited,
+        DripWhenAudited,
+        LastDeltaRider,
+        LastDeltaHangWhenAudited,
+    ):
+        register(way.name, way)
+    register("lazy-10", lambda: RunLazyMiner(0.1))
+    register("lazy-50", lambda: RunLazyMiner(0.5))
     register("poisoner-scaled", lambda: Poisoner("scaled"))
     register("poisoner-flip", lambda: Poisoner("flip"))
     register("poisoner-huge", lambda: Poisoner("huge"))

@@ -5,6 +5,8 @@ tessera attack free-rider-zero lazy-33 [--rounds N]
 tessera attack --quick              # tiny model, 2 rounds, a few scenarios (CI)
 tessera attack --list
 tessera attack --model [--fraction F ...]   # the detection/profit model only (no network)
+tessera attack --campaign [--rounds 200] [--identities K] [--audit-rate-bps Q]   # every way around an
+                                    # audit at the default stake, in memory: realized and expected profit
 
 Each scenario runs on a fresh local anvil with freshly deployed contracts (``--chain anvil``, the
 default); ``--chain memory`` is a fast in-memory ledger, and its report says ``chain: memory``.
@@ -35,6 +37,21 @@ def register(subparsers: Any) -> None:
         help="lazy miners faking f = 0.01, 0.1, 0.5, 1 of their steps for --rounds rounds on the in-memory "
         "ledger: realized profit beside the model's, and the default stake's expected profit from measured "
         "parts (tessera.attack.partial); writes --out and prints the tables",
+    )
+    p.add_argument(
+        "--campaign",
+        action="store_true",
+        help="every way around an audit (tessera.attack.campaign) for --rounds rounds (default 200) at the "
+        "default stake on the in-memory ledger: realized profit per identity-round against honest, and the "
+        "expected profit at the deployed q from measured parts; writes --out, a PNG beside it, the tables",
+    )
+    p.add_argument("--identities", type=int, default=1, help="--campaign: miners per strategy (default 1)")
+    p.add_argument(
+        "--audit-rate-bps",
+        type=int,
+        default=None,
+        help="--campaign: the ledger's q in basis points (default: what contracts deploy sets for this "
+        "network at the default stake; raise it to see many audits in a few hundred rounds)",
     )
     p.add_argument("--out", type=Path, default=Path("attack-report.json"), help="JSON report path")
     p.add_argument(
@@ -159,6 +176,33 @@ def _partial(args: argparse.Namespace) -> int:
     return 0
 
 
+def _campaign(args: argparse.Namespace) -> int:
+    """Run the campaign (``tessera.attack.campaign``), write ``--out`` and its PNG, print the table."""
+    from tessera.attack import campaign
+    from tessera.attack.errors import AttackError
+
+    rounds = 200 if args.rounds is None else args.rounds
+    if rounds < 1 or args.identities < 1:
+        raise AttackError("--rounds and --identities must be at least 1")
+    if args.audit_rate_bps is not None and not 0 < args.audit_rate_bps <= 10_000:
+        raise AttackError("--audit-rate-bps must be in 1..10000")
+    logging.getLogger("miner").setLevel(logging.ERROR)
+    logging.getLogger("validator").setLevel(logging.ERROR)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    doc = campaign.run_campaign(
+        rounds,
+        args.identities,
+        args.audit_rate_bps,
+        progress=args.out.with_suffix(".progress.json"),
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    args.out.write_text(json.dumps(doc, indent=1))
+    png = campaign.plot(doc, args.out.with_suffix(".png"))
+    print(campaign.markdown(doc))
+    print(f"report: {args.out}, plot: {png}")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from tessera.attack.errors import AttackError
     from tessera.attack.scenarios import get, registry
@@ -171,13 +215,20 @@ def _run(args: argparse.Namespace) -> int:
         return _model(args)
     if args.partial:
         return _partial(args)
+    if args.campaign:
+        return _campaign(args)
     if args.report:
-        from tessera.attack import partial
+        from tessera.attack import campaign, partial
         from tessera.attack.report import markdown, profit_markdown
 
         try:
             doc = json.loads(args.report.read_text())
-            print(partial.markdown(doc) if "fakers" in doc else markdown(doc) + "\n\n" + profit_markdown(doc))
+            if "fakers" in doc:
+                print(partial.markdown(doc))
+            elif "strategies" in doc and "q_deployed" in doc:
+                print(campaign.markdown(doc))
+            else:
+                print(markdown(doc) + "\n\n" + profit_markdown(doc))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise AttackError(
                 f"{args.report} is not a report written by tessera attack --out: {exc}"
