@@ -232,7 +232,8 @@ def probe_upload(url: str, nbytes: int, wall_s: float, connect_s: float = 5.0) -
                 headers={"content-length": str(nbytes), "content-type": "application/octet-stream"},
                 timeout=timeout,
             )
-    except (_Late, httpx.WriteTimeout) as exc:
+    except (_Late, httpx.WriteTimeout, httpx.ReadTimeout) as exc:
+        # sending past the limit, or sent (into this host's socket buffers) and not answered in time
         if sent == 0:
             raise LinkProbeError(f"{target}: nothing sent within {wall_s:g} s") from exc
         return ProbeResult(url, nbytes, sent, wall_s, time.perf_counter() - t0, timed_out=True)
