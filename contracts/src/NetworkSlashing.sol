@@ -30,8 +30,9 @@ contract NetworkSlashing is NetworkState {
 
     /// @notice Proposes to slash `target` for a fraud proven in `round` (`evidence`: the hash of the
     ///         off-chain evidence, which the other validators re-check; usable once) and counts the
-    ///         caller's vote. One proof freezes the target's pay for `round` at once, whatever the median:
-    ///         held at settlement if `round` is not settled yet, else clawed back from its unvested pay.
+    ///         caller's vote. One proof puts all of a miner's unvested pay on hold at once (nothing vests while
+    ///         the vote is open) and freezes its pay for `round` whatever the median (held at settlement if
+    ///         `round` is not settled yet).
     ///         Confirmed by 2/3 of the validator stake: slash and forfeit; rejected by 2/3: the pay is
     ///         released and the proposer is slashed instead. A proposal of evidence already open against
     ///         the same (target, round) counts as a vote for it: validators that saw the same cheat in
@@ -52,7 +53,7 @@ contract NetworkSlashing is NetworkState {
 
     /// @notice Reports that `miner`, audited in `round`, did not answer its audit (the caller must be on
     ///         its committee to open the report; once open, a call from a committee member or a witness
-    ///         counts as a vote for it). Like a fraud proof it freezes the round's pay at once. "Not
+    ///         counts as a vote for it). Like a fraud proof it holds the miner's unvested pay at once. "Not
     ///         served" is not provable, so the report is decided by an electorate wider than the
     ///         committee that filed it: the committee plus `auditWitnesses(miner, round)` (up to c other
     ///         validators drawn from the seed, who fetch the audited states themselves). When 2/3 of the
@@ -84,7 +85,7 @@ contract NetworkSlashing is NetworkState {
 
     /// @notice Closes the unanswered-audit report on `evidence` that neither 2/3 of its electorate
     ///         confirmed nor 2/3 rejected by round `round + REPORT_WINDOW_ROUNDS`: the held pay is owed
-    ///         to the miner, nobody is slashed (a contested "not served" proves nothing either way).
+    ///         to the miner (once no other proposal against it is open), nobody is slashed (a contested "not served" proves nothing either way).
     ///         Anyone may call it once the window is over.
     /// @param evidence The evidence hash of an open unanswered-audit report.
     function expireReport(bytes32 evidence) external {
@@ -101,7 +102,7 @@ contract NetworkSlashing is NetworkState {
     /// @notice Votes on the proposal on `evidence`: for it (`support`), or against it (its evidence does
     ///         not check out). With 2/3 of the electorate's active stake (all validators; the committee
     ///         and its witnesses for an unanswered audit, within its window) for it, the slash executes;
-    ///         against it, the frozen pay is released to the target and the proposer is slashed
+    ///         against it, the held pay is released to the target and the proposer is slashed
     ///         `slashBps` of its stake: a lying proof costs its author. Votes count the voter's stake at
     ///         vote time.
     /// @param evidence The evidence hash of an open proposal.
@@ -121,6 +122,11 @@ contract NetworkSlashing is NetworkState {
         if (state.round > last) revert VotingClosed(evidence, last);
     }
 
+    /// @dev Opens the proposal. Against a miner it puts ALL its unvested pay on hold (`_holds`), not only
+    ///      the round's: a vote takes up to REPORT_WINDOW_ROUNDS (a fraud proof longer), and pay that vested
+    ///      meanwhile would escape the forfeit, so a miner hanging when audited kept more than the threat
+    ///      model's loss allows. The first proposal about (target, round) also freezes that round's pay if
+    ///      it is not settled yet (`finalize` adds it to the hold).
     function _openProposal(address target, uint256 round, bytes32 evidence, bool unanswered) internal {
         uint256 current = state.round;
         if (round == 0 || round > current) revert RoundNotReached(round, current);
@@ -133,27 +139,21 @@ contract NetworkSlashing is NetworkState {
         p.round = uint64(round);
         p.proposer = msg.sender;
         p.unanswered = unanswered;
-        bool freeze = t.role == Role.Miner && _frozen[round][target] == bytes32(0);
+        bool miner = t.role == Role.Miner;
         uint256 held;
-        if (freeze) {
-            _frozen[round][target] = evidence;
-            if (round == current) ++_frozenIn[round];
-            else held = _clawBack(target, round);
+        if (miner) {
+            if (_frozen[round][target] == bytes32(0)) {
+                _frozen[round][target] = evidence;
+                if (round == current) ++_frozenIn[round];
+            }
+            held = _sweep(target, false); // stays in totalUnvested, now held
+            Hold storage h = _holds[target];
+            h.amount += uint128(held);
+            ++h.open;
             p.held = uint96(held);
         }
         emit SlashProposed(evidence, target, msg.sender, round);
-        if (freeze) emit PayFrozen(evidence, target, round, held);
-    }
-
-    /// @dev Takes the unvested pay of `miner` for settled `round` out of its vesting slot (it stays in
-    ///      totalUnvested, now held by the proposal); 0 if it vested or was never credited.
-    function _clawBack(address miner, uint256 round) internal returns (uint256 amount) {
-        uint256 k = vestingRounds;
-        if (k == 0) return 0;
-        Vesting storage v = _vesting[miner][round % k];
-        if (v.round != round || round + k < state.round) return 0;
-        amount = v.amount;
-        v.amount = 0;
+        if (miner) emit PayFrozen(evidence, target, round, held);
     }
 
     /// @dev The stake that decides a proposal; for an unanswered audit the voter must be on the committee
@@ -190,22 +190,19 @@ contract NetworkSlashing is NetworkState {
         }
     }
 
-    /// @dev Confirmed: `slashBps` of the target's stake + unbonding burned; its held and unvested pay
-    ///      forfeited to the pool, the round's pay too when another open proposal holds it (a witness's
-    ///      fraud proof against a miner an unanswered report froze first: that report's expiry must not
-    ///      release a proven fake's pay).
+    /// @dev Confirmed: `slashBps` of the target's stake + unbonding burned; all its held pay (whichever
+    ///      open proposal put it on hold: a report's expiry must not release a proven fake's pay) and its
+    ///      unvested pay forfeited to the pool. A round still to settle that another proposal froze is
+    ///      pointed at this one, so its pay stays in the pool.
     function _executeSlash(bytes32 evidence, address target) internal {
         SlashProposal storage p = _slashes[evidence];
         p.executed = true;
-        uint256 forfeited = p.held + _sweep(target, false);
-        p.held = 0;
+        Hold storage h = _holds[target];
+        uint256 forfeited = h.amount + _sweep(target, false);
+        h.amount = 0;
+        if (h.open != 0) --h.open;
         bytes32 first = _frozen[p.round][target];
-        if (first != evidence && first != bytes32(0)) {
-            SlashProposal storage f = _slashes[first];
-            forfeited += f.held;
-            f.held = 0;
-            _frozen[p.round][target] = evidence; // a round still to settle keeps its pay in the pool
-        }
+        if (first != evidence && first != bytes32(0)) _frozen[p.round][target] = evidence;
         if (forfeited != 0) {
             totalUnvested -= forfeited;
             pool += forfeited;
@@ -216,7 +213,8 @@ contract NetworkSlashing is NetworkState {
         if (amount != 0) token.burn(amount);
     }
 
-    /// @dev Rejected: the held pay is owed to the target (and a not yet settled round pays it as usual);
+    /// @dev Rejected: the held pay is owed to the target once no other proposal against it is open (and a
+    ///      not yet settled round pays it as usual);
     ///      `slashBps` of the proposer's stake + unbonding is burned.
     function _rejectSlash(bytes32 evidence) internal {
         SlashProposal storage p = _slashes[evidence];
@@ -228,13 +226,16 @@ contract NetworkSlashing is NetworkState {
         if (penalty != 0) token.burn(penalty);
     }
 
-    /// @dev Unfreezes the target's pay for the proposal's round and owes it what was held; returns that.
+    /// @dev Unfreezes the target's pay for the proposal's round; the last open proposal against it to close
+    ///      owes it the held pay. Returns what was released.
     function _release(SlashProposal storage p, bytes32 evidence) internal returns (uint256 released) {
         address target = p.target;
         uint256 round = p.round;
-        released = p.held;
-        p.held = 0;
         if (_frozen[round][target] == evidence) delete _frozen[round][target];
+        Hold storage h = _holds[target];
+        if (h.open == 0 || --h.open != 0) return 0;
+        released = h.amount;
+        h.amount = 0;
         if (released != 0) {
             _accounts[target].owed += uint96(released);
             totalUnvested -= released;

@@ -61,7 +61,8 @@ abstract contract NetworkState is ITesseraNetwork {
         // penalised, SlashRejected) or an unanswered report that expired contested (ReportExpired)
         bool unanswered; // an unanswered audit (electorate: the committee), not a fraud proof
         uint64 round; // the round the evidence is about
-        uint96 held; // the target's pay for `round` held while open
+        uint96 held; // miner pay this proposal put on hold (`_holds`): all of it unvested at opening,
+        // plus the settled pay of a round it froze; a record, the hold itself is the target's
         address proposer;
         uint96 rejectedStake; // stake that voted to reject
     }
@@ -70,6 +71,14 @@ abstract contract NetworkState is ITesseraNetwork {
     struct Vesting {
         uint128 amount;
         uint64 round;
+    }
+
+    /// @notice A miner's pay held while proposals against it are open: one pot per miner, so whichever
+    ///         proposal is confirmed forfeits all of it, and only the last one closing unconfirmed
+    ///         releases it (no proposal can release pay that another, still open, put on hold).
+    struct Hold {
+        uint128 amount; // held pay (counted in totalUnvested)
+        uint64 open; // open proposals against the miner
     }
 
     /// @notice Constructor parameters (all immutable once deployed).
@@ -164,6 +173,8 @@ abstract contract NetworkState is ITesseraNetwork {
     mapping(uint256 => mapping(address => bytes32)) internal _frozen;
     /// @dev round => number of pairs frozen before it was settled (finalize looks them up only if > 0).
     mapping(uint256 => uint256) internal _frozenIn;
+    /// @dev miner => its pay held by the open proposals against it (see {Hold}).
+    mapping(address => Hold) internal _holds;
 
     bytes32 internal constant _UNANSWERED = "tessera.unanswered.v1";
 

@@ -390,8 +390,8 @@ contract TesseraNetwork is ITesseraNetwork, NetworkState {
         if (locked != vested) totalUnvested = totalUnvested + locked - vested;
     }
 
-    /// @dev Pay of a frozen miner: held by the open proposal (credit 0), kept in the pool if it was
-    ///      confirmed (credit 0, held 0), paid as usual if it was rejected.
+    /// @dev Pay of a frozen miner: put on the miner's hold while the proposal is open (credit 0), kept in
+    ///      the pool if it was confirmed (credit 0, held 0), paid as usual if it was rejected.
     function _holdIfFrozen(uint256 round, address miner, uint256 amount)
         internal
         returns (uint256 credit, uint256 held)
@@ -401,6 +401,7 @@ contract TesseraNetwork is ITesseraNetwork, NetworkState {
         SlashProposal storage p = _slashes[evidence];
         if (p.executed) return (0, 0);
         p.held += uint96(amount);
+        _holds[miner].amount += uint128(amount);
         emit PayFrozen(evidence, miner, round, amount);
         return (0, amount);
     }

@@ -210,7 +210,7 @@ contract SettlementTest is Fixture {
         assertEq(net.accountOf(ms[1]).owed, (EMISSION - EMISSION / 5) * 5_000 / 14_000, "the other is paid");
     }
 
-    function test_fraudProof_afterSettlement_clawsBackUnvested() public {
+    function test_fraudProof_afterSettlement_holdsAllUnvested() public {
         _setUp(10_000, 0, 3);
         address[] memory ms = _payingRound(5_000); // round 1
         _payingRound(5_000); // round 2
@@ -218,8 +218,9 @@ contract SettlementTest is Fixture {
         assertEq(net.unvestedOf(ms[0]), 2 * pay, "two rounds unvested");
         vm.prank(v1);
         net.proposeSlash(ms[0], 1, "late");
-        assertEq(net.slashProposal("late").held, pay, "round 1 held");
-        assertEq(net.unvestedOf(ms[0]), pay, "round 2 still vesting");
+        assertEq(net.slashProposal("late").held, 2 * pay, "rounds 1 and 2 held, not only the proof's");
+        assertEq(net.unvestedOf(ms[0]), 0, "nothing left to vest while the vote is open");
+        assertEq(net.totalUnvested(), 4 * pay, "held pay still counted");
         uint256 poolBefore = net.pool();
         vm.prank(v2);
         net.voteSlash("late", true);
@@ -347,8 +348,16 @@ contract SettlementTest is Fixture {
 
     /// The committee member, the witness and the third validator of miner 0's audit in round 1 (c = 1).
     function _roles(address miner) internal view returns (address member, address witness, address other) {
-        (, uint256 committee) = net.auditDraw(1, miner);
-        uint256 witnesses = net.auditWitnesses(1, miner);
+        return _rolesAt(1, miner);
+    }
+
+    function _rolesAt(uint256 round, address miner)
+        internal
+        view
+        returns (address member, address witness, address other)
+    {
+        (, uint256 committee) = net.auditDraw(round, miner);
+        uint256 witnesses = net.auditWitnesses(round, miner);
         assertEq(committee & witnesses, 0, "disjoint");
         address[] memory vs = _vs();
         for (uint256 i; i < 3; ++i) {
@@ -455,12 +464,140 @@ contract SettlementTest is Fixture {
         vm.prank(other);
         net.voteSlash(proof, true);
         assertTrue(net.slashProposal(proof).executed, "proven");
-        assertEq(net.slashProposal(ev).held, 0, "the report's held pay forfeited with the proof");
+        assertEq(net.totalUnvested(), net.unvestedOf(ms[1]), "the report's held pay forfeited with the proof");
         _emptyRound();
         _emptyRound();
         uint256 owed = net.accountOf(ms[0]).owed;
         net.expireReport(ev);
         assertEq(net.accountOf(ms[0]).owed, owed, "nothing released to a proven fake");
+    }
+
+    // ------------------------------------------------------------ all unvested pay held while a vote is open
+
+    /// token balance = stakes + unbonding + owed + pool + unvested and held pay (Invariants.t.sol's)
+    function _checkBalance() internal view {
+        address[5] memory a = [m1, m2, v1, v2, v3];
+        uint256 owed;
+        for (uint256 i; i < a.length; ++i) {
+            owed += net.accountOf(a[i]).owed;
+        }
+        assertEq(
+            token.balanceOf(address(net)),
+            net.totalStake() + net.totalUnbonding() + owed + net.pool() + net.totalUnvested(),
+            "balance"
+        );
+    }
+
+    /// K = 2: rounds 1 and 2 paid, miner 0 hangs on its round-2 audit and is reported in round 3.
+    function _reportedWithTwoRoundsUnvested()
+        internal
+        returns (address[] memory ms, uint256 pay, bytes32 ev, address member, address witness, address other)
+    {
+        _setUp(10_000, 1, 2);
+        ms = _payingRound(5_000); // round 1
+        _payingRound(5_000); // round 2
+        pay = _paid(ms);
+        (member, witness, other) = _rolesAt(2, ms[0]);
+        vm.prank(member);
+        net.reportUnanswered(ms[0], 2);
+        ev = net.unansweredEvidence(ms[0], 2);
+    }
+
+    /// Round 1's pay would vest when round 3 settles, inside the report's window: held, it is forfeited
+    /// when the witness confirms in round 4 (before the fix the miner kept it: issue 38).
+    function test_unanswered_payVestingDuringTheVoteIsForfeited() public {
+        (address[] memory ms, uint256 pay, bytes32 ev,, address witness,) = _reportedWithTwoRoundsUnvested();
+        assertEq(net.slashProposal(ev).held, 2 * pay, "rounds 1 and 2 held");
+        assertEq(net.unvestedOf(ms[0]), 0, "nothing left to vest");
+        _checkBalance();
+        _payingRound(5_000); // round 3 settles: round 1 would vest now
+        vm.prank(ms[0]);
+        vm.expectRevert(abi.encodeWithSelector(ITesseraNetwork.NothingToWithdraw.selector, ms[0]));
+        net.claim();
+        assertEq(net.unvestedOf(ms[0]), pay, "round 3 vesting");
+        uint256 poolBefore = net.pool();
+        vm.prank(witness); // round 4, last of the window
+        net.voteSlash(ev, true);
+        assertTrue(net.slashProposal(ev).executed, "confirmed");
+        assertEq(net.pool(), poolBefore + 3 * pay, "rounds 1, 2 (held) and 3 (unvested) forfeited");
+        assertEq(net.accountOf(ms[0]).owed, 0, "nothing owed");
+        assertEq(net.accountOf(ms[0]).stake, MIN_MINER - MIN_MINER / 10, "slashed");
+        assertEq(net.totalUnvested(), net.unvestedOf(ms[1]), "only the other miner's pay vests");
+        _checkBalance();
+    }
+
+    function test_unanswered_expiryReleasesAllHeldPay() public {
+        (address[] memory ms, uint256 pay, bytes32 ev,, address witness,) = _reportedWithTwoRoundsUnvested();
+        vm.prank(witness);
+        net.voteSlash(ev, false); // served: contested
+        _payingRound(5_000); // round 3
+        _emptyRound(); // round 4
+        assertEq(net.accountOf(ms[0]).owed, 0, "held, not vested");
+        vm.expectEmit();
+        emit ITesseraNetwork.ReportExpired(ev, ms[0], 2, 2 * pay);
+        net.expireReport(ev);
+        assertEq(net.accountOf(ms[0]).owed, 2 * pay, "rounds 1 and 2 released");
+        assertEq(net.unvestedOf(ms[0]), pay, "round 3 vests as usual");
+        assertEq(net.accountOf(ms[0]).stake, MIN_MINER, "not slashed");
+        _checkBalance();
+    }
+
+    function test_unanswered_rejectionReleasesAllHeldPay() public {
+        (address[] memory ms, uint256 pay, bytes32 ev, address liar, address witness,) =
+            _reportedWithTwoRoundsUnvested();
+        uint256 extra = net.accountOf(liar).stake; // read before the prank
+        vm.prank(witness);
+        net.addStake(extra); // its "served" alone is 2/3 against
+        vm.prank(witness);
+        net.voteSlash(ev, false);
+        assertTrue(net.slashProposal(ev).rejected, "rejected");
+        assertEq(net.accountOf(ms[0]).owed, 2 * pay, "rounds 1 and 2 released");
+        assertEq(net.unvestedOf(ms[0]), 0, "nothing put back to vest");
+        _checkBalance();
+    }
+
+    /// A second proposal holds what is unvested then; the hold is released only when the last open one
+    /// closes unconfirmed.
+    function test_hold_releasedWhenTheLastOpenProposalCloses() public {
+        (address[] memory ms, uint256 pay, bytes32 ev, address member, address witness, address other) =
+            _reportedWithTwoRoundsUnvested();
+        _payingRound(5_000); // round 3, vesting
+        vm.prank(other);
+        net.proposeSlash(ms[0], 3, "lie");
+        assertEq(net.slashProposal("lie").held, pay, "round 3 held by the second");
+        vm.prank(witness);
+        net.voteSlash("lie", false);
+        vm.prank(member);
+        net.voteSlash("lie", false);
+        assertTrue(net.slashProposal("lie").rejected, "the proof is rejected");
+        assertEq(net.accountOf(ms[0]).owed, 0, "the report still holds everything");
+        vm.prank(witness);
+        net.voteSlash(ev, false); // contested
+        _emptyRound(); // round 5
+        net.expireReport(ev);
+        assertEq(net.accountOf(ms[0]).owed, 3 * pay, "all three rounds released by the last one");
+        _checkBalance();
+    }
+
+    /// A confirmed proof about another round forfeits what an open report holds: its expiry releases nothing.
+    function test_hold_forfeitedByAConfirmedProofOfAnotherRound() public {
+        (address[] memory ms, uint256 pay, bytes32 ev,, address witness, address other) =
+            _reportedWithTwoRoundsUnvested();
+        _payingRound(5_000); // round 3
+        uint256 poolBefore = net.pool();
+        vm.prank(other);
+        net.proposeSlash(ms[0], 3, "fake");
+        vm.prank(witness);
+        net.voteSlash("fake", true);
+        assertTrue(net.slashProposal("fake").executed, "proven");
+        assertEq(net.pool(), poolBefore + 3 * pay, "all held pay forfeited");
+        vm.prank(witness);
+        net.voteSlash(ev, false);
+        _emptyRound(); // round 4
+        _emptyRound(); // round 5
+        net.expireReport(ev);
+        assertEq(net.accountOf(ms[0]).owed, 0, "nothing released to a proven fake");
+        _checkBalance();
     }
 
     function test_unanswered_reportAfterTheWindowRefused() public {
