@@ -60,21 +60,26 @@ contract VectorsTest is TestBase {
         }
     }
 
-    /// The audit draw of protocol/rounds/audits.py and `Consensus.auditDraw` agree on every vector.
+    /// The audit and witness draws of protocol/rounds/audits.py and `Consensus.auditDraw` /
+    /// `Consensus.witnessDraw` agree on every vector.
     function test_auditDrawVectors_agree() public view {
         string memory json = vm.readFile("test/vectors/audits.json");
         uint256 count = vm.parseJsonUint(json, ".count");
-        assertTrue(count >= 60, "too few vectors");
+        assertTrue(count >= 80, "too few vectors");
+        uint256 withWitnesses;
         for (uint256 c; c < count; ++c) {
-            (bool audited, uint256 committee) = Consensus.auditDraw(
-                vm.parseJsonBytes32(json, _key(c, "seed")),
-                vm.parseJsonAddress(json, _key(c, "miner")),
-                vm.parseJsonUint(json, _key(c, "n")),
-                vm.parseJsonUint(json, _key(c, "rate_bps")),
-                vm.parseJsonUint(json, _key(c, "size"))
-            );
+            bytes32 seed = vm.parseJsonBytes32(json, _key(c, "seed"));
+            address miner = vm.parseJsonAddress(json, _key(c, "miner"));
+            uint256 n = vm.parseJsonUint(json, _key(c, "n"));
+            uint256 size = vm.parseJsonUint(json, _key(c, "size"));
+            (bool audited, uint256 committee) =
+                Consensus.auditDraw(seed, miner, n, vm.parseJsonUint(json, _key(c, "rate_bps")), size);
             assertEq(audited ? 1 : 0, vm.parseJsonUint(json, _key(c, "audited")), "audited");
             assertEq(committee, vm.parseJsonUint(json, _key(c, "committee")), "committee");
+            uint256 witnesses = Consensus.witnessDraw(seed, miner, n, committee, size);
+            assertEq(witnesses, vm.parseJsonUint(json, _key(c, "witnesses")), "witnesses");
+            if (witnesses != 0) ++withWitnesses;
         }
+        assertTrue(withWitnesses >= 30, "too few witness draws");
     }
 }

@@ -3,10 +3,12 @@
 After a round's update commits close, its seed is fixed; from it anyone computes, per miner, whether the
 (miner, round) pair is audited (probability ``q = audit_rate_bps / 10000``) and, if so, its committee of
 ``c`` validators (indices into the contract's registration-ordered ``validators`` list, ``n`` of them when
-the seed was fixed: ``drawSize(round)``). The contract settles an audited miner on its committee's scores
-only (the others abstain) and lets only the committee report an unanswered audit. The view
-``TesseraNetwork.auditDraw(round, miner)`` returns the same pair; ``python -m protocol.rounds.audits
---write-vectors FILE`` writes the vectors ``contracts/test/Vectors.t.sol`` replays against the library.
+the seed was fixed: ``drawSize(round)``), and the witnesses who decide an unanswered-audit report with the
+committee (``witness_draw``, ``Consensus.witnessDraw``). The contract settles an audited miner on its
+committee's scores only (the others abstain) and lets only the committee report an unanswered audit. The
+views ``TesseraNetwork.auditDraw(round, miner)`` and ``auditWitnesses`` return the same; ``python -m
+protocol.rounds.audits --write-vectors FILE`` writes the vectors ``contracts/test/Vectors.t.sol`` replays
+against the library.
 """
 
 from __future__ import annotations
@@ -74,6 +76,34 @@ def audit_draw(seed: bytes, miner: str, n: int, audit_rate_bps: int, committee_s
     return AuditDraw(True, committee)
 
 
+WITNESS_TAG = b"witness".ljust(32, b"\0")
+"""The Solidity ``bytes32("witness")`` of the witness draw."""
+
+
+def witness_draw(seed: bytes, miner: str, n: int, committee: int, size: int) -> int:
+    """``Consensus.witnessDraw(seed, miner, n, committee, size)``: the witnesses of an unanswered-audit
+    report on ``miner``, a bitmap of up to ``size`` validator indices below ``n`` outside ``committee`` (all
+    the others when fewer are left), the k-th try being ``keccak(seed, miner, "witness", k) % n`` (repeats
+    and committee members skipped). 0 when the committee is empty or every validator."""
+    if len(seed) != 32:
+        raise ConsensusError(f"a round seed is 32 bytes, not {len(seed)}")
+    if n < 0 or committee < 0 or size < 0:
+        raise ConsensusError("n, committee and size must be non-negative")
+    members = committee.bit_count()
+    if committee == 0 or members >= n:
+        return 0
+    miner = to_checksum_address(miner)
+    witnesses, left, k = 0, min(size, n - members), 0
+    while left:
+        word = keccak(encode(["bytes32", "address", "bytes32", "uint256"], [seed, miner, WITNESS_TAG, k]))
+        bit = 1 << int.from_bytes(word, "big") % n
+        k += 1
+        if not (committee | witnesses) & bit:
+            witnesses |= bit
+            left -= 1
+    return witnesses
+
+
 def counted_matrix(draws: Sequence[AuditDraw], revealer_indices: Sequence[int]) -> list[list[bool]]:
     """``counted[j][i]``: whether revealer i (validator index ``revealer_indices[i]``) scores miner j in
     the consensus (``protocol.rounds.consensus.settle``'s ``counted``)."""
@@ -81,13 +111,20 @@ def counted_matrix(draws: Sequence[AuditDraw], revealer_indices: Sequence[int]) 
 
 
 def make_vectors(count: int = 60, seed: int = 20261126) -> dict[str, object]:
-    """Deterministic draws (all-audited, none, partial committees, n up to 256) for the forge test."""
+    """Deterministic draws (all-audited, none, partial committees, n up to 256) and their witnesses
+    (``witness_draw`` of each committee) for the forge test."""
     rng = random.Random(seed)
     cases: list[dict[str, object]] = []
     shapes = [(10_000, 0, 3), (0, 1, 3), (10_000, 1, 1), (10_000, 3, 3), (10_000, 5, 3), (5_000, 2, 256)]
     shapes += [
         (rng.choice([0, 1, 500, 5_000, 9_999, 10_000]), rng.randint(0, 12), rng.randint(0, 40))
         for _ in range(count)
+    ]
+    extra = random.Random(seed + 1)  # audited partial committees: witnesses drawn (earlier cases kept)
+    sizes = [extra.randint(1, 12) for _ in range(20)]
+    shapes += [(10_000, c, extra.randint(c + 1, 64)) for c in sizes] + [
+        (10_000, 128, 256),
+        (10_000, 200, 256),
     ]
     for rate, size, n in shapes:
         s = rng.randbytes(32)
@@ -102,6 +139,7 @@ def make_vectors(count: int = 60, seed: int = 20261126) -> dict[str, object]:
                 "size": size,
                 "audited": int(d.audited),
                 "committee": str(d.committee),
+                "witnesses": str(witness_draw(s, miner, n, d.committee, size)),
             }
         )
     return vectors_file("protocol/rounds/audits.py", cases)
