@@ -11,6 +11,12 @@ is checked (that is ``validator.pipeline``'s plan):
 - each miner gets a budget when it starts: its share of the time left to the commit point,
   ``left / ceil(unfinished / workers)`` (what a fast miner leaves goes to the later ones), and every fetch
   it makes is bounded by what is left of it (:meth:`Slot.remaining`);
+- the miners this validator audits go first, each with at least the serving window plus
+  :data:`AUDIT_CHECK_S` while the commit point allows: a fetch cut short of the serving window is the
+  member's own fault and goes unreported, so a budget shared down below that window let a miner that
+  hangs when audited escape every report (a devnet on 2 cores: 26 s to the commit point in 2 waves gave
+  12.5 s, every hang unreported). Deployments size the score-commit window to hold it
+  (``tessera.devnet.sizing``);
 - at the commit point the node commits with what is finished; the unfinished are scored as unverified;
 - an audit the miner left unanswered in any try stays unanswered: a later try that fails too,
   on another way of not serving (a miner the transfer layer now skips as stalling, the update no longer
@@ -41,7 +47,7 @@ from protocol.rounds.coordinator import RoundState
 from validator.audits import ServeWatch, answered, mark_audit, own_fault, unanswered
 from validator.blockclock import BlockClock, Clock
 from validator.connections import Connections
-from validator.context import Incoming, RoundContext, Verdict
+from validator.context import AuditRole, Incoming, RoundContext, Verdict
 from validator.intake import Intake
 from validator.pipeline import VerificationPipeline
 from validator.stages import Stage
@@ -67,6 +73,9 @@ STEP_SLICE_S = 2.0
 on verifying meanwhile): the node's other duties (the key-use check, metrics, a stop signal) and, in the
 attack harness, every other in-process node's step wait no longer than this. A step that held the whole
 phase kept a restarted miner from announcing its new URL until the validators had given up on it."""
+AUDIT_CHECK_S = 5.0
+"""Seconds an audited miner's least budget adds to the serving window: the checks and the replay around
+the fetch of the state it may withhold."""
 OBSERVE_SHARE = 8
 """The chain's block is read again once the last reading is this share of the time left to the commit point
 old (a read every 0.5 s of verification was most of a validator's requests in a long phase; the
@@ -135,6 +144,11 @@ class RoundSchedule:
     unanswered: dict[str, Verdict] = field(default_factory=dict)
     """The first try of each miner that left its audit unanswered (kept whatever later tries end in,
     unless the miner answers one)."""
+    audited: frozenset[str] = frozenset()
+    """The miners this validator audits this round: first in the queue, each with at least
+    :attr:`audit_budget_s`."""
+    audit_budget_s: float = 0.0
+    """An audited miner's least budget (the serving window plus :data:`AUDIT_CHECK_S`), within the time left."""
 
     @classmethod
     def create(
@@ -146,9 +160,17 @@ class RoundSchedule:
         *,
         workers: int = 4,
         clock: Clock = time.monotonic,
+        audited: Iterable[str] = (),
+        audit_budget_s: float = 0.0,
     ) -> RoundSchedule:
-        """The schedule of ``miners`` (those without a verdict yet) in the seed's order."""
-        return cls(round, commit_at, deque(seeded_order(seed, miners)), max(1, workers), clock)
+        """The schedule of ``miners`` (those without a verdict yet) in the seed's order, those this
+        validator audits (``audited``) first."""
+        order = seeded_order(seed, miners)
+        mine = frozenset(audited) & frozenset(order)
+        queue = deque([m for m in order if m in mine] + [m for m in order if m not in mine])
+        return cls(
+            round, commit_at, queue, max(1, workers), clock, audited=mine, audit_budget_s=audit_budget_s
+        )
 
     def time_left(self) -> float:
         """Seconds to the commit point."""
@@ -162,12 +184,14 @@ class RoundSchedule:
         """Miners without a final verdict."""
         return len(self.queue) + len(self.running)
 
-    def share(self) -> float:
+    def share(self, miner: str | None = None) -> float:
         """The budget of a miner starting now: its share of the time left, as if the unfinished ran in
-        waves of ``workers``; at least ``min_budget_s``, never past the commit point."""
+        waves of ``workers``; at least ``min_budget_s`` (an audited ``miner``: ``audit_budget_s``), never
+        past the commit point."""
         left = self.time_left()
         waves = max(1, math.ceil(self.unfinished() / self.workers))
-        return max(0.0, min(left, max(self.min_budget_s, left / waves)))
+        least = max(self.min_budget_s, self.audit_budget_s if miner in self.audited else 0.0)
+        return max(0.0, min(left, max(least, left / waves)))
 
     def start_next(self) -> Slot | None:
         """Start the next miner if a worker is free and there is time left (None otherwise)."""
@@ -177,7 +201,7 @@ class RoundSchedule:
         miner = next((m for m in self.queue if self.not_before.get(m, 0.0) <= now), None)
         if miner is None:
             return None
-        budget = self.share()
+        budget = self.share(miner)
         self.queue.remove(miner)
         slot = Slot(miner, self.clock(), budget, self.clock, self.commit_at, self.commit_at())
         self.running[miner] = slot
@@ -242,7 +266,7 @@ class VerifyScheduler:
         """Verify every committed update of ``st.round`` that has no verdict yet (see the class doc); True
         once each has a final verdict or the commit point has come, False when ``slice_s`` seconds passed
         first (call again: the schedule and its running workers carry over)."""
-        sched = self._schedule(st)
+        sched = self._schedule(st, ctx)
         ends = math.inf if slice_s is None else sched.clock() + slice_s
         while True:
             self._collect(sched, ctx, record)
@@ -315,7 +339,7 @@ class VerifyScheduler:
             return
         sched.unanswered.setdefault(slot.miner, v)
 
-    def _schedule(self, st: RoundState) -> RoundSchedule:
+    def _schedule(self, st: RoundState, ctx: RoundContext) -> RoundSchedule:
         """The round's schedule, made at its first SCORE_COMMIT step (after a restart: of the miners
         without a verdict)."""
         r = st.round
@@ -324,9 +348,13 @@ class VerifyScheduler:
             self._commits = dict(self.conn.coord.update_commitments(r))
             todo = [m for m in self._commits if self.conn.state.verdict(r, m) is None]
             limit = st.deadline - RETRY_MARGIN_BLOCKS
+            audited = [
+                m for m in todo if ctx.audits.get(m) is not None and ctx.audit_role(m) is AuditRole.AUDIT
+            ]
             self.schedule = RoundSchedule.create(
-                r, st.seed, todo, lambda: self.blocks.at(limit), workers=self.workers
-            )
+                r, st.seed, todo, lambda: self.blocks.at(limit), workers=self.workers, audited=audited,
+                audit_budget_s=self.conn.fetch_policy.timeout + AUDIT_CHECK_S,
+            )  # fmt: skip
             log.info(
                 "round %d: verifying %d of %d committed updates, %d at a time in the seed's order; "
                 "%.0fs to the score commit",

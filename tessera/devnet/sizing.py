@@ -8,7 +8,10 @@ times the work on this machine before it deploys, under every node setting it wi
 wins), and derives each window from it:
 
 ``blocks(phase) = max(ceil(floor(phase) / block_time), ceil(safety * seconds(phase) / block_time))`` (plus
-``RETRY_MARGIN_BLOCKS`` for the score commit, which a validator keeps free of verification), with
+``RETRY_MARGIN_BLOCKS`` for the score commit, which a validator keeps free of verification, and the audit
+window: an audited miner's serving window plus its checks, ``validator.schedule.AUDIT_CHECK_S``, not
+multiplied by the safety factor since it is a wait, not work; a window shorter than that made every
+audit whose miner hangs the member's own deadline, unreported), with
 
 - ``seconds(commit)       = start + merge + heldout + train * ceil(miners * threads / cores)``: a miner
   (re)started in the phase loads, waits for the validators' merge of the last round and its certificate,
@@ -46,10 +49,12 @@ from typing import Any
 
 import torch
 
+from protocol.node.settings import NodeConfig
 from protocol.p2p.dht import DHTConfig, DHTNode
 from protocol.runspec import RunSpec, warm_up_torch
 from tessera.devnet.work import WorkTimes, measure_work
 from tessera.errors import TesseraError
+from validator.schedule import AUDIT_CHECK_S
 from validator.stages import Stage
 
 #: Multiplies the measured seconds of every phase: the work may run that much slower than measured (load
@@ -140,8 +145,11 @@ def phase_windows(
     cores: int | None = None,
     threads: int = 1,
     safety: float = LOAD_SAFETY,
+    audit_window_s: float | None = None,
 ) -> PhaseWindows:
-    """Each phase's blocks from the measured ``work`` (see the module docstring for the rule).
+    """Each phase's blocks from the measured ``work`` (see the module docstring for the rule);
+    ``audit_window_s``: what the score commit holds beside the work for one audit that waits out its
+    serving window (default: the nodes' fetch timeout plus ``validator.schedule.AUDIT_CHECK_S``).
 
     ``floors`` maps each phase (``commit``, ``reveal``, ``score_commit``, ``score_reveal``) to its least
     seconds (its least blocks where ``block_time`` is 0: blocks then come with transactions, not time);
@@ -150,11 +158,13 @@ def phase_windows(
     mc = math.ceil(max(1, miners) * max(1, threads) / cores)
     vc = math.ceil(max(1, validators) * max(1, threads) / cores)
     seconds, terms = _phase_work(work, miners, mc, vc, cores)
+    audit_s = NodeConfig().fetch_timeout + AUDIT_CHECK_S if audit_window_s is None else audit_window_s
     out: dict[str, int] = {}
     lines: list[str] = []
     for p in PHASES:
         floor = math.ceil(floors[p] / block_time) if block_time > 0 else int(floors[p])
-        out[p], line = _phase_blocks(p, seconds[p], terms[p], floor, block_time, safety)
+        wait = audit_s if p == "score_commit" else 0.0
+        out[p], line = _phase_blocks(p, seconds[p], terms[p], floor, block_time, safety, wait)
         lines.append(line)
     return PhaseWindows(
         **out,
@@ -169,6 +179,7 @@ def phase_windows(
             "block_time": block_time,
             "safety": safety,
             "floors": dict(floors),
+            "audit_window_s": audit_s,
         },
     )
 
@@ -196,19 +207,21 @@ def _phase_work(
 
 
 def _phase_blocks(
-    phase: str, seconds: float, terms: str, floor: int, block_time: float, safety: float
+    phase: str, seconds: float, terms: str, floor: int, block_time: float, safety: float, wait_s: float = 0.0
 ) -> tuple[int, str]:
-    """``phase``'s blocks from its ``seconds`` of work (at least ``floor``) and the derivation's line."""
+    """``phase``'s blocks from its ``seconds`` of work and ``wait_s`` of waiting (an audit's serving
+    window; at least ``floor``) and the derivation's line."""
     margin = SCORE_COMMIT_MARGIN_BLOCKS if phase == "score_commit" else 0
     if block_time > 0:
-        need = math.ceil(safety * seconds / block_time) + margin
+        need = math.ceil((safety * seconds + wait_s) / block_time) + margin
     else:
         need = 0  # automine: blocks come with transactions, not with time; the floors stand
     blocks = max(floor, need)
     margin_txt = f" + {margin} margin blocks" if margin else ""
+    wait_txt = f" + audit window {wait_s:g}s" if wait_s else ""
     if block_time > 0:
         return blocks, (
-            f"{phase}: {terms} = {seconds:.2f}s of work; x safety {safety:g} / block time "
+            f"{phase}: {terms} = {seconds:.2f}s of work; (x safety {safety:g}{wait_txt}) / block time "
             f"{block_time:g}s{margin_txt} = {need} blocks; floor {floor} blocks "
             f"({floor * block_time:g}s) -> {blocks} blocks"
         )

@@ -129,7 +129,7 @@ def test_a_step_hands_the_loop_back_while_a_worker_waits() -> None:
         current=lambda max_age=0: SimpleNamespace(block=100),
     )
     conn = SimpleNamespace(coord=coord, state=SimpleNamespace(verdict=lambda r, m: None),
-                           cfg=SimpleNamespace(poll_interval=0.5))  # fmt: skip
+                           cfg=SimpleNamespace(poll_interval=0.5), fetch_policy=SimpleNamespace(timeout=20.0))  # fmt: skip
     intake = SimpleNamespace(incoming=lambda *a: a, cache=SimpleNamespace(updates={}))
     sched = VerifyScheduler(conn, intake, SimpleNamespace(verify=verify), workers=2)  # type: ignore[arg-type]
     sched.blocks.observe(100)
@@ -142,3 +142,30 @@ def test_a_step_hands_the_loop_back_while_a_worker_waits() -> None:
     release.set()
     assert sched.run(st, ctx, got.__setitem__, slice_s=5.0) is True  # type: ignore[arg-type]
     assert got[miner].score == 7 and got[miner].stage == Stage.OK
+
+
+def test_audited_miners_go_first_with_at_least_the_serving_window() -> None:
+    """A budget shared below the serving window made every fetch of an audited miner that hangs the
+    validator's own deadline (unreported): on a 2-core devnet, 26 s to the commit point in two waves gave
+    12.5 s against a 20-s window. The miners this validator audits start first, each with the window plus
+    the checks' time while the commit point allows; the others share what is left."""
+    clock = FakeClock()
+    audited = MINERS[4]
+    s = RoundSchedule.create(
+        2, b"\2" * 32, MINERS[:6], lambda: 1000.0 + 26.0, workers=2, clock=clock, audited=[audited],
+        audit_budget_s=25.0,
+    )  # fmt: skip
+    first = s.start_next()
+    assert first is not None and first.miner == audited, "the audit starts first"
+    assert first.budget_s == 25.0, "not 26 / 3 waves: the serving window plus the checks"
+    other = s.start_next()
+    assert other is not None and other.miner != audited and other.budget_s == 26.0 / 3
+    # never past the commit point
+    late = RoundSchedule.create(
+        2, b"\2" * 32, [audited], lambda: 1000.0 + 10.0, clock=clock, audited=[audited], audit_budget_s=25.0
+    )
+    slot = late.start_next()
+    assert slot is not None and slot.budget_s == 10.0
+    # a miner not audited by this validator keeps the plain share
+    plain = RoundSchedule.create(2, b"\2" * 32, MINERS[:6], lambda: 1000.0 + 26.0, workers=2, clock=clock)
+    assert [plain.start_next(), plain.start_next()][0].budget_s == 26.0 / 3  # type: ignore[union-attr]
