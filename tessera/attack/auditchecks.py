@@ -18,7 +18,7 @@
 
 On anvil the figures come from ``MinerRewarded``, ``ScoresRevealed``, ``SlashProposed``, ``Slashed`` and
 ``Forfeited`` and the ``auditDraw`` / ``unansweredEvidence`` views (``tessera.attack.chainnet``); on the
-in-memory ledger from its state (it has no unanswered-audit path, so that check fails there).
+in-memory ledger from its state (``MemoryLedger.proposals``, the same shape).
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def audits(run: NetworkRun) -> dict[tuple[int, str], bool]:
 
 
 def proposals(run: NetworkRun) -> list[dict[str, Any]]:
-    """Every slash proposal with its outcome (see ``LedgerSnapshot.proposals``); the memory ledger's
-    frozen pay and executed proofs in the same shape (no unanswered path, no stake figures)."""
+    """Every slash proposal with its outcome (see ``LedgerSnapshot.proposals``; ``MemoryLedger.proposals``
+    gives the same); a ledger without them: its frozen pay and executed proofs in that shape."""
     led = run.ledger
     known = getattr(led, "proposals", None)
     if isinstance(known, list):
