@@ -4,6 +4,7 @@ The current figures and their records: docs/benchmarks.md; the dated runs: docs/
 
 Subpackages and modules:
 
+- ``attack_outside``: what each miner of a finished devnet earned, lost and was audited for, read with cast
 - ``gpu/``: the GPU runs: prepared scripts and what they measure
 - ``attestation``: ``tessera bench attestation``: parse and verify time per quote and format
 - ``build_corpus``: build the bundled training corpus from text that ships with Debian and CPython

@@ -21,6 +21,7 @@ Modules:
 - ``recompute``: the ``recompute`` stage: transcript, anchor, error feedback (F12), segment replays
 - ``residuals``: error-feedback residuals fetched, kept by digest for the next round
 - ``sampling``: which transcript segments a validator replays, and the catch probability behind it
+- ``roundschedule``: ``RoundSchedule``: when and for how long each miner is verified (pure, on a clock)
 - ``schedule``: verification scheduled against the score-commit deadline
 - ``slashing``: ``Slashing``: propose provable failures, vote on peers' evidence after replaying it
 - ``stages``: ``Stage``: the stages of a verification, in the pipeline's order

@@ -29,7 +29,7 @@ PREFETCH_WORKERS = 2
 """Threads that fetch committed updates in REVEAL (a frozen miner holds one of them, not the node)."""
 
 Remaining = Callable[[], float]
-"""Seconds left of a miner's verification budget (``validator.schedule.Slot.remaining``)."""
+"""Seconds left of a miner's verification budget (``validator.roundschedule.Slot.remaining``)."""
 
 
 class Intake:

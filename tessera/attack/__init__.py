@@ -5,6 +5,8 @@ Modules:
 - ``auditchecks``: the audit checks of a finished scenario, read from the chain's events and views
 - ``auditscenarios``: the audit scenarios: a fake proven by one of three, the reverse attack, the ways around
 - ``board``: discovery over a shared in-memory board of signed records
+- ``campaign``: every way around an audit over many rounds at the default stake, realized and expected
+- ``campaignreport``: the campaign's report: its Markdown table and its plot (PNG)
 - ``casting``: ``Scenario``: who takes part, and the casts scenarios are built from
 - ``chainnet``: a scenario's chain: a fresh anvil with the contracts, as the harness's ledger
 - ``detection``: measured detection of lazy miners with the real verification code

@@ -25,10 +25,9 @@ it did not spend (``saved x C``, ``C = R`` as the model assumes), per identity-r
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -189,11 +188,59 @@ def snapshot(net: Network, rounds: int, seconds: float) -> NetworkRun:
     return NetworkRun(rounds, people, net.ledger, [], {}, seconds, list(net.errors))
 
 
-def _audited(led: Any, r: int, miner: str, params: dict[str, int]) -> bool:
-    seed, n = led.seeds.get(r), led.draw_size.get(r)
+def _audited(led: Any, round: int, miner: str, params: dict[str, int]) -> bool:
+    seed, n = led.seeds.get(round), led.draw_size.get(round)
     if seed is None or n is None:
         return False
     return audit_draw(seed, miner, n, params["audit_rate_bps"], params["committee_size"]).audited
+
+
+@dataclass
+class Tally:
+    """One strategy's identities added up over their cheating rounds."""
+
+    identity_rounds: int = 0
+    audits: int = 0
+    confirmed: int = 0
+    kept: float = 0.0
+    """Pay kept minus the honest mean's and the stake lost, in tokens."""
+    stake_lost: float = 0.0
+    forfeited: float = 0.0
+    pay_audited: list[float] = field(default_factory=list)
+    """Per audited identity-round: its pay minus the honest mean's."""
+    pay_unaudited: list[float] = field(default_factory=list)
+
+
+def tally(
+    run: NetworkRun,
+    s: Strategy,
+    settled: dict[int, Any],
+    honest_pay: dict[int, float],
+    params: dict[str, int],
+) -> Tally:
+    """Add up ``s``'s identities in ``run`` against the honest mean pay ``honest_pay`` of each settled round:
+    pay credited, forfeited and still held, the stake the ledger took, the rounds audited."""
+    led, t = run.ledger, Tally()
+    e = default_economics(sum(p.role == "miner" for p in run.participants))
+    for p in (p for p in run.participants if p.label.split("#")[0] == s.label):
+        rounds = [r for r in settled if r >= s.cheat_from]
+        t.identity_rounds += len(rounds)
+        got = {r: settled[r].miner_rewards.get(p.address, 0) / WEI for r in rounds}
+        for r in rounds:
+            audited = _audited(led, r, p.address, params)
+            t.audits += audited
+            (t.pay_audited if audited else t.pay_unaudited).append(got[r] - honest_pay[r])
+        slashes = int(led.slashed.get(p.address, 0))
+        t.confirmed += slashes
+        # the ledger's own figure (stakes in tokens here), else the contract's rule on the slash count
+        taken = getattr(led, "stake_taken", {}).get(p.address)
+        lost = float(taken) if taken is not None else e.stake * (1 - (1 - e.slash_fraction) ** slashes)
+        t.stake_lost += lost
+        forfeited = getattr(led, "forfeited", {}).get(p.address, 0) / WEI
+        t.forfeited += forfeited
+        held = sum(led.held.get(x, 0) for (_r, m), x in led.frozen.items() if m == p.address) / WEI
+        t.kept += sum(got.values()) - forfeited - held - sum(honest_pay[r] for r in rounds) - lost
+    return t
 
 
 def summarize(
@@ -212,77 +259,69 @@ def summarize(
     miners = sum(p.role == "miner" for p in run.participants)
     if not settled or not honest:
         return {"rounds": 0, "audits": 0, "confirmed": 0, "strategies": [], "params": params}
-    reward_by_round = {
-        r: sum(s.miner_rewards.get(p.address, 0) for p in honest) / len(honest) / WEI
-        for r, s in settled.items()
+    honest_pay = {
+        r: sum(st.miner_rewards.get(p.address, 0) for p in honest) / len(honest) / WEI
+        for r, st in settled.items()
     }
-    reward = sum(reward_by_round.values()) / len(reward_by_round)
+    reward = sum(honest_pay.values()) / len(honest_pay)
     e = default_economics(miners)
-    e_run = replace(e, reward=reward, compute_cost=reward)
-    q_run = params["audit_rate_bps"] / 10_000
-    q_deployed = ev.audit_rate_bps(e) / 10_000
-    model_run = {row.name: row for row in ev.strategy_rows(e_run, q_run)}
-    model_dep = {row.name: row for row in ev.strategy_rows(e, q_deployed)}
-    stake = e.stake
+    q_run, q_deployed = params["audit_rate_bps"] / 10_000, ev.audit_rate_bps(e) / 10_000
     rows = []
-    total_audits = total_confirmed = 0
     for s in strategies:
-        who = [p for p in run.participants if p.label.split("#")[0] == s.label]
         found = model_row(s.label)
-        if not who or found is None:
-            continue
-        name, saved = found
-        ir = audits = confirmed = 0
-        kept = stake_lost = forfeited = 0.0
-        pay_a: list[float] = []
-        pay_u: list[float] = []
-        for p in who:
-            rs = [r for r in settled if r >= s.cheat_from]
-            ir += len(rs)
-            got = {r: settled[r].miner_rewards.get(p.address, 0) / WEI for r in rs}
-            for r in rs:
-                (pay_a if _audited(led, r, p.address, params) else pay_u).append(got[r] - reward_by_round[r])
-            audits += sum(_audited(led, r, p.address, params) for r in rs)
-            slashes = int(led.slashed.get(p.address, 0))
-            confirmed += slashes
-            lost = stake * (1 - (1 - e.slash_fraction) ** slashes)
-            stake_lost += lost
-            f = getattr(led, "forfeited", {}).get(p.address, 0) / WEI
-            forfeited += f
-            held = sum(led.held.get(ev_, 0) for (_r, m), ev_ in led.frozen.items() if m == p.address) / WEI
-            kept += sum(got.values()) - f - held - sum(reward_by_round[r] for r in rs) - lost
-        total_audits += audits
-        total_confirmed += confirmed
-        realized = kept / max(1, ir) + saved * reward
-        du = sum(pay_u) / len(pay_u) if pay_u else 0.0
-        da = sum(pay_a) / len(pay_a) if pay_a else 0.0
-        d = confirmed / audits if audits else None
-        loss = (stake_lost + forfeited) / confirmed if confirmed else None
-        row = {
-            "strategy": s.label, "model_row": name, "identities": len(who), "identity_rounds": ir,
-            "audits": audits, "confirmed": confirmed, "detection_per_audit": d, "loss_per_confirmation": loss,
-            "stake_lost": round(stake_lost, 4), "forfeited": round(forfeited, 4), "saved": saved,
-            "pay_vs_honest_unaudited": round(du, 4), "pay_vs_honest_audited": round(da, 4),
-            "realized_profit_per_round": round(realized, 4), "below_honest": realized < 0,
-            "p_no_audit": round((1 - q_run) ** max(1, ir), 6),
-            "model_profit_per_round_run_q": round(model_run[name].expected_profit, 4),
-        }  # fmt: skip
-        if d is not None and loss is not None:
-            for tag, q, econ in (("run_q", q_run, e_run), ("deployed_q", q_deployed, e)):
-                exp = expected_at(q, saved * econ.compute_cost, du, da, d, loss)
-                row[f"measured_profit_per_round_{tag}"] = round(exp, 4)
-                gain = saved * econ.compute_cost + max(0.0, du)
-                row[f"measured_margin_{tag}"] = round((gain - exp) / gain, 3) if gain > 0 else None
-        row["model_profit_per_round_deployed_q"] = round(model_dep[name].expected_profit, 4)
-        row["model_margin_deployed_q"] = round(model_dep[name].margin, 3)
-        rows.append(row)
+        t = tally(run, s, settled, honest_pay, params)
+        if found is not None and t.identity_rounds:
+            rows.append(strategy_row(s.label, found, t, e, reward, q_run, q_deployed))
     return {
         "chain": "memory", "rounds": len(settled), "miners": miners, "honest_miners": len(honest),
         "validators": sum(p.role == "validator" for p in run.participants), "params": params,
         "q_run": q_run, "q_deployed": q_deployed, "honest_pay_per_round": round(reward, 4),
-        "economics_deployed": asdict(e), "audits": total_audits, "confirmed": total_confirmed,
-        "seconds": round(run.seconds, 1), "errors": run.errors[-5:], "strategies": rows,
+        "economics_deployed": asdict(e), "audits": sum(r["audits"] for r in rows),
+        "confirmed": sum(r["confirmed"] for r in rows), "seconds": round(run.seconds, 1),
+        "errors": run.errors[-5:], "strategies": rows,
     }  # fmt: skip
+
+
+def strategy_row(
+    label: str,
+    found: tuple[str, float],
+    t: Tally,
+    e: ev.RunEconomics,
+    reward: float,
+    q_run: float,
+    q_deployed: float,
+) -> dict[str, Any]:
+    """One strategy's line of :func:`summarize`: realized, measured-expected (at the run's and the deployed
+    q, from :func:`expected_at`) and the model's profit per identity-round, with their parts."""
+    name, saved = found
+    e_run = replace(e, reward=reward, compute_cost=reward)
+    model_run = {row.name: row for row in ev.strategy_rows(e_run, q_run)}[name]
+    model_dep = {row.name: row for row in ev.strategy_rows(e, q_deployed)}[name]
+    realized = t.kept / max(1, t.identity_rounds) + saved * reward
+    du = sum(t.pay_unaudited) / len(t.pay_unaudited) if t.pay_unaudited else 0.0
+    da = sum(t.pay_audited) / len(t.pay_audited) if t.pay_audited else 0.0
+    d = t.confirmed / t.audits if t.audits else None
+    # what one confirmation costs a miner bonded at the minimum stake (a slashed miner tops up to keep
+    # mining; the realized figure counts the stake it actually lost)
+    loss = e.slash_fraction * e.stake + t.forfeited / t.confirmed if t.confirmed else None
+    row: dict[str, Any] = {
+        "strategy": label, "model_row": name, "identity_rounds": t.identity_rounds, "audits": t.audits,
+        "confirmed": t.confirmed, "detection_per_audit": d, "loss_per_confirmation": loss,
+        "stake_lost": round(t.stake_lost, 4), "forfeited": round(t.forfeited, 4), "saved": saved,
+        "pay_vs_honest_unaudited": round(du, 4), "pay_vs_honest_audited": round(da, 4),
+        "realized_profit_per_round": round(realized, 4), "below_honest": realized < 0,
+        "p_no_audit": round((1 - q_run) ** max(1, t.identity_rounds), 6),
+        "model_profit_per_round_run_q": round(model_run.expected_profit, 4),
+        "model_profit_per_round_deployed_q": round(model_dep.expected_profit, 4),
+        "model_margin_deployed_q": round(model_dep.margin, 3),
+    }  # fmt: skip
+    if d is not None and loss is not None:
+        for tag, q, econ in (("run_q", q_run, e_run), ("deployed_q", q_deployed, e)):
+            exp = expected_at(q, saved * econ.compute_cost, du, da, d, loss)
+            row[f"measured_profit_per_round_{tag}"] = round(exp, 4)
+            gain = saved * econ.compute_cost + max(0.0, du)
+            row[f"measured_margin_{tag}"] = round((gain - exp) / gain, 3) if gain > 0 else None
+    return row
 
 
 def expected_at(q: float, gain: float, du: float, da: float, d: float, loss: float) -> float:
@@ -290,74 +329,3 @@ def expected_at(q: float, gain: float, du: float, da: float, d: float, loss: flo
     saved ``gain``, the pay against honest's in unaudited (``du``) and audited (``da``) rounds, the share
     ``d`` of audits that ended in a confirmed slash and the ``loss`` each took (stake plus forfeits)."""
     return gain + (1 - q) * du + q * (da - d * loss)
-
-
-def markdown(doc: dict[str, Any]) -> str:
-    """The campaign's figures as a Markdown table."""
-    p = doc["params"]
-    lines = [
-        f"chain: **{doc['chain']}** (the contract's rules mirrored), {doc['rounds']} rounds, {doc['miners']} "
-        f"miners ({doc['honest_miners']} honest), {doc['validators']} validators; q = {doc['q_run']:.4f} "
-        f"(deployed for this network: {doc['q_deployed']:.4f}), c = {p['committee_size']}, K = "
-        f"{p['vesting_rounds']}, stake {doc['economics_deployed']['stake']:g}, slash "
-        f"{doc['economics_deployed']['slash_fraction']:.0%}; "
-        f"honest pay R = {doc['honest_pay_per_round']:.2f}/round; {doc['audits']} audits, {doc['confirmed']} "
-        "confirmed",
-        "",
-        "| strategy | identity-rounds | audits | confirmed | P(no audit) | realized/round | measured E at run q "
-        "| measured E at deployed q | margin | model E at deployed q | model margin |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-
-    def f(x: Any, fmt: str = ".2f") -> str:
-        return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
-
-    for r in doc["strategies"]:
-        lines.append(
-            f"| {r['strategy']} | {r['identity_rounds']} | {r['audits']} | {r['confirmed']} | {f(r['p_no_audit'], '.3f')} "
-            f"| {r['realized_profit_per_round']:+.2f} | {f(r.get('measured_profit_per_round_run_q'), '+.2f')} "
-            f"| {f(r.get('measured_profit_per_round_deployed_q'), '+.2f')} | {f(r.get('measured_margin_deployed_q'))} "
-            f"| {r['model_profit_per_round_deployed_q']:+.2f} | {f(r['model_margin_deployed_q'])} |"
-        )
-    return "\n".join(lines)
-
-
-def plot(doc: dict[str, Any], path: Path) -> Path:
-    """A bar chart of each strategy's realized and expected profit per round against honest work (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = doc["strategies"]
-    names = [r["strategy"] for r in rows]
-    x = range(len(rows))
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    w = 0.27
-    ax.bar(
-        [i - w for i in x],
-        [r["realized_profit_per_round"] for r in rows],
-        w,
-        label=f"realized (q = {doc['q_run']:.4f})",
-    )
-    ax.bar(
-        list(x), [r.get("measured_profit_per_round_deployed_q") or 0.0 for r in rows], w,
-        label=f"measured E at deployed q = {doc['q_deployed']:.4f}",
-    )  # fmt: skip
-    ax.bar(
-        [i + w for i in x],
-        [r["model_profit_per_round_deployed_q"] for r in rows],
-        w,
-        label="model E at deployed q",
-    )
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_yscale("symlog", linthresh=10)
-    ax.set_xticks(list(x), names, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("tokens per round against an honest miner")
-    ax.set_title(f"ways around an audit, {doc['rounds']} rounds, default stake (memory ledger)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -38,21 +38,7 @@ def register(subparsers: Any) -> None:
         "ledger: realized profit beside the model's, and the default stake's expected profit from measured "
         "parts (tessera.attack.partial); writes --out and prints the tables",
     )
-    p.add_argument(
-        "--campaign",
-        action="store_true",
-        help="every way around an audit (tessera.attack.campaign) for --rounds rounds (default 200) at the "
-        "default stake on the in-memory ledger: realized profit per identity-round against honest, and the "
-        "expected profit at the deployed q from measured parts; writes --out, a PNG beside it, the tables",
-    )
-    p.add_argument("--identities", type=int, default=1, help="--campaign: miners per strategy (default 1)")
-    p.add_argument(
-        "--audit-rate-bps",
-        type=int,
-        default=None,
-        help="--campaign: the ledger's q in basis points (default: what contracts deploy sets for this "
-        "network at the default stake; raise it to see many audits in a few hundred rounds)",
-    )
+    _campaign_arguments(p)
     p.add_argument("--out", type=Path, default=Path("attack-report.json"), help="JSON report path")
     p.add_argument(
         "--jobs",
@@ -75,6 +61,31 @@ def register(subparsers: Any) -> None:
         help="print a finished run's report (--out) as Markdown tables, with the expected against the "
         "measured profit of each cheat, and exit",
     )
+    _model_arguments(p)
+    p.set_defaults(handler=_run)
+
+
+def _campaign_arguments(p: argparse.ArgumentParser) -> None:
+    """``--campaign`` and its options."""
+    p.add_argument(
+        "--campaign",
+        action="store_true",
+        help="every way around an audit (tessera.attack.campaign) for --rounds rounds (default 200) at the "
+        "default stake on the in-memory ledger: realized profit per identity-round against honest, and the "
+        "expected profit at the deployed q from measured parts; writes --out, a PNG beside it, the tables",
+    )
+    p.add_argument("--identities", type=int, default=1, help="--campaign: miners per strategy (default 1)")
+    p.add_argument(
+        "--audit-rate-bps",
+        type=int,
+        default=None,
+        help="--campaign: the ledger's q in basis points (default: what contracts deploy sets for this "
+        "network at the default stake; raise it to see many audits in a few hundred rounds)",
+    )
+
+
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model`` and its options."""
     p.add_argument(
         "--model",
         action="store_true",
@@ -94,7 +105,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--vesting", type=int, default=None, help="--model: vesting rounds K (default: run's)")
     p.add_argument("--slash-bps", type=int, default=None, help="--model: slash fraction (default: run's)")
     p.add_argument("--stake", type=float, default=None, help="--model: miner stake in tokens (default: min)")
-    p.set_defaults(handler=_run)
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -178,7 +188,7 @@ def _partial(args: argparse.Namespace) -> int:
 
 def _campaign(args: argparse.Namespace) -> int:
     """Run the campaign (``tessera.attack.campaign``), write ``--out`` and its PNG, print the table."""
-    from tessera.attack import campaign
+    from tessera.attack import campaign, campaignreport
     from tessera.attack.errors import AttackError
 
     rounds = 200 if args.rounds is None else args.rounds
@@ -197,8 +207,8 @@ def _campaign(args: argparse.Namespace) -> int:
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
     args.out.write_text(json.dumps(doc, indent=1))
-    png = campaign.plot(doc, args.out.with_suffix(".png"))
-    print(campaign.markdown(doc))
+    png = campaignreport.plot(doc, args.out.with_suffix(".png"))
+    print(campaignreport.markdown(doc))
     print(f"report: {args.out}, plot: {png}")
     return 0
 
@@ -218,7 +228,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.campaign:
         return _campaign(args)
     if args.report:
-        from tessera.attack import campaign, partial
+        from tessera.attack import campaignreport, partial
         from tessera.attack.report import markdown, profit_markdown
 
         try:
@@ -226,7 +236,7 @@ def _run(args: argparse.Namespace) -> int:
             if "fakers" in doc:
                 print(partial.markdown(doc))
             elif "strategies" in doc and "q_deployed" in doc:
-                print(campaign.markdown(doc))
+                print(campaignreport.markdown(doc))
             else:
                 print(markdown(doc) + "\n\n" + profit_markdown(doc))
         except (OSError, ValueError, KeyError, TypeError) as exc:

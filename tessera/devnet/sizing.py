@@ -9,7 +9,7 @@ wins), and derives each window from it:
 
 ``blocks(phase) = max(ceil(floor(phase) / block_time), ceil(safety * seconds(phase) / block_time))`` (plus
 ``RETRY_MARGIN_BLOCKS`` for the score commit, which a validator keeps free of verification, and the audit
-window: an audited miner's serving window plus its checks, ``validator.schedule.AUDIT_CHECK_S``, not
+window: an audited miner's serving window plus its checks, ``validator.roundschedule.AUDIT_CHECK_S``, not
 multiplied by the safety factor since it is a wait, not work; a window shorter than that made every
 audit whose miner hangs the member's own deadline, unreported), with
 
@@ -54,7 +54,7 @@ from protocol.p2p.dht import DHTConfig, DHTNode
 from protocol.runspec import RunSpec, warm_up_torch
 from tessera.devnet.work import WorkTimes, measure_work
 from tessera.errors import TesseraError
-from validator.schedule import AUDIT_CHECK_S
+from validator.roundschedule import AUDIT_CHECK_S
 from validator.stages import Stage
 
 #: Multiplies the measured seconds of every phase: the work may run that much slower than measured (load
@@ -149,7 +149,7 @@ def phase_windows(
 ) -> PhaseWindows:
     """Each phase's blocks from the measured ``work`` (see the module docstring for the rule);
     ``audit_window_s``: what the score commit holds beside the work for one audit that waits out its
-    serving window (default: the nodes' fetch timeout plus ``validator.schedule.AUDIT_CHECK_S``).
+    serving window (default: the nodes' fetch timeout plus ``validator.roundschedule.AUDIT_CHECK_S``).
 
     ``floors`` maps each phase (``commit``, ``reveal``, ``score_commit``, ``score_reveal``) to its least
     seconds (its least blocks where ``block_time`` is 0: blocks then come with transactions, not time);

@@ -80,7 +80,7 @@ def test_the_score_commit_holds_an_audit_that_waits_out_its_serving_window() -> 
     (issue 38, a devnet on 2 cores: 12.5 s of budget against a 20-s window): whatever the work, the score
     commit holds the nodes' fetch timeout plus the checks before its margin."""
     from protocol.node.settings import NodeConfig
-    from validator.schedule import AUDIT_CHECK_S
+    from validator.roundschedule import AUDIT_CHECK_S
 
     small = WorkTimes(train_s=0.1, verify_s=0.1, heldout_s=0.01, merge_s=0.01, start_s=0.5)
     for block_time in (1.0, 2.0, 12.0):

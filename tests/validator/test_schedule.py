@@ -10,13 +10,8 @@ from types import SimpleNamespace
 
 from validator.blockclock import BlockClock
 from validator.context import Verdict
-from validator.schedule import (
-    MAX_TRIES,
-    RETRY_DELAY_S,
-    RoundSchedule,
-    VerifyScheduler,
-    seeded_order,
-)
+from validator.roundschedule import MAX_TRIES, RETRY_DELAY_S, RoundSchedule, seeded_order
+from validator.schedule import VerifyScheduler
 from validator.stages import Stage
 
 

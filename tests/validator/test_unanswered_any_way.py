@@ -34,7 +34,8 @@ from validator.audits import (
 from validator.context import AuditRole, Incoming, Verdict, unreachable
 from validator.pipeline import VerificationPipeline
 from validator.policy import VerifyPolicy
-from validator.schedule import MAX_TRIES, VerifyScheduler
+from validator.roundschedule import MAX_TRIES
+from validator.schedule import VerifyScheduler
 from validator.stages import Stage
 
 OTHER = "0x" + "d4" * 20
