@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 from dataclasses import fields, replace
@@ -201,6 +202,44 @@ def _with_genesis(params: Any, run_file: Path | None) -> Any:
     return params
 
 
+def _check_score_commit_window(w3: Any, params: Any) -> None:
+    """Refuse a score-commit window that cannot hold an audit at the chain's block time (measured from its
+    last blocks; nothing is checked where it cannot be: fewer than 3 blocks, or blocks that come with
+    transactions). A validator verifies the miners it audits first, with the serving window plus
+    ``AUDIT_CHECK_S``; a fetch its deadline cuts shorter is its own fault and is not reported, so below
+    that a miner that hangs when audited is never reported."""
+    from protocol.node.settings import NodeConfig
+    from protocol.rounds.deployment import DeploymentError
+    from validator.roundschedule import AUDIT_CHECK_S
+    from validator.schedule import RETRY_MARGIN_BLOCKS
+
+    latest = int(w3.eth.block_number)
+    if latest < 3:
+        return
+    back = min(10, latest - 1)
+    spacing = (
+        int(w3.eth.get_block(latest)["timestamp"]) - int(w3.eth.get_block(latest - back)["timestamp"])
+    ) / back
+    if spacing < 0.5:
+        return  # blocks come with transactions (automine): windows are not time
+    need = NodeConfig().fetch_timeout + AUDIT_CHECK_S
+    usable = (params.score_commit_blocks - RETRY_MARGIN_BLOCKS) * spacing
+    print(
+        f"score commit: {params.score_commit_blocks} blocks at {spacing:g}-s blocks leave {usable:g} s to "
+        f"verify; an audit needs {need:g} s",
+        file=sys.stderr,
+    )
+    if usable < need:
+        least = RETRY_MARGIN_BLOCKS + math.ceil(need / spacing)
+        raise DeploymentError(
+            f"--score-commit-blocks {params.score_commit_blocks} at this chain's {spacing:g}-s blocks leaves "
+            f"{usable:g} s after the validators' {RETRY_MARGIN_BLOCKS}-block margin, less than an audit's "
+            f"{need:g} s (the fetch timeout {NodeConfig().fetch_timeout:g} s + {AUDIT_CHECK_S:g} s of checks): "
+            "a miner that hangs when audited would be cut off by the validator's own deadline and never "
+            f"reported. Give at least {least} blocks (docs/deploy.md, Sizing the phase windows)"
+        )
+
+
 def _deploy(args: argparse.Namespace) -> int:
     from protocol.chain import Chain, deploy_network
     from protocol.chain.endpoint import http_web3
@@ -214,6 +253,7 @@ def _deploy(args: argparse.Namespace) -> int:
 
     existing = _existing_deployment(args, w3, chain_id, params)
     if existing is None:
+        _check_score_commit_window(w3, params)
         network, token, block, tx = deploy_network(w3, account, params)
         existing = Deployment(
             chain_id=chain_id,

@@ -200,3 +200,25 @@ def test_deploy_takes_the_genesis_from_the_run_file_and_nodes_check_it(
     other = RunSpec(genesis_seed=4)
     with pytest.raises(TesseraError, match="does not match the deployment"):
         check_genesis(coord, other, run)
+
+
+def test_deploy_refuses_a_score_commit_window_that_cannot_hold_an_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a chain with 1-s blocks, 16 score-commit blocks left 12 s to verify: a validator's budget for an
+    audit ran out before the 20-s serving window, so a miner that hangs when audited was never reported
+    (the guides' window until issue 38). The deploy measures the block time and refuses it."""
+    import time
+
+    with Anvil(block_time=1) as node:
+        w3 = Web3(Web3.HTTPProvider(node.rpc_url))
+        deployer = new_account(w3)
+        ks = write_keystore(deployer, tmp_path / "deployer.keystore.json", "hunter2")
+        monkeypatch.setenv("TESSERA_KEYSTORE_PASSWORD", "hunter2")
+        out = tmp_path / "deployment.json"
+        base = ["contracts", "deploy", "--rpc-url", node.rpc_url, "--keystore", str(ks), "--out", str(out)]
+        base += ["--genesis-checkpoint", GENESIS, "--audit-every-update"]
+        while w3.eth.block_number < 4:
+            time.sleep(0.5)
+        assert cli([*base, "--score-commit-blocks", "16"]) == 2 and not out.exists()
+        assert cli([*base, "--score-commit-blocks", "32"]) == 0 and out.exists()
