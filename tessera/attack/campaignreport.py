@@ -31,11 +31,16 @@ def markdown(doc: dict[str, Any]) -> str:
     def f(x: Any, fmt: str = ".2f") -> str:
         return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
+    def margin(r: dict[str, Any]) -> str:
+        # a dodger that trains honestly saves nothing: any expected loss is an infinite margin
+        m, exp = r.get("measured_margin_deployed_q"), r.get("measured_profit_per_round_deployed_q")
+        return "no gain" if m is None and exp is not None and exp < 0 else f(m)
+
     for r in doc["strategies"]:
         lines.append(
             f"| {r['strategy']} | {r['identity_rounds']} | {r['audits']} | {r['confirmed']} | {f(r['p_no_audit'], '.3f')} "
             f"| {r['realized_profit_per_round']:+.2f} | {f(r.get('measured_profit_per_round_run_q'), '+.2f')} "
-            f"| {f(r.get('measured_profit_per_round_deployed_q'), '+.2f')} | {f(r.get('measured_margin_deployed_q'))} "
+            f"| {f(r.get('measured_profit_per_round_deployed_q'), '+.2f')} | {margin(r)} "
             f"| {r['model_profit_per_round_deployed_q']:+.2f} | {f(r['model_margin_deployed_q'])} |"
         )
     return "\n".join(lines)
