@@ -11,6 +11,7 @@ Modules:
 - ``deployment``: ``Deployment``, ``NetworkParams``: where a run's contracts live, with which parameters
 - ``economics``: ``RunEconomics``, ``audit_rate_bps``: the audit rate q that makes cheating lose money
 - ``epochs``: the seed and registry a round's assignment is drawn from (assignment epochs)
-- ``memcoordinator``: ``MemoryCoordinator``: the round view in memory, for tests and the attack harness
+- ``memcoordinator``: ``MemoryCoordinator``, ``MemoryLedger``: the round view in memory, for tests and the attack harness
+- ``memslashing``: ``MemorySlashing``, ``SlashingBook``: the in-memory ledger's slashing (proofs, reports, votes)
 - ``phases``: ``Phase``: the one phase enum
 """

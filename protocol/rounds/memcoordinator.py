@@ -1,9 +1,9 @@
 """The round coordinator in memory: :class:`MemoryLedger` is a shared chain state and each
 :class:`MemoryCoordinator` one participant's view of it, with the semantics of the contract that
 ``protocol.rounds.coordinator`` describes (settlement by ``protocol.rounds.consensus.settle``, which the Solidity
-vectors check; fraud proofs and unanswered-audit reports as ``NetworkSlashing``: stake-weighted 2/3 votes,
-``slash_bps`` of the target's stake, all its unvested pay held while a proposal is open). Used by in-process
-tests and the attack harness; nodes see only ``protocol.rounds.coordinator.Coordinator``."""
+vectors check). Slashing, the contract's ``NetworkSlashing``, is ``protocol.rounds.memslashing``'s: the
+ledger keeps its records in a ``SlashingBook`` and each view composes a ``MemorySlashing``. Used by
+in-process tests and the attack harness; nodes see only ``protocol.rounds.coordinator.Coordinator``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from eth_utils import keccak, to_checksum_address
 
-from protocol.rounds.audits import REPORT_WINDOW_ROUNDS, AuditDraw, audit_draw, counted_matrix, witness_draw
-from protocol.rounds.consensus import BPS, SCORE_MAX, settle
+from protocol.rounds.audits import AuditDraw, audit_draw, counted_matrix
+from protocol.rounds.consensus import SCORE_MAX, settle
 from protocol.rounds.coordinator import (
     AlreadyDoneError,
     CoordinatorError,
@@ -25,13 +25,9 @@ from protocol.rounds.coordinator import (
     WrongPhaseError,
     checkpoint_message,
 )
+from protocol.rounds.memslashing import BookRecord, MemoryReport, MemorySlashing, MemProposal, SlashingBook
 from protocol.rounds.phases import Phase
-from protocol.wire.commitments import (
-    score_commitment,
-    seed_commitment,
-    unanswered_evidence,
-    update_commitment,
-)
+from protocol.wire.commitments import score_commitment, seed_commitment, update_commitment
 
 
 @dataclass
@@ -44,38 +40,19 @@ class _MemRound:
     settlement: Settlement | None = None
 
 
-@dataclass
-class MemProposal:
-    """A slashing proposal (``NetworkState.SlashProposal``): a fraud proof or an unanswered-audit report."""
-
-    target: str
-    round: int
-    proposer: str
-    unanswered: bool
-    voted_stake: int = 0
-    rejected_stake: int = 0
-    executed: bool = False
-    rejected: bool = False
-    """Closed without a slash: rejected by 2/3 (``rejected_by_vote``) or expired contested."""
-    rejected_by_vote: bool = False
-    held: int = 0
-    """Miner pay it put on hold (the contract's ``held``: a record; the hold is the target's)."""
-    stake_taken: int = 0
-    forfeited: int = 0
-    released: int = 0
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    """An unanswered-audit report as a witness reads it (``protocol.chain.UnansweredReport``)."""
-
-    evidence: bytes
-    open: bool
-    voted: bool
-
-
 class MemoryLedger:
     """Shared in-memory chain state behind :class:`MemoryCoordinator` views (one per participant)."""
+
+    # the slashing records, read where the attack harness and the tests read them: on the ledger
+    slashed: BookRecord[dict[str, int]] = BookRecord()
+    frozen: BookRecord[dict[tuple[int, str], bytes]] = BookRecord()
+    held: BookRecord[dict[bytes, int]] = BookRecord()
+    executed: BookRecord[set[bytes]] = BookRecord()
+    forfeited: BookRecord[dict[str, int]] = BookRecord()
+    stake_taken: BookRecord[dict[str, int]] = BookRecord()
+    slash_proposals: BookRecord[dict[bytes, MemProposal]] = BookRecord()
+    hold: BookRecord[dict[str, int]] = BookRecord()
+    proposals: BookRecord[list[dict[str, object]]] = BookRecord()
 
     def __init__(
         self,
@@ -117,31 +94,17 @@ class MemoryLedger:
         self.checkpoints: dict[int, bytes] = {1: genesis_checkpoint}
         self.seeds: dict[int, bytes] = {0: keccak(b"genesis" + genesis_checkpoint)}
         self.rounds: dict[int, _MemRound] = {1: _MemRound()}
-        self.slash_votes: dict[bytes, set[str]] = {}
         self.reg_block: dict[str, int] = {}
         self.round_open: dict[int, int] = {1: self.block}
-        self.slashed: dict[str, int] = {}
         self.audit_rate_bps = audit_rate_bps
         self.committee_size = committee_size
         self.vesting_rounds = vesting_rounds
+        self.slash_bps = slash_bps
         self.draw_size: dict[int, int] = {}
         self.vesting: dict[tuple[str, int], int] = {}
         """(miner, round) -> pay not vested yet."""
-        self.frozen: dict[tuple[int, str], bytes] = {}
-        """(round, miner) -> the evidence that froze its pay (first proof wins)."""
-        self.held: dict[bytes, int] = {}
-        """evidence -> the pay an open proposal put on hold (dropped when it closes)."""
-        self.executed: set[bytes] = set()
-        self.forfeited: dict[str, int] = {}
-        """target -> unvested and held pay its confirmed proposals forfeited."""
-        self.slash_bps = slash_bps
-        self.stake_taken: dict[str, int] = {}
-        """target -> stake its confirmed proposals (or, for a proposer, its rejected ones) took."""
-        self.slash_proposals: dict[bytes, MemProposal] = {}
-        self.hold: dict[str, int] = {}
-        """miner -> its pay held while proposals against it are open (the contract's ``_holds``)."""
-        self.open_against: dict[str, int] = {}
-        """miner -> open proposals against it."""
+        self.book = SlashingBook()
+        """The slashing records (``NetworkSlashing``'s), which ``MemorySlashing`` works on."""
 
     def mine(self, n: int = 1) -> None:
         """Advance the block number."""
@@ -151,18 +114,6 @@ class MemoryLedger:
         """Last block of the current phase."""
         i = int(self.phase)
         return self.phase_start + (self.phase_lengths[i] if i < 4 else self.phase_blocks) - 1
-
-    @property
-    def proposals(self) -> list[dict[str, object]]:
-        """Every slash proposal with its outcome, in the shape of ``tessera.attack.chainnet``'s
-        ``LedgerSnapshot.proposals`` (read from the chain's events there)."""
-        return [
-            {"evidence": ev.hex(), "target": p.target, "proposer": p.proposer, "round": p.round,
-             "unanswered": p.unanswered, "executed": p.executed, "stake_taken": p.stake_taken,
-             "forfeited": p.forfeited, "rejected": p.rejected_by_vote,
-             "expired": p.rejected and not p.rejected_by_vote, "released": p.released}
-            for ev, p in self.slash_proposals.items()
-        ]  # fmt: skip
 
     def validator_stake(self) -> int:
         """``totalValidatorStake``."""
@@ -177,6 +128,8 @@ class MemoryCoordinator:
         self.chain_id = ledger.chain_id
         self.contract = ledger.contract
         self.address = to_checksum_address(address)
+        self.slashing = MemorySlashing(ledger, self.address)
+        """Its fraud proofs, unanswered-audit reports and votes (the contract's ``NetworkSlashing``)."""
 
     def _tx(self) -> None:
         self.ledger.mine(1)
@@ -348,12 +301,7 @@ class MemoryCoordinator:
         """As ``_payMiners``: put on the miner's hold by an open proof, kept in the pool by a confirmed one, else owed at once
         (K = 0) or vesting until round + K, when the older pay of the miner vests. Returns the credit."""
         led = self.ledger
-        ev = led.frozen.get((round, miner))
-        if ev is not None and amount:
-            if ev not in led.executed:
-                led.held[ev] = led.held.get(ev, 0) + amount
-                led.hold[miner] = led.hold.get(miner, 0) + amount
-                led.slash_proposals[ev].held += amount
+        if led.book.hold_frozen_pay(round, miner, amount):
             return 0
         k = led.vesting_rounds
         if k == 0:
@@ -403,219 +351,30 @@ class MemoryCoordinator:
         self._tx()
 
     def slash(self, target: str, evidence: bytes, round: int | None = None) -> bool:
-        """``proposeSlash(target, round, evidence)``: opens the fraud proof (all of a miner's unvested pay put
-        on hold, the round's pay frozen) or counts as a vote for the open one; 2/3 of the validator stake
-        confirms it. False when this validator voted already or it is closed."""
-        led = self.ledger
-        at = led.round if round is None else round
-        target = to_checksum_address(target)
-        p = led.slash_proposals.get(evidence)
-        if self.address in led.slash_votes.get(evidence, set()) or (p is not None and p.executed):
-            return False
-        if p is None:
-            self._open_proposal(target, at, evidence, unanswered=False)
-        elif p.target != target or p.round != at or p.rejected:
-            raise AlreadyDoneError(f"propose slash: EvidenceUsed: {evidence.hex()}")
-        self._vote(evidence, True, "propose slash")
-        self._tx()
-        return True
-
-    def _open_proposal(self, target: str, round: int, evidence: bytes, *, unanswered: bool) -> None:
-        """``_openProposal``: against a miner, all its unvested pay is put on hold (nothing vests while the
-        vote is open) and the round's pay frozen if no other proposal froze it."""
-        led = self.ledger
-        if round == 0 or round > led.round:
-            raise CoordinatorError(f"RoundNotReached: round {round}, current {led.round}")
-        if target not in led.stakes or led.stakes[target] == 0:
-            raise CoordinatorError(f"NothingToSlash: {target}")
-        p = MemProposal(target, round, self.address, unanswered)
-        led.slash_proposals[evidence] = p
-        if target in led.miners:
-            led.frozen.setdefault((round, target), evidence)
-            k = led.vesting_rounds
-            swept = [key for key in led.vesting if key[0] == target and key[1] + k >= led.round]
-            p.held = sum(led.vesting.pop(key) for key in swept)
-            led.held[evidence] = p.held
-            led.hold[target] = led.hold.get(target, 0) + p.held
-            led.open_against[target] = led.open_against.get(target, 0) + 1
-
-    def _electorate(self, p: MemProposal, voter: str, what: str) -> int:
-        """``_electorate``: all validators' stake; for an unanswered report the committee's and its
-        witnesses' (the voter must be one of them)."""
-        led = self.ledger
-        if not p.unanswered:
-            return led.validator_stake()
-        members = self._committee(p.target, p.round, what)
-        members |= witness_draw(
-            led.seeds[p.round], p.target, led.draw_size[p.round], members, led.committee_size
-        )
-        if voter not in led.validators or not members >> led.validators.index(voter) & 1:
-            raise CoordinatorError(f"{what}: NotInCommittee: {voter}, {p.target}, round {p.round}")
-        return sum(led.stakes[v] for i, v in enumerate(led.validators) if members >> i & 1)
-
-    def _committee(self, miner: str, round: int, what: str) -> int:
-        led = self.ledger
-        if round not in led.seeds or round == 0 or round not in led.draw_size:
-            raise CoordinatorError(f"{what}: SeedNotFixed: round {round}")
-        draw = audit_draw(
-            led.seeds[round], miner, led.draw_size[round], led.audit_rate_bps, led.committee_size
-        )
-        return draw.committee
-
-    def _vote(self, evidence: bytes, support: bool, what: str) -> None:
-        """``_vote``: counts this validator's stake for or against; 2/3 of the electorate decides."""
-        led = self.ledger
-        p = led.slash_proposals[evidence]
-        if self.address == p.target:
-            raise CoordinatorError(f"{what}: TargetCannotVote: {evidence.hex()}")
-        voters = led.slash_votes.setdefault(evidence, set())
-        if self.address in voters:
-            raise CoordinatorError(f"{what}: AlreadyVoted: {evidence.hex()}, {self.address}")
-        electorate = self._electorate(p, self.address, what)
-        voters.add(self.address)
-        stake = led.stakes[self.address]
-        if support:
-            p.voted_stake += stake
-            if 3 * p.voted_stake >= 2 * electorate:
-                self._execute(evidence, p)
-        else:
-            p.rejected_stake += stake
-            if 3 * p.rejected_stake >= 2 * electorate:
-                p.rejected = p.rejected_by_vote = True
-                p.released = self._release(evidence, p)
-                p.stake_taken = 0
-                self._take_stake(p.proposer)
-
-    def _execute(self, evidence: bytes, p: MemProposal) -> None:
-        """``_executeSlash``: ``slash_bps`` of the target's stake taken, all its held and unvested pay
-        forfeited (whichever proposal holds it); a round another proposal froze stays in the pool."""
-        led = self.ledger
-        target, k = p.target, led.vesting_rounds
-        p.executed = True
-        led.executed.add(evidence)
-        led.slashed[target] = led.slashed.get(target, 0) + 1
-        lost = led.hold.pop(target, 0) + sum(
-            led.vesting.pop(key) for key in list(led.vesting) if key[0] == target and key[1] + k >= led.round
-        )
-        for ev, q in led.slash_proposals.items():
-            if q.target == target and (ev == evidence or not (q.executed or q.rejected)):
-                led.held.pop(ev, None)  # the hold is forfeited, whichever proposal put it there
-        if led.open_against.get(target, 0):
-            led.open_against[target] -= 1
-        if led.frozen.get((p.round, target), evidence) != evidence:
-            led.frozen[(p.round, target)] = evidence
-        p.forfeited = lost
-        led.forfeited[target] = led.forfeited.get(target, 0) + lost
-        p.stake_taken = self._take_stake(target)
-
-    def _release(self, evidence: bytes, p: MemProposal) -> int:
-        """``_release``: the round unfrozen; the last open proposal against the target owes it the hold."""
-        led = self.ledger
-        if led.frozen.get((p.round, p.target)) == evidence:
-            del led.frozen[(p.round, p.target)]
-        led.held.pop(evidence, None)
-        if not led.open_against.get(p.target, 0):
-            return 0
-        led.open_against[p.target] -= 1
-        if led.open_against[p.target]:
-            return 0
-        released = led.hold.pop(p.target, 0)
-        if released:
-            led.owed[p.target] = led.owed.get(p.target, 0) + released
-        return released
-
-    def _take_stake(self, target: str) -> int:
-        """``_takeStake``: ``slash_bps`` of ``target``'s stake, recorded in ``stake_taken``."""
-        led = self.ledger
-        amount = led.stakes.get(target, 0) * led.slash_bps // BPS
-        led.stakes[target] = led.stakes.get(target, 0) - amount
-        led.stake_taken[target] = led.stake_taken.get(target, 0) + amount
-        return amount
-
-    # ---------------------------------------------------------------- unanswered audits
+        """``proposeSlash``: open the fraud proof or vote for it (:meth:`MemorySlashing.slash`)."""
+        return self.slashing.slash(target, evidence, round)
 
     def report_unanswered(self, miner: str, round: int) -> None:
-        """``reportUnanswered``: as a committee member of ``miner``'s audit in ``round``, open the report (all
-        its unvested pay held) or vote for the open one; the committee and its witnesses decide it."""
-        what = "report unanswered audit"
-        self._validator()
-        led = self.ledger
-        miner = to_checksum_address(miner)
-        evidence = unanswered_evidence(self.chain_id, self.contract, miner, round)
-        self._require_window(evidence, round, what)
-        p = led.slash_proposals.get(evidence)
-        if p is None:
-            if miner not in led.miners:
-                raise NotRegisteredError(f"{what}: NotRole: {miner} is not a miner")
-            if round not in led.draw_size:
-                raise CoordinatorError(f"{what}: SeedNotFixed: round {round}")
-            n = led.draw_size[round]
-            draw = audit_draw(led.seeds[round], miner, n, led.audit_rate_bps, led.committee_size)
-            if not draw.audited:
-                raise CoordinatorError(f"{what}: NotAudited: {miner}, round {round}")
-            if not draw.committee >> led.validators.index(self.address) & 1:
-                raise CoordinatorError(f"{what}: NotInCommittee: {self.address}, {miner}, round {round}")
-            self._open_proposal(miner, round, evidence, unanswered=True)
-        elif p.executed or p.rejected:
-            raise AlreadyDoneError(f"{what}: EvidenceUsed: {evidence.hex()}")
-        self._vote(evidence, True, what)
-        self._tx()
-
-    def _require_window(self, evidence: bytes, round: int, what: str) -> None:
-        last = round + REPORT_WINDOW_ROUNDS
-        if self.ledger.round > last:
-            raise CoordinatorError(f"{what}: VotingClosed: {evidence.hex()}, last round {last}")
+        """``reportUnanswered``: open the report or vote for it (:meth:`MemorySlashing.report_unanswered`)."""
+        self.slashing.report_unanswered(miner, round)
 
     def audit_witnesses(self, round: int, miners: Sequence[str]) -> dict[str, int]:
         """``auditWitnesses``: each miner's witness bitmap of ``round``."""
-        led = self.ledger
-        out: dict[str, int] = {}
-        for m in miners:
-            committee = self._committee(to_checksum_address(m), round, "read audit witnesses")
-            out[to_checksum_address(m)] = witness_draw(
-                led.seeds[round], m, led.draw_size[round], committee, led.committee_size
-            )
-        return out
+        return self.slashing.audit_witnesses(round, miners)
 
     def unanswered_report(self, miner: str, round: int) -> MemoryReport:
-        """The unanswered-audit report on ``miner`` in ``round`` (open? voted on by this participant?)."""
-        evidence = unanswered_evidence(self.chain_id, self.contract, to_checksum_address(miner), round)
-        p = self.ledger.slash_proposals.get(evidence)
-        is_open = p is not None and not p.executed and not p.rejected
-        voted = is_open and self.address in self.ledger.slash_votes.get(evidence, set())
-        return MemoryReport(evidence, is_open, voted)
+        """The unanswered-audit report on ``miner`` in ``round``, as this participant reads it."""
+        return self.slashing.unanswered_report(miner, round)
 
     def vote_unanswered(self, evidence: bytes, support: bool) -> None:
-        """``voteSlash`` on an open proposal (a committee member or witness, for an unanswered report)."""
-        what = "vote on unanswered report"
-        self._validator()
-        p = self.ledger.slash_proposals.get(evidence)
-        if p is None:
-            raise CoordinatorError(f"{what}: UnknownEvidence: {evidence.hex()}")
-        if p.executed or p.rejected:
-            raise AlreadyDoneError(f"{what}: EvidenceUsed: {evidence.hex()}")
-        if p.unanswered:
-            self._require_window(evidence, p.round, what)
-        self._vote(evidence, support, what)
-        self._tx()
+        """``voteSlash`` on an open proposal (:meth:`MemorySlashing.vote_unanswered`)."""
+        self.slashing.vote_unanswered(evidence, support)
 
     vote_slash = vote_unanswered
 
     def expire_report(self, evidence: bytes) -> None:
-        """``expireReport``: closes a contested unanswered report past its window (hold released once no
-        other proposal against the miner is open, nobody slashed); anyone may."""
-        what = "expire unanswered report"
-        p = self.ledger.slash_proposals.get(evidence)
-        if p is None or not p.unanswered:
-            raise CoordinatorError(f"{what}: UnknownEvidence: {evidence.hex()}")
-        if p.executed or p.rejected:
-            raise AlreadyDoneError(f"{what}: EvidenceUsed: {evidence.hex()}")
-        last = p.round + REPORT_WINDOW_ROUNDS
-        if self.ledger.round <= last:
-            raise CoordinatorError(f"{what}: ReportStillOpen: {evidence.hex()}, last round {last}")
-        p.rejected = True
-        p.released = self._release(evidence, p)
-        self._tx()
+        """``expireReport``: close a contested report past its window (:meth:`MemorySlashing.expire_report`)."""
+        self.slashing.expire_report(evidence)
 
     def advance(self) -> bool:
         led = self.ledger
