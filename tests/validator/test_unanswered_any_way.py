@@ -21,7 +21,7 @@ from protocol.p2p.transfer import FetchPolicy
 from protocol.rounds.audits import AuditDraw
 from protocol.wire.commitments import update_commitment
 from tests.support.rounds import CHAIN_ID, CONTRACT, MINERS, VALIDATOR, Round, make_round
-from validator import schedule
+from validator import roundschedule, schedule
 from validator.audits import (
     OwnFault,
     ServeWatch,
@@ -252,7 +252,7 @@ def served(inc: Incoming) -> Verdict:
 
 @pytest.fixture
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(schedule, "RETRY_DELAY_S", 0.05)
+    monkeypatch.setattr(roundschedule, "RETRY_DELAY_S", 0.05)
 
 
 @pytest.mark.usefixtures("quick_retries")
