@@ -11,6 +11,7 @@ from typing import Any
 from miner.behaviour import Behaviour
 from miner.node import MinerNode
 from protocol.rounds.audits import REPORT_WINDOW_ROUNDS
+from protocol.rounds.deployment import NetworkParams
 from protocol.runspec import RunSpec
 from tessera.attack.casting import (
     MINER_STAKE,
@@ -76,6 +77,28 @@ def when_audited(make: Callable[[RunSpec, Callable[[int, str], bool]], Behaviour
 AROUND_Q_BPS = 8_000
 """The audit rate of the ways around an audit (q = 0.8, as ``withhold-when-audited``): most rounds
 audited, a few not, in a 3-round run."""
+AROUND_SLASH_BPS = NetworkParams().slash_bps
+"""The deployment's slash (50%) for the ways around an audit."""
+SUITE_REWARD = 1000 * (10_000 - 1000) / 10_000 / 4
+"""An honest miner's pay per round in the suite's network (the harness's emission of 1,000 tokens, 10% to
+validators, 4 miners)."""
+AROUND_STAKE = round(
+    NetworkParams().min_miner_stake
+    / 10**18
+    * SUITE_REWARD
+    / (
+        NetworkParams().emission_per_round
+        / 10**18
+        * (10_000 - NetworkParams().validator_share_bps)
+        / 10_000
+        / 4
+    )
+)
+"""The cheater's stake in the ways around an audit: the default deployment's stake in rounds of pay
+(350,000 tokens against 200 a round) at the suite's pay, 393,750 tokens. At the suite's older stake of 100
+and slash of 10% a caught miner lost about K rounds of pay, a network the formula would not deploy at
+q = 0.8 (margin 1.6): one draw of 1 audit in 4 cheating rounds (about 3% likely, and the same every run,
+the seeds coming from the validators' keys) let the last-delta rider that hangs come out ahead."""
 RIDER_FROM = 3
 """First round the last-delta riders surely ride: they train their first round honestly (no theta_{r-1}
 yet), round 1 on the in-memory chain and round 2 on anvil (round 1 is the join round)."""
@@ -92,15 +115,18 @@ def ways_around_an_audit() -> list[Scenario]:
     """every way around an audit, each beside an honest miner with its realized profit against
     the honest one's and the model's expected profit (``tessera.attack.auditchecks.profit_vs_honest``).
     ``withhold-when-audited`` (above) is the update served but not the states."""
-    q = {"audit_rate_bps": AROUND_Q_BPS}
+    q = {"audit_rate_bps": AROUND_Q_BPS, "slash_bps": AROUND_SLASH_BPS}
 
     def way(
         label: str, make: Callable[[RunSpec, Callable[[int, str], bool]], Behaviour]
     ) -> Callable[[], list[Participant]]:
-        return lambda: [*honest(), Participant("miner", label, MINER_STAKE, when_audited(make))]
+        return lambda: [*honest(), Participant("miner", label, AROUND_STAKE, when_audited(make))]
 
     def lazy(f: float) -> Callable[[], list[Participant]]:
-        return lambda: [*honest(), adversary(f"lazy f={f:g}", LazyMiner(f, PARTIAL_STEPS))]
+        return lambda: [
+            *honest(),
+            adversary(f"lazy f={f:g}", LazyMiner(f, PARTIAL_STEPS), stake=AROUND_STAKE),
+        ]
 
     return [
         Scenario("hang-when-audited", "miner", "honest, but its states hang (no answer in any window) when audited (q = 0.8)",
@@ -111,7 +137,7 @@ def ways_around_an_audit() -> list[Scenario]:
                  provable=False, audit_params=q, audit_checks="caught-when-audited"),
         Scenario("withholder-audited", "miner",
                  "commits, never serves its update (q = 0.8): the update withheld from its committee is unanswered",
-                 lambda: [*honest(), adversary("withholder", Withholder())],
+                 lambda: [*honest(), adversary("withholder", Withholder(), stake=AROUND_STAKE)],
                  provable=False, audit_params=q, audit_checks="caught-when-audited"),
         Scenario("free-rider-last-delta", "miner",
                  "trains nothing: each step adds (theta_r - theta_{r-1}) / H, transcript consistent (q = 0.8)",

@@ -157,8 +157,13 @@ def evaluate(
 def _profit_checks(res: ScenarioResult, sc: Scenario, run: NetworkRun) -> None:
     """A cheating miner's realized profit against an honest one's beside the model's, and the
     check that it earns no more than honest work."""
+    # the cheaters' own stake and the scenario's slash (the ways around an audit run at the default's)
+    stakes = [
+        p.stake for p in run.participants if p.role == "miner" and p.label not in auditchecks.HONEST_LABELS
+    ]
     profit = auditchecks.profit_vs_honest(
-        run, cheat_from=sc.cheat_from, stake=MINER_STAKE, slash_fraction=SLASH_FRACTION,
+        run, cheat_from=sc.cheat_from, stake=max(stakes, default=MINER_STAKE),
+        slash_fraction=sc.audit_params.get("slash_bps", round(SLASH_FRACTION * 10_000)) / 10_000,
         audit_params=sc.audit_params,
     )  # fmt: skip
     if profit:
