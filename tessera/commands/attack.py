@@ -76,6 +76,13 @@ def _campaign_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--identities", type=int, default=1, help="--campaign: miners per strategy (default 1)")
     p.add_argument(
+        "--strategy",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="--campaign: only these ways around an audit (repeatable; default: every one), e.g. 'lazy f=0.1'",
+    )
+    p.add_argument(
         "--audit-rate-bps",
         type=int,
         default=None,
@@ -199,10 +206,18 @@ def _campaign(args: argparse.Namespace) -> int:
     logging.getLogger("miner").setLevel(logging.ERROR)
     logging.getLogger("validator").setLevel(logging.ERROR)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    ways = campaign.STRATEGIES
+    if args.strategy:
+        known = {s.label: s for s in campaign.STRATEGIES}
+        unknown = [n for n in args.strategy if n not in known]
+        if unknown:
+            raise AttackError(f"--strategy {unknown[0]!r}: choose from {sorted(known)}")
+        ways = tuple(known[n] for n in args.strategy)
     doc = campaign.run_campaign(
         rounds,
         args.identities,
         args.audit_rate_bps,
+        ways,
         progress=args.out.with_suffix(".progress.json"),
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )

@@ -54,3 +54,11 @@ def test_a_short_campaign_confirms_an_audited_hang_and_it_loses(tmp_path: Path) 
     png = campaignreport.plot(doc, tmp_path / "c.png")
     assert png.stat().st_size > 5_000
     assert "hang-when-audited" in campaignreport.markdown(doc)
+
+
+def test_an_unknown_strategy_is_one_typed_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from tessera import cli
+
+    assert cli.main(["attack", "--campaign", "--strategy", "bogus", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--strategy 'bogus'" in err and "lazy f=0.1" in err
