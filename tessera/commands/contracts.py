@@ -213,6 +213,11 @@ def _check_score_commit_window(w3: Any, params: Any) -> None:
     from validator.roundschedule import AUDIT_CHECK_S
     from validator.schedule import RETRY_MARGIN_BLOCKS
 
+    try:  # anvil's automine mines a block per transaction: its timestamps say nothing of a block time
+        if w3.provider.make_request("anvil_getAutomine", []).get("result") is True:
+            return
+    except Exception:  # a public chain has no such method: it mines on an interval
+        pass
     latest = int(w3.eth.block_number)
     if latest < 3:
         return
