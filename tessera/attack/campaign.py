@@ -160,10 +160,10 @@ def run_campaign(
             return
         seen[0] = done + 1
         if log is not None:
-            worst = max((s["realized_profit_per_round"] for s in doc["strategies"]), default=0.0)
+            best = max((s["realized_profit_per_round"] for s in doc["strategies"]), default=0.0)
             log(
                 f"round {done}/{rounds}: {doc['audits']} audits, {doc['confirmed']} confirmed, best strategy "
-                f"{worst:+.2f}/identity-round against honest, {time.perf_counter() - t0:.0f} s"
+                f"{best:+.2f}/identity-round against honest, {time.perf_counter() - t0:.0f} s"
             )
         if progress is not None:
             tmp = progress.with_suffix(".tmp")

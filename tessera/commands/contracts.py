@@ -208,6 +208,7 @@ def _check_score_commit_window(w3: Any, params: Any) -> None:
     transactions). A validator verifies the miners it audits first, with the serving window plus
     ``AUDIT_CHECK_S``; a fetch its deadline cuts shorter is its own fault and is not reported, so below
     that a miner that hangs when audited is never reported."""
+    from protocol.chain.transport import retrying
     from protocol.node.settings import NodeConfig
     from protocol.rounds.deployment import DeploymentError
     from validator.roundschedule import AUDIT_CHECK_S
@@ -218,13 +219,15 @@ def _check_score_commit_window(w3: Any, params: Any) -> None:
             return
     except Exception:  # a public chain has no such method: it mines on an interval
         pass
-    latest = int(w3.eth.block_number)
+    latest = int(retrying(lambda: w3.eth.block_number, "eth_blockNumber"))
     if latest < 3:
         return
     back = min(10, latest - 1)
-    spacing = (
-        int(w3.eth.get_block(latest)["timestamp"]) - int(w3.eth.get_block(latest - back)["timestamp"])
-    ) / back
+
+    def stamp(n: int) -> int:
+        return int(retrying(lambda: w3.eth.get_block(n), "eth_getBlockByNumber")["timestamp"])
+
+    spacing = (stamp(latest) - stamp(latest - back)) / back
     if spacing < 0.5:
         return  # blocks come with transactions (automine): windows are not time
     need = NodeConfig().fetch_timeout + AUDIT_CHECK_S
